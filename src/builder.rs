@@ -1,0 +1,189 @@
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::kill::KillSwitch;
+use crate::layer::CircuitBreakerLayer;
+use crate::machine::{
+    Backoff, Config, ConfigError, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
+};
+use crate::shared::{now, Callback, Shared};
+
+/// Settings for a breaker, checked when it is built.
+///
+/// Setters take any value; [`build`](Self::build) checks them all and returns the first
+/// bad one as a [`ConfigError`], so a breaker that exists is one that can work.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_circuit_breaker::{Backoff, Builder, ConfigError, Cooldown};
+///
+/// let layer = Builder::new()
+///     .name("search")
+///     .failure_threshold(5)
+///     .cooldown(Cooldown::Time(Duration::from_secs(5)))
+///     .backoff(Backoff::exponential(2.0, Cooldown::Time(Duration::from_secs(60))))
+///     .jitter(0.1)
+///     .build()?;
+///
+/// assert_eq!(Builder::new().failure_threshold(0).build().unwrap_err(), ConfigError::ZeroThreshold);
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Builder {
+    config: Config,
+    kill: Option<KillSwitch>,
+    callbacks: Vec<Callback>,
+}
+
+impl Builder {
+    /// The seeds' defaults: 3 consecutive failures trip the breaker, a 30 s cooldown,
+    /// one probe, a 60 s half-open dwell limit.
+    pub fn new() -> Self {
+        Builder::default()
+    }
+
+    /// The name in logs, events, errors and reports.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Trip after `threshold` consecutive failures (the default policy, with 3).
+    pub fn failure_threshold(mut self, threshold: u32) -> Self {
+        self.config.trip = TripPolicy::ConsecutiveFailures(threshold);
+        self
+    }
+
+    /// Trip when the failure share in `window` reaches `rate`, once the window holds
+    /// `minimum_calls` outcomes (resilience4j's and Polly's policy).
+    pub fn failure_rate(mut self, rate: f64, window: RateWindow, minimum_calls: u32) -> Self {
+        self.config.trip = TripPolicy::FailureRate {
+            rate,
+            window,
+            minimum_calls,
+        };
+        self
+    }
+
+    /// Sets the trip policy.
+    pub fn trip_policy(mut self, policy: TripPolicy) -> Self {
+        self.config.trip = policy;
+        self
+    }
+
+    /// How long an open breaker waits before its probe, in calls or in time.
+    pub fn cooldown(mut self, cooldown: Cooldown) -> Self {
+        self.config.cooldown = cooldown;
+        self
+    }
+
+    /// Grows the cooldown on each re-open in a row; reset when the breaker closes.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.config.backoff = Some(backoff);
+        self
+    }
+
+    /// Spreads each cooldown by up to this fraction either way (`0.1`: ±10 %), so
+    /// breakers that opened together do not probe together.
+    pub fn jitter(mut self, fraction: f64) -> Self {
+        self.config.jitter = fraction;
+        self
+    }
+
+    /// Seeds the jitter, for reproducible runs. By default each breaker has a random
+    /// seed.
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.config.jitter_seed = Some(seed);
+        self
+    }
+
+    /// How many probes half-open admits at once; that many successes close it.
+    pub fn half_open_probes(mut self, probes: u32) -> Self {
+        self.config.half_open_probes = probes;
+        self
+    }
+
+    /// The longest the breaker stays half-open (a probe that hangs, or a reservation
+    /// never used) before it re-opens on its own. `None` waits for ever, which only
+    /// makes sense when every call has a timeout. Default 60 s.
+    pub fn max_half_open_dwell(mut self, dwell: Option<Duration>) -> Self {
+        self.config.max_half_open_dwell = dwell;
+        self
+    }
+
+    /// The longest wait a failed response may impose through
+    /// [`Failure::retry_after`](crate::Failure::retry_after). Default 5 minutes.
+    pub fn max_retry_after(mut self, cap: Duration) -> Self {
+        self.config.max_retry_after = cap;
+        self
+    }
+
+    /// A success slower than `threshold` counts as a failure.
+    pub fn slow_call_threshold(mut self, threshold: Duration) -> Self {
+        self.config.slow_call = Some(threshold);
+        self
+    }
+
+    /// The mode to start in (default [`Mode::Enabled`]); switch later on the handle.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// Obey this kill switch (shared with other breakers) instead of one of its own.
+    pub fn kill_switch(mut self, kill: KillSwitch) -> Self {
+        self.kill = Some(kill);
+        self
+    }
+
+    /// Calls `callback` on every transition, after the breaker's lock is released. Keep
+    /// it quick: it runs on the task whose call caused the transition. A panic in it is
+    /// logged, not passed on.
+    pub fn on_transition(mut self, callback: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
+        self.callbacks.push(Arc::new(callback));
+        self
+    }
+
+    /// The checked settings, for a [`Machine`] of your own.
+    ///
+    /// # Errors
+    ///
+    /// The first setting that cannot work.
+    pub fn build_config(&self) -> Result<Config, ConfigError> {
+        self.config.validate()?;
+        let mut config = self.config.clone();
+        if config.jitter_seed.is_none() {
+            config.jitter_seed = Some(RandomState::new().hash_one(config.name.as_ref()));
+        }
+        Ok(config)
+    }
+
+    /// The layer: every service it wraps shares the one breaker built here.
+    ///
+    /// # Errors
+    ///
+    /// The first setting that cannot work.
+    pub fn build(self) -> Result<CircuitBreakerLayer, ConfigError> {
+        let config = self.build_config()?;
+        let machine = Machine::new(config, now());
+        let kill = self.kill.unwrap_or_default();
+        Ok(CircuitBreakerLayer::from_shared(Arc::new(Shared::new(
+            machine,
+            kill,
+            self.callbacks,
+        ))))
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("config", &self.config)
+            .field("kill", &self.kill)
+            .field("callbacks", &self.callbacks.len())
+            .finish()
+    }
+}

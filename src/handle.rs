@@ -1,0 +1,112 @@
+//! The breaker's handle: look at it, flip it, listen to it, without making a call.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::kill::KillSwitch;
+use crate::machine::{Mode, Snapshot, State, Transition};
+use crate::shared::Shared;
+
+/// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,
+/// force-open and reset, the mode, and a stream of transitions.
+///
+/// # Clone
+///
+/// Clones refer to the same breaker, the one every service built from the same
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) shares.
+///
+/// ```
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, State};
+///
+/// let layer = CircuitBreakerLayer::builder().name("model").cooldown(Cooldown::Calls(4)).build()?;
+/// let handle = layer.handle();
+/// handle.force_open();
+/// assert_eq!(handle.state(), State::ForcedOpen);
+/// handle.reset();
+/// let snapshot = handle.snapshot();
+/// assert_eq!((snapshot.state, snapshot.consecutive_failures), (State::Closed, 0));
+/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct CircuitBreakerHandle {
+    shared: Arc<Shared>,
+}
+
+impl CircuitBreakerHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        CircuitBreakerHandle { shared }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The whole state: counts, last failure and success, and when the next probe may
+    /// go. Taking it applies the half-open dwell limit, so a breaker whose probe hung
+    /// reports open, not half-open.
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared.snapshot()
+    }
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.snapshot().state
+    }
+
+    /// The kill switch this breaker obeys (maybe shared with others).
+    pub fn kill_switch(&self) -> &KillSwitch {
+        &self.shared.kill
+    }
+
+    /// Opens the breaker until [`reset`](Self::reset): no call and no probe reaches the
+    /// service. Unlike the kill switch, this is a state of this breaker.
+    pub fn force_open(&self) {
+        self.shared.force_open();
+    }
+
+    /// Closes the breaker and clears its failure count and backoff. The only way out of
+    /// forced open and of a permanent failure.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// Switches between enabled, observe-only and disabled at runtime. Calls in flight
+    /// under the old mode are not counted.
+    pub fn set_mode(&self, mode: Mode) {
+        self.shared.set_mode(mode);
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode()
+    }
+
+    /// Lowers the consecutive-failure threshold by `relief` (never below 1); 0 restores
+    /// it. The expediter does this for a tool a pre-call check found degraded.
+    pub fn set_threshold_relief(&self, relief: u32) {
+        self.shared.set_threshold_relief(relief);
+    }
+
+    /// Every transition from now on. The channel never makes the breaker wait: a
+    /// receiver that falls more than 64 events behind loses the oldest and is told how
+    /// many (`RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.shared.subscribe()
+    }
+
+    /// Whether two handles refer to the same breaker.
+    pub fn same_as(&self, other: &CircuitBreakerHandle) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl fmt::Debug for CircuitBreakerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerHandle")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}

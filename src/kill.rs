@@ -1,0 +1,77 @@
+//! The kill switch: a person's emergency stop, shared by as many breakers as you like.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// An emergency stop that a person flips at runtime.
+///
+/// A breaker reacts to failures; the kill switch is for when the service works but must
+/// not be used (it gives wrong answers, or costs too much). While it is on, every call
+/// to every breaker that shares it skips to the fallback. It does not touch the
+/// breakers: their states and counts stay as they were, and their steps and time keep
+/// running, so a breaker whose cooldown passed while killed probes on the first call
+/// after [`revive`](KillSwitch::revive). It stays on until revived.
+///
+/// # Clone
+///
+/// Clones share one switch: flipping any clone flips them all. Give the same switch to
+/// several breakers with [`Builder::kill_switch`](crate::Builder::kill_switch).
+///
+/// ```
+/// use tower_circuit_breaker::{CircuitBreakerLayer, KillSwitch};
+///
+/// let stop = KillSwitch::new();
+/// let chat = CircuitBreakerLayer::builder().name("chat").kill_switch(stop.clone()).build()?;
+/// let embed = CircuitBreakerLayer::builder().name("embed").kill_switch(stop.clone()).build()?;
+///
+/// stop.kill();
+/// assert!(chat.handle().snapshot().killed && embed.handle().snapshot().killed);
+/// stop.revive();
+/// assert!(!chat.handle().kill_switch().is_killed());
+/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct KillSwitch {
+    killed: Arc<AtomicBool>,
+}
+
+impl KillSwitch {
+    /// A switch that is off.
+    pub fn new() -> Self {
+        KillSwitch::default()
+    }
+
+    /// Turns the switch on: from now on every call skips to the fallback.
+    pub fn kill(&self) {
+        if !self.killed.swap(true, Ordering::SeqCst) {
+            tracing::warn!(target: "tower_circuit_breaker", "kill switch on: calls skip to the fallback");
+        }
+    }
+
+    /// Turns the switch off: breakers decide again.
+    pub fn revive(&self) {
+        if self.killed.swap(false, Ordering::SeqCst) {
+            tracing::info!(target: "tower_circuit_breaker", "kill switch off: breakers decide again");
+        }
+    }
+
+    /// Whether the switch is on.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// Whether two handles are the same switch.
+    pub fn same_as(&self, other: &KillSwitch) -> bool {
+        Arc::ptr_eq(&self.killed, &other.killed)
+    }
+}
+
+/// Shows whether the switch is on.
+impl fmt::Debug for KillSwitch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KillSwitch")
+            .field("killed", &self.is_killed())
+            .finish()
+    }
+}

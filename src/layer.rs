@@ -1,0 +1,141 @@
+use std::fmt;
+use std::sync::Arc;
+
+use tower::Layer;
+
+use crate::builder::Builder;
+use crate::classify::DefaultClassifier;
+use crate::fallback::{Fallback, NoFallback};
+use crate::handle::CircuitBreakerHandle;
+use crate::service::CircuitBreaker;
+use crate::shared::Shared;
+
+/// Wraps services in one shared circuit breaker.
+///
+/// Build it with [`CircuitBreakerLayer::builder`]; the builder checks the settings and
+/// returns a [`ConfigError`](crate::ConfigError) for a bad one. Then set what answers
+/// while the breaker is open ([`with_fallback`](Self::with_fallback); by default a
+/// skipped call fails with [`Rejected`](crate::error::Rejected)) and what counts as a
+/// failure ([`with_classifier`](Self::with_classifier); by default every `Err`).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, Source};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let breaker = CircuitBreakerLayer::builder()
+///     .name("model")
+///     .failure_threshold(3)
+///     .cooldown(Cooldown::Time(Duration::from_secs(10)))
+///     .build()?;
+/// let handle = breaker.handle();
+/// let breaker = breaker.with_fallback(service_fn(|_prompt: String| async {
+///     Ok::<_, std::convert::Infallible>("The model is unavailable; try again shortly.".to_string())
+/// }));
+///
+/// let mut model = ServiceBuilder::new()
+///     .layer(breaker)
+///     .timeout(Duration::from_secs(30))
+///     .service(service_fn(|prompt: String| async move {
+///         Err::<String, _>(std::io::Error::other(format!("connection refused: {prompt}")))
+///     }));
+///
+/// for _ in 0..3 {
+///     assert!(model.ready().await?.call("hi".into()).await.is_err());
+/// }
+/// let answer = model.ready().await?.call("hi".into()).await?;
+/// assert!(matches!(answer.source(), Source::Fallback(_)));
+/// assert_eq!(handle.snapshot().consecutive_failures, 3);
+/// # Ok(()) }
+/// ```
+///
+/// # Clone
+///
+/// Every service this layer makes, and every clone of the layer, shares one breaker:
+/// one state, one count, one kill switch. Build another layer for another breaker.
+pub struct CircuitBreakerLayer<F = NoFallback, C = DefaultClassifier> {
+    shared: Arc<Shared>,
+    fallback: F,
+    classifier: C,
+}
+
+impl CircuitBreakerLayer {
+    /// A builder with the seeds' defaults: 3 consecutive failures trip it, 30 s
+    /// cooldown, one probe.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        CircuitBreakerLayer {
+            shared,
+            fallback: NoFallback,
+            classifier: DefaultClassifier,
+        }
+    }
+}
+
+impl<F, C> CircuitBreakerLayer<F, C> {
+    /// The handle on the breaker this layer's services share.
+    pub fn handle(&self) -> CircuitBreakerHandle {
+        CircuitBreakerHandle::new(self.shared.clone())
+    }
+
+    /// Answers skipped calls with `fallback`, a cloneable service with the wrapped
+    /// service's response type. The answers are marked
+    /// [`Source::Fallback`](crate::Source::Fallback) with the reason.
+    ///
+    /// A fallback that must say when to retry can hold the breaker's
+    /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::Snapshot::retry_after).
+    pub fn with_fallback<F2>(self, fallback: F2) -> CircuitBreakerLayer<Fallback<F2>, C> {
+        CircuitBreakerLayer {
+            shared: self.shared,
+            fallback: Fallback::new(fallback),
+            classifier: self.classifier,
+        }
+    }
+
+    /// Decides what counts as a failure with `classifier` (see [`Classify`](crate::Classify)).
+    pub fn with_classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<F, C2> {
+        CircuitBreakerLayer {
+            shared: self.shared,
+            fallback: self.fallback,
+            classifier,
+        }
+    }
+}
+
+impl<S, F: Clone, C: Clone> Layer<S> for CircuitBreakerLayer<F, C> {
+    type Service = CircuitBreaker<S, F, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CircuitBreaker::new(
+            inner,
+            self.shared.clone(),
+            self.fallback.clone(),
+            self.classifier.clone(),
+        )
+    }
+}
+
+impl<F: Clone, C: Clone> Clone for CircuitBreakerLayer<F, C> {
+    fn clone(&self) -> Self {
+        CircuitBreakerLayer {
+            shared: self.shared.clone(),
+            fallback: self.fallback.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for CircuitBreakerLayer<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayer")
+            .field("name", &self.shared.name)
+            .field("fallback", &std::any::type_name::<F>())
+            .field("classifier", &std::any::type_name::<C>())
+            .finish()
+    }
+}

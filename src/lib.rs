@@ -1,0 +1,78 @@
+//! A circuit breaker for `tower` services, made for AI agents and LLM-backed services:
+//! it stops calling a model or tool that keeps failing, answers honestly from a
+//! fallback while it is broken, probes to find out when it is back, and has a kill
+//! switch a person can flip at runtime.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, Source, State};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let breaker = CircuitBreakerLayer::builder()
+//!     .name("search-tool")
+//!     .failure_threshold(3)
+//!     .cooldown(Cooldown::Calls(4))
+//!     .build()?;
+//! let handle = breaker.handle();
+//! let breaker = breaker.with_fallback(service_fn(|_query: String| async {
+//!     Ok::<_, std::convert::Infallible>("search is unavailable".to_string())
+//! }));
+//! let mut search = ServiceBuilder::new()
+//!     .layer(breaker)
+//!     .timeout(Duration::from_secs(5))
+//!     .service(service_fn(|_query: String| async {
+//!         Err::<String, _>(std::io::Error::other("connection refused"))
+//!     }));
+//!
+//! for _ in 0..3 {
+//!     assert!(search.ready().await?.call("rust".into()).await.is_err());
+//! }
+//! assert_eq!(handle.state(), State::Open);
+//! let answer = search.ready().await?.call("rust".into()).await?;
+//! assert!(matches!(answer.source(), Source::Fallback(_)));
+//! # Ok(()) }
+//! ```
+//!
+//! The parts:
+//!
+//! - [`machine`]: the pure decision core (no clock, lock or I/O), property-tested.
+//! - [`CircuitBreakerLayer`] / [`CircuitBreaker`]: the tower plumbing, with
+//!   [`Builder`] for settings, [`CircuitBreakerHandle`] for operators,
+//!   [`KillSwitch`] for emergencies, [`Classify`] for what counts as a failure, and
+//!   [`Answer`] / [`Source`] for where every answer came from.
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![forbid(unsafe_code)]
+
+mod answer;
+mod builder;
+mod classify;
+pub mod error;
+mod fallback;
+pub mod future;
+mod handle;
+mod kill;
+mod layer;
+pub mod machine;
+mod service;
+mod shared;
+
+pub use crate::answer::{Answer, Source};
+pub use crate::builder::Builder;
+pub use crate::classify::{Classify, DefaultClassifier, Failure, Outcome};
+pub use crate::error::{BoxError, ConfigError};
+pub use crate::fallback::{Fallback, FallbackFuture, FallbackService, NoFallback};
+pub use crate::handle::CircuitBreakerHandle;
+pub use crate::kill::KillSwitch;
+pub use crate::layer::CircuitBreakerLayer;
+pub use crate::machine::{
+    Backoff, Cause, Config, Cooldown, Counts, FailureRecord, Mode, NextProbe, RateWindow, Reason,
+    Snapshot, State, Transition, TripPolicy,
+};
+pub use crate::service::CircuitBreaker;

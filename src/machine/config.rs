@@ -1,0 +1,332 @@
+//! The validated settings of one breaker, and the errors a bad setting gives.
+
+use std::time::Duration;
+
+/// When the breaker trips from closed to open.
+///
+/// The default is [`TripPolicy::ConsecutiveFailures`] with a threshold of 3: the seeds'
+/// rule, which tells a run of failures from an unlucky one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TripPolicy {
+    /// Open after this many failures in a row; any success resets the count.
+    ConsecutiveFailures(u32),
+    /// Open when the share of failures in the window reaches `rate` (in `0.0..=1.0`),
+    /// once at least `minimum_calls` outcomes are in the window.
+    FailureRate {
+        /// The failure share that trips the breaker, for example `0.5`.
+        rate: f64,
+        /// What the share is computed over.
+        window: RateWindow,
+        /// How many outcomes the window must hold before the rate is trusted.
+        minimum_calls: u32,
+    },
+}
+
+impl Default for TripPolicy {
+    fn default() -> Self {
+        TripPolicy::ConsecutiveFailures(3)
+    }
+}
+
+/// The window a [`TripPolicy::FailureRate`] is computed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateWindow {
+    /// The last N outcomes (a ring).
+    Calls(u32),
+    /// The outcomes of the last duration, kept in ten buckets.
+    Time(Duration),
+}
+
+/// How long an open breaker waits before it lets one probe through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cooldown {
+    /// Counted in calls: every call that reaches the breaker is a step, skipped ones
+    /// too, and with `Calls(n)` the n-th call after the opening one is the probe.
+    Calls(u64),
+    /// Counted in time, through the clock the caller passes in (`tokio::time` in the
+    /// layer, so paused-time tests run instantly).
+    Time(Duration),
+}
+
+impl Default for Cooldown {
+    fn default() -> Self {
+        Cooldown::Time(Duration::from_secs(30))
+    }
+}
+
+impl Cooldown {
+    fn unit(&self) -> &'static str {
+        match self {
+            Cooldown::Calls(_) => "calls",
+            Cooldown::Time(_) => "time",
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        match *self {
+            Cooldown::Calls(n) => n == 0,
+            Cooldown::Time(d) => d.is_zero(),
+        }
+    }
+}
+
+/// Exponential growth of the cooldown when a breaker re-opens without having closed
+/// (a failed probe): the k-th re-open waits `base * multiplier^k`, never more than `cap`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub(crate) multiplier: f64,
+    pub(crate) cap: Cooldown,
+}
+
+impl Backoff {
+    /// Grow the cooldown by `multiplier` at each re-open, up to `cap` (in the same unit
+    /// as the cooldown). Checked when the breaker is built.
+    pub fn exponential(multiplier: f64, cap: Cooldown) -> Self {
+        Backoff { multiplier, cap }
+    }
+
+    /// The growth factor.
+    pub fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The longest cooldown.
+    pub fn cap(&self) -> Cooldown {
+        self.cap
+    }
+}
+
+/// How a breaker behaves while it is being rolled out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The breaker works: it trips, skips and probes.
+    #[default]
+    Enabled,
+    /// Records outcomes and moves through its states as if enabled, but every call is
+    /// made: answers that an enabled breaker would have skipped say so
+    /// ([`Source::Shadowed`](crate::Source::Shadowed)).
+    ObserveOnly,
+    /// Pass-through: nothing is decided and nothing is recorded. The kill switch still
+    /// applies, because it is a person's decision.
+    Disabled,
+}
+
+impl Mode {
+    /// `enabled`, `observe_only` or `disabled`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Enabled => "enabled",
+            Mode::ObserveOnly => "observe_only",
+            Mode::Disabled => "disabled",
+        }
+    }
+}
+
+/// A setting that cannot work, found when the breaker is built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The consecutive-failure threshold is 0, so the breaker would open before any call.
+    #[error("failure threshold must be at least 1, got 0")]
+    ZeroThreshold,
+    /// The failure rate is not a number in `0.0..=1.0`, or is 0 (which would trip on a
+    /// window of successes).
+    #[error("failure rate must be in (0.0, 1.0], got {0}")]
+    InvalidFailureRate(f64),
+    /// The failure-rate window holds no calls or no time.
+    #[error("failure-rate window must not be empty")]
+    EmptyWindow,
+    /// A count window smaller than its minimum number of calls can never trip.
+    #[error("minimum calls ({minimum_calls}) exceed the window of {window} calls, so the breaker could never trip")]
+    MinimumCallsAboveWindow {
+        /// The minimum number of calls.
+        minimum_calls: u32,
+        /// The window's size in calls.
+        window: u32,
+    },
+    /// The cooldown is zero calls or zero time.
+    #[error("cooldown must not be zero")]
+    ZeroCooldown,
+    /// Half-open must admit at least one probe.
+    #[error("half-open probes must be at least 1, got 0")]
+    ZeroHalfOpenProbes,
+    /// The backoff multiplier is below 1 or not finite.
+    #[error("backoff multiplier must be a finite number of at least 1.0, got {0}")]
+    InvalidMultiplier(f64),
+    /// The backoff cap is counted in another unit than the cooldown.
+    #[error("backoff cap is in {cap}, but the cooldown is in {cooldown}")]
+    BackoffUnitMismatch {
+        /// The cooldown's unit.
+        cooldown: &'static str,
+        /// The cap's unit.
+        cap: &'static str,
+    },
+    /// The backoff cap is shorter than the cooldown it grows from.
+    #[error("backoff cap is below the base cooldown")]
+    BackoffCapBelowBase,
+    /// Jitter is a fraction in `0.0..1.0`.
+    #[error("jitter must be in [0.0, 1.0), got {0}")]
+    InvalidJitter(f64),
+    /// A zero half-open dwell limit would re-open the breaker before any probe ends.
+    #[error("maximum half-open dwell must not be zero")]
+    ZeroDwell,
+    /// A zero slow-call threshold would count every call as slow.
+    #[error("slow-call threshold must not be zero")]
+    ZeroSlowCall,
+    /// A zero cap on response-given cooldowns would ignore them all; leave it unset
+    /// instead.
+    #[error("maximum retry-after must not be zero")]
+    ZeroMaxRetryAfter,
+    /// The breaker's name is empty.
+    #[error("breaker name must not be empty")]
+    EmptyName,
+}
+
+/// The checked settings of one breaker: what the [`Machine`](super::Machine) needs.
+///
+/// Made by [`Builder`](crate::Builder); every value in it has been validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) trip: TripPolicy,
+    pub(crate) cooldown: Cooldown,
+    pub(crate) backoff: Option<Backoff>,
+    pub(crate) jitter: f64,
+    pub(crate) jitter_seed: Option<u64>,
+    pub(crate) half_open_probes: u32,
+    pub(crate) max_half_open_dwell: Option<Duration>,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) slow_call: Option<Duration>,
+    pub(crate) mode: Mode,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: "circuit-breaker".into(),
+            trip: TripPolicy::default(),
+            cooldown: Cooldown::default(),
+            backoff: None,
+            jitter: 0.0,
+            jitter_seed: None,
+            half_open_probes: 1,
+            max_half_open_dwell: Some(Duration::from_secs(60)),
+            max_retry_after: Duration::from_secs(300),
+            slow_call: None,
+            mode: Mode::Enabled,
+        }
+    }
+}
+
+impl Config {
+    /// Checks every value; the first bad one is the error.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() {
+            return Err(ConfigError::EmptyName);
+        }
+        match self.trip {
+            TripPolicy::ConsecutiveFailures(0) => return Err(ConfigError::ZeroThreshold),
+            TripPolicy::ConsecutiveFailures(_) => {}
+            TripPolicy::FailureRate {
+                rate,
+                window,
+                minimum_calls,
+            } => {
+                if !(rate > 0.0 && rate <= 1.0) {
+                    return Err(ConfigError::InvalidFailureRate(rate));
+                }
+                match window {
+                    RateWindow::Calls(0) => return Err(ConfigError::EmptyWindow),
+                    RateWindow::Time(d) if d.is_zero() => return Err(ConfigError::EmptyWindow),
+                    RateWindow::Calls(n) if minimum_calls > n => {
+                        return Err(ConfigError::MinimumCallsAboveWindow {
+                            minimum_calls,
+                            window: n,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if self.cooldown.is_zero() {
+            return Err(ConfigError::ZeroCooldown);
+        }
+        if let Some(backoff) = self.backoff {
+            if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
+                return Err(ConfigError::InvalidMultiplier(backoff.multiplier));
+            }
+            match (self.cooldown, backoff.cap) {
+                (Cooldown::Calls(base), Cooldown::Calls(cap)) if cap < base => {
+                    return Err(ConfigError::BackoffCapBelowBase)
+                }
+                (Cooldown::Time(base), Cooldown::Time(cap)) if cap < base => {
+                    return Err(ConfigError::BackoffCapBelowBase)
+                }
+                (Cooldown::Calls(_), Cooldown::Calls(_))
+                | (Cooldown::Time(_), Cooldown::Time(_)) => {}
+                (cooldown, cap) => {
+                    return Err(ConfigError::BackoffUnitMismatch {
+                        cooldown: cooldown.unit(),
+                        cap: cap.unit(),
+                    })
+                }
+            }
+        }
+        if !(self.jitter >= 0.0 && self.jitter < 1.0) {
+            return Err(ConfigError::InvalidJitter(self.jitter));
+        }
+        if self.half_open_probes == 0 {
+            return Err(ConfigError::ZeroHalfOpenProbes);
+        }
+        if self.max_half_open_dwell.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::ZeroDwell);
+        }
+        if self.slow_call.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::ZeroSlowCall);
+        }
+        if self.max_retry_after.is_zero() {
+            return Err(ConfigError::ZeroMaxRetryAfter);
+        }
+        Ok(())
+    }
+
+    /// The breaker's name, used in logs, events and errors.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The trip policy.
+    pub fn trip_policy(&self) -> TripPolicy {
+        self.trip
+    }
+
+    /// The base cooldown.
+    pub fn cooldown(&self) -> Cooldown {
+        self.cooldown
+    }
+
+    /// The backoff on re-opens, if any.
+    pub fn backoff(&self) -> Option<Backoff> {
+        self.backoff
+    }
+
+    /// How many probes half-open admits at once, and how many successes close it.
+    pub fn half_open_probes(&self) -> u32 {
+        self.half_open_probes
+    }
+
+    /// The longest a breaker stays half-open before it re-opens on its own.
+    pub fn max_half_open_dwell(&self) -> Option<Duration> {
+        self.max_half_open_dwell
+    }
+
+    /// A success slower than this counts as a failure.
+    pub fn slow_call_threshold(&self) -> Option<Duration> {
+        self.slow_call
+    }
+
+    /// The mode the breaker starts in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+}

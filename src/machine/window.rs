@@ -1,0 +1,203 @@
+//! The outcome windows behind [`TripPolicy::FailureRate`](super::TripPolicy::FailureRate).
+
+use std::time::{Duration, Instant};
+
+use super::config::{RateWindow, TripPolicy};
+
+/// Outcomes kept for the trip decision.
+#[derive(Debug, Clone)]
+pub(crate) enum Window {
+    /// Consecutive failures need no window: the machine's counter is enough.
+    None,
+    Ring(Ring),
+    Time(Buckets),
+}
+
+impl Window {
+    pub(crate) fn new(policy: &TripPolicy, epoch: Instant) -> Self {
+        match *policy {
+            TripPolicy::ConsecutiveFailures(_) => Window::None,
+            TripPolicy::FailureRate {
+                window: RateWindow::Calls(n),
+                ..
+            } => Window::Ring(Ring::new(n as usize)),
+            TripPolicy::FailureRate {
+                window: RateWindow::Time(d),
+                ..
+            } => Window::Time(Buckets::new(d, epoch)),
+        }
+    }
+
+    pub(crate) fn push(&mut self, failed: bool, now: Instant) {
+        match self {
+            Window::None => {}
+            Window::Ring(ring) => ring.push(failed),
+            Window::Time(buckets) => buckets.push(failed, now),
+        }
+    }
+
+    /// `(failures, calls)` in the window as of `now`.
+    pub(crate) fn totals(&self, now: Instant) -> (u32, u32) {
+        match self {
+            Window::None => (0, 0),
+            Window::Ring(ring) => (ring.failures, ring.len),
+            Window::Time(buckets) => buckets.totals(now),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        match self {
+            Window::None => {}
+            Window::Ring(ring) => ring.clear(),
+            Window::Time(buckets) => buckets.clear(),
+        }
+    }
+}
+
+/// The last `capacity` outcomes, one bit each.
+#[derive(Debug, Clone)]
+pub(crate) struct Ring {
+    bits: Vec<u64>,
+    capacity: u32,
+    next: u32,
+    len: u32,
+    failures: u32,
+}
+
+impl Ring {
+    fn new(capacity: usize) -> Self {
+        Ring {
+            bits: vec![0; capacity.div_ceil(64)],
+            capacity: capacity as u32,
+            next: 0,
+            len: 0,
+            failures: 0,
+        }
+    }
+
+    fn push(&mut self, failed: bool) {
+        let (word, bit) = ((self.next / 64) as usize, self.next % 64);
+        let mask = 1u64 << bit;
+        if self.len == self.capacity && self.bits[word] & mask != 0 {
+            self.failures -= 1;
+        }
+        if failed {
+            self.bits[word] |= mask;
+            self.failures += 1;
+        } else {
+            self.bits[word] &= !mask;
+        }
+        self.len = (self.len + 1).min(self.capacity);
+        self.next = (self.next + 1) % self.capacity;
+    }
+
+    fn clear(&mut self) {
+        self.bits.iter_mut().for_each(|w| *w = 0);
+        self.next = 0;
+        self.len = 0;
+        self.failures = 0;
+    }
+}
+
+const BUCKETS: usize = 10;
+
+/// A time window in ten buckets; a bucket older than the window no longer counts.
+#[derive(Debug, Clone)]
+pub(crate) struct Buckets {
+    epoch: Instant,
+    width: Duration,
+    slots: [Bucket; BUCKETS],
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// Which bucket-width interval since the epoch this slot holds.
+    index: u64,
+    calls: u32,
+    failures: u32,
+}
+
+impl Buckets {
+    fn new(window: Duration, epoch: Instant) -> Self {
+        let width = (window / BUCKETS as u32).max(Duration::from_nanos(1));
+        Buckets {
+            epoch,
+            width,
+            slots: [Bucket::default(); BUCKETS],
+        }
+    }
+
+    fn index(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.epoch).as_nanos();
+        (since / self.width.as_nanos()) as u64
+    }
+
+    fn push(&mut self, failed: bool, now: Instant) {
+        let index = self.index(now);
+        let slot = &mut self.slots[(index % BUCKETS as u64) as usize];
+        if slot.index != index {
+            *slot = Bucket {
+                index,
+                calls: 0,
+                failures: 0,
+            };
+        }
+        slot.calls += 1;
+        slot.failures += u32::from(failed);
+    }
+
+    fn totals(&self, now: Instant) -> (u32, u32) {
+        let index = self.index(now);
+        self.slots
+            .iter()
+            .filter(|b| b.calls > 0 && b.index + (BUCKETS as u64) > index && b.index <= index)
+            .fold((0, 0), |(f, c), b| (f + b.failures, c + b.calls))
+    }
+
+    fn clear(&mut self) {
+        self.slots = [Bucket::default(); BUCKETS];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_forgets_the_oldest_outcome() {
+        let mut ring = Ring::new(3);
+        for failed in [true, true, false] {
+            ring.push(failed);
+        }
+        assert_eq!((ring.failures, ring.len), (2, 3));
+        ring.push(false); // pushes out the first failure
+        assert_eq!((ring.failures, ring.len), (1, 3));
+        ring.push(false);
+        ring.push(false);
+        assert_eq!((ring.failures, ring.len), (0, 3));
+    }
+
+    #[test]
+    fn ring_spans_several_words() {
+        let mut ring = Ring::new(130);
+        for i in 0..300 {
+            ring.push(i % 2 == 0);
+        }
+        assert_eq!((ring.failures, ring.len), (65, 130));
+    }
+
+    #[test]
+    fn time_buckets_drop_outcomes_older_than_the_window() {
+        let epoch = Instant::now();
+        let mut buckets = Buckets::new(Duration::from_secs(10), epoch);
+        buckets.push(true, epoch);
+        buckets.push(false, epoch + Duration::from_secs(5));
+        assert_eq!(buckets.totals(epoch + Duration::from_secs(9)), (1, 2));
+        // The first bucket [0s, 1s) leaves the window at 10s.
+        assert_eq!(buckets.totals(epoch + Duration::from_secs(10)), (0, 1));
+        assert_eq!(buckets.totals(epoch + Duration::from_secs(16)), (0, 0));
+        // A slot reused for a later interval starts empty.
+        buckets.push(true, epoch + Duration::from_secs(20));
+        assert_eq!(buckets.totals(epoch + Duration::from_secs(20)), (1, 1));
+    }
+}
