@@ -4,12 +4,13 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{
     Backoff, Config, ConfigError, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
 };
-use crate::shared::{now, Callback, Shared};
+use crate::shared::{now, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.
 ///
@@ -35,7 +36,7 @@ use crate::shared::{now, Callback, Shared};
 pub struct Builder {
     config: Config,
     kill: Option<KillSwitch>,
-    callbacks: Vec<Callback>,
+    observers: Vec<Observer>,
 }
 
 impl Builder {
@@ -143,7 +144,20 @@ impl Builder {
     /// it quick: it runs on the task whose call caused the transition. A panic in it is
     /// logged, not passed on.
     pub fn on_transition(mut self, callback: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
-        self.callbacks.push(Arc::new(callback));
+        self.observers.push(Arc::new(move |event: &Event<'_>| {
+            if let Event::Transition(transition) = event {
+                callback(transition)
+            }
+        }));
+        self
+    }
+
+    /// Calls `observer` on every [`Event`]: transitions, recorded outcomes and skipped
+    /// calls (for metrics, or an orchestrator such as the expediter). Same rules as
+    /// [`on_transition`](Self::on_transition); with no observer, the breaker pays
+    /// nothing for this.
+    pub fn on_event(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.observers.push(Arc::new(observer));
         self
     }
 
@@ -173,7 +187,7 @@ impl Builder {
         Ok(CircuitBreakerLayer::from_shared(Arc::new(Shared::new(
             machine,
             kill,
-            self.callbacks,
+            self.observers,
         ))))
     }
 }
@@ -183,7 +197,7 @@ impl fmt::Debug for Builder {
         f.debug_struct("Builder")
             .field("config", &self.config)
             .field("kill", &self.kill)
-            .field("callbacks", &self.callbacks.len())
+            .field("observers", &self.observers.len())
             .finish()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::kill::KillSwitch;
-use crate::machine::{Mode, Snapshot, State, Transition};
+use crate::machine::{Advice, Mode, Snapshot, State, Transition};
 use crate::shared::Shared;
 
 /// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,
@@ -49,6 +49,15 @@ impl CircuitBreakerHandle {
     /// reports open, not half-open.
     pub fn snapshot(&self) -> Snapshot {
         self.shared.snapshot()
+    }
+
+    /// Tells a caller that decides for itself (an orchestrator) what a call now would
+    /// get, without making it: [`Advice::Call`] or [`Advice::Probe`] change nothing (the
+    /// call is admitted when it comes through the layer), while [`Advice::Skip`] counts
+    /// the attempt as a skipped call, so a cooldown in calls keeps running while the
+    /// caller routes elsewhere.
+    pub fn advise(&self) -> Advice {
+        self.shared.advise()
     }
 
     /// The state.

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use crate::classify::Outcome;
+use crate::event::Event;
 use crate::kill::KillSwitch;
-use crate::machine::{Admission, Cause, Machine, Mode, Permit, Snapshot, Transition};
+use crate::machine::{Admission, Advice, Cause, Machine, Mode, Permit, Snapshot, Transition};
 
-/// A callback run on every transition.
-pub(crate) type Callback = Arc<dyn Fn(&Transition) + Send + Sync>;
+/// An observer run on every event.
+pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
 /// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
 pub(crate) fn now() -> Instant {
@@ -29,11 +30,11 @@ pub(crate) struct Shared {
     pub(crate) kill: KillSwitch,
     pub(crate) times_calls: bool,
     events: broadcast::Sender<Transition>,
-    callbacks: Box<[Callback]>,
+    observers: Box<[Observer]>,
 }
 
 impl Shared {
-    pub(crate) fn new(machine: Machine, kill: KillSwitch, callbacks: Vec<Callback>) -> Self {
+    pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
         let (events, _) = broadcast::channel(64);
         Shared {
             name: machine.config().name.clone(),
@@ -42,7 +43,7 @@ impl Shared {
             machine: Mutex::new(machine),
             kill,
             events,
-            callbacks: callbacks.into_boxed_slice(),
+            observers: observers.into_boxed_slice(),
         }
     }
 
@@ -73,7 +74,18 @@ impl Shared {
 
     pub(crate) fn admit(&self) -> Admission {
         let killed = self.kill.is_killed();
-        self.with(|m| m.admit(now(), killed))
+        let admission = self.with(|m| m.admit(now(), killed));
+        self.observe_skip(&admission);
+        admission
+    }
+
+    pub(crate) fn advise(&self) -> Advice {
+        let killed = self.kill.is_killed();
+        let advice = self.with(|m| m.advise(now(), killed));
+        if let Advice::Skip(skip) = &advice {
+            self.observe_skip(&Admission::Skip(*skip));
+        }
+        advice
     }
 
     /// Whether a permit may be used as it is: no kill, and no change of state since.
@@ -83,11 +95,30 @@ impl Shared {
 
     pub(crate) fn revalidate(&self, permit: Permit) -> Admission {
         let killed = self.kill.is_killed();
-        self.with(|m| m.revalidate(permit, now(), killed))
+        let admission = self.with(|m| m.revalidate(permit, now(), killed));
+        self.observe_skip(&admission);
+        admission
     }
 
     pub(crate) fn record(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
-        self.with(|m| ((), m.record(permit, outcome, elapsed, now())));
+        if self.observers.is_empty() {
+            self.with(|m| ((), m.record(permit, outcome, elapsed, now())));
+            return;
+        }
+        let at = now();
+        let counted = self.with(|m| {
+            let outcome = m.apply_slow_call_rule(outcome, elapsed);
+            let counted = m.counts_towards_state(&permit).then(|| outcome.clone());
+            (counted, m.record(permit, outcome, None, at))
+        });
+        if let Some(outcome) = counted {
+            self.notify(&Event::Recorded {
+                name: &self.name,
+                outcome: &outcome,
+                probe: permit.is_probe(),
+                at,
+            });
+        }
     }
 
     pub(crate) fn release(&self, permit: Permit, called: bool) {
@@ -128,9 +159,9 @@ impl Shared {
         self.events.subscribe()
     }
 
-    /// Reports a transition: a tracing event, the broadcast channel (which never waits:
-    /// a slow subscriber loses the oldest events), then the callbacks. A panicking
-    /// callback is logged and does not reach the caller.
+    /// Reports a transition: a tracing event, the observers, then the broadcast channel
+    /// (which never waits: a slow subscriber loses the oldest events). A panicking
+    /// observer is logged and does not reach the caller.
     fn emit(&self, t: Transition) {
         let opening = matches!(
             t.cause,
@@ -155,12 +186,25 @@ impl Shared {
                 "circuit {} for {}", t.to, t.name,
             );
         }
-        for callback in self.callbacks.iter() {
-            if catch_unwind(AssertUnwindSafe(|| callback(&t))).is_err() {
-                tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "a transition callback panicked");
+        self.notify(&Event::Transition(&t));
+        let _ = self.events.send(t);
+    }
+
+    fn observe_skip(&self, admission: &Admission) {
+        if let (false, Admission::Skip(skip)) = (self.observers.is_empty(), admission) {
+            self.notify(&Event::Skipped {
+                name: &self.name,
+                skip,
+            });
+        }
+    }
+
+    fn notify(&self, event: &Event<'_>) {
+        for observer in self.observers.iter() {
+            if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
+                tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "an event observer panicked");
             }
         }
-        let _ = self.events.send(t);
     }
 }
 

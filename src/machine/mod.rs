@@ -44,6 +44,8 @@ use crate::classify::{Failure, Outcome};
 
 /// The state of a breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum State {
     /// Healthy: calls go through and failures are counted.
     Closed,
@@ -76,6 +78,8 @@ impl fmt::Display for State {
 
 /// Why a call was not made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum Reason {
     /// The breaker is open and its cooldown has not passed.
@@ -375,6 +379,17 @@ pub enum Admission {
     Skip(Skip),
 }
 
+/// What [`Machine::advise`] tells a caller that decides for itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// A call now would be made.
+    Call,
+    /// A call now would be the probe.
+    Probe,
+    /// A call now would be skipped; the attempt was counted as a skipped call.
+    Skip(Skip),
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Closed,
@@ -491,6 +506,39 @@ impl Machine {
         self.decide(now, killed)
     }
 
+    /// Advises a caller that decides for itself whether to call (an orchestrator such
+    /// as the expediter), without taking a permit. If a call now would be made or be the
+    /// probe, nothing changes: the call, when it comes through the layer, is admitted
+    /// then. If it would be skipped, the attempt counts as an arriving, skipped call
+    /// (it is a step), exactly as a skipped call through the layer would.
+    pub fn advise(&mut self, now: Instant, killed: bool) -> (Advice, Option<Transition>) {
+        if self.mode == Mode::Disabled && !killed {
+            return (Advice::Call, None);
+        }
+        let transition = if killed { None } else { self.tick(now) };
+        let advice = match self.phase {
+            _ if killed => None,
+            _ if self.mode != Mode::Enabled => Some(Advice::Call),
+            Phase::Closed => Some(Advice::Call),
+            Phase::Open(gate) if gate.reached(self.step + 1, now) => Some(Advice::Probe),
+            Phase::HalfOpen { in_flight, .. } if in_flight < self.config.half_open_probes => {
+                Some(Advice::Probe)
+            }
+            _ => None,
+        };
+        match advice {
+            Some(advice) => (advice, transition),
+            None => {
+                let (admission, late) = self.admit(now, killed);
+                debug_assert!(late.is_none(), "a skip changes no state");
+                match admission {
+                    Admission::Skip(skip) => (Advice::Skip(skip), transition),
+                    Admission::Call(_) => unreachable!("advise only admits calls that are skipped"),
+                }
+            }
+        }
+    }
+
     /// Whether a permit still stands: same generation and mode. A permit that no longer
     /// stands must go through [`Machine::revalidate`] before its call is made.
     pub fn is_current(&self, permit: &Permit) -> bool {
@@ -542,12 +590,7 @@ impl Machine {
         if permit.kind == PermitKind::Passthrough {
             return None;
         }
-        let outcome = match (outcome, self.config.slow_call, elapsed) {
-            (Outcome::Success, Some(limit), Some(took)) if took > limit => Outcome::Failure(
-                Failure::new(format!("slow call: took {took:?}, limit {limit:?}")),
-            ),
-            (outcome, ..) => outcome,
-        };
+        let outcome = self.apply_slow_call_rule(outcome, elapsed);
         let shadow = matches!(permit.kind, PermitKind::Shadow(_));
         if !shadow && !self.is_current(&permit) {
             self.counts.late += 1;
@@ -624,6 +667,23 @@ impl Machine {
                 }
             }
         }
+    }
+
+    /// The outcome as the breaker counts it: a success slower than the slow-call
+    /// threshold is a failure.
+    pub fn apply_slow_call_rule(&self, outcome: Outcome, elapsed: Option<Duration>) -> Outcome {
+        match (outcome, self.config.slow_call, elapsed) {
+            (Outcome::Success, Some(limit), Some(took)) if took > limit => Outcome::Failure(
+                Failure::new(format!("slow call: took {took:?}, limit {limit:?}")),
+            ),
+            (outcome, ..) => outcome,
+        }
+    }
+
+    /// Whether recording this permit's outcome would count towards the state: not a
+    /// late result, not an observe-only shadow call, not disabled mode.
+    pub fn counts_towards_state(&self, permit: &Permit) -> bool {
+        permit.kind == PermitKind::Normal && self.is_current(permit)
     }
 
     /// Applies what time alone changes: a half-open breaker past its dwell limit

@@ -1,0 +1,37 @@
+//! What a breaker reports to observers registered with
+//! [`Builder::on_event`](crate::Builder::on_event).
+
+use std::time::Instant;
+
+use crate::classify::Outcome;
+use crate::machine::{Skip, Transition};
+
+/// One thing that happened in a breaker.
+///
+/// Observers run on the task that caused the event, after the breaker's lock is
+/// released; a panic in one is logged and not passed on.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// The state changed.
+    Transition(&'a Transition),
+    /// An outcome counted towards the breaker's state. Late results, observe-only shadow
+    /// calls and disabled-mode calls are not reported.
+    Recorded {
+        /// The breaker's name.
+        name: &'a str,
+        /// The outcome, after the slow-call rule.
+        outcome: &'a Outcome,
+        /// Whether the call was a probe.
+        probe: bool,
+        /// When it was recorded, on the breaker's clock.
+        at: Instant,
+    },
+    /// A call was not made.
+    Skipped {
+        /// The breaker's name.
+        name: &'a str,
+        /// Why, and when the next probe may go.
+        skip: &'a Skip,
+    },
+}

@@ -1,0 +1,318 @@
+//! The capability map: what each tool provides, what can stand in for it, and what to
+//! ask of the user when nothing can (seed step 1).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use crate::builder::Builder;
+use crate::machine::ConfigError;
+
+use super::precheck::PreCheck;
+
+/// How much an alternative loses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Degradation {
+    /// A similar capability: tried first.
+    Low,
+    /// A large loss of capability: the result says what is missing.
+    High,
+}
+
+impl Degradation {
+    /// `low` or `high`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Degradation::Low => "low",
+            Degradation::High => "high",
+        }
+    }
+}
+
+/// Another tool that partly covers a tool's capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alternative {
+    pub(crate) tool: Arc<str>,
+    pub(crate) method: Arc<str>,
+    pub(crate) degradation: Arc<str>,
+    pub(crate) level: Degradation,
+}
+
+impl Alternative {
+    /// A low-degradation alternative: `tool`, used by `method`, losing `degradation`.
+    pub fn low(tool: &str, method: &str, degradation: &str) -> Self {
+        Alternative::new(tool, method, degradation, Degradation::Low)
+    }
+
+    /// A high-degradation alternative.
+    pub fn high(tool: &str, method: &str, degradation: &str) -> Self {
+        Alternative::new(tool, method, degradation, Degradation::High)
+    }
+
+    fn new(tool: &str, method: &str, degradation: &str, level: Degradation) -> Self {
+        Alternative {
+            tool: tool.into(),
+            method: method.into(),
+            degradation: degradation.into(),
+            level,
+        }
+    }
+
+    /// The tool.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// How it is used instead.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// What is lost.
+    pub fn degradation(&self) -> &str {
+        &self.degradation
+    }
+
+    /// How much is lost.
+    pub fn level(&self) -> Degradation {
+        self.level
+    }
+}
+
+/// One tool's entry in the capability map.
+///
+/// ```
+/// use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
+///
+/// let grep = ToolSpec::new("Grep")
+///     .provides("content search across files")
+///     .alternative(Alternative::low("Bash", "rg or grep command", "loses Grep's built-in output formatting"))
+///     .alternative(Alternative::high("Read", "read suspected files directly", "requires knowing which files to check; no broad search"))
+///     .fallback("ask the user which files to examine");
+/// assert_eq!(grep.name(), "Grep");
+/// ```
+#[derive(Clone)]
+pub struct ToolSpec {
+    pub(crate) name: Arc<str>,
+    pub(crate) provides: Arc<str>,
+    pub(crate) alternatives: Vec<Alternative>,
+    pub(crate) fallback: Option<Arc<str>>,
+    pub(crate) breaker: Option<Builder>,
+    pub(crate) precheck: Option<Arc<dyn PreCheck>>,
+}
+
+impl ToolSpec {
+    /// A tool named `name` (the name the agent and the model use).
+    pub fn new(name: &str) -> Self {
+        ToolSpec {
+            name: name.into(),
+            provides: "".into(),
+            alternatives: Vec::new(),
+            fallback: None,
+            breaker: None,
+            precheck: None,
+        }
+    }
+
+    /// What it provides, in one line.
+    pub fn provides(mut self, capability: &str) -> Self {
+        self.provides = capability.into();
+        self
+    }
+
+    /// Adds an alternative. Low-degradation ones are tried before high ones, each in the
+    /// order given.
+    pub fn alternative(mut self, alternative: Alternative) -> Self {
+        self.alternatives.push(alternative);
+        self
+    }
+
+    /// The manual fallback: what to ask of the user when no tool can stand in.
+    pub fn fallback(mut self, ask: &str) -> Self {
+        self.fallback = Some(ask.into());
+        self
+    }
+
+    /// The breaker settings for this tool (its name and kill switch are set by the
+    /// expediter). By default the seed's: 3 consecutive failures, a probe every 3rd
+    /// attempt after opening.
+    pub fn breaker(mut self, builder: Builder) -> Self {
+        self.breaker = Some(builder);
+        self
+    }
+
+    /// A pre-call check run before the breaker is consulted (seed step 10).
+    pub fn precheck(mut self, check: impl PreCheck + 'static) -> Self {
+        self.precheck = Some(Arc::new(check));
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What it provides.
+    pub fn capability(&self) -> &str {
+        &self.provides
+    }
+
+    /// Its alternatives, in routing order.
+    pub fn alternatives(&self) -> &[Alternative] {
+        &self.alternatives
+    }
+
+    /// Its manual fallback.
+    pub fn manual_fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// Alternatives in routing order: low degradation first, then high, each in the
+    /// order declared.
+    pub(crate) fn routing_order(&self) -> impl Iterator<Item = &Alternative> {
+        let low = self
+            .alternatives
+            .iter()
+            .filter(|a| a.level == Degradation::Low);
+        low.chain(
+            self.alternatives
+                .iter()
+                .filter(|a| a.level == Degradation::High),
+        )
+    }
+}
+
+impl fmt::Debug for ToolSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .field("provides", &self.provides)
+            .field("alternatives", &self.alternatives)
+            .field("fallback", &self.fallback)
+            .field("precheck", &self.precheck.is_some())
+            .finish()
+    }
+}
+
+/// A capability map or expediter setting that cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExpediterError {
+    /// Two tools share a name.
+    #[error("tool `{0}` is declared twice")]
+    DuplicateTool(String),
+    /// A tool has an empty name.
+    #[error("a tool has an empty name")]
+    EmptyToolName,
+    /// An alternative names a tool the map does not have.
+    #[error("tool `{tool}` names an unknown tool `{alternative}` as its alternative")]
+    UnknownAlternative {
+        /// The tool declaring it.
+        tool: String,
+        /// The unknown name.
+        alternative: String,
+    },
+    /// Alternatives form a cycle (a tool standing in for itself, directly or not).
+    #[error("alternatives form a cycle: {}", .0.join(" -> "))]
+    AlternativeCycle(Vec<String>),
+    /// A tool has no alternative and no manual fallback: its failure would leave the
+    /// agent guessing.
+    #[error("tool `{0}` has neither an alternative nor a manual fallback")]
+    NoAlternativeOrFallback(String),
+    /// The failure budget is zero: the agent would pause before its first failure.
+    #[error("failure budget must be at least 1, got 0")]
+    ZeroBudget,
+    /// A cascade window of zero steps and zero time could never see two breakers open
+    /// together.
+    #[error("cascade window must not be empty")]
+    EmptyCascadeWindow,
+    /// The post-recovery probe backoff is empty or its cap is below its start.
+    #[error("recovery probe backoff must start at 1 step or more and its cap must not be below its start")]
+    InvalidRecoveryBackoff,
+    /// A tool's breaker settings are invalid.
+    #[error("tool `{tool}`: {source}")]
+    Breaker {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        #[source]
+        source: ConfigError,
+    },
+    /// The expediter has no tool of this name.
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    /// The expediter has no sub-task of this name.
+    #[error("unknown sub-task `{0}`")]
+    UnknownSubTask(String),
+}
+
+/// Checks a whole map: unique names, known alternatives, no cycles, and every tool with
+/// an alternative or a fallback.
+pub(crate) fn validate<'a>(
+    tools: impl IntoIterator<Item = &'a ToolSpec> + Clone,
+) -> Result<(), ExpediterError> {
+    let mut names = HashSet::new();
+    for tool in tools.clone() {
+        if tool.name.is_empty() {
+            return Err(ExpediterError::EmptyToolName);
+        }
+        if !names.insert(tool.name.clone()) {
+            return Err(ExpediterError::DuplicateTool(tool.name.to_string()));
+        }
+    }
+    let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
+    for tool in tools.clone() {
+        if tool.alternatives.is_empty() && tool.fallback.is_none() {
+            return Err(ExpediterError::NoAlternativeOrFallback(
+                tool.name.to_string(),
+            ));
+        }
+        for alt in &tool.alternatives {
+            if !names.contains(&alt.tool) {
+                return Err(ExpediterError::UnknownAlternative {
+                    tool: tool.name.to_string(),
+                    alternative: alt.tool.to_string(),
+                });
+            }
+            edges.entry(&tool.name).or_default().push(&alt.tool);
+        }
+    }
+    // Depth-first search for a back edge; the path on the stack names the cycle.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Visiting,
+        Done,
+    }
+    fn visit<'a>(
+        node: &'a str,
+        edges: &HashMap<&'a str, Vec<&'a str>>,
+        marks: &mut HashMap<&'a str, Mark>,
+        path: &mut Vec<&'a str>,
+    ) -> Result<(), ExpediterError> {
+        match marks.get(node) {
+            Some(Mark::Done) => return Ok(()),
+            Some(Mark::Visiting) => {
+                let start = path.iter().position(|n| *n == node).unwrap_or(0);
+                let mut cycle: Vec<String> = path[start..].iter().map(|n| n.to_string()).collect();
+                cycle.push(node.to_string());
+                return Err(ExpediterError::AlternativeCycle(cycle));
+            }
+            None => {}
+        }
+        marks.insert(node, Mark::Visiting);
+        path.push(node);
+        for next in edges.get(node).into_iter().flatten() {
+            visit(next, edges, marks, path)?;
+        }
+        path.pop();
+        marks.insert(node, Mark::Done);
+        Ok(())
+    }
+    let mut marks = HashMap::new();
+    for tool in tools {
+        visit(&tool.name, &edges, &mut marks, &mut Vec::new())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The expediter's output: one of CALL, PROBE, SKIP (with a route) or PAUSE.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::machine::Reason;
+
+use super::capability::Degradation;
+
+/// Where a skipped call goes instead (seed step 4), in this priority order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "route", rename_all = "snake_case"))]
+pub enum Route {
+    /// Use another tool: low-degradation alternatives first, then high.
+    Alternative {
+        /// The tool to use.
+        tool: Arc<str>,
+        /// How.
+        method: Arc<str>,
+        /// What is lost; the output must say so.
+        degradation: Arc<str>,
+        /// How much.
+        level: Degradation,
+    },
+    /// No tool can stand in: ask the user for this.
+    Manual {
+        /// What to ask.
+        ask: Arc<str>,
+    },
+    /// Nothing can stand in and the user cannot be asked: drop the work that needs this
+    /// tool from the scope, and report it.
+    ReduceScope {
+        /// The line for the report, `SKIPPED: ... — no tools available`.
+        note: String,
+    },
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Route::Alternative {
+                tool,
+                method,
+                degradation,
+                level,
+            } => write!(
+                f,
+                "use {tool} ({method}) [{} degradation: {degradation}]",
+                level.as_str()
+            ),
+            Route::Manual { ask } => write!(f, "ask the user: {ask}"),
+            Route::ReduceScope { note } => f.write_str(note),
+        }
+    }
+}
+
+/// What to do about one tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "action", rename_all = "snake_case"))]
+pub enum Action {
+    /// Make the call.
+    Call,
+    /// Make the call: it is the half-open probe that tells whether the tool is back.
+    Probe,
+    /// Do not call this tool; take the route instead.
+    Skip {
+        /// Why the tool is not called.
+        reason: Reason,
+        /// Where to go instead.
+        route: Route,
+    },
+    /// Stop calling tools and report: the failure budget is used up, or a systemic
+    /// failure waits for recovery.
+    Pause {
+        /// [`Reason::BudgetExhausted`] or [`Reason::SystemicPause`].
+        reason: Reason,
+        /// What the user needs to know.
+        detail: String,
+    },
+}
+
+impl Action {
+    /// `CALL`, `PROBE`, `SKIP` or `PAUSE`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Action::Call => "CALL",
+            Action::Probe => "PROBE",
+            Action::Skip { .. } => "SKIP",
+            Action::Pause { .. } => "PAUSE",
+        }
+    }
+}
+
+/// The expediter's decision for one attempted tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Decision {
+    /// The tool asked about.
+    pub tool: Arc<str>,
+    /// The expediter's step (each decision is one).
+    pub step: u64,
+    /// What to do.
+    pub action: Action,
+}
+
+impl Decision {
+    /// Whether the tool should be called (a call or a probe).
+    pub fn should_call(&self) -> bool {
+        matches!(self.action, Action::Call | Action::Probe)
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step {}: {} {}",
+            self.step,
+            self.action.as_str(),
+            self.tool
+        )?;
+        match &self.action {
+            Action::Call | Action::Probe => Ok(()),
+            Action::Skip { reason, route } => write!(f, " ({reason}) -> {route}"),
+            Action::Pause { detail, .. } => write!(f, " -> {detail}"),
+        }
+    }
+}
