@@ -24,9 +24,9 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Shared {
     pub(crate) name: Arc<str>,
     machine: Mutex<Machine>,
-    /// The machine's generation, readable without the lock: a permit whose generation
-    /// still matches (and no kill) needs no second look before its call is made.
-    generation: AtomicU64,
+    /// The machine's epoch (generation and mode), readable without the lock: a permit
+    /// whose epoch still matches (and no kill) needs no second look before its call.
+    epoch: AtomicU64,
     pub(crate) kill: KillSwitch,
     pub(crate) times_calls: bool,
     events: broadcast::Sender<Transition>,
@@ -38,7 +38,7 @@ impl Shared {
         let (events, _) = broadcast::channel(64);
         Shared {
             name: machine.config().name.clone(),
-            generation: AtomicU64::new(machine.generation()),
+            epoch: AtomicU64::new(machine.epoch()),
             times_calls: machine.config().slow_call.is_some(),
             machine: Mutex::new(machine),
             kill,
@@ -56,14 +56,13 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs `f` on the machine, publishes its generation, then reports the transition
+    /// Runs `f` on the machine, publishes its epoch, then reports the transition
     /// it returned, outside the lock.
     fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
         let (result, transition) = {
             let mut machine = self.lock();
             let out = f(&mut machine);
-            self.generation
-                .store(machine.generation(), Ordering::Release);
+            self.epoch.store(machine.epoch(), Ordering::Release);
             out
         };
         if let Some(transition) = transition {
@@ -90,7 +89,7 @@ impl Shared {
 
     /// Whether a permit may be used as it is: no kill, and no change of state since.
     pub(crate) fn still_valid(&self, permit: &Permit) -> bool {
-        !self.kill.is_killed() && self.generation.load(Ordering::Acquire) == permit.generation()
+        !self.kill.is_killed() && self.epoch.load(Ordering::Acquire) == permit.epoch()
     }
 
     pub(crate) fn revalidate(&self, permit: Permit) -> Admission {

@@ -207,6 +207,8 @@ pub struct Transition {
 pub struct FailureRecord {
     /// When it was recorded.
     pub at: Instant,
+    /// The step (arrival number) of the call that failed.
+    pub step: u64,
     /// What the classifier or the error said.
     pub message: Arc<str>,
 }
@@ -288,8 +290,10 @@ pub struct Snapshot {
     pub probes_in_flight: u32,
     /// The last failure.
     pub last_failure: Option<FailureRecord>,
-    /// When the last success was recorded.
-    pub last_success: Option<Instant>,
+    /// The step (arrival number) of the last call that succeeded. Successes carry a
+    /// step, not a time: reading the clock for each success would double the cost of a
+    /// call through a closed breaker.
+    pub last_success_step: Option<u64>,
     /// Running totals.
     pub counts: Counts,
     /// When the next probe may go.
@@ -314,9 +318,11 @@ impl Snapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Permit {
     generation: u64,
+    step: u64,
     probe: bool,
     state: State,
     kind: PermitKind,
+    mode: Mode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,6 +357,22 @@ impl Permit {
     /// The generation the call was admitted under.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The mode the call was admitted under.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Generation and mode in one number: the permit stands while it equals the
+    /// machine's [`Machine::epoch`].
+    pub fn epoch(&self) -> u64 {
+        epoch(self.generation, self.mode())
+    }
+
+    /// The step (arrival number) of the call.
+    pub fn step(&self) -> u64 {
+        self.step
     }
 
     /// Whether its outcome is recorded at all (not in disabled mode).
@@ -394,12 +416,24 @@ pub enum Advice {
 enum Phase {
     Closed,
     Open(Gate),
-    HalfOpen {
-        entered_at: Instant,
-        in_flight: u32,
-        successes: u32,
-    },
+    HalfOpen { entered_at: Instant, successes: u32 },
     ForcedOpen,
+}
+
+/// Probes still running. Those of the current half-open phase, and those of earlier
+/// phases that ended (a probe failed, or a person acted) while they ran: they still
+/// count against the limit, so a new half-open never adds probes on top of them. Probes
+/// of a phase that outlived its dwell limit are written off (presumed hung).
+#[derive(Debug, Clone, Default)]
+struct Probes {
+    current: u32,
+    lingering: Vec<(u64, u32)>,
+}
+
+impl Probes {
+    fn running(&self) -> u32 {
+        self.current + self.lingering.iter().map(|(_, n)| n).sum::<u32>()
+    }
 }
 
 /// What must pass before an open breaker probes.
@@ -439,8 +473,9 @@ pub struct Machine {
     reopens: u32,
     rng: u64,
     mode: Mode,
+    probes: Probes,
     last_failure: Option<FailureRecord>,
-    last_success: Option<Instant>,
+    last_success_step: Option<u64>,
     counts: Counts,
 }
 
@@ -458,8 +493,9 @@ impl Machine {
             consecutive: 0,
             threshold_relief: 0,
             reopens: 0,
+            probes: Probes::default(),
             last_failure: None,
-            last_success: None,
+            last_success_step: None,
             counts: Counts::default(),
         }
     }
@@ -520,10 +556,10 @@ impl Machine {
             _ if killed => None,
             _ if self.mode != Mode::Enabled => Some(Advice::Call),
             Phase::Closed => Some(Advice::Call),
-            Phase::Open(gate) if gate.reached(self.step + 1, now) => Some(Advice::Probe),
-            Phase::HalfOpen { in_flight, .. } if in_flight < self.config.half_open_probes => {
+            Phase::Open(gate) if gate.reached(self.step + 1, now) && self.probe_slot_free() => {
                 Some(Advice::Probe)
             }
+            Phase::HalfOpen { .. } if self.probe_slot_free() => Some(Advice::Probe),
             _ => None,
         };
         match advice {
@@ -539,10 +575,17 @@ impl Machine {
         }
     }
 
-    /// Whether a permit still stands: same generation and mode. A permit that no longer
-    /// stands must go through [`Machine::revalidate`] before its call is made.
+    /// Whether a permit's outcome still counts: it was admitted in this generation
+    /// (no change of state since).
     pub fn is_current(&self, permit: &Permit) -> bool {
         permit.generation == self.generation
+    }
+
+    /// Generation and mode in one number: a permit whose [`Permit::epoch`] equals it
+    /// may be used as it is; otherwise it goes through [`Machine::revalidate`] before
+    /// its call is made.
+    pub fn epoch(&self) -> u64 {
+        epoch(self.generation, self.mode)
     }
 
     /// Decides again for a call admitted earlier whose permit may be stale (the state
@@ -554,10 +597,25 @@ impl Machine {
         now: Instant,
         killed: bool,
     ) -> (Admission, Option<Transition>) {
-        if !killed && self.is_current(&permit) {
+        if !killed && permit.epoch() == self.epoch() {
             return (Admission::Call(permit), None);
         }
-        self.undo_admission(&permit);
+        // Keep the books balanced across a change of mode: disabled mode counts nothing.
+        match (
+            permit.kind == PermitKind::Passthrough,
+            self.mode == Mode::Disabled,
+        ) {
+            (false, false) => self.undo_admission(&permit),
+            (false, true) => {
+                self.undo_admission(&permit);
+                self.counts.abandoned += 1;
+            }
+            (true, false) => {
+                self.step += 1;
+                self.counts.arrived += 1;
+            }
+            (true, true) => {}
+        }
         self.decide(now, killed)
     }
 
@@ -592,6 +650,7 @@ impl Machine {
         }
         let outcome = self.apply_slow_call_rule(outcome, elapsed);
         let shadow = matches!(permit.kind, PermitKind::Shadow(_));
+        self.free_probe_slot(&permit);
         if !shadow && !self.is_current(&permit) {
             self.counts.late += 1;
             return None;
@@ -599,14 +658,11 @@ impl Machine {
         match outcome {
             Outcome::Ignored => {
                 self.counts.ignored += 1;
-                if !shadow {
-                    self.free_probe_slot(&permit);
-                }
                 None
             }
             Outcome::Success => {
                 self.counts.successes += 1;
-                self.last_success = Some(now);
+                self.last_success_step = Some(permit.step);
                 if shadow {
                     return None;
                 }
@@ -618,7 +674,6 @@ impl Machine {
                     }
                     Phase::HalfOpen {
                         entered_at,
-                        in_flight,
                         successes,
                     } => {
                         let successes = successes + 1;
@@ -627,7 +682,6 @@ impl Machine {
                         }
                         self.phase = Phase::HalfOpen {
                             entered_at,
-                            in_flight: in_flight.saturating_sub(1),
                             successes,
                         };
                         None
@@ -638,7 +692,11 @@ impl Machine {
             Outcome::Failure(failure) => {
                 self.counts.failures += 1;
                 let message: Arc<str> = failure.message().unwrap_or("failure").into();
-                self.last_failure = Some(FailureRecord { at: now, message });
+                self.last_failure = Some(FailureRecord {
+                    at: now,
+                    step: permit.step,
+                    message,
+                });
                 if shadow {
                     return None;
                 }
@@ -690,7 +748,11 @@ impl Machine {
     /// re-opens. (Open never turns half-open by itself: the next call does that.)
     pub fn tick(&mut self, now: Instant) -> Option<Transition> {
         match (self.phase, self.config.max_half_open_dwell) {
-            (Phase::HalfOpen { entered_at, .. }, Some(dwell)) if now >= entered_at + dwell => {
+            (Phase::HalfOpen { entered_at, .. }, Some(dwell))
+                if entered_at
+                    .checked_add(dwell)
+                    .is_some_and(|limit| now >= limit) =>
+            {
                 self.reopens += 1;
                 Some(self.open(now, Cause::DwellExceeded, &Failure::default()))
             }
@@ -708,12 +770,9 @@ impl Machine {
             killed,
             consecutive_failures: self.consecutive,
             window: self.window.totals(now),
-            probes_in_flight: match self.phase {
-                Phase::HalfOpen { in_flight, .. } => in_flight,
-                _ => 0,
-            },
+            probes_in_flight: self.probes.running(),
             last_failure: self.last_failure.clone(),
-            last_success: self.last_success,
+            last_success_step: self.last_success_step,
             counts: self.counts,
             next_probe: if killed {
                 NextProbe::Manual
@@ -739,12 +798,11 @@ impl Machine {
         self.close(now, Cause::Reset)
     }
 
-    /// Switches the mode. Calls admitted under the old mode become late.
+    /// Switches the mode. Calls reserved under the old mode and not yet made are
+    /// decided again ([`Machine::revalidate`]); calls already made are recorded as
+    /// their mode says.
     pub fn set_mode(&mut self, mode: Mode) {
-        if self.mode != mode {
-            self.mode = mode;
-            self.generation += 1;
-        }
+        self.mode = mode;
     }
 
     /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a tool
@@ -787,29 +845,22 @@ impl Machine {
             return (Admission::Skip(skip), None);
         }
         let mut transition = self.tick(now);
+        let slot_free = self.probes.running() < self.config.half_open_probes;
         let verdict = match self.phase {
             Phase::Closed => Ok(false),
             Phase::ForcedOpen => Err(Reason::ForcedOpen),
-            Phase::Open(gate) if gate.reached(self.step, now) => {
+            Phase::Open(gate) if gate.reached(self.step, now) && slot_free => {
                 let phase = Phase::HalfOpen {
                     entered_at: now,
-                    in_flight: 1,
                     successes: 0,
                 };
                 transition = Some(self.enter(phase, now, Cause::CooldownElapsed));
+                self.probes.current = 1;
                 Ok(true)
             }
             Phase::Open(_) => Err(Reason::Open),
-            Phase::HalfOpen {
-                entered_at,
-                in_flight,
-                successes,
-            } if in_flight < self.config.half_open_probes => {
-                self.phase = Phase::HalfOpen {
-                    entered_at,
-                    in_flight: in_flight + 1,
-                    successes,
-                };
+            Phase::HalfOpen { .. } if slot_free => {
+                self.probes.current += 1;
                 Ok(true)
             }
             Phase::HalfOpen { .. } => Err(Reason::HalfOpenFull),
@@ -840,9 +891,11 @@ impl Machine {
     fn permit(&self, probe: bool, kind: PermitKind) -> Permit {
         Permit {
             generation: self.generation,
+            step: self.step,
             probe,
             state: self.state(),
             kind,
+            mode: self.mode,
         }
     }
 
@@ -860,10 +913,23 @@ impl Machine {
         self.free_probe_slot(permit);
     }
 
+    /// A probe's call ended (or never happened): its slot is free again, whichever
+    /// half-open phase it belonged to. A written-off probe holds no slot.
     fn free_probe_slot(&mut self, permit: &Permit) {
-        if permit.probe && self.is_current(permit) {
-            if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
-                *in_flight = in_flight.saturating_sub(1);
+        if !permit.probe || permit.kind != PermitKind::Normal {
+            return;
+        }
+        if self.is_current(permit) {
+            self.probes.current = self.probes.current.saturating_sub(1);
+        } else if let Some(i) = self
+            .probes
+            .lingering
+            .iter()
+            .position(|(g, _)| *g == permit.generation)
+        {
+            self.probes.lingering[i].1 -= 1;
+            if self.probes.lingering[i].1 == 0 {
+                self.probes.lingering.swap_remove(i);
             }
         }
     }
@@ -873,12 +939,19 @@ impl Machine {
             _ if self.mode == Mode::Disabled => NextProbe::NotNeeded,
             Phase::Closed => NextProbe::NotNeeded,
             Phase::ForcedOpen => NextProbe::Manual,
+            Phase::Open(gate) if gate.reached(self.step + 1, now) && !self.probe_slot_free() => {
+                NextProbe::InFlight
+            }
             Phase::Open(gate) => gate.next_probe(self.step, now),
-            Phase::HalfOpen { in_flight, .. } if in_flight < self.config.half_open_probes => {
+            Phase::HalfOpen { .. } if self.probe_slot_free() => {
                 NextProbe::After { calls: 1, at: None }
             }
             Phase::HalfOpen { .. } => NextProbe::InFlight,
         }
+    }
+
+    fn probe_slot_free(&self) -> bool {
+        self.probes.running() < self.config.half_open_probes
     }
 
     fn should_trip(&self, now: Instant) -> bool {
@@ -906,12 +979,12 @@ impl Machine {
             },
             Cooldown::Time(d) => Gate {
                 step: None,
-                time: Some(now + d),
+                time: Some(later(now, d)),
                 manual: false,
             },
         };
         if let Some(hint) = failure.retry_after_hint() {
-            gate.time = Some(now + hint.min(self.config.max_retry_after));
+            gate.time = Some(later(now, hint.min(self.config.max_retry_after)));
         }
         gate.manual = failure.is_permanent();
         self.window.clear();
@@ -930,6 +1003,14 @@ impl Machine {
 
     fn enter(&mut self, phase: Phase, now: Instant, cause: Cause) -> Transition {
         let from = self.state();
+        if matches!(self.phase, Phase::HalfOpen { .. }) {
+            let running = std::mem::take(&mut self.probes.current);
+            // Probes past the dwell limit are presumed hung and written off; others
+            // still hold their slots until they end.
+            if running > 0 && cause != Cause::DwellExceeded {
+                self.probes.lingering.push((self.generation, running));
+            }
+        }
         self.phase = phase;
         self.generation += 1;
         Transition {
@@ -986,4 +1067,20 @@ impl Machine {
         let bits = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
         bits as f64 / (1u64 << 53) as f64
     }
+}
+
+/// `now + wait`, or a century from now when that does not fit the clock: a wait that
+/// long means "not by time".
+fn later(now: Instant, wait: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(wait.min(CENTURY)).unwrap_or(now)
+}
+
+fn epoch(generation: u64, mode: Mode) -> u64 {
+    let mode = match mode {
+        Mode::Enabled => 0,
+        Mode::ObserveOnly => 1,
+        Mode::Disabled => 2,
+    };
+    generation << 2 | mode
 }
