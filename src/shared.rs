@@ -11,7 +11,9 @@ use tokio::sync::broadcast;
 use crate::classify::Outcome;
 use crate::event::Event;
 use crate::kill::KillSwitch;
-use crate::machine::{Admission, Advice, Cause, Machine, Mode, Permit, Snapshot, Transition};
+use crate::machine::{
+    epoch_generation, Admission, Advice, Cause, Machine, Mode, Permit, Snapshot, State, Transition,
+};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
@@ -24,13 +26,53 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Shared {
     pub(crate) name: Arc<str>,
     machine: Mutex<Machine>,
-    /// The machine's epoch (generation and mode), readable without the lock: a permit
-    /// whose epoch still matches (and no kill) needs no second look before its call.
-    epoch: AtomicU64,
+    /// What a call may know without the lock: the machine's epoch (generation and
+    /// mode), its state, and whether the lock-free paths are open. See [`Word`].
+    word: AtomicU64,
+    /// Calls that counted as steps, on either path: the machine takes its step numbers
+    /// from here, and the lock-free path's arrivals are this minus the machine's.
+    steps: AtomicU64,
+    /// Successes counted on the lock-free path.
+    fast_successes: AtomicU64,
+    /// The step of a recent success counted on the lock-free path (0: none).
+    fast_last_success: AtomicU64,
     pub(crate) kill: KillSwitch,
     pub(crate) times_calls: bool,
     events: broadcast::Sender<Transition>,
     observers: Box<[Observer]>,
+}
+
+/// The machine's state as one number: `epoch << 4 | state << 2 | passthrough << 1 |
+/// fast`.
+///
+/// - `fast`: closed, enabled, no failure counted (see `Machine::fast_path_open`): a call
+///   is admitted, and its success counted, with atomics alone.
+/// - `passthrough`: disabled mode: a call is admitted with no bookkeeping at all.
+#[derive(Clone, Copy)]
+struct Word(u64);
+
+impl Word {
+    fn of(machine: &Machine) -> Word {
+        let fast = u64::from(machine.fast_path_open());
+        let passthrough = u64::from(machine.mode() == Mode::Disabled);
+        Word(machine.epoch() << 4 | machine.state().code() << 2 | passthrough << 1 | fast)
+    }
+
+    fn epoch(self) -> u64 {
+        self.0 >> 4
+    }
+
+    fn state(self) -> State {
+        State::from_code(self.0 >> 2)
+    }
+
+    fn fast(self) -> bool {
+        self.0 & 1 == 1
+    }
+
+    fn passthrough(self) -> bool {
+        self.0 & 2 == 2
+    }
 }
 
 impl Shared {
@@ -38,7 +80,10 @@ impl Shared {
         let (events, _) = broadcast::channel(64);
         Shared {
             name: machine.config().name.clone(),
-            epoch: AtomicU64::new(machine.epoch()),
+            word: AtomicU64::new(Word::of(&machine).0),
+            steps: AtomicU64::new(0),
+            fast_successes: AtomicU64::new(0),
+            fast_last_success: AtomicU64::new(0),
             times_calls: machine.config().slow_call.is_some(),
             machine: Mutex::new(machine),
             kill,
@@ -56,13 +101,21 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs `f` on the machine, publishes its epoch, then reports the transition
-    /// it returned, outside the lock.
+    fn word(&self) -> Word {
+        Word(self.word.load(Ordering::Acquire))
+    }
+
+    fn next_step(&self) -> u64 {
+        self.steps.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Runs `f` on the machine, publishes its word, then reports the transition it
+    /// returned, outside the lock.
     fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
         let (result, transition) = {
             let mut machine = self.lock();
             let out = f(&mut machine);
-            self.epoch.store(machine.epoch(), Ordering::Release);
+            self.word.store(Word::of(&machine).0, Ordering::Release);
             out
         };
         if let Some(transition) = transition {
@@ -73,38 +126,75 @@ impl Shared {
 
     pub(crate) fn admit(&self) -> Admission {
         let killed = self.kill.is_killed();
-        let admission = self.with(|m| m.admit(now(), killed));
+        let word = self.word();
+        if !killed {
+            let generation = epoch_generation(word.epoch());
+            if word.fast() {
+                return Admission::Call(Permit::fast(generation, self.next_step()));
+            }
+            if word.passthrough() {
+                return Admission::Call(Permit::passthrough(generation, word.state()));
+            }
+        }
+        let now = now();
+        let admission = self.with(|m| m.admit_with(|| self.next_step(), now, killed));
         self.observe_skip(&admission);
         admission
     }
 
     pub(crate) fn advise(&self) -> Advice {
         let killed = self.kill.is_killed();
-        let advice = self.with(|m| m.advise(now(), killed));
+        let now = now();
+        let advice = self.with(|m| m.advise_with(|| self.next_step(), now, killed));
         if let Advice::Skip(skip) = &advice {
             self.observe_skip(&Admission::Skip(*skip));
         }
         advice
     }
 
-    /// Whether a permit may be used as it is: no kill, and no change of state since.
+    /// Whether a permit may be used as it is: no kill, and no change of state or mode
+    /// since it was given.
     pub(crate) fn still_valid(&self, permit: &Permit) -> bool {
-        !self.kill.is_killed() && self.epoch.load(Ordering::Acquire) == permit.epoch()
+        !self.kill.is_killed() && self.word().epoch() == permit.epoch()
     }
 
     pub(crate) fn revalidate(&self, permit: Permit) -> Admission {
         let killed = self.kill.is_killed();
-        let admission = self.with(|m| m.revalidate(permit, now(), killed));
+        let now = now();
+        let admission = self.with(|m| m.revalidate_with(permit, || self.next_step(), now, killed));
         self.observe_skip(&admission);
         admission
     }
 
     pub(crate) fn record(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
-        if self.observers.is_empty() {
-            self.with(|m| ((), m.record(permit, outcome, elapsed, now())));
+        if !permit.is_recorded() {
             return;
         }
+        if permit.is_fast() && outcome == Outcome::Success {
+            let word = self.word();
+            // Still closed with no failure counted, same generation: a success changes
+            // nothing but the count. (A success racing a failure that is being recorded
+            // counts as having come first.)
+            if word.fast() && word.epoch() == permit.epoch() {
+                self.fast_successes.fetch_add(1, Ordering::Relaxed);
+                self.fast_last_success
+                    .store(permit.step(), Ordering::Relaxed);
+                if !self.observers.is_empty() {
+                    self.notify(&Event::Recorded {
+                        name: &self.name,
+                        outcome: &outcome,
+                        probe: false,
+                        at: now(),
+                    });
+                }
+                return;
+            }
+        }
         let at = now();
+        if self.observers.is_empty() {
+            self.with(|m| ((), m.record(permit, outcome, elapsed, at)));
+            return;
+        }
         let counted = self.with(|m| {
             let outcome = m.apply_slow_call_rule(outcome, elapsed);
             let counted = m.counts_towards_state(&permit).then(|| outcome.clone());
@@ -121,15 +211,32 @@ impl Shared {
     }
 
     pub(crate) fn release(&self, permit: Permit, called: bool) {
+        if !permit.is_recorded() {
+            return;
+        }
         self.with(|m| (m.release(permit, called), None));
     }
 
+    /// The machine's snapshot, with what the lock-free path counted added in.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let killed = self.kill.is_killed();
+        let now = now();
         self.with(|m| {
-            let now = now();
             let transition = m.tick(now);
-            (m.snapshot(now, killed), transition)
+            let mut snapshot = m.snapshot(now, killed);
+            // Read after the machine: every step the machine counted is in `steps`.
+            let steps = self.steps.load(Ordering::Acquire).max(snapshot.step);
+            let fast_arrivals = steps - snapshot.counts.arrived.min(steps);
+            let counts = &mut snapshot.counts;
+            counts.arrived += fast_arrivals;
+            counts.made += fast_arrivals - m.fast_corrections().min(fast_arrivals);
+            counts.successes += self.fast_successes.load(Ordering::Relaxed);
+            let fast_last = self.fast_last_success.load(Ordering::Relaxed);
+            if fast_last > 0 {
+                snapshot.last_success_step = snapshot.last_success_step.max(Some(fast_last));
+            }
+            snapshot.step = steps;
+            (snapshot, transition)
         })
     }
 

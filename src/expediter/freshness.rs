@@ -171,7 +171,7 @@ mod tests {
             "2000-02-29T00:00:00Z"
         );
         assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_798_675_199)),
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_798_761_599)),
             "2026-12-31T23:59:59Z"
         );
     }

@@ -59,6 +59,24 @@ pub enum State {
 }
 
 impl State {
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            State::Closed => 0,
+            State::Open => 1,
+            State::HalfOpen => 2,
+            State::ForcedOpen => 3,
+        }
+    }
+
+    pub(crate) fn from_code(code: u64) -> State {
+        match code & 3 {
+            0 => State::Closed,
+            1 => State::Open,
+            2 => State::HalfOpen,
+            _ => State::ForcedOpen,
+        }
+    }
+
     /// `closed`, `open`, `half_open` or `forced_open`: the names the lesson's trace uses.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -323,6 +341,8 @@ pub struct Permit {
     state: State,
     kind: PermitKind,
     mode: Mode,
+    /// Admitted by the layer's lock-free closed-state path, not by a machine.
+    fast: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,6 +356,38 @@ enum PermitKind {
 }
 
 impl Permit {
+    /// A normal call in the closed state of `generation`, admitted by the layer's
+    /// lock-free path.
+    pub(crate) fn fast(generation: u64, step: u64) -> Permit {
+        Permit {
+            generation,
+            step,
+            probe: false,
+            state: State::Closed,
+            kind: PermitKind::Normal,
+            mode: Mode::Enabled,
+            fast: true,
+        }
+    }
+
+    /// A disabled-mode pass-through call, admitted by the layer's lock-free path.
+    pub(crate) fn passthrough(generation: u64, state: State) -> Permit {
+        Permit {
+            generation,
+            step: 0,
+            probe: false,
+            state,
+            kind: PermitKind::Passthrough,
+            mode: Mode::Disabled,
+            fast: true,
+        }
+    }
+
+    /// Whether the layer's lock-free path admitted it.
+    pub(crate) fn is_fast(&self) -> bool {
+        self.fast
+    }
+
     /// Whether this call is a half-open probe.
     pub fn is_probe(&self) -> bool {
         self.probe
@@ -474,6 +526,7 @@ pub struct Machine {
     rng: u64,
     mode: Mode,
     probes: Probes,
+    fast_corrections: u64,
     last_failure: Option<FailureRecord>,
     last_success_step: Option<u64>,
     counts: Counts,
@@ -494,6 +547,7 @@ impl Machine {
             threshold_relief: 0,
             reopens: 0,
             probes: Probes::default(),
+            fast_corrections: 0,
             last_failure: None,
             last_success_step: None,
             counts: Counts::default(),
@@ -535,11 +589,41 @@ impl Machine {
     ///
     /// Returns the decision and the change of state it caused, if any.
     pub fn admit(&mut self, now: Instant, killed: bool) -> (Admission, Option<Transition>) {
+        let next = self.step + 1;
+        self.admit_with(|| next, now, killed)
+    }
+
+    /// [`Machine::admit`], with the arrival's step number taken from `next_step` (called
+    /// only when the call counts as a step): the layer keeps one step counter shared
+    /// with its lock-free closed-state path.
+    pub(crate) fn admit_with(
+        &mut self,
+        next_step: impl FnOnce() -> u64,
+        now: Instant,
+        killed: bool,
+    ) -> (Admission, Option<Transition>) {
         if self.mode != Mode::Disabled {
-            self.step += 1;
+            self.step = next_step();
             self.counts.arrived += 1;
         }
         self.decide(now, killed)
+    }
+
+    /// Whether the state is such that a closed-state call and its success may be
+    /// counted without this machine: closed, enabled, failures counted in a row and none
+    /// counted yet, no slow-call rule. A failure, or anything else, still comes here.
+    pub(crate) fn fast_path_open(&self) -> bool {
+        matches!(self.phase, Phase::Closed)
+            && self.mode == Mode::Enabled
+            && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
+            && self.consecutive == 0
+            && self.config.slow_call.is_none()
+    }
+
+    /// Calls admitted on the lock-free path and then taken back (abandoned, or decided
+    /// again), which that path's count of calls made must lose.
+    pub(crate) fn fast_corrections(&self) -> u64 {
+        self.fast_corrections
     }
 
     /// Advises a caller that decides for itself whether to call (an orchestrator such
@@ -548,6 +632,17 @@ impl Machine {
     /// then. If it would be skipped, the attempt counts as an arriving, skipped call
     /// (it is a step), exactly as a skipped call through the layer would.
     pub fn advise(&mut self, now: Instant, killed: bool) -> (Advice, Option<Transition>) {
+        let next = self.step + 1;
+        self.advise_with(|| next, now, killed)
+    }
+
+    /// [`Machine::advise`] with the step of a skipped attempt taken from `next_step`.
+    pub(crate) fn advise_with(
+        &mut self,
+        next_step: impl FnOnce() -> u64,
+        now: Instant,
+        killed: bool,
+    ) -> (Advice, Option<Transition>) {
         if self.mode == Mode::Disabled && !killed {
             return (Advice::Call, None);
         }
@@ -565,7 +660,7 @@ impl Machine {
         match advice {
             Some(advice) => (advice, transition),
             None => {
-                let (admission, late) = self.admit(now, killed);
+                let (admission, late) = self.admit_with(next_step, now, killed);
                 debug_assert!(late.is_none(), "a skip changes no state");
                 match admission {
                     Admission::Skip(skip) => (Advice::Skip(skip), transition),
@@ -597,6 +692,19 @@ impl Machine {
         now: Instant,
         killed: bool,
     ) -> (Admission, Option<Transition>) {
+        let next = self.step + 1;
+        self.revalidate_with(permit, || next, now, killed)
+    }
+
+    /// [`Machine::revalidate`] with the step (needed when a reservation made in
+    /// disabled mode becomes a counted call) taken from `next_step`.
+    pub(crate) fn revalidate_with(
+        &mut self,
+        permit: Permit,
+        next_step: impl FnOnce() -> u64,
+        now: Instant,
+        killed: bool,
+    ) -> (Admission, Option<Transition>) {
         if !killed && permit.epoch() == self.epoch() {
             return (Admission::Call(permit), None);
         }
@@ -611,7 +719,7 @@ impl Machine {
                 self.counts.abandoned += 1;
             }
             (true, false) => {
-                self.step += 1;
+                self.step = next_step();
                 self.counts.arrived += 1;
             }
             (true, true) => {}
@@ -896,6 +1004,7 @@ impl Machine {
             state: self.state(),
             kind,
             mode: self.mode,
+            fast: false,
         }
     }
 
@@ -905,6 +1014,10 @@ impl Machine {
             PermitKind::Passthrough => return,
             PermitKind::Shadow(_) => self.counts.would_have_skipped -= 1,
             PermitKind::Normal => {}
+        }
+        if permit.fast {
+            self.fast_corrections += 1;
+            return;
         }
         self.counts.made -= 1;
         if permit.probe {
@@ -1076,11 +1189,16 @@ fn later(now: Instant, wait: Duration) -> Instant {
     now.checked_add(wait.min(CENTURY)).unwrap_or(now)
 }
 
-fn epoch(generation: u64, mode: Mode) -> u64 {
+pub(crate) fn epoch(generation: u64, mode: Mode) -> u64 {
     let mode = match mode {
         Mode::Enabled => 0,
         Mode::ObserveOnly => 1,
         Mode::Disabled => 2,
     };
     generation << 2 | mode
+}
+
+/// The generation of an epoch.
+pub(crate) fn epoch_generation(epoch: u64) -> u64 {
+    epoch >> 2
 }
