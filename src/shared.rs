@@ -114,6 +114,7 @@ impl Shared {
     fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
         let (result, transition) = {
             let mut machine = self.lock();
+            machine.catch_up_steps(self.steps.load(Ordering::Acquire));
             let out = f(&mut machine);
             self.word.store(Word::of(&machine).0, Ordering::Release);
             out

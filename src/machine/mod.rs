@@ -620,6 +620,14 @@ impl Machine {
             && self.config.slow_call.is_none()
     }
 
+    /// Catches up with steps counted outside the machine (the layer's lock-free path),
+    /// so that an opening counts its cooldown from the true step.
+    pub(crate) fn catch_up_steps(&mut self, step: u64) {
+        if self.mode != Mode::Disabled {
+            self.step = self.step.max(step);
+        }
+    }
+
     /// Calls admitted on the lock-free path and then taken back (abandoned, or decided
     /// again), which that path's count of calls made must lose.
     pub(crate) fn fast_corrections(&self) -> u64 {
