@@ -76,6 +76,14 @@ impl CircuitBreakerHandle {
         self.shared.force_open();
     }
 
+    /// Lets the next call through as the probe, whatever is left of the cooldown (an
+    /// operator who knows the service is back, or an orchestrator with a schedule of its
+    /// own). Only an open breaker is affected: forced open and permanent failures wait
+    /// for [`reset`](Self::reset). Returns whether it applied.
+    pub fn allow_probe(&self) -> bool {
+        self.shared.allow_probe()
+    }
+
     /// Closes the breaker and clears its failure count and backoff. The only way out of
     /// forced open and of a permanent failure.
     pub fn reset(&self) {

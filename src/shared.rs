@@ -112,17 +112,24 @@ impl Shared {
     /// Runs `f` on the machine, publishes its word, then reports the transition it
     /// returned, outside the lock.
     fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
-        let (result, transition) = {
-            let mut machine = self.lock();
-            machine.catch_up_steps(self.steps.load(Ordering::Acquire));
-            let out = f(&mut machine);
-            self.word.store(Word::of(&machine).0, Ordering::Release);
-            out
-        };
+        let (result, transition) = self.locked(f);
         if let Some(transition) = transition {
             self.emit(transition);
         }
         result
+    }
+
+    /// Runs `f` on the machine and publishes its word; the caller reports the
+    /// transition.
+    fn locked<R>(
+        &self,
+        f: impl FnOnce(&mut Machine) -> (R, Option<Transition>),
+    ) -> (R, Option<Transition>) {
+        let mut machine = self.lock();
+        machine.catch_up_steps(self.steps.load(Ordering::Acquire));
+        let out = f(&mut machine);
+        self.word.store(Word::of(&machine).0, Ordering::Release);
+        out
     }
 
     pub(crate) fn admit(&self) -> Admission {
@@ -196,11 +203,12 @@ impl Shared {
             self.with(|m| ((), m.record(permit, outcome, elapsed, at)));
             return;
         }
-        let counted = self.with(|m| {
+        let (counted, transition) = self.locked(|m| {
             let outcome = m.apply_slow_call_rule(outcome, elapsed);
             let counted = m.counts_towards_state(&permit).then(|| outcome.clone());
             (counted, m.record(permit, outcome, None, at))
         });
+        // The outcome first, then the change of state it caused.
         if let Some(outcome) = counted {
             self.notify(&Event::Recorded {
                 name: &self.name,
@@ -208,6 +216,9 @@ impl Shared {
                 probe: permit.is_probe(),
                 at,
             });
+        }
+        if let Some(transition) = transition {
+            self.emit(transition);
         }
     }
 
@@ -243,6 +254,10 @@ impl Shared {
 
     pub(crate) fn force_open(&self) {
         self.with(|m| ((), m.force_open(now())));
+    }
+
+    pub(crate) fn allow_probe(&self) -> bool {
+        self.with(|m| (m.allow_probe(), None))
     }
 
     pub(crate) fn reset(&self) {

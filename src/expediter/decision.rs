@@ -112,19 +112,16 @@ impl Decision {
     }
 }
 
+/// `step N: ACTION tool`, then the reason and route or the pause's detail. Honours width
+/// and alignment (`{:<40}`).
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "step {}: {} {}",
-            self.step,
-            self.action.as_str(),
-            self.tool
-        )?;
+        let mut line = format!("step {}: {} {}", self.step, self.action.as_str(), self.tool);
         match &self.action {
-            Action::Call | Action::Probe => Ok(()),
-            Action::Skip { reason, route } => write!(f, " ({reason}) -> {route}"),
-            Action::Pause { detail, .. } => write!(f, " -> {detail}"),
+            Action::Call | Action::Probe => {}
+            Action::Skip { reason, route } => line.push_str(&format!(" ({reason}) -> {route}")),
+            Action::Pause { detail, .. } => line.push_str(&format!(" -> {detail}")),
         }
+        f.pad(&line)
     }
 }

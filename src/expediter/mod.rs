@@ -149,6 +149,12 @@ impl ExpediterBuilder {
         self
     }
 
+    /// Adds several tools.
+    pub fn tools(mut self, specs: impl IntoIterator<Item = ToolSpec>) -> Self {
+        self.tools.extend(specs);
+        self
+    }
+
     /// Failures allowed in a cycle, across all tools, before the agent pauses (default
     /// 5). A systemic event counts once.
     pub fn failure_budget(mut self, budget: u32) -> Self {
@@ -308,13 +314,12 @@ impl Inner {
                         outcome: Outcome::Success,
                         ..
                     } => ToolEvent::Success { tool },
-                    Event::Transition(t) if matches!(t.to, State::Open | State::ForcedOpen) => {
-                        ToolEvent::Opened {
-                            tool,
-                            at: t.at,
-                            from: t.from,
-                        }
-                    }
+                    // A person forcing a breaker open is not a failure: it feeds no cascade.
+                    Event::Transition(t) if t.to == State::Open => ToolEvent::Opened {
+                        tool,
+                        at: t.at,
+                        from: t.from,
+                    },
                     Event::Transition(t) if t.to == State::Closed => ToolEvent::Closed { tool },
                     _ => return,
                 };
@@ -462,8 +467,24 @@ impl Expediter {
         S: Service<Request, Response = Answer<T>, Error = BoxError>,
     {
         let decision = self.decide(tool).await?;
-        if !decision.should_call() {
-            return Ok(Attempt::NotMade(decision));
+        match &decision.action {
+            Action::Call | Action::Probe => {}
+            Action::Skip { reason, route } => {
+                let (reason, route) = (*reason, route.clone());
+                return Ok(Attempt::Skipped {
+                    decision,
+                    reason,
+                    route,
+                });
+            }
+            Action::Pause { reason, detail } => {
+                let (reason, detail) = (*reason, detail.clone());
+                return Ok(Attempt::Paused {
+                    decision,
+                    reason,
+                    detail,
+                });
+            }
         }
         let result = match service.ready().await {
             Ok(ready) => ready.call(request).await,
@@ -603,8 +624,35 @@ pub enum Attempt<T> {
         /// The tool's answer or error.
         result: Result<Answer<T>, BoxError>,
     },
-    /// The call was not made; the decision says what to do instead.
-    NotMade(Decision),
+    /// The call was not made: take the route instead.
+    Skipped {
+        /// The decision.
+        decision: Decision,
+        /// Why the tool was not called.
+        reason: Reason,
+        /// Where to go instead.
+        route: Route,
+    },
+    /// The call was not made: the agent must pause and report.
+    Paused {
+        /// The decision.
+        decision: Decision,
+        /// [`Reason::BudgetExhausted`] or [`Reason::SystemicPause`].
+        reason: Reason,
+        /// What the user needs to know.
+        detail: String,
+    },
+}
+
+impl<T> Attempt<T> {
+    /// The decision behind it.
+    pub fn decision(&self) -> &Decision {
+        match self {
+            Attempt::Made { decision, .. }
+            | Attempt::Skipped { decision, .. }
+            | Attempt::Paused { decision, .. } => decision,
+        }
+    }
 }
 
 /// One failure in the budget ledger.
@@ -768,10 +816,14 @@ impl Ledger {
         let row = self.row_mut(&tool);
         let category = row.last_category.clone();
         row.open = Some((step, at, category.clone()));
-        // A failed probe after a confirmed recovery doubles the wait, up to the cap.
-        if let (Some((_, interval)), State::HalfOpen) = (row.recovery, from) {
-            let interval = (interval * 2).min(settings.recovery_cap);
-            row.recovery = Some((step + interval, interval));
+        // A failed probe after a confirmed recovery doubles the wait, up to the cap. It
+        // is the known event still passing, not a new one.
+        if let Some((_, interval)) = row.recovery {
+            if from == State::HalfOpen {
+                let interval = (interval * 2).min(settings.recovery_cap);
+                row.recovery = Some((step + interval, interval));
+            }
+            return;
         }
         if let Some(index) = self.systemic.iter().position(|s| !s.resolved) {
             if !self.systemic[index].tools.contains(&tool) {
@@ -785,7 +837,10 @@ impl Ledger {
             Some(_) => self
                 .rows
                 .iter()
-                .filter(|(_, row)| row.open.as_ref().is_some_and(|(_, _, c)| *c == category))
+                .filter(|(_, row)| {
+                    row.recovery.is_none()
+                        && row.open.as_ref().is_some_and(|(_, _, c)| *c == category)
+                })
                 .map(|(name, _)| name.clone())
                 .collect(),
             None => Vec::new(),
@@ -856,7 +911,7 @@ impl Ledger {
         let step = self.step;
         for row in self.rows.values_mut() {
             row.availability = None;
-            if row.open.is_some() {
+            if row.open.is_some() && row.recovery.is_none() {
                 row.recovery = Some((step + settings.recovery_start, settings.recovery_start));
             }
         }
@@ -914,6 +969,9 @@ impl Ledger {
                     route,
                 };
             }
+            // After a confirmed recovery the backoff schedule decides when to probe,
+            // not the breaker's own cooldown: the two must not add up.
+            tool.handle.allow_probe();
         }
         match tool.handle.advise() {
             Advice::Call => Action::Call,
@@ -978,6 +1036,15 @@ impl Ledger {
 
     fn note_degradation(&mut self, tool: &Arc<str>, route: &Route) {
         let step = self.step;
+        let line = route.to_string();
+        for item in self.subtasks.iter_mut() {
+            if item.status == WorkStatus::InProgress
+                && item.tools.contains(tool)
+                && !item.degradations.contains(&line)
+            {
+                item.degradations.push(line.clone());
+            }
+        }
         match self
             .degradations
             .iter_mut()
@@ -1009,9 +1076,14 @@ impl Ledger {
             if self.usable(inner, &tool) {
                 continue;
             }
-            match self.route(inner, registry, &tool) {
+            // Planning is not a skip: the route is recorded as a degradation only when
+            // a decision takes it.
+            match self.pick_route(inner, registry, &tool) {
+                Route::Alternative { level, .. } if level > task.max_degradation => {
+                    blocked.push(tool)
+                }
                 route @ Route::Alternative { .. } => routes.push((name.clone(), route)),
-                route => blocked.push((tool, route)),
+                _ => blocked.push(tool),
             }
         }
         let status = if paused {
@@ -1023,31 +1095,24 @@ impl Ledger {
         } else {
             let reason = blocked
                 .iter()
-                .map(|(tool, _)| {
-                    let state = tool.handle.snapshot();
-                    let state = if state.killed {
-                        "KILLED".to_string()
-                    } else {
-                        state.state.as_str().to_uppercase()
-                    };
-                    format!("{}: {state} — no alternative", tool.spec.name)
-                })
+                .map(|tool| self.blocked_reason(inner, registry, tool, task.max_degradation))
                 .collect::<Vec<_>>()
                 .join("; ");
             let unblock = blocked
                 .iter()
-                .map(|(tool, route)| match route {
-                    Route::Manual { ask } => format!(
-                        "{} will be probed on the next cycle, or the user can: {ask}",
-                        tool.spec.name
-                    ),
-                    _ => match &tool.spec.fallback {
-                        Some(ask) => format!(
-                            "{} will be probed on the next cycle, or the user can: {ask}",
-                            tool.spec.name
-                        ),
-                        None => format!("{} will be probed on the next cycle", tool.spec.name),
-                    },
+                .map(|tool| {
+                    let snapshot = tool.handle.snapshot();
+                    let when = report::next_probe_words(
+                        &snapshot,
+                        self.row(&tool.spec.name).recovery,
+                        self.step,
+                    );
+                    match &tool.spec.fallback {
+                        Some(ask) => {
+                            format!("{} will be tried again {when}; or {ask}", tool.spec.name)
+                        }
+                        None => format!("{} will be tried again {when}", tool.spec.name),
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join("; ");
@@ -1072,6 +1137,53 @@ impl Ledger {
             name: task.name,
             status,
             routes,
+        }
+    }
+
+    /// Why a tool blocks a sub-task: its state, and what is wrong with each of its
+    /// alternatives.
+    fn blocked_reason(
+        &self,
+        inner: &Inner,
+        registry: &Registry,
+        tool: &Tool,
+        accept: Degradation,
+    ) -> String {
+        let state_of = |t: &Tool| {
+            let snapshot = t.handle.snapshot();
+            if inner.kill.is_killed() {
+                "KILLED".to_string()
+            } else if self.row(&t.spec.name).availability == Some(Availability::Unavailable) {
+                "UNAVAILABLE".to_string()
+            } else {
+                snapshot.state.as_str().to_uppercase()
+            }
+        };
+        let alternatives: Vec<String> = tool
+            .spec
+            .routing_order()
+            .filter_map(|alt| {
+                let other = registry.get(&alt.tool)?;
+                Some(if alt.level > accept {
+                    format!(
+                        "{} loses too much ({} degradation)",
+                        alt.tool,
+                        alt.level.as_str()
+                    )
+                } else {
+                    format!("{}: {}", alt.tool, state_of(&other))
+                })
+            })
+            .collect();
+        if alternatives.is_empty() {
+            format!("{}: {} — no alternative", tool.spec.name, state_of(tool))
+        } else {
+            format!(
+                "{}: {} — no usable alternative ({})",
+                tool.spec.name,
+                state_of(tool),
+                alternatives.join(", ")
+            )
         }
     }
 

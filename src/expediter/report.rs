@@ -205,14 +205,23 @@ pub struct ToolOffer {
     pub withheld: Vec<WithheldTool>,
 }
 
-fn next_probe_words(snapshot: &Snapshot, recovery: Option<(u64, u64)>, step: u64) -> String {
+pub(super) fn next_probe_words(
+    snapshot: &Snapshot,
+    recovery: Option<(u64, u64)>,
+    step: u64,
+) -> String {
     if snapshot.killed {
         return "when an operator revives it".to_string();
     }
     if let Some((from, _)) = recovery {
-        if from > step {
-            return format!("in {} steps (recovery backoff)", from - step);
+        if snapshot.state == State::Closed {
+            return "—".to_string();
         }
+        return match from.saturating_sub(step) {
+            0 => "on the next attempt (recovery backoff)".to_string(),
+            1 => "in 1 step (recovery backoff)".to_string(),
+            n => format!("in {n} steps (recovery backoff)"),
+        };
     }
     match snapshot.next_probe {
         NextProbe::NotNeeded => "—".to_string(),
@@ -328,6 +337,14 @@ pub(super) fn build(ledger: &Ledger, inner: &Inner, registry: &Registry) -> Stat
             WorkStatus::Deferred { unblock, .. } => {
                 next_steps.push(format!("{}: {unblock}", item.name))
             }
+            WorkStatus::Failed { why } => {
+                let tools: Vec<&str> = item.tools.iter().map(|t| t.as_ref()).collect();
+                next_steps.push(format!(
+                    "\"{}\" failed ({why}); resume it once {} works again",
+                    item.name,
+                    tools.join(", ")
+                ));
+            }
             WorkStatus::NotAttempted { .. } if paused => {
                 next_steps.push(format!("Resume from \"{}\" after resolution", item.name));
                 break;
@@ -361,15 +378,18 @@ pub(super) fn offer(ledger: &Ledger, inner: &Inner, registry: &Registry) -> Tool
         offered: Vec::new(),
         withheld: Vec::new(),
     };
-    let pause = ledger.active_systemic().map(|s| s.describe()).or_else(|| {
-        let used = ledger.budget_used();
-        (used >= inner.settings.budget).then(|| {
-            format!(
-                "the failure budget is used up ({used} / {})",
-                inner.settings.budget
-            )
-        })
-    });
+    let pause = ledger
+        .active_systemic()
+        .map(|s| format!("{}; calls resume once recovery is confirmed", s.describe()))
+        .or_else(|| {
+            let used = ledger.budget_used();
+            (used >= inner.settings.budget).then(|| {
+                format!(
+                    "the failure budget is used up ({used} / {}); calls resume with a new cycle",
+                    inner.settings.budget
+                )
+            })
+        });
     for tool in &registry.tools {
         let name = tool.spec.name.clone();
         if let Some(why) = &pause {
@@ -386,12 +406,18 @@ pub(super) fn offer(ledger: &Ledger, inner: &Inner, registry: &Registry) -> Tool
         };
         let when = next_probe_words(&snapshot, row.recovery, ledger.step);
         let line = if snapshot.killed {
-            Some(format!("{name} is not offered: an operator switched it off; it will not be called {when}; {instead}"))
+            Some(format!(
+                "{name} is not offered: an operator switched it off; it will not be called until an operator revives it; {instead}"
+            ))
         } else if row.availability == Some(Availability::Unavailable) {
             Some(format!(
-                "{name} is not offered: its pre-call check says it is unavailable; {instead}"
+                "{name} is not offered: its pre-call check says it is unavailable; it will be checked again in the next cycle; {instead}"
             ))
-        } else if matches!(snapshot.state, State::Open | State::ForcedOpen)
+        } else if snapshot.state == State::ForcedOpen {
+            Some(format!(
+                "{name} is not offered: an operator forced it open; it will not be called until an operator resets it; {instead}"
+            ))
+        } else if snapshot.state == State::Open
             || row.recovery.is_some_and(|(from, _)| from > ledger.step)
         {
             let last = snapshot

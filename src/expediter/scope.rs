@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::capability::Degradation;
 use super::decision::Route;
 use super::report::WorkStatus;
 
@@ -17,6 +18,7 @@ use super::report::WorkStatus;
 pub struct SubTask {
     pub(crate) name: Arc<str>,
     pub(crate) tools: Vec<Arc<str>>,
+    pub(crate) max_degradation: Degradation,
 }
 
 impl SubTask {
@@ -25,7 +27,15 @@ impl SubTask {
         SubTask {
             name: name.into(),
             tools: tools.into_iter().map(Arc::from).collect(),
+            max_degradation: Degradation::High,
         }
+    }
+
+    /// The most degradation this sub-task can live with (default: any). An alternative
+    /// that loses more is not viable for it: with no other route, it is deferred.
+    pub fn max_degradation(mut self, level: Degradation) -> Self {
+        self.max_degradation = level;
+        self
     }
 
     /// Its name.
@@ -36,6 +46,11 @@ impl SubTask {
     /// The tools it needs.
     pub fn tools(&self) -> &[Arc<str>] {
         &self.tools
+    }
+
+    /// The most degradation it accepts.
+    pub fn degradation_limit(&self) -> Degradation {
+        self.max_degradation
     }
 }
 

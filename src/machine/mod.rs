@@ -909,6 +909,21 @@ impl Machine {
         Some(self.enter(Phase::ForcedOpen, now, Cause::ForcedOpen))
     }
 
+    /// Lets the next call be the probe, whatever is left of the cooldown: for an
+    /// orchestrator whose own schedule says it is time (the expediter after a confirmed
+    /// recovery), or an operator. Only an open breaker is affected; a forced open one or
+    /// one held by a permanent failure stays as it is. Returns whether it applied.
+    pub fn allow_probe(&mut self) -> bool {
+        match &mut self.phase {
+            Phase::Open(gate) if !gate.manual => {
+                gate.step = None;
+                gate.time = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Closes the breaker and clears its failure counts and backoff.
     pub fn reset(&mut self, now: Instant) -> Option<Transition> {
         self.close(now, Cause::Reset)
