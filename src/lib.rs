@@ -79,3 +79,8 @@ pub use crate::machine::{
     Snapshot, State, Transition, TripPolicy,
 };
 pub use crate::service::CircuitBreaker;
+
+/// The README's examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
