@@ -51,6 +51,13 @@ enum Reserved {
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
+    fn reserve(&self, admission: Admission) -> Reserved {
+        match admission {
+            Admission::Call(permit) => Reserved::Call(Ticket::new(self.shared.clone(), permit)),
+            Admission::Skip(skip) => Reserved::Skip(skip),
+        }
+    }
+
     pub(crate) fn new(inner: S, shared: Arc<Shared>, fallback: F, classifier: C) -> Self {
         CircuitBreaker {
             inner,
@@ -94,13 +101,16 @@ where
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        let reserved = match &mut self.reserved {
+        let reserved = match self.reserved.take() {
+            None => self.reserve(self.shared.admit()),
+            // Waiting for the wrapped service while the kill switch was flipped or the
+            // breaker opened: decide again rather than keep waiting on it.
+            Some(Reserved::Call(ticket)) if !self.shared.still_valid(ticket.permit()) => {
+                self.reserve(ticket.revalidate())
+            }
             Some(reserved) => reserved,
-            None => self.reserved.insert(match self.shared.admit() {
-                Admission::Call(permit) => Reserved::Call(Ticket::new(self.shared.clone(), permit)),
-                Admission::Skip(skip) => Reserved::Skip(skip),
-            }),
         };
+        let reserved = self.reserved.insert(reserved);
         if let Reserved::Skip(_) = reserved {
             return self.fallback.poll_ready(cx);
         }
@@ -143,9 +153,9 @@ where
             Reserved::Call(ticket) => ticket,
         };
         if !self.shared.still_valid(ticket.permit()) {
-            match ticket.revalidate() {
-                Admission::Call(permit) => ticket = Ticket::new(self.shared.clone(), permit),
-                Admission::Skip(skip) => {
+            match self.reserve(ticket.revalidate()) {
+                Reserved::Call(fresh) => ticket = fresh,
+                Reserved::Skip(skip) => {
                     let future = self.fallback.call_unready(request, skip, &self.shared.name);
                     return ResponseFuture::fallback(future, skip);
                 }

@@ -869,8 +869,11 @@ impl Machine {
                     .checked_add(dwell)
                     .is_some_and(|limit| now >= limit) =>
             {
+                // It re-opened at the deadline, whenever somebody looks: the cooldown
+                // runs from there, not from this later look.
+                let deadline = entered_at + dwell;
                 self.reopens += 1;
-                Some(self.open(now, Cause::DwellExceeded, &Failure::default()))
+                Some(self.open(deadline, Cause::DwellExceeded, &Failure::default()))
             }
             _ => None,
         }
