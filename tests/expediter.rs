@@ -14,6 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::advance;
 use tower::util::BoxService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+mod common;
+
+use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec, write_spec};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
     ExpediterError, Freshness, FreshnessTracker, Labeled, Route, SubTask, ToolSpec, WorkStatus,
@@ -26,67 +29,6 @@ type Svc = BoxService<String, Answer<String>, BoxError>;
 // ---------------------------------------------------------------------------------------
 // The seed's capability map (step 1), with Edit declared since Write names it.
 // ---------------------------------------------------------------------------------------
-
-fn grep_spec() -> ToolSpec {
-    ToolSpec::new("Grep")
-        .provides("content search across files")
-        .alternative(Alternative::low(
-            "Bash",
-            "rg or grep command",
-            "loses Grep's built-in output formatting",
-        ))
-        .alternative(Alternative::high(
-            "Read",
-            "read suspected files directly",
-            "requires knowing which files to check; no broad search",
-        ))
-        .fallback("ask the user which files to examine")
-}
-
-fn bash_spec() -> ToolSpec {
-    ToolSpec::new("Bash")
-        .provides("command execution, build tools, git operations")
-        .fallback("report commands that need to be run manually")
-}
-
-fn read_spec() -> ToolSpec {
-    ToolSpec::new("Read")
-        .provides("file content inspection")
-        .alternative(Alternative::low(
-            "Bash",
-            "cat or head command",
-            "loses line numbering and truncation safety",
-        ))
-        .fallback("ask the user to paste file contents")
-}
-
-fn write_spec() -> ToolSpec {
-    ToolSpec::new("Write")
-        .provides("file creation")
-        .alternative(Alternative::low(
-            "Edit",
-            "create via full-file edit",
-            "requires file to already exist for Edit",
-        ))
-        .alternative(Alternative::high(
-            "Bash",
-            "echo/cat heredoc",
-            "loses Write's atomic file creation",
-        ))
-        .fallback("output file contents for the user to save manually")
-}
-
-fn edit_spec() -> ToolSpec {
-    ToolSpec::new("Edit")
-        .provides("file modification")
-        .fallback("output the change for the user to apply manually")
-}
-
-fn websearch_spec() -> ToolSpec {
-    ToolSpec::new("WebSearch")
-        .provides("external information retrieval")
-        .fallback("state what information is needed; ask user to provide it")
-}
 
 const SEED_TOOLS: [&str; 6] = ["Grep", "Bash", "Read", "Write", "Edit", "WebSearch"];
 

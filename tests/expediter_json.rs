@@ -12,8 +12,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::Value;
 use tower::util::BoxService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+mod common;
+
+use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec};
 use tower_circuit_breaker::expediter::{
-    Action, Alternative, Availability, Decision, Degradation, Expediter, Freshness, Labeled, Route,
+    Action, Availability, Decision, Degradation, Expediter, Freshness, Labeled, Route,
     StatusReport, SubTask, ToolOffer, ToolSpec, WorkStatus,
 };
 use tower_circuit_breaker::{Answer, BoxError, Reason};
@@ -23,47 +26,11 @@ type Svc = BoxService<String, Answer<String>, BoxError>;
 
 fn expediter() -> Expediter {
     Expediter::builder()
-        .tool(
-            ToolSpec::new("Grep")
-                .provides("content search across files")
-                .alternative(Alternative::low(
-                    "Bash",
-                    "rg or grep command",
-                    "loses Grep's built-in output formatting",
-                ))
-                .alternative(Alternative::high(
-                    "Read",
-                    "read suspected files directly",
-                    "requires knowing which files to check; no broad search",
-                ))
-                .fallback("ask the user which files to examine"),
-        )
-        .tool(
-            ToolSpec::new("Bash")
-                .provides("command execution, build tools, git operations")
-                .fallback("report commands that need to be run manually"),
-        )
-        .tool(
-            ToolSpec::new("Read")
-                .provides("file content inspection")
-                .alternative(Alternative::low(
-                    "Bash",
-                    "cat or head command",
-                    "loses line numbering and truncation safety",
-                ))
-                .fallback("ask the user to paste file contents")
-                .precheck(|| async { Availability::Available }),
-        )
-        .tool(
-            ToolSpec::new("Edit")
-                .provides("file modification")
-                .fallback("output the change for the user to apply manually"),
-        )
-        .tool(
-            ToolSpec::new("WebSearch")
-                .provides("external information retrieval")
-                .fallback("state what information is needed; ask user to provide it"),
-        )
+        .tool(grep_spec())
+        .tool(bash_spec())
+        .tool(read_spec().precheck(|| async { Availability::Available }))
+        .tool(edit_spec())
+        .tool(websearch_spec())
         .failure_budget(10)
         .build()
         .expect("a valid capability map")

@@ -1,0 +1,66 @@
+//! Shared by the expediter's test files: the seed's capability map (seed step 1), with
+//! Edit declared since Write names it.
+#![allow(dead_code)] // each test file uses its own subset
+
+use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
+
+pub(crate) fn grep_spec() -> ToolSpec {
+    ToolSpec::new("Grep")
+        .provides("content search across files")
+        .alternative(Alternative::low(
+            "Bash",
+            "rg or grep command",
+            "loses Grep's built-in output formatting",
+        ))
+        .alternative(Alternative::high(
+            "Read",
+            "read suspected files directly",
+            "requires knowing which files to check; no broad search",
+        ))
+        .fallback("ask the user which files to examine")
+}
+
+pub(crate) fn bash_spec() -> ToolSpec {
+    ToolSpec::new("Bash")
+        .provides("command execution, build tools, git operations")
+        .fallback("report commands that need to be run manually")
+}
+
+pub(crate) fn read_spec() -> ToolSpec {
+    ToolSpec::new("Read")
+        .provides("file content inspection")
+        .alternative(Alternative::low(
+            "Bash",
+            "cat or head command",
+            "loses line numbering and truncation safety",
+        ))
+        .fallback("ask the user to paste file contents")
+}
+
+pub(crate) fn write_spec() -> ToolSpec {
+    ToolSpec::new("Write")
+        .provides("file creation")
+        .alternative(Alternative::low(
+            "Edit",
+            "create via full-file edit",
+            "requires file to already exist for Edit",
+        ))
+        .alternative(Alternative::high(
+            "Bash",
+            "echo/cat heredoc",
+            "loses Write's atomic file creation",
+        ))
+        .fallback("output file contents for the user to save manually")
+}
+
+pub(crate) fn edit_spec() -> ToolSpec {
+    ToolSpec::new("Edit")
+        .provides("file modification")
+        .fallback("output the change for the user to apply manually")
+}
+
+pub(crate) fn websearch_spec() -> ToolSpec {
+    ToolSpec::new("WebSearch")
+        .provides("external information retrieval")
+        .fallback("state what information is needed; ask user to provide it")
+}
