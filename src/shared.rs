@@ -3,7 +3,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -12,7 +12,8 @@ use crate::classify::Outcome;
 use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::machine::{
-    epoch_generation, Admission, Advice, Cause, Machine, Mode, Permit, Snapshot, State, Transition,
+    epoch_generation, Admission, Advice, Cause, Counted, LockFree, Machine, Mode, NextProbe,
+    Permit, Reason, Skip, Snapshot, State, Transition,
 };
 
 /// An observer run on every event.
@@ -24,70 +25,118 @@ pub(crate) fn now() -> Instant {
 }
 
 pub(crate) struct Shared {
+    /// What a call may know without the lock. See [`Word`].
+    word: CachePadded<AtomicU64>,
+    /// With [`Word::open`]: the machine's step at which the probe is due.
+    open_until: AtomicU64,
+    /// The machine's step as of the last change.
+    step: AtomicU64,
+    /// Counted by the lock-free paths since the machine last took them in.
+    pending: Pending,
     pub(crate) name: Arc<str>,
     machine: Mutex<Machine>,
-    /// What a call may know without the lock: the machine's epoch (generation and
-    /// mode), its state, and whether the lock-free paths are open. See [`Word`].
-    word: AtomicU64,
-    /// Calls that counted as steps, on either path: the machine takes its step numbers
-    /// from here, and the lock-free path's arrivals are this minus the machine's.
-    steps: AtomicU64,
-    /// Successes counted on the lock-free path.
-    fast_successes: AtomicU64,
-    /// The step of a recent success counted on the lock-free path (0: none).
-    fast_last_success: AtomicU64,
     pub(crate) kill: KillSwitch,
     pub(crate) times_calls: bool,
-    events: broadcast::Sender<Transition>,
+    /// Made on the first `subscribe`: a channel costs a few kilobytes, too much for
+    /// every breaker of a keyed registry.
+    events: OnceLock<broadcast::Sender<Transition>>,
     observers: Box<[Observer]>,
 }
 
-/// The machine's state as one number: `epoch << 4 | state << 2 | passthrough << 1 |
-/// fast`.
+/// Counters the lock-free paths add to and the machine takes in (each on its own cache
+/// line: they are written by every call).
+#[derive(Default)]
+struct Pending {
+    closed_successes: CachePadded<AtomicU64>,
+    last_success_step: AtomicU64,
+    killed: CachePadded<AtomicU64>,
+    open_skips: CachePadded<AtomicU64>,
+}
+
+impl Pending {
+    fn take(&self) -> Counted {
+        Counted {
+            closed_successes: self.closed_successes.swap(0, Ordering::AcqRel),
+            last_success_step: Some(self.last_success_step.swap(0, Ordering::AcqRel))
+                .filter(|&s| s > 0),
+            killed: self.killed.swap(0, Ordering::AcqRel),
+            open_skips: self.open_skips.swap(0, Ordering::AcqRel),
+        }
+    }
+}
+
+/// Keeps a value on its own cache line(s), so that writes to its neighbours do not
+/// slow down reads of it.
+#[derive(Default)]
+#[repr(align(128))]
+struct CachePadded<T>(T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// The machine's state as one number: `epoch << 8 | state << 4 | flags`, flags being
+/// `closed` (1), `passthrough` (2), `open` (4) and `counts` (8).
 ///
-/// - `fast`: closed, enabled, no failure counted (see `Machine::fast_path_open`): a call
-///   is admitted, and its success counted, with atomics alone.
+/// - `closed`: closed, enabled, no failure counted, no slow-call rule
+///   (`Machine::lock_free`): a call is admitted, and its success counted, with atomics.
 /// - `passthrough`: disabled mode: a call is admitted with no bookkeeping at all.
+/// - `open`: open with a cooldown in calls only: a call is skipped with atomics until
+///   the step reaches `open_until`.
+/// - `counts`: not disabled: a killed call is counted as a skipped step.
 #[derive(Clone, Copy)]
 struct Word(u64);
 
 impl Word {
-    fn of(machine: &Machine) -> Word {
-        let fast = u64::from(machine.fast_path_open());
-        let passthrough = u64::from(machine.mode() == Mode::Disabled);
-        Word(machine.epoch() << 4 | machine.state().code() << 2 | passthrough << 1 | fast)
+    fn of(machine: &Machine, lock_free: &LockFree) -> Word {
+        let flags = u64::from(lock_free.closed)
+            | u64::from(machine.mode() == Mode::Disabled) << 1
+            | u64::from(lock_free.open_until.is_some()) << 2
+            | u64::from(machine.mode() != Mode::Disabled) << 3;
+        Word(machine.epoch() << 8 | machine.state().code() << 4 | flags)
     }
 
     fn epoch(self) -> u64 {
-        self.0 >> 4
+        self.0 >> 8
     }
 
     fn state(self) -> State {
-        State::from_code(self.0 >> 2)
+        State::from_code(self.0 >> 4)
     }
 
-    fn fast(self) -> bool {
-        self.0 & 1 == 1
+    fn closed(self) -> bool {
+        self.0 & 1 != 0
     }
 
     fn passthrough(self) -> bool {
-        self.0 & 2 == 2
+        self.0 & 2 != 0
+    }
+
+    fn open(self) -> bool {
+        self.0 & 4 != 0
+    }
+
+    fn counts(self) -> bool {
+        self.0 & 8 != 0
     }
 }
 
 impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
-        let (events, _) = broadcast::channel(64);
+        let lock_free = machine.lock_free();
         Shared {
+            word: CachePadded(AtomicU64::new(Word::of(&machine, &lock_free).0)),
+            open_until: AtomicU64::new(lock_free.open_until.unwrap_or(u64::MAX)),
+            step: AtomicU64::new(lock_free.step),
+            pending: Pending::default(),
             name: machine.config().name.clone(),
-            word: AtomicU64::new(Word::of(&machine).0),
-            steps: AtomicU64::new(0),
-            fast_successes: AtomicU64::new(0),
-            fast_last_success: AtomicU64::new(0),
             times_calls: machine.config().slow_call.is_some(),
             machine: Mutex::new(machine),
             kill,
-            events,
+            events: OnceLock::new(),
             observers: observers.into_boxed_slice(),
         }
     }
@@ -105,12 +154,8 @@ impl Shared {
         Word(self.word.load(Ordering::Acquire))
     }
 
-    fn next_step(&self) -> u64 {
-        self.steps.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Runs `f` on the machine, publishes its word, then reports the transition it
-    /// returned, outside the lock.
+    /// Runs `f` on the machine, publishes what the lock-free paths may do now, then
+    /// reports the transition `f` returned, outside the lock.
     fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
         let (result, transition) = self.locked(f);
         if let Some(transition) = transition {
@@ -119,41 +164,89 @@ impl Shared {
         result
     }
 
-    /// Runs `f` on the machine and publishes its word; the caller reports the
-    /// transition.
+    /// Runs `f` on the machine, after it has taken in what the lock-free paths counted,
+    /// and publishes the result; the caller reports the transition.
     fn locked<R>(
         &self,
         f: impl FnOnce(&mut Machine) -> (R, Option<Transition>),
     ) -> (R, Option<Transition>) {
         let mut machine = self.lock();
-        machine.catch_up_steps(self.steps.load(Ordering::Acquire));
+        machine.absorb(self.pending.take());
         let out = f(&mut machine);
-        self.word.store(Word::of(&machine).0, Ordering::Release);
+        let lock_free = machine.lock_free();
+        self.step.store(lock_free.step, Ordering::Release);
+        self.open_until
+            .store(lock_free.open_until.unwrap_or(u64::MAX), Ordering::Release);
+        self.word
+            .store(Word::of(&machine, &lock_free).0, Ordering::Release);
         out
     }
 
     pub(crate) fn admit(&self) -> Admission {
-        let killed = self.kill.is_killed();
         let word = self.word();
-        if !killed {
-            let generation = epoch_generation(word.epoch());
-            if word.fast() {
-                return Admission::Call(Permit::fast(generation, self.next_step()));
-            }
-            if word.passthrough() {
-                return Admission::Call(Permit::passthrough(generation, word.state()));
-            }
+        let killed = self.kill.is_killed();
+        if let Some(admission) = self.admit_lock_free(word, killed) {
+            self.observe_skip(&admission);
+            return admission;
         }
         let now = now();
-        let admission = self.with(|m| m.admit_with(|| self.next_step(), now, killed));
+        let admission = self.with(|m| m.admit(now, killed));
         self.observe_skip(&admission);
         admission
+    }
+
+    /// The common cases, with atomics alone: a killed call, a call in the closed state,
+    /// a pass-through call, a call skipped while open with a cooldown in calls.
+    fn admit_lock_free(&self, word: Word, killed: bool) -> Option<Admission> {
+        let generation = epoch_generation(word.epoch());
+        if killed {
+            if !word.counts() {
+                return None;
+            }
+            self.pending.killed.fetch_add(1, Ordering::AcqRel);
+            return Some(Admission::Skip(Skip {
+                reason: Reason::Killed,
+                state: word.state(),
+                next_probe: NextProbe::Manual,
+            }));
+        }
+        if word.closed() {
+            return Some(Admission::Call(Permit::fast(generation)));
+        }
+        if word.passthrough() {
+            return Some(Admission::Call(Permit::passthrough(
+                generation,
+                word.state(),
+            )));
+        }
+        if word.open() {
+            let step = self.step.load(Ordering::Acquire)
+                + self.pending.killed.load(Ordering::Acquire)
+                + self.pending.open_skips.load(Ordering::Acquire)
+                + 1;
+            let due = self.open_until.load(Ordering::Acquire);
+            if step < due {
+                // Callers racing here may each count a skip at the last step before the
+                // probe: the probe then goes to the next caller, a call later.
+                self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
+                return Some(Admission::Skip(Skip {
+                    reason: Reason::Open,
+                    state: State::Open,
+                    next_probe: NextProbe::After {
+                        calls: due - step,
+                        at: None,
+                    },
+                }));
+            }
+            // The probe may be due: the machine decides.
+        }
+        None
     }
 
     pub(crate) fn advise(&self) -> Advice {
         let killed = self.kill.is_killed();
         let now = now();
-        let advice = self.with(|m| m.advise_with(|| self.next_step(), now, killed));
+        let advice = self.with(|m| m.advise(now, killed));
         if let Advice::Skip(skip) = &advice {
             self.observe_skip(&Admission::Skip(*skip));
         }
@@ -169,7 +262,7 @@ impl Shared {
     pub(crate) fn revalidate(&self, permit: Permit) -> Admission {
         let killed = self.kill.is_killed();
         let now = now();
-        let admission = self.with(|m| m.revalidate_with(permit, || self.next_step(), now, killed));
+        let admission = self.with(|m| m.revalidate(permit, now, killed));
         self.observe_skip(&admission);
         admission
     }
@@ -183,10 +276,12 @@ impl Shared {
             // Still closed with no failure counted, same generation: a success changes
             // nothing but the count. (A success racing a failure that is being recorded
             // counts as having come first.)
-            if word.fast() && word.epoch() == permit.epoch() {
-                self.fast_successes.fetch_add(1, Ordering::Relaxed);
-                self.fast_last_success
-                    .store(permit.step(), Ordering::Relaxed);
+            if word.closed() && word.epoch() == permit.epoch() {
+                let n = self.pending.closed_successes.fetch_add(1, Ordering::AcqRel) + 1;
+                let step = self.step.load(Ordering::Relaxed) + n;
+                self.pending
+                    .last_success_step
+                    .store(step, Ordering::Relaxed);
                 if !self.observers.is_empty() {
                     self.notify(&Event::Recorded {
                         name: &self.name,
@@ -229,26 +324,13 @@ impl Shared {
         self.with(|m| (m.release(permit, called), None));
     }
 
-    /// The machine's snapshot, with what the lock-free path counted added in.
+    /// The machine's snapshot, with everything the lock-free paths counted taken in.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let killed = self.kill.is_killed();
         let now = now();
         self.with(|m| {
             let transition = m.tick(now);
-            let mut snapshot = m.snapshot(now, killed);
-            // Read after the machine: every step the machine counted is in `steps`.
-            let steps = self.steps.load(Ordering::Acquire).max(snapshot.step);
-            let fast_arrivals = steps - snapshot.counts.arrived.min(steps);
-            let counts = &mut snapshot.counts;
-            counts.arrived += fast_arrivals;
-            counts.made += fast_arrivals - m.fast_corrections().min(fast_arrivals);
-            counts.successes += self.fast_successes.load(Ordering::Relaxed);
-            let fast_last = self.fast_last_success.load(Ordering::Relaxed);
-            if fast_last > 0 {
-                snapshot.last_success_step = snapshot.last_success_step.max(Some(fast_last));
-            }
-            snapshot.step = steps;
-            (snapshot, transition)
+            (m.snapshot(now, killed), transition)
         })
     }
 
@@ -278,7 +360,9 @@ impl Shared {
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.events.subscribe()
+        self.events
+            .get_or_init(|| broadcast::channel(64).0)
+            .subscribe()
     }
 
     /// Reports a transition: a tracing event, the observers, then the broadcast channel
@@ -309,7 +393,9 @@ impl Shared {
             );
         }
         self.notify(&Event::Transition(&t));
-        let _ = self.events.send(t);
+        if let Some(events) = self.events.get() {
+            let _ = events.send(t);
+        }
     }
 
     fn observe_skip(&self, admission: &Admission) {

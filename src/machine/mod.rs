@@ -357,11 +357,11 @@ enum PermitKind {
 
 impl Permit {
     /// A normal call in the closed state of `generation`, admitted by the layer's
-    /// lock-free path.
-    pub(crate) fn fast(generation: u64, step: u64) -> Permit {
+    /// lock-free path; its step is given when a machine adopts it.
+    pub(crate) fn fast(generation: u64) -> Permit {
         Permit {
             generation,
-            step,
+            step: 0,
             probe: false,
             state: State::Closed,
             kind: PermitKind::Normal,
@@ -464,6 +464,28 @@ pub enum Advice {
     Skip(Skip),
 }
 
+/// What the layer may do without the machine's lock, as of the last change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockFree {
+    /// Closed, enabled, counting failures in a row with none counted, no slow-call
+    /// rule: a call and its success need no lock.
+    pub(crate) closed: bool,
+    /// Open with a cooldown in calls only: calls are skipped without the lock until
+    /// the step reaches this.
+    pub(crate) open_until: Option<u64>,
+    /// The machine's step.
+    pub(crate) step: u64,
+}
+
+/// What the layer's lock-free paths counted, handed to [`Machine::absorb`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counted {
+    pub(crate) closed_successes: u64,
+    pub(crate) last_success_step: Option<u64>,
+    pub(crate) killed: u64,
+    pub(crate) open_skips: u64,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Closed,
@@ -526,7 +548,6 @@ pub struct Machine {
     rng: u64,
     mode: Mode,
     probes: Probes,
-    fast_corrections: u64,
     last_failure: Option<FailureRecord>,
     last_success_step: Option<u64>,
     counts: Counts,
@@ -547,7 +568,6 @@ impl Machine {
             threshold_relief: 0,
             reopens: 0,
             probes: Probes::default(),
-            fast_corrections: 0,
             last_failure: None,
             last_success_step: None,
             counts: Counts::default(),
@@ -589,49 +609,73 @@ impl Machine {
     ///
     /// Returns the decision and the change of state it caused, if any.
     pub fn admit(&mut self, now: Instant, killed: bool) -> (Admission, Option<Transition>) {
-        let next = self.step + 1;
-        self.admit_with(|| next, now, killed)
-    }
-
-    /// [`Machine::admit`], with the arrival's step number taken from `next_step` (called
-    /// only when the call counts as a step): the layer keeps one step counter shared
-    /// with its lock-free closed-state path.
-    pub(crate) fn admit_with(
-        &mut self,
-        next_step: impl FnOnce() -> u64,
-        now: Instant,
-        killed: bool,
-    ) -> (Admission, Option<Transition>) {
         if self.mode != Mode::Disabled {
-            self.step = next_step();
+            self.step += 1;
             self.counts.arrived += 1;
         }
         self.decide(now, killed)
     }
 
-    /// Whether the state is such that a closed-state call and its success may be
-    /// counted without this machine: closed, enabled, failures counted in a row and none
-    /// counted yet, no slow-call rule. A failure, or anything else, still comes here.
-    pub(crate) fn fast_path_open(&self) -> bool {
-        matches!(self.phase, Phase::Closed)
+    /// What the layer's lock-free paths may do without this machine, published after
+    /// every change (see `Shared`).
+    pub(crate) fn lock_free(&self) -> LockFree {
+        let closed = matches!(self.phase, Phase::Closed)
             && self.mode == Mode::Enabled
             && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
             && self.consecutive == 0
-            && self.config.slow_call.is_none()
-    }
-
-    /// Catches up with steps counted outside the machine (the layer's lock-free path),
-    /// so that an opening counts its cooldown from the true step.
-    pub(crate) fn catch_up_steps(&mut self, step: u64) {
-        if self.mode != Mode::Disabled {
-            self.step = self.step.max(step);
+            && self.config.slow_call.is_none();
+        // Open with a cooldown in calls only: whether a call is skipped depends on the
+        // step alone, so it can be counted without the lock until the probe is due.
+        let open_until = match self.phase {
+            Phase::Open(Gate {
+                step: Some(step),
+                time: None,
+                manual: false,
+            }) if self.mode == Mode::Enabled => Some(step),
+            _ => None,
+        };
+        LockFree {
+            closed,
+            open_until,
+            step: self.step,
         }
     }
 
-    /// Calls admitted on the lock-free path and then taken back (abandoned, or decided
-    /// again), which that path's count of calls made must lose.
-    pub(crate) fn fast_corrections(&self) -> u64 {
-        self.fast_corrections
+    /// Takes in what the layer's lock-free paths counted since the last time: each of
+    /// those calls arrived and was a step.
+    pub(crate) fn absorb(&mut self, counted: Counted) {
+        let Counted {
+            closed_successes,
+            last_success_step,
+            killed,
+            open_skips,
+        } = counted;
+        let arrived = closed_successes + killed + open_skips;
+        self.step += arrived;
+        self.counts.arrived += arrived;
+        self.counts.made += closed_successes;
+        self.counts.successes += closed_successes;
+        self.counts.skipped_killed += killed;
+        self.counts.skipped_open += open_skips;
+        if closed_successes > 0 {
+            self.last_success_step = self.last_success_step.max(last_success_step);
+        }
+    }
+
+    /// A call admitted on the lock-free path reaches the machine (it failed, was
+    /// cancelled or abandoned, or must be decided again): count its arrival now. It is a
+    /// step of the current state only if it was admitted in it.
+    fn adopt(&mut self, permit: &mut Permit) {
+        if !permit.fast || permit.kind == PermitKind::Passthrough {
+            return;
+        }
+        permit.fast = false;
+        if self.is_current(permit) {
+            self.step += 1;
+        }
+        permit.step = self.step;
+        self.counts.arrived += 1;
+        self.counts.made += 1;
     }
 
     /// Advises a caller that decides for itself whether to call (an orchestrator such
@@ -640,17 +684,6 @@ impl Machine {
     /// then. If it would be skipped, the attempt counts as an arriving, skipped call
     /// (it is a step), exactly as a skipped call through the layer would.
     pub fn advise(&mut self, now: Instant, killed: bool) -> (Advice, Option<Transition>) {
-        let next = self.step + 1;
-        self.advise_with(|| next, now, killed)
-    }
-
-    /// [`Machine::advise`] with the step of a skipped attempt taken from `next_step`.
-    pub(crate) fn advise_with(
-        &mut self,
-        next_step: impl FnOnce() -> u64,
-        now: Instant,
-        killed: bool,
-    ) -> (Advice, Option<Transition>) {
         if self.mode == Mode::Disabled && !killed {
             return (Advice::Call, None);
         }
@@ -668,7 +701,7 @@ impl Machine {
         match advice {
             Some(advice) => (advice, transition),
             None => {
-                let (admission, late) = self.admit_with(next_step, now, killed);
+                let (admission, late) = self.admit(now, killed);
                 debug_assert!(late.is_none(), "a skip changes no state");
                 match admission {
                     Admission::Skip(skip) => (Advice::Skip(skip), transition),
@@ -696,26 +729,14 @@ impl Machine {
     /// new step. A permit that still stands comes back as it was.
     pub fn revalidate(
         &mut self,
-        permit: Permit,
-        now: Instant,
-        killed: bool,
-    ) -> (Admission, Option<Transition>) {
-        let next = self.step + 1;
-        self.revalidate_with(permit, || next, now, killed)
-    }
-
-    /// [`Machine::revalidate`] with the step (needed when a reservation made in
-    /// disabled mode becomes a counted call) taken from `next_step`.
-    pub(crate) fn revalidate_with(
-        &mut self,
-        permit: Permit,
-        next_step: impl FnOnce() -> u64,
+        mut permit: Permit,
         now: Instant,
         killed: bool,
     ) -> (Admission, Option<Transition>) {
         if !killed && permit.epoch() == self.epoch() {
             return (Admission::Call(permit), None);
         }
+        self.adopt(&mut permit);
         // Keep the books balanced across a change of mode: disabled mode counts nothing.
         match (
             permit.kind == PermitKind::Passthrough,
@@ -727,7 +748,7 @@ impl Machine {
                 self.counts.abandoned += 1;
             }
             (true, false) => {
-                self.step = next_step();
+                self.step += 1;
                 self.counts.arrived += 1;
             }
             (true, true) => {}
@@ -738,10 +759,11 @@ impl Machine {
     /// Hands back a permit whose call ended without an outcome: `called` says whether
     /// the wrapped service was called (a cancelled call) or not (abandoned before the
     /// call). A probe slot it held is freed; nothing counts as success or failure.
-    pub fn release(&mut self, permit: Permit, called: bool) {
+    pub fn release(&mut self, mut permit: Permit, called: bool) {
         if permit.kind == PermitKind::Passthrough {
             return;
         }
+        self.adopt(&mut permit);
         if called {
             self.counts.cancelled += 1;
             self.free_probe_slot(&permit);
@@ -756,7 +778,7 @@ impl Machine {
     /// changes nothing.
     pub fn record(
         &mut self,
-        permit: Permit,
+        mut permit: Permit,
         outcome: Outcome,
         elapsed: Option<Duration>,
         now: Instant,
@@ -764,6 +786,7 @@ impl Machine {
         if permit.kind == PermitKind::Passthrough {
             return None;
         }
+        self.adopt(&mut permit);
         let outcome = self.apply_slow_call_rule(outcome, elapsed);
         let shadow = matches!(permit.kind, PermitKind::Shadow(_));
         self.free_probe_slot(&permit);
@@ -1040,10 +1063,6 @@ impl Machine {
             PermitKind::Passthrough => return,
             PermitKind::Shadow(_) => self.counts.would_have_skipped -= 1,
             PermitKind::Normal => {}
-        }
-        if permit.fast {
-            self.fast_corrections += 1;
-            return;
         }
         self.counts.made -= 1;
         if permit.probe {
