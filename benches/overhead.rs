@@ -1,83 +1,256 @@
-//! Per-call overhead of the breaker on a no-op service, next to a bare call.
+//! Per-call overhead of a circuit breaker on a no-op service, side by side with the
+//! floor (a bare call, and a hand-written lock-free breaker) and the crates users would
+//! pick instead: tower-resilience 0.13 (`circuitbreaker`, consecutive failures) and
+//! failsafe 1.3 (futures API, consecutive failures).
 //!
-//! `cargo bench --bench overhead`. Each iteration is one `poll_ready` + `call` + one poll
-//! of the response future with a no-op waker: no runtime in the way, just the breaker.
+//! ```text
+//! cargo bench --bench overhead
+//! ```
+//!
+//! `per_call/*`: one `poll_ready` + `call` + one poll of the response future with a
+//! no-op waker, on one thread: the breaker's own cost, no runtime in the way.
+//! `contended/*`: 64 tasks on a 2-worker multi-thread runtime share one breaker, each
+//! awaiting `ready()` then the call in a loop; the figure is wall time per call.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{ready, Future, Ready};
 use std::hint::black_box;
-use std::pin::pin;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use tower::{service_fn, Layer, Service};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use failsafe::futures::CircuitBreaker as _;
+use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, Outcome};
 
-/// One call through `svc`, driven by hand; the service and fallback are always ready.
-fn call_once<S: Service<u64>>(
-    svc: &mut S,
-    cx: &mut Context<'_>,
-    request: u64,
-) -> Option<S::Response> {
+type Noop = tower::util::ServiceFn<fn(u64) -> Ready<Result<u64, Infallible>>>;
+
+fn noop() -> Noop {
+    service_fn(|x: u64| ready(Ok(x)))
+}
+
+/// One call through `svc`, driven by hand; the services here are always ready.
+fn call_once<S: Service<u64>>(svc: &mut S, cx: &mut Context<'_>, request: u64) -> bool {
     match svc.poll_ready(cx) {
         Poll::Ready(Ok(())) => {}
         _ => unreachable!("the benchmark's services are always ready"),
     }
     let future = pin!(svc.call(request));
     match future.poll(cx) {
-        Poll::Ready(Ok(response)) => Some(response),
-        Poll::Ready(Err(_)) => None,
+        Poll::Ready(result) => result.is_ok(),
         Poll::Pending => unreachable!("the benchmark's futures are ready at once"),
     }
 }
 
-fn noop() -> impl Service<
-    u64,
-    Response = u64,
-    Error = Infallible,
-    Future = std::future::Ready<Result<u64, Infallible>>,
-> + Clone {
-    service_fn(|x: u64| std::future::ready(Ok::<_, Infallible>(x)))
+/// The floor for a breaker: a lock-free consecutive-failure breaker written by hand,
+/// with atomics and an `Arc` clone per call, and no counts, fallback or provenance.
+mod lock_free {
+    use super::*;
+
+    #[derive(Default)]
+    pub(crate) struct State {
+        open: AtomicU8,
+        failures: AtomicU32,
+    }
+
+    #[derive(Clone)]
+    pub(crate) struct Breaker<S> {
+        pub(crate) inner: S,
+        pub(crate) state: Arc<State>,
+    }
+
+    impl State {
+        pub(crate) fn open(&self) {
+            self.open.store(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) struct Call<F> {
+        future: F,
+        state: Arc<State>,
+    }
+
+    impl<F: Future<Output = Result<u64, Infallible>> + Unpin> Future for Call<F> {
+        type Output = Result<u64, &'static str>;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let Poll::Ready(result) = Pin::new(&mut self.future).poll(cx) else {
+                return Poll::Pending;
+            };
+            Poll::Ready(match result {
+                Ok(value) => {
+                    if self.state.failures.load(Ordering::Relaxed) != 0 {
+                        self.state.failures.store(0, Ordering::Relaxed);
+                    }
+                    Ok(value)
+                }
+                Err(never) => match never {},
+            })
+        }
+    }
+
+    pub(crate) enum Answer<F> {
+        Called(Call<F>),
+        Open,
+    }
+
+    impl<F: Future<Output = Result<u64, Infallible>> + Unpin> Future for Answer<F> {
+        type Output = Result<u64, &'static str>;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            match self.get_mut() {
+                Answer::Called(call) => Pin::new(call).poll(cx),
+                Answer::Open => Poll::Ready(Err("open")),
+            }
+        }
+    }
+
+    impl<S> Service<u64> for Breaker<S>
+    where
+        S: Service<u64, Response = u64, Error = Infallible>,
+        S::Future: Unpin,
+    {
+        type Response = u64;
+        type Error = &'static str;
+        type Future = Answer<S::Future>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx).map_err(|never| match never {})
+        }
+
+        fn call(&mut self, request: u64) -> Self::Future {
+            if self.state.open.load(Ordering::Relaxed) == 1 {
+                return Answer::Open;
+            }
+            Answer::Called(Call {
+                future: self.inner.call(request),
+                state: self.state.clone(),
+            })
+        }
+    }
 }
 
-fn overhead(c: &mut Criterion) {
+fn lock_free_breaker() -> lock_free::Breaker<Noop> {
+    lock_free::Breaker {
+        inner: noop(),
+        state: Arc::new(lock_free::State::default()),
+    }
+}
+
+fn ours() -> CircuitBreakerLayer {
+    CircuitBreakerLayer::builder()
+        .build()
+        .expect("valid settings")
+}
+
+fn resilience() -> tower_resilience::circuitbreaker::CircuitBreakerLayer {
+    tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
+        .consecutive_failures(3)
+        .build()
+        .expect("valid settings")
+}
+
+type Failsafe = failsafe::StateMachine<
+    failsafe::failure_policy::ConsecutiveFailures<failsafe::backoff::Constant>,
+    (),
+>;
+
+fn failsafe_breaker() -> Failsafe {
+    let policy = failsafe::failure_policy::consecutive_failures(
+        3,
+        failsafe::backoff::constant(Duration::from_secs(30)),
+    );
+    failsafe::Config::new().failure_policy(policy).build()
+}
+
+/// failsafe is not a tower service: one call is `breaker.call(future)`.
+fn failsafe_call(breaker: &Failsafe, cx: &mut Context<'_>, request: u64) -> bool {
+    let future = pin!(breaker.call(ready(Ok::<u64, ()>(request))));
+    match future.poll(cx) {
+        Poll::Ready(result) => result.is_ok(),
+        Poll::Pending => unreachable!("ready at once"),
+    }
+}
+
+fn trip_failsafe(breaker: &Failsafe, cx: &mut Context<'_>) {
+    for _ in 0..3 {
+        let future = pin!(breaker.call(ready(Err::<u64, ()>(()))));
+        let _ = future.poll(cx);
+    }
+    assert!(!breaker.is_call_permitted(), "failsafe opened");
+}
+
+fn per_call(c: &mut Criterion) {
+    // For setting breakers up; each benchmark polls with a context of its own.
     let mut cx = Context::from_waker(Waker::noop());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut group = c.benchmark_group("per_call");
+    let mut bench = |name: &str, f: &mut dyn FnMut(&mut Context<'_>, u64) -> bool| {
+        let mut cx = Context::from_waker(Waker::noop());
+        group.bench_function(name, |b| b.iter(|| black_box(f(&mut cx, black_box(1)))));
+    };
 
     let mut bare = noop();
-    group.bench_function("bare_service", |b| {
-        b.iter(|| black_box(call_once(&mut bare, &mut cx, black_box(1))))
+    bench("bare_service", &mut |cx, r| call_once(&mut bare, cx, r));
+
+    let mut floor = lock_free_breaker();
+    bench("lock_free_floor/closed", &mut |cx, r| {
+        call_once(&mut floor, cx, r)
+    });
+    let mut floor_open = lock_free_breaker();
+    floor_open.state.open();
+    bench("lock_free_floor/open", &mut |cx, r| {
+        call_once(&mut floor_open, cx, r)
     });
 
-    let layer = CircuitBreakerLayer::builder().build().expect("valid");
-    let mut closed = layer.layer(noop());
-    group.bench_function("closed", |b| {
-        b.iter(|| black_box(call_once(&mut closed, &mut cx, black_box(1))))
-    });
+    let mut closed = ours().layer(noop());
+    bench("ours/closed", &mut |cx, r| call_once(&mut closed, cx, r));
 
-    let layer = CircuitBreakerLayer::builder().build().expect("valid");
+    let layer = ours();
     layer.handle().force_open();
     let mut open = layer.with_fallback(noop()).layer(noop());
-    group.bench_function("open_with_fallback", |b| {
-        b.iter(|| black_box(call_once(&mut open, &mut cx, black_box(1))))
+    bench("ours/open_fallback", &mut |cx, r| {
+        call_once(&mut open, cx, r)
     });
 
-    let layer = CircuitBreakerLayer::builder().build().expect("valid");
+    let layer = ours();
     layer.handle().force_open();
     let mut rejecting = layer.layer(noop());
-    group.bench_function("open_typed_error", |b| {
-        b.iter(|| black_box(call_once(&mut rejecting, &mut cx, black_box(1))))
+    bench("ours/open_typed_error", &mut |cx, r| {
+        call_once(&mut rejecting, cx, r)
     });
 
-    let layer = CircuitBreakerLayer::builder().build().expect("valid");
+    // Open after a failure, with a cooldown in calls: skips are counted without the lock.
+    let layer = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(u64::MAX / 2))
+        .build()
+        .expect("valid");
+    let layer = layer
+        .with_classifier(|r: &Result<u64, Infallible>| match r {
+            Ok(0) => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .with_fallback(noop());
+    let mut open_calls = layer.layer(noop());
+    call_once(&mut open_calls, &mut cx, 0);
+    bench("ours/open_call_cooldown", &mut |cx, r| {
+        call_once(&mut open_calls, cx, r)
+    });
+
+    let layer = ours();
     layer.handle().kill_switch().kill();
     let mut killed = layer.with_fallback(noop()).layer(noop());
-    group.bench_function("killed", |b| {
-        b.iter(|| black_box(call_once(&mut killed, &mut cx, black_box(1))))
-    });
+    bench("ours/killed", &mut |cx, r| call_once(&mut killed, cx, r));
 
-    // Half-open with the probe slot taken by a reservation that is never used: every
-    // call meets a full half-open and goes to the fallback.
+    // Half-open with the probe slot taken by a reservation never used: every call
+    // meets a full half-open and goes to the fallback.
     let layer = CircuitBreakerLayer::builder()
         .failure_threshold(1)
         .cooldown(Cooldown::Calls(1))
@@ -86,12 +259,9 @@ fn overhead(c: &mut Criterion) {
         .expect("valid");
     let handle = layer.handle();
     let layer = layer
-        .with_classifier(|r: &Result<u64, Infallible>| {
-            if matches!(r, Ok(0)) {
-                Outcome::failure()
-            } else {
-                Outcome::Success
-            }
+        .with_classifier(|r: &Result<u64, Infallible>| match r {
+            Ok(0) => Outcome::failure(),
+            _ => Outcome::Success,
         })
         .with_fallback(noop());
     let mut half_open = layer.layer(noop());
@@ -99,12 +269,123 @@ fn overhead(c: &mut Criterion) {
     let mut holder = layer.layer(noop());
     assert!(holder.poll_ready(&mut cx).is_ready()); // takes the probe slot
     assert_eq!(handle.snapshot().probes_in_flight, 1);
-    group.bench_function("half_open_probe_taken", |b| {
-        b.iter(|| black_box(call_once(&mut half_open, &mut cx, black_box(1))))
+    bench("ours/half_open_probe_taken", &mut |cx, r| {
+        call_once(&mut half_open, cx, r)
     });
+
+    let mut res_closed = resilience().layer(noop());
+    bench("tower_resilience/closed", &mut |cx, r| {
+        call_once(&mut res_closed, cx, r)
+    });
+    let mut res_open = resilience().layer(noop());
+    runtime.block_on(res_open.force_open());
+    bench("tower_resilience/open", &mut |cx, r| {
+        call_once(&mut res_open, cx, r)
+    });
+
+    let fs_closed = failsafe_breaker();
+    bench("failsafe/closed", &mut |cx, r| {
+        failsafe_call(&fs_closed, cx, r)
+    });
+    let fs_open = failsafe_breaker();
+    trip_failsafe(&fs_open, &mut cx);
+    bench("failsafe/open", &mut |cx, r| failsafe_call(&fs_open, cx, r));
+
+    drop(group);
     drop(holder);
+}
+
+const TASKS: u64 = 64;
+
+/// Wall time for `iters` calls spread over 64 tasks on a 2-worker runtime.
+fn contended<S>(runtime: &tokio::runtime::Runtime, svc: &S, iters: u64) -> Duration
+where
+    S: Service<u64> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Send,
+{
+    let per_task = iters.div_ceil(TASKS);
+    runtime.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let mut svc = svc.clone();
+                tokio::spawn(async move {
+                    for i in 0..per_task {
+                        if let Ok(ready) = svc.ready().await {
+                            let _ = black_box(ready.call(i).await.is_ok());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    })
+}
+
+fn contended_failsafe(
+    runtime: &tokio::runtime::Runtime,
+    breaker: &Failsafe,
+    iters: u64,
+) -> Duration {
+    let per_task = iters.div_ceil(TASKS);
+    runtime.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let breaker = breaker.clone();
+                tokio::spawn(async move {
+                    for i in 0..per_task {
+                        let _ = black_box(breaker.call(ready(Ok::<u64, ()>(i))).await.is_ok());
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    })
+}
+
+fn under_contention(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("contended");
+    group.bench_function(BenchmarkId::new("bare_service", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &noop(), iters))
+    });
+    let floor = lock_free_breaker();
+    group.bench_function(BenchmarkId::new("lock_free_floor", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &floor, iters))
+    });
+    let closed = ours().layer(noop());
+    group.bench_function(BenchmarkId::new("ours/closed", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &closed, iters))
+    });
+    let layer = ours();
+    layer.handle().force_open();
+    let open = layer.with_fallback(noop()).layer(noop());
+    group.bench_function(BenchmarkId::new("ours/open_fallback", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &open, iters))
+    });
+    let res = resilience().layer(noop());
+    group.bench_function(BenchmarkId::new("tower_resilience/closed", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &res, iters))
+    });
+    let fs = failsafe_breaker();
+    group.bench_function(BenchmarkId::new("failsafe/closed", TASKS), |b| {
+        b.iter_custom(|iters| contended_failsafe(&runtime, &fs, iters))
+    });
     group.finish();
 }
 
-criterion_group!(benches, overhead);
+criterion_group!(benches, per_call, under_contention);
 criterion_main!(benches);

@@ -24,15 +24,22 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// Laid out for the lock-free paths: the counters they write come first, next to the
+/// `Arc`'s reference counts (which every call writes anyway), so that a call under
+/// contention moves one cache line between cores, not several; what calls only read is
+/// kept apart from both.
+#[repr(C)]
 pub(crate) struct Shared {
+    /// Counted by the lock-free paths since the machine last took them in.
+    pending: Pending,
+    _written: [u8; 128],
     /// What a call may know without the lock. See [`Word`].
-    word: CachePadded<AtomicU64>,
+    word: AtomicU64,
     /// With [`Word::open`]: the machine's step at which the probe is due.
     open_until: AtomicU64,
     /// The machine's step as of the last change.
     step: AtomicU64,
-    /// Counted by the lock-free paths since the machine last took them in.
-    pending: Pending,
+    _read: [u8; 128],
     pub(crate) name: Arc<str>,
     machine: Mutex<Machine>,
     pub(crate) kill: KillSwitch,
@@ -43,43 +50,31 @@ pub(crate) struct Shared {
     observers: Box<[Observer]>,
 }
 
-/// Counters the lock-free paths add to and the machine takes in (each on its own cache
-/// line: they are written by every call).
+/// Counters the lock-free paths add to and the machine takes in.
 #[derive(Default)]
+#[repr(C)]
 struct Pending {
-    closed_successes: CachePadded<AtomicU64>,
-    last_success_step: AtomicU64,
-    killed: CachePadded<AtomicU64>,
-    open_skips: CachePadded<AtomicU64>,
+    closed_calls: AtomicU64,
+    closed_successes: AtomicU64,
+    killed: AtomicU64,
+    open_skips: AtomicU64,
+    forced_skips: AtomicU64,
 }
 
 impl Pending {
     fn take(&self) -> Counted {
         Counted {
+            closed_calls: self.closed_calls.swap(0, Ordering::AcqRel),
             closed_successes: self.closed_successes.swap(0, Ordering::AcqRel),
-            last_success_step: Some(self.last_success_step.swap(0, Ordering::AcqRel))
-                .filter(|&s| s > 0),
             killed: self.killed.swap(0, Ordering::AcqRel),
             open_skips: self.open_skips.swap(0, Ordering::AcqRel),
+            forced_skips: self.forced_skips.swap(0, Ordering::AcqRel),
         }
     }
 }
 
-/// Keeps a value on its own cache line(s), so that writes to its neighbours do not
-/// slow down reads of it.
-#[derive(Default)]
-#[repr(align(128))]
-struct CachePadded<T>(T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// The machine's state as one number: `epoch << 8 | state << 4 | flags`, flags being
-/// `closed` (1), `passthrough` (2), `open` (4) and `counts` (8).
+/// The machine's state as one number: `epoch << 8 | state << 5 | flags`, flags being
+/// `closed` (1), `passthrough` (2), `open` (4), `counts` (8) and `forced_open` (16).
 ///
 /// - `closed`: closed, enabled, no failure counted, no slow-call rule
 ///   (`Machine::lock_free`): a call is admitted, and its success counted, with atomics.
@@ -87,6 +82,7 @@ impl<T> std::ops::Deref for CachePadded<T> {
 /// - `open`: open with a cooldown in calls only: a call is skipped with atomics until
 ///   the step reaches `open_until`.
 /// - `counts`: not disabled: a killed call is counted as a skipped step.
+/// - `forced_open`: forced open and enabled: a call is skipped with atomics.
 #[derive(Clone, Copy)]
 struct Word(u64);
 
@@ -95,8 +91,9 @@ impl Word {
         let flags = u64::from(lock_free.closed)
             | u64::from(machine.mode() == Mode::Disabled) << 1
             | u64::from(lock_free.open_until.is_some()) << 2
-            | u64::from(machine.mode() != Mode::Disabled) << 3;
-        Word(machine.epoch() << 8 | machine.state().code() << 4 | flags)
+            | u64::from(machine.mode() != Mode::Disabled) << 3
+            | u64::from(lock_free.forced_open) << 4;
+        Word(machine.epoch() << 8 | machine.state().code() << 5 | flags)
     }
 
     fn epoch(self) -> u64 {
@@ -104,7 +101,7 @@ impl Word {
     }
 
     fn state(self) -> State {
-        State::from_code(self.0 >> 4)
+        State::from_code(self.0 >> 5)
     }
 
     fn closed(self) -> bool {
@@ -122,16 +119,22 @@ impl Word {
     fn counts(self) -> bool {
         self.0 & 8 != 0
     }
+
+    fn forced_open(self) -> bool {
+        self.0 & 16 != 0
+    }
 }
 
 impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
         let lock_free = machine.lock_free();
         Shared {
-            word: CachePadded(AtomicU64::new(Word::of(&machine, &lock_free).0)),
+            pending: Pending::default(),
+            _written: [0; 128],
+            word: AtomicU64::new(Word::of(&machine, &lock_free).0),
             open_until: AtomicU64::new(lock_free.open_until.unwrap_or(u64::MAX)),
             step: AtomicU64::new(lock_free.step),
-            pending: Pending::default(),
+            _read: [0; 128],
             name: machine.config().name.clone(),
             times_calls: machine.config().slow_call.is_some(),
             machine: Mutex::new(machine),
@@ -211,6 +214,7 @@ impl Shared {
             }));
         }
         if word.closed() {
+            self.pending.closed_calls.fetch_add(1, Ordering::AcqRel);
             return Some(Admission::Call(Permit::fast(generation)));
         }
         if word.passthrough() {
@@ -218,6 +222,14 @@ impl Shared {
                 generation,
                 word.state(),
             )));
+        }
+        if word.forced_open() {
+            self.pending.forced_skips.fetch_add(1, Ordering::AcqRel);
+            return Some(Admission::Skip(Skip {
+                reason: Reason::ForcedOpen,
+                state: State::ForcedOpen,
+                next_probe: NextProbe::Manual,
+            }));
         }
         if word.open() {
             let step = self.step.load(Ordering::Acquire)
@@ -277,11 +289,7 @@ impl Shared {
             // nothing but the count. (A success racing a failure that is being recorded
             // counts as having come first.)
             if word.closed() && word.epoch() == permit.epoch() {
-                let n = self.pending.closed_successes.fetch_add(1, Ordering::AcqRel) + 1;
-                let step = self.step.load(Ordering::Relaxed) + n;
-                self.pending
-                    .last_success_step
-                    .store(step, Ordering::Relaxed);
+                self.pending.closed_successes.fetch_add(1, Ordering::AcqRel);
                 if !self.observers.is_empty() {
                     self.notify(&Event::Recorded {
                         name: &self.name,
@@ -353,6 +361,12 @@ impl Shared {
 
     pub(crate) fn mode(&self) -> Mode {
         self.lock().mode()
+    }
+
+    /// The state as last published for the lock-free paths, read without the lock: a
+    /// keyed registry checks it on every breaker it considers evicting.
+    pub(crate) fn published_state(&self) -> State {
+        self.word().state()
     }
 
     pub(crate) fn set_threshold_relief(&self, relief: u32) {

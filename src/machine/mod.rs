@@ -310,7 +310,9 @@ pub struct Snapshot {
     pub last_failure: Option<FailureRecord>,
     /// The step (arrival number) of the last call that succeeded. Successes carry a
     /// step, not a time: reading the clock for each success would double the cost of a
-    /// call through a closed breaker.
+    /// call through a closed breaker. Successes of the layer's lock-free closed path
+    /// are counted in batches, so there it is the step of the last one counted, exact
+    /// unless calls raced.
     pub last_success_step: Option<u64>,
     /// Running totals.
     pub counts: Counts,
@@ -473,6 +475,8 @@ pub(crate) struct LockFree {
     /// Open with a cooldown in calls only: calls are skipped without the lock until
     /// the step reaches this.
     pub(crate) open_until: Option<u64>,
+    /// Forced open and enabled: every call is skipped, without the lock.
+    pub(crate) forced_open: bool,
     /// The machine's step.
     pub(crate) step: u64,
 }
@@ -480,10 +484,11 @@ pub(crate) struct LockFree {
 /// What the layer's lock-free paths counted, handed to [`Machine::absorb`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counted {
+    pub(crate) closed_calls: u64,
     pub(crate) closed_successes: u64,
-    pub(crate) last_success_step: Option<u64>,
     pub(crate) killed: u64,
     pub(crate) open_skips: u64,
+    pub(crate) forced_skips: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -637,6 +642,7 @@ impl Machine {
         LockFree {
             closed,
             open_until,
+            forced_open: matches!(self.phase, Phase::ForcedOpen) && self.mode == Mode::Enabled,
             step: self.step,
         }
     }
@@ -645,37 +651,37 @@ impl Machine {
     /// those calls arrived and was a step.
     pub(crate) fn absorb(&mut self, counted: Counted) {
         let Counted {
+            closed_calls,
             closed_successes,
-            last_success_step,
             killed,
             open_skips,
+            forced_skips,
         } = counted;
-        let arrived = closed_successes + killed + open_skips;
+        let arrived = closed_calls + killed + open_skips + forced_skips;
         self.step += arrived;
+        // The lock-free successes came after everything the machine counted before;
+        // the last of them is taken to be the last step (exact unless killed calls
+        // raced with them).
         self.counts.arrived += arrived;
-        self.counts.made += closed_successes;
+        self.counts.made += closed_calls;
         self.counts.successes += closed_successes;
         self.counts.skipped_killed += killed;
         self.counts.skipped_open += open_skips;
+        self.counts.skipped_forced_open += forced_skips;
         if closed_successes > 0 {
-            self.last_success_step = self.last_success_step.max(last_success_step);
+            self.last_success_step = Some(self.step);
         }
     }
 
     /// A call admitted on the lock-free path reaches the machine (it failed, was
-    /// cancelled or abandoned, or must be decided again): count its arrival now. It is a
-    /// step of the current state only if it was admitted in it.
+    /// cancelled or abandoned, or must be decided again). Its arrival was counted with
+    /// the lock-free counts, already taken in; it gets the step it is known by.
     fn adopt(&mut self, permit: &mut Permit) {
         if !permit.fast || permit.kind == PermitKind::Passthrough {
             return;
         }
         permit.fast = false;
-        if self.is_current(permit) {
-            self.step += 1;
-        }
         permit.step = self.step;
-        self.counts.arrived += 1;
-        self.counts.made += 1;
     }
 
     /// Advises a caller that decides for itself whether to call (an orchestrator such
