@@ -153,6 +153,7 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    #[inline]
     fn word(&self) -> Word {
         Word(self.word.load(Ordering::Acquire))
     }
@@ -185,6 +186,7 @@ impl Shared {
         out
     }
 
+    #[inline]
     pub(crate) fn admit(&self) -> Admission {
         let word = self.word();
         let killed = self.kill.is_killed();
@@ -192,6 +194,11 @@ impl Shared {
             self.observe_skip(&admission);
             return admission;
         }
+        self.admit_locked(killed)
+    }
+
+    #[inline(never)]
+    fn admit_locked(&self, killed: bool) -> Admission {
         let now = now();
         let admission = self.with(|m| m.admit(now, killed));
         self.observe_skip(&admission);
@@ -200,6 +207,7 @@ impl Shared {
 
     /// The common cases, with atomics alone: a killed call, a call in the closed state,
     /// a pass-through call, a call skipped while open with a cooldown in calls.
+    #[inline]
     fn admit_lock_free(&self, word: Word, killed: bool) -> Option<Admission> {
         let generation = epoch_generation(word.epoch());
         if killed {
@@ -267,6 +275,7 @@ impl Shared {
 
     /// Whether a permit may be used as it is: no kill, and no change of state or mode
     /// since it was given.
+    #[inline]
     pub(crate) fn still_valid(&self, permit: &Permit) -> bool {
         !self.kill.is_killed() && self.word().epoch() == permit.epoch()
     }
@@ -279,6 +288,7 @@ impl Shared {
         admission
     }
 
+    #[inline]
     pub(crate) fn record(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
         if !permit.is_recorded() {
             return;
@@ -301,6 +311,11 @@ impl Shared {
                 return;
             }
         }
+        self.record_locked(permit, outcome, elapsed);
+    }
+
+    #[inline(never)]
+    fn record_locked(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
         let at = now();
         if self.observers.is_empty() {
             self.with(|m| ((), m.record(permit, outcome, elapsed, at)));
@@ -412,6 +427,7 @@ impl Shared {
         }
     }
 
+    #[inline]
     fn observe_skip(&self, admission: &Admission) {
         if let (false, Admission::Skip(skip)) = (self.observers.is_empty(), admission) {
             self.notify(&Event::Skipped {
@@ -440,6 +456,7 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
+    #[inline]
     pub(crate) fn new(shared: Arc<Shared>, permit: Permit) -> Self {
         Ticket {
             shared,
@@ -458,6 +475,7 @@ impl Ticket {
         self.called = true;
     }
 
+    #[inline]
     pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
         self.settled = true;
         self.shared.record(self.permit, outcome, elapsed);
@@ -471,6 +489,7 @@ impl Ticket {
 }
 
 impl Drop for Ticket {
+    #[inline]
     fn drop(&mut self) {
         if !self.settled {
             self.shared.release(self.permit, self.called);

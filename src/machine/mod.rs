@@ -68,6 +68,7 @@ impl State {
         }
     }
 
+    #[inline]
     pub(crate) fn from_code(code: u64) -> State {
         match code & 3 {
             0 => State::Closed,
@@ -360,6 +361,7 @@ enum PermitKind {
 impl Permit {
     /// A normal call in the closed state of `generation`, admitted by the layer's
     /// lock-free path; its step is given when a machine adopts it.
+    #[inline]
     pub(crate) fn fast(generation: u64) -> Permit {
         Permit {
             generation,
@@ -386,21 +388,25 @@ impl Permit {
     }
 
     /// Whether the layer's lock-free path admitted it.
+    #[inline]
     pub(crate) fn is_fast(&self) -> bool {
         self.fast
     }
 
     /// Whether this call is a half-open probe.
+    #[inline]
     pub fn is_probe(&self) -> bool {
         self.probe
     }
 
     /// The state found when the call arrived (after any open to half-open change).
+    #[inline]
     pub fn state(&self) -> State {
         self.state
     }
 
     /// In observe-only mode, the reason an enabled breaker would have skipped this call.
+    #[inline]
     pub fn shadowed(&self) -> Option<Reason> {
         match self.kind {
             PermitKind::Shadow(reason) => Some(reason),
@@ -420,6 +426,7 @@ impl Permit {
 
     /// Generation and mode in one number: the permit stands while it equals the
     /// machine's [`Machine::epoch`].
+    #[inline]
     pub fn epoch(&self) -> u64 {
         epoch(self.generation, self.mode())
     }
@@ -430,6 +437,7 @@ impl Permit {
     }
 
     /// Whether its outcome is recorded at all (not in disabled mode).
+    #[inline]
     pub fn is_recorded(&self) -> bool {
         self.kind != PermitKind::Passthrough
     }
@@ -726,6 +734,7 @@ impl Machine {
     /// Generation and mode in one number: a permit whose [`Permit::epoch`] equals it
     /// may be used as it is; otherwise it goes through [`Machine::revalidate`] before
     /// its call is made.
+    #[inline]
     pub fn epoch(&self) -> u64 {
         epoch(self.generation, self.mode)
     }
@@ -1240,6 +1249,7 @@ fn later(now: Instant, wait: Duration) -> Instant {
     now.checked_add(wait.min(CENTURY)).unwrap_or(now)
 }
 
+#[inline]
 pub(crate) fn epoch(generation: u64, mode: Mode) -> u64 {
     let mode = match mode {
         Mode::Enabled => 0,
@@ -1250,6 +1260,7 @@ pub(crate) fn epoch(generation: u64, mode: Mode) -> u64 {
 }
 
 /// The generation of an epoch.
+#[inline]
 pub(crate) fn epoch_generation(epoch: u64) -> u64 {
     epoch >> 2
 }
