@@ -60,6 +60,13 @@ impl CircuitBreakerHandle {
         self.shared.advise()
     }
 
+    /// Whether the breaker is closed, read without taking its lock: a closed breaker
+    /// leaves that state only through a call's outcome or a person's act, never by
+    /// time alone, so this is exact. Cheap enough for every routing decision.
+    pub fn is_closed(&self) -> bool {
+        self.shared.published_state() == State::Closed
+    }
+
     /// The state.
     pub fn state(&self) -> State {
         self.snapshot().state

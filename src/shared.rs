@@ -265,6 +265,10 @@ impl Shared {
 
     pub(crate) fn advise(&self) -> Advice {
         let killed = self.kill.is_killed();
+        let word = self.word();
+        if !killed && (word.closed() || word.passthrough()) {
+            return Advice::Call;
+        }
         let now = now();
         let advice = self.with(|m| m.advise(now, killed));
         if let Advice::Skip(skip) = &advice {

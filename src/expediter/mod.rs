@@ -722,8 +722,16 @@ impl Ledger {
         }
     }
 
-    fn row(&self, tool: &str) -> Row {
-        self.rows.get(tool).cloned().unwrap_or_default()
+    fn row(&self, tool: &str) -> &Row {
+        const NO_ROW: &Row = &Row {
+            last_failure_step: None,
+            last_category: None,
+            last_success_step: None,
+            availability: None,
+            open: None,
+            recovery: None,
+        };
+        self.rows.get(tool).unwrap_or(NO_ROW)
     }
 
     fn row_mut(&mut self, tool: &Arc<str>) -> &mut Row {
@@ -990,7 +998,7 @@ impl Ledger {
     /// a step.
     fn usable(&self, inner: &Inner, tool: &Tool) -> bool {
         !inner.kill.is_killed()
-            && tool.handle.snapshot().state == State::Closed
+            && tool.handle.is_closed()
             && self.row(&tool.spec.name).availability != Some(Availability::Unavailable)
     }
 
@@ -1036,13 +1044,14 @@ impl Ledger {
 
     fn note_degradation(&mut self, tool: &Arc<str>, route: &Route) {
         let step = self.step;
-        let line = route.to_string();
-        for item in self.subtasks.iter_mut() {
-            if item.status == WorkStatus::InProgress
-                && item.tools.contains(tool)
-                && !item.degradations.contains(&line)
-            {
-                item.degradations.push(line.clone());
+        let affected =
+            |item: &WorkItem| item.status == WorkStatus::InProgress && item.tools.contains(tool);
+        if self.subtasks.iter().any(affected) {
+            let line = route.to_string();
+            for item in self.subtasks.iter_mut().filter(|item| affected(item)) {
+                if !item.degradations.contains(&line) {
+                    item.degradations.push(line.clone());
+                }
             }
         }
         match self
