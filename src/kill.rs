@@ -1,8 +1,10 @@
 //! The kill switch: a person's emergency stop, shared by as many breakers as you like.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use crate::sync::AtomicBool;
 
 /// An emergency stop that a person flips at runtime.
 ///
@@ -31,9 +33,17 @@ use std::sync::Arc;
 /// assert!(!chat.handle().kill_switch().is_killed());
 /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct KillSwitch {
     killed: Arc<AtomicBool>,
+}
+
+impl Default for KillSwitch {
+    fn default() -> Self {
+        KillSwitch {
+            killed: Arc::new(AtomicBool::new(false)),
+        }
+    }
 }
 
 impl KillSwitch {

@@ -62,8 +62,10 @@ mod handle;
 mod kill;
 mod layer;
 pub mod machine;
+pub mod replay;
 mod service;
 mod shared;
+mod sync;
 
 pub use crate::answer::{Answer, Source};
 pub use crate::builder::Builder;

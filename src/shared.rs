@@ -2,8 +2,8 @@
 //! switch, and the channels that report transitions.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -15,6 +15,7 @@ use crate::machine::{
     epoch_generation, Admission, Advice, Cause, Counted, LockFree, Machine, Mode, NextProbe,
     Permit, Reason, Skip, Snapshot, State, Transition,
 };
+use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
@@ -35,7 +36,8 @@ pub(crate) struct Shared {
     _written: [u8; 128],
     /// What a call may know without the lock. See [`Word`].
     word: AtomicU64,
-    /// With [`Word::open`]: the machine's step at which the probe is due.
+    /// With [`Word::open`]: the machine's step at which the probe is due, tagged with
+    /// the epoch it belongs to (see [`Gate`]).
     open_until: AtomicU64,
     /// The machine's step as of the last change.
     step: AtomicU64,
@@ -51,7 +53,6 @@ pub(crate) struct Shared {
 }
 
 /// Counters the lock-free paths add to and the machine takes in.
-#[derive(Default)]
 #[repr(C)]
 struct Pending {
     closed_calls: AtomicU64,
@@ -62,6 +63,16 @@ struct Pending {
 }
 
 impl Pending {
+    fn new() -> Self {
+        Pending {
+            closed_calls: AtomicU64::new(0),
+            closed_successes: AtomicU64::new(0),
+            killed: AtomicU64::new(0),
+            open_skips: AtomicU64::new(0),
+            forced_skips: AtomicU64::new(0),
+        }
+    }
+
     fn take(&self) -> Counted {
         Counted {
             closed_calls: self.closed_calls.swap(0, Ordering::AcqRel),
@@ -125,14 +136,32 @@ impl Word {
     }
 }
 
+/// The open gate's step, tagged with the low 16 bits of its epoch: `tag << 48 | step`.
+#[derive(Clone, Copy)]
+struct Gate(u64);
+
+impl Gate {
+    const STEP: u64 = (1 << 48) - 1;
+
+    fn of(machine: &Machine, lock_free: &LockFree) -> Gate {
+        let step = lock_free.open_until.unwrap_or(Self::STEP).min(Self::STEP);
+        Gate((machine.epoch() & 0xFFFF) << 48 | step)
+    }
+
+    /// The step, if this gate was published with `word`.
+    fn step_for(self, word: Word) -> Option<u64> {
+        (self.0 >> 48 == word.epoch() & 0xFFFF).then_some(self.0 & Self::STEP)
+    }
+}
+
 impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
         let lock_free = machine.lock_free();
         Shared {
-            pending: Pending::default(),
+            pending: Pending::new(),
             _written: [0; 128],
             word: AtomicU64::new(Word::of(&machine, &lock_free).0),
-            open_until: AtomicU64::new(lock_free.open_until.unwrap_or(u64::MAX)),
+            open_until: AtomicU64::new(Gate::of(&machine, &lock_free).0),
             step: AtomicU64::new(lock_free.step),
             _read: [0; 128],
             name: machine.config().name.clone(),
@@ -180,7 +209,7 @@ impl Shared {
         let lock_free = machine.lock_free();
         self.step.store(lock_free.step, Ordering::Release);
         self.open_until
-            .store(lock_free.open_until.unwrap_or(u64::MAX), Ordering::Release);
+            .store(Gate::of(&machine, &lock_free).0, Ordering::Release);
         self.word
             .store(Word::of(&machine, &lock_free).0, Ordering::Release);
         out
@@ -244,7 +273,10 @@ impl Shared {
                 + self.pending.killed.load(Ordering::Acquire)
                 + self.pending.open_skips.load(Ordering::Acquire)
                 + 1;
-            let due = self.open_until.load(Ordering::Acquire);
+            // The gate must belong to the word read: the three are published one after
+            // the other, and a gate from another state (u64::MAX once half-open) would
+            // skip a call that must be decided by the machine.
+            let due = Gate(self.open_until.load(Ordering::Acquire)).step_for(word)?;
             if step < due {
                 // Callers racing here may each count a skip at the last step before the
                 // probe: the probe then goes to the next caller, a call later.

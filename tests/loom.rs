@@ -1,0 +1,184 @@
+//! Model checking of the breaker's shared state with loom: every interleaving of the
+//! threads below is run, and the invariants hold in each.
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test --release --test loom
+//! ```
+//!
+//! Only the shared state's atomics, lock and kill switch are modelled (src/sync.rs);
+//! calls are driven by hand with a no-op waker, without a runtime.
+#![cfg(loom)]
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use loom::thread;
+use tower::{service_fn, Layer, Service};
+use tower_circuit_breaker::{
+    Answer, BoxError, CircuitBreakerLayer, Cooldown, Outcome, Reason, Source, State,
+};
+
+type Reply = Result<u64, Infallible>;
+type Inner = tower::util::ServiceFn<fn(u64) -> Ready<Reply>>;
+
+fn inner() -> Inner {
+    service_fn(|x: u64| ready(Ok(x)))
+}
+
+/// Runs `f` under every interleaving with at most three preemptions: the bound loom's
+/// authors recommend, which finds the races that matter in seconds instead of hours.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+/// `0` fails, anything else succeeds.
+fn classify(result: &Reply) -> Outcome {
+    match result {
+        Ok(0) => Outcome::failure_with("refused"),
+        _ => Outcome::Success,
+    }
+}
+
+fn call<S>(svc: &mut S, request: u64) -> Result<Answer<u64>, BoxError>
+where
+    S: Service<u64, Response = Answer<u64>, Error = BoxError>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let future = pin!(svc.call(request));
+    match future.poll(&mut cx) {
+        Poll::Ready(result) => result,
+        Poll::Pending => unreachable!("everything here is ready at once"),
+    }
+}
+
+/// A breaker tripped by one failure whose next call is the probe.
+fn tripped() -> (
+    CircuitBreakerLayer<tower_circuit_breaker::Fallback<Inner>, fn(&Reply) -> Outcome>,
+    tower_circuit_breaker::CircuitBreakerHandle,
+) {
+    let layer = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .max_half_open_dwell(None)
+        .build()
+        .expect("valid");
+    let handle = layer.handle();
+    let layer = layer
+        .with_classifier(classify as fn(&Reply) -> Outcome)
+        .with_fallback(inner());
+    let mut svc = layer.layer(inner());
+    let _ = call(&mut svc, 0);
+    assert_eq!(handle.state(), State::Open);
+    (layer, handle)
+}
+
+#[test]
+fn two_callers_race_for_the_one_probe_and_only_one_gets_it() {
+    model(|| {
+        let (layer, handle) = tripped();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let mut svc = layer.layer(inner());
+                thread::spawn(move || call(&mut svc, 1).expect("answered").source())
+            })
+            .collect();
+        let sources: Vec<Source> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let probes = sources.iter().filter(|s| **s == Source::Probe).count();
+        assert_eq!(probes, 1, "{sources:?}");
+        // The other caller met the probe under way, or came after it closed the breaker.
+        assert!(
+            sources.contains(&Source::Fallback(Reason::HalfOpenFull))
+                || sources.contains(&Source::Service),
+            "{sources:?}"
+        );
+        let snapshot = handle.snapshot();
+        assert_eq!(snapshot.counts.probes, 1);
+        assert_eq!(snapshot.probes_in_flight, 0);
+        assert_eq!(snapshot.state, State::Closed);
+        let c = snapshot.counts;
+        assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned);
+    });
+}
+
+#[test]
+fn a_probe_completing_while_the_kill_switch_flips_is_still_recorded() {
+    model(|| {
+        let (layer, handle) = tripped();
+        let kill = handle.kill_switch().clone();
+        let mut svc = layer.layer(inner());
+        let prober = thread::spawn(move || call(&mut svc, 1).expect("answered").source());
+        let killer = thread::spawn(move || kill.kill());
+        let source = prober.join().unwrap();
+        killer.join().unwrap();
+        let snapshot = handle.snapshot();
+        match source {
+            // The probe went first: its success closed the breaker, kill or not.
+            Source::Probe => assert_eq!(snapshot.state, State::Closed),
+            // The kill went first, or came between the probe's reservation and its
+            // call: nothing was called, and no probe is left holding the slot, so the
+            // first call after revival is the probe.
+            Source::Fallback(Reason::Killed) => {
+                assert_ne!(snapshot.state, State::Closed);
+                assert_eq!(snapshot.counts.probes, 0);
+                handle.kill_switch().revive();
+                let mut svc = layer.layer(inner());
+                assert_eq!(call(&mut svc, 1).expect("answered").source(), Source::Probe);
+            }
+            other => panic!("unexpected source {other:?}"),
+        }
+        assert!(snapshot.killed);
+        assert_eq!(snapshot.probes_in_flight, 0);
+        let c = snapshot.counts;
+        assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned);
+        assert_eq!(
+            c.made,
+            c.successes + c.failures + c.ignored + c.cancelled + c.late
+        );
+    });
+}
+
+#[test]
+fn a_late_result_from_an_earlier_generation_never_moves_the_breaker() {
+    model(|| {
+        let layer = CircuitBreakerLayer::builder()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(100))
+            .build()
+            .expect("valid");
+        let handle = layer.handle();
+        let layer = layer.with_classifier(classify as fn(&Reply) -> Outcome);
+        // A call admitted while closed, whose answer comes after the breaker opened.
+        let mut slow = layer.layer(inner());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(slow.poll_ready(&mut cx).is_ready());
+        let pending = slow.call(7);
+
+        let mut failing = layer.layer(inner());
+        let tripper = thread::spawn(move || {
+            let _ = call(&mut failing, 0);
+        });
+        let finisher = thread::spawn(move || {
+            let mut cx = Context::from_waker(Waker::noop());
+            let future = pin!(pending);
+            matches!(future.poll(&mut cx), Poll::Ready(Ok(_)))
+        });
+        tripper.join().unwrap();
+        assert!(finisher.join().unwrap());
+        let snapshot = handle.snapshot();
+        // Whatever the order, the success never closes the breaker the failure opened:
+        // it either came first (and counted) or arrived late (and was not counted).
+        assert_eq!(snapshot.state, State::Open);
+        let c = snapshot.counts;
+        assert_eq!(c.failures, 1);
+        assert_eq!(c.successes + c.late, 1, "{c:?}");
+        assert_eq!(
+            c.made,
+            c.successes + c.failures + c.ignored + c.cancelled + c.late
+        );
+    });
+}
