@@ -190,6 +190,13 @@ impl Builder {
             self.observers,
         ))))
     }
+
+    /// The checked settings (the jitter seed left as set), the kill switch and the
+    /// observers: the template a keyed registry makes each key's breaker from.
+    pub(crate) fn into_template(self) -> Result<(Config, KillSwitch, Vec<Observer>), ConfigError> {
+        self.config.validate()?;
+        Ok((self.config, self.kill.unwrap_or_default(), self.observers))
+    }
 }
 
 impl fmt::Debug for Builder {

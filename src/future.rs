@@ -48,6 +48,28 @@ pin_project! {
 }
 
 impl<SF, FF, C> ResponseFuture<SF, FF, C> {
+    /// Calls the wrapped service under `ticket`'s permit. A panic in its `call` is
+    /// recorded as a failure and passed on to the caller.
+    pub(crate) fn call_service<S, Request>(
+        inner: &mut S,
+        request: Request,
+        mut ticket: Ticket,
+        classifier: C,
+    ) -> Self
+    where
+        S: tower::Service<Request, Future = SF>,
+    {
+        ticket.mark_called();
+        let started = ticket.times_calls().then(now);
+        match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
+            Ok(future) => ResponseFuture::called(future, ticket, classifier, started),
+            Err(panic) => {
+                ticket.settle(Outcome::failure_with("the service panicked"), None);
+                resume_unwind(panic)
+            }
+        }
+    }
+
     pub(crate) fn called(
         future: SF,
         ticket: Ticket,

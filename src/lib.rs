@@ -42,6 +42,8 @@
 //!   [`Builder`] for settings, [`CircuitBreakerHandle`] for operators,
 //!   [`KillSwitch`] for emergencies, [`Classify`] for what counts as a failure, and
 //!   [`Answer`] / [`Source`] for where every answer came from.
+//! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
+//!   bounded registry ([`KeyedCircuitBreakerLayer`]).
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -59,6 +61,7 @@ pub mod expediter;
 mod fallback;
 pub mod future;
 mod handle;
+pub mod keyed;
 mod kill;
 mod layer;
 pub mod machine;
@@ -74,6 +77,9 @@ pub use crate::error::{BoxError, ConfigError};
 pub use crate::event::Event;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackService, NoFallback};
 pub use crate::handle::CircuitBreakerHandle;
+pub use crate::keyed::{
+    KeyedBuilder, KeyedCircuitBreaker, KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer,
+};
 pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{

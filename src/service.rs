@@ -12,7 +12,7 @@ use crate::fallback::{FallbackService, NoFallback};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::machine::{Admission, Skip};
-use crate::shared::{now, Shared, Ticket};
+use crate::shared::{Shared, Ticket};
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -161,16 +161,7 @@ where
                 }
             }
         }
-        ticket.mark_called();
-        let started = self.shared.times_calls.then(now);
-        let inner = &mut self.inner;
-        match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
-            Ok(future) => ResponseFuture::called(future, ticket, self.classifier.clone(), started),
-            Err(panic) => {
-                ticket.settle(Outcome::failure_with("the service panicked"), None);
-                resume_unwind(panic)
-            }
-        }
+        ResponseFuture::call_service(&mut self.inner, request, ticket, self.classifier.clone())
     }
 }
 

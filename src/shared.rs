@@ -506,6 +506,11 @@ impl Ticket {
         &self.permit
     }
 
+    /// Whether the call must be timed (a slow-call rule is set).
+    pub(crate) fn times_calls(&self) -> bool {
+        self.shared.times_calls
+    }
+
     /// The wrapped service is about to be called with this permit.
     pub(crate) fn mark_called(&mut self) {
         self.called = true;

@@ -180,6 +180,10 @@ pub enum ConfigError {
     /// The breaker's name is empty.
     #[error("breaker name must not be empty")]
     EmptyName,
+    /// A keyed registry must hold at least one breaker
+    /// ([`KeyedBuilder::capacity`](crate::KeyedBuilder::capacity)).
+    #[error("keyed registry capacity must be at least 1, got 0")]
+    ZeroCapacity,
 }
 
 /// The checked settings of one breaker: what the [`Machine`](super::Machine) needs.

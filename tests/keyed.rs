@@ -1,0 +1,841 @@
+//! Keyed breakers: one breaker per key, independent of each other; one kill switch for
+//! all; a bounded registry that evicts only idle closed breakers and goes over its
+//! capacity, counted, when it has none; fallbacks and `Rejected` per key; the tower
+//! contract where the key is only known in `call`.
+//!
+//! Requests are `"key:action"` strings: the key is what comes before the colon, and the
+//! test service answers `ok`, fails on `fail` and never answers `hang`. Time is tokio's
+//! paused clock wherever it matters.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::time::advance;
+use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::Rejected;
+use tower_circuit_breaker::{
+    Answer, Builder, ConfigError, Cooldown, KeyedBuilder, KeyedCircuitBreaker,
+    KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer, KillSwitch, Outcome, Reason, Source,
+    State,
+};
+use tower_test::mock;
+
+type Req = &'static str;
+type Key = fn(&Req) -> &'static str;
+
+/// The key of a `"key:action"` request.
+fn key(request: &Req) -> &'static str {
+    request.split(':').next().unwrap_or_default()
+}
+
+fn builder(template: Builder) -> KeyedBuilder<&'static str, Key> {
+    KeyedCircuitBreakerLayer::builder(template, key as Key)
+}
+
+fn build(template: Builder) -> KeyedCircuitBreakerLayer<&'static str, Key> {
+    builder(template).build().expect("a valid configuration")
+}
+
+type Future_ = Pin<Box<dyn Future<Output = Result<Req, io::Error>> + Send>>;
+
+/// The test service: `ok` answers the request, `fail` fails, `hang` never answers. It
+/// counts the calls that reach it.
+fn service(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<Req, Response = Req, Error = io::Error, Future = Future_> + Clone {
+    service_fn(move |request: Req| -> Future_ {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match request.split(':').nth(1) {
+                Some("fail") => Err(io::Error::other(format!("{request}: refused"))),
+                Some("hang") => std::future::pending().await,
+                _ => Ok(request),
+            }
+        })
+    })
+}
+
+/// The fallback: says which key it answered for.
+fn fallback() -> impl Service<
+    Req,
+    Response = Req,
+    Error = Infallible,
+    Future = std::future::Ready<Result<Req, Infallible>>,
+> + Clone {
+    service_fn(|request: Req| {
+        std::future::ready(Ok::<_, Infallible>(match key(&request) {
+            "a" => "fallback for a",
+            "b" => "fallback for b",
+            _ => "fallback",
+        }))
+    })
+}
+
+async fn call<S>(svc: &mut S, request: Req) -> Result<Answer<Req>, BoxError>
+where
+    S: Service<Req, Response = Answer<Req>, Error = BoxError>,
+{
+    svc.ready().await?.call(request).await
+}
+
+fn state<K: std::hash::Hash + Eq>(registry: &KeyedCircuitBreakerHandle<K>, key: K) -> State {
+    registry.get(&key).expect("the key has a breaker").state()
+}
+
+// ---------------------------------------------------------------------------------------
+// One breaker per key
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn each_key_trips_independently() {
+    let layer = build(Builder::new().name("hosts").failure_threshold(3));
+    let registry = layer.handle();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(service(calls.clone()));
+
+    // b fails twice, a three times: only a trips.
+    for _ in 0..2 {
+        assert!(call(&mut svc, "b:fail").await.is_err());
+    }
+    for _ in 0..3 {
+        assert!(call(&mut svc, "a:fail").await.is_err());
+    }
+    assert_eq!(state(&registry, "a"), State::Open);
+    assert_eq!(state(&registry, "b"), State::Closed);
+    assert_eq!(
+        registry.get(&"b").unwrap().snapshot().consecutive_failures,
+        2
+    );
+
+    // a is skipped, b and a new key c still reach the service.
+    let before = calls.load(Ordering::SeqCst);
+    let error = call(&mut svc, "a:ok").await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+    assert_eq!(
+        (rejected.name(), rejected.reason()),
+        ("hosts[\"a\"]", Reason::Open)
+    );
+    assert_eq!(
+        call(&mut svc, "b:ok").await.unwrap().source(),
+        Source::Service
+    );
+    assert_eq!(
+        call(&mut svc, "c:ok").await.unwrap().source(),
+        Source::Service
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), before + 2);
+    assert_eq!(
+        registry.get(&"b").unwrap().snapshot().consecutive_failures,
+        0
+    );
+    assert_eq!(registry.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_gets_the_template_settings_names_and_observers() {
+    let transitions = Arc::new(Mutex::new(Vec::new()));
+    let seen = transitions.clone();
+    let layer = build(
+        Builder::new()
+            .name("tools")
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(2))
+            .on_transition(move |t| seen.lock().unwrap().push((t.name.to_string(), t.to))),
+    );
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    assert_eq!(registry.name(), "tools");
+
+    assert!(call(&mut svc, "search:fail").await.is_err());
+    assert!(call(&mut svc, "fetch:fail").await.is_err());
+    assert_eq!(
+        *transitions.lock().unwrap(),
+        [
+            ("tools[\"search\"]".to_string(), State::Open),
+            ("tools[\"fetch\"]".to_string(), State::Open),
+        ]
+    );
+    // The cooldown counts each key's own calls: search's second call after opening is its
+    // probe, whatever fetch does.
+    assert!(call(&mut svc, "fetch:ok").await.is_err());
+    assert!(call(&mut svc, "search:ok").await.is_err());
+    assert_eq!(
+        call(&mut svc, "search:ok").await.unwrap().source(),
+        Source::Probe
+    );
+    assert_eq!(state(&registry, "search"), State::Closed);
+    assert_eq!(state(&registry, "fetch"), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_can_be_named_by_display() {
+    let layer = builder(Builder::new().name("hosts").failure_threshold(1))
+        .name_keys_by_display()
+        .build()
+        .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(call(&mut svc, "api.example.com:fail").await.is_err());
+    let error = call(&mut svc, "api.example.com:ok").await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "circuit breaker `hosts[api.example.com]` skipped the call: it is open; next probe in 1 call, not before 30s from now"
+    );
+    assert_eq!(
+        registry.get(&"api.example.com").unwrap().name(),
+        "hosts[api.example.com]"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cooldowns_in_time_run_per_key() {
+    let layer = build(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(Duration::from_secs(10))),
+    );
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+
+    assert!(call(&mut svc, "a:fail").await.is_err());
+    advance(Duration::from_secs(5)).await;
+    assert!(call(&mut svc, "b:fail").await.is_err());
+    let error = call(&mut svc, "b:ok").await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().unwrap();
+    assert_eq!(
+        rejected.retry_after_from(tokio::time::Instant::now().into_std()),
+        Some(Duration::from_secs(10))
+    );
+
+    // 10 s after a opened, 5 s after b did: a probes and closes, b waits.
+    advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        call(&mut svc, "a:ok").await.unwrap().source(),
+        Source::Probe
+    );
+    assert_eq!(state(&registry, "a"), State::Closed);
+    let error = call(&mut svc, "b:ok").await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().unwrap();
+    assert_eq!(
+        rejected.retry_after_from(tokio::time::Instant::now().into_std()),
+        Some(Duration::from_secs(5))
+    );
+
+    advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        call(&mut svc, "b:ok").await.unwrap().source(),
+        Source::Probe
+    );
+    assert_eq!(state(&registry, "b"), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_seeded_template_gives_each_key_its_own_jitter_the_same_in_every_run() {
+    async fn waits() -> Vec<Duration> {
+        let layer = build(
+            Builder::new()
+                .failure_threshold(1)
+                .cooldown(Cooldown::Time(Duration::from_secs(100)))
+                .jitter(0.5)
+                .jitter_seed(7),
+        );
+        let registry = layer.handle();
+        let mut svc = layer.layer(service(Arc::default()));
+        let mut waits = Vec::new();
+        for request in ["a:fail", "b:fail", "c:fail", "d:fail"] {
+            assert!(call(&mut svc, request).await.is_err());
+            let snapshot = registry.get(&key(&request)).unwrap().snapshot();
+            waits.push(snapshot.retry_after().unwrap());
+        }
+        waits
+    }
+    let first = waits().await;
+    assert_eq!(first, waits().await, "the same seed, the same waits");
+    let mut distinct = first.clone();
+    distinct.dedup();
+    assert!(distinct.len() > 1, "every key waited {:?}", first[0]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Fallback, Rejected, classifier
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn the_fallback_answers_for_the_open_key_only() {
+    let layer = build(Builder::new().failure_threshold(1)).with_fallback(fallback());
+    let registry = layer.handle();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(service(calls.clone()));
+
+    assert!(call(&mut svc, "a:fail").await.is_err());
+    let answer = call(&mut svc, "a:ok").await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::Open));
+    assert_eq!(answer.state(), State::Open);
+    assert_eq!(answer.into_inner(), "fallback for a");
+    let answer = call(&mut svc, "b:ok").await.unwrap();
+    assert_eq!(
+        (answer.source(), *answer.get_ref()),
+        (Source::Service, "b:ok")
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Forced open is per key as well.
+    registry.get(&"b").unwrap().force_open();
+    let answer = call(&mut svc, "b:ok").await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::ForcedOpen));
+    assert_eq!(answer.into_inner(), "fallback for b");
+    assert_eq!(
+        call(&mut svc, "c:ok").await.unwrap().source(),
+        Source::Service
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_fallback_the_open_key_is_rejected_by_name() {
+    let layer = build(Builder::new().name("models").failure_threshold(1));
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(call(&mut svc, "large:fail").await.is_err());
+
+    let error = call(&mut svc, "large:ok").await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+    assert_eq!(rejected.name(), "models[\"large\"]");
+    assert_eq!(
+        (rejected.reason(), rejected.state()),
+        (Reason::Open, State::Open)
+    );
+    assert!(call(&mut svc, "small:ok").await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_classifier_decides_for_every_key() {
+    // An answer of "x:ok" is a failure for this classifier.
+    let layer = build(Builder::new().failure_threshold(1)).with_classifier(
+        |result: &Result<Req, io::Error>| match result {
+            Ok(answer) if answer.ends_with(":ok") && answer.starts_with('x') => {
+                Outcome::failure_with("bad answer")
+            }
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::failure(),
+        },
+    );
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(
+        call(&mut svc, "x:ok").await.is_ok(),
+        "the answer still comes back"
+    );
+    assert!(call(&mut svc, "y:ok").await.is_ok());
+    assert_eq!(state(&registry, "x"), State::Open);
+    assert_eq!(state(&registry, "y"), State::Closed);
+    let failure = registry.get(&"x").unwrap().snapshot().last_failure.unwrap();
+    assert_eq!(&*failure.message, "bad answer");
+}
+
+// ---------------------------------------------------------------------------------------
+// Kill switch
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn the_kill_switch_applies_to_every_key_even_new_ones() {
+    let stop = KillSwitch::new();
+    let layer = build(Builder::new().kill_switch(stop.clone())).with_fallback(fallback());
+    let registry = layer.handle();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer.layer(service(calls.clone()));
+    assert!(registry.kill_switch().same_as(&stop));
+
+    call(&mut svc, "a:ok").await.unwrap();
+    call(&mut svc, "b:ok").await.unwrap();
+    stop.kill();
+    for request in ["a:ok", "b:ok", "c:ok"] {
+        let answer = call(&mut svc, request).await.unwrap();
+        assert_eq!(
+            answer.source(),
+            Source::Fallback(Reason::Killed),
+            "{request}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "no call while killed");
+    for k in ["a", "b", "c"] {
+        let breaker = registry.get(&k).unwrap();
+        assert!(breaker.kill_switch().same_as(&stop));
+        let snapshot = breaker.snapshot();
+        assert!(snapshot.killed);
+        assert_eq!(
+            (snapshot.state, snapshot.counts.skipped_killed),
+            (State::Closed, 1)
+        );
+    }
+
+    stop.revive();
+    for request in ["a:ok", "b:ok", "c:ok"] {
+        assert_eq!(
+            call(&mut svc, request).await.unwrap().source(),
+            Source::Service
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_registry_answers_without_waiting_for_the_wrapped_service() {
+    let layer = build(Builder::new()).with_fallback(fallback());
+    let registry = layer.handle();
+    let (mut svc, mut mock) = mock::spawn_layer::<Req, Req, _>(layer);
+
+    mock.allow(0);
+    assert!(
+        svc.poll_ready().is_pending(),
+        "waits for the wrapped service"
+    );
+    registry.kill_switch().kill();
+    assert!(matches!(svc.poll_ready(), Poll::Ready(Ok(()))));
+    let answer = svc.call("a:ok").await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::Killed));
+    assert!(
+        mock.poll_request().is_pending(),
+        "the wrapped service was not called"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_polled_while_killed_stays_killed_if_revived_before_the_call() {
+    let layer = build(Builder::new()).with_fallback(fallback());
+    let registry = layer.handle();
+    let (mut svc, mut mock) = mock::spawn_layer::<Req, Req, _>(layer);
+    mock.allow(0);
+
+    registry.kill_switch().kill();
+    assert!(matches!(svc.poll_ready(), Poll::Ready(Ok(()))));
+    registry.kill_switch().revive();
+    // The wrapped service was never polled ready, so it must not be called.
+    let answer = svc.call("a:ok").await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::Killed));
+    assert!(mock.poll_request().is_pending());
+    let snapshot = registry.get(&"a").unwrap().snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.probes_in_flight),
+        (State::Closed, 0)
+    );
+    assert_eq!(snapshot.counts.abandoned, 1, "the permit went back unused");
+
+    // Next time round it waits for the wrapped service again.
+    assert!(svc.poll_ready().is_pending());
+}
+
+// ---------------------------------------------------------------------------------------
+// The tower contract
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn poll_ready_waits_for_the_wrapped_service_and_call_settles_the_key() {
+    let layer = build(Builder::new().failure_threshold(2));
+    let registry = layer.handle();
+    let (mut svc, mut mock) = mock::spawn_layer::<Req, Req, _>(layer);
+
+    mock.allow(0);
+    assert!(svc.poll_ready().is_pending());
+    assert!(registry.is_empty(), "no key yet, so no breaker");
+    mock.allow(2);
+    assert!(svc.is_woken());
+    assert!(matches!(svc.poll_ready(), Poll::Ready(Ok(()))));
+    let response = svc.call("a:x");
+    let (request, reply) = mock.next_request().await.unwrap();
+    assert_eq!(request, "a:x");
+    reply.send_error(io::Error::other("refused"));
+    assert!(response.await.is_err());
+    assert_eq!(
+        registry.get(&"a").unwrap().snapshot().consecutive_failures,
+        1
+    );
+
+    // A dropped response future hands the permit back and counts nothing.
+    assert!(matches!(svc.poll_ready(), Poll::Ready(Ok(()))));
+    drop(svc.call("a:y"));
+    let snapshot = registry.get(&"a").unwrap().snapshot();
+    assert_eq!(
+        (snapshot.consecutive_failures, snapshot.counts.cancelled),
+        (1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_ready_error_is_returned_and_counts_against_no_key() {
+    let layer = build(Builder::new().failure_threshold(1));
+    let registry = layer.handle();
+    let (mut svc, mut mock) = mock::spawn_layer::<Req, Req, _>(layer);
+    mock.send_error("broken");
+    match svc.poll_ready() {
+        Poll::Ready(Err(error)) => assert_eq!(error.to_string(), "broken"),
+        other => panic!("expected the error, got {other:?}"),
+    }
+    assert!(registry.is_empty());
+}
+
+#[test]
+#[should_panic(expected = "poll_ready must be called first")]
+fn call_without_poll_ready_panics() {
+    let layer = build(Builder::new());
+    let mut svc = layer.layer(service(Arc::default()));
+    drop(svc.call("a:ok"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clone_starts_not_ready_and_shares_the_registry() {
+    let layer = build(Builder::new().failure_threshold(1));
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(call(&mut svc, "a:fail").await.is_err());
+    let mut clone = svc.clone();
+    assert!(clone
+        .handle()
+        .get(&"a")
+        .unwrap()
+        .same_as(&registry.get(&"a").unwrap()));
+    assert_eq!(
+        call(&mut clone, "a:ok")
+            .await
+            .unwrap_err()
+            .downcast_ref::<Rejected>()
+            .unwrap()
+            .reason(),
+        Reason::Open
+    );
+    let outcome = catch_unwind(AssertUnwindSafe(|| drop(svc.clone().call("a:ok"))));
+    assert!(outcome.is_err(), "a clone is not ready");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_service_counts_as_a_failure_for_its_key() {
+    let layer = build(Builder::new().failure_threshold(1));
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|request: Req| {
+        if request == "a:panic" {
+            panic!("the service panicked");
+        }
+        std::future::ready(Ok::<_, io::Error>(request))
+    }));
+    svc.ready().await.unwrap();
+    let outcome = catch_unwind(AssertUnwindSafe(|| drop(svc.call("a:panic"))));
+    assert!(outcome.is_err(), "the panic goes on to the caller");
+    assert_eq!(state(&registry, "a"), State::Open);
+    assert!(call(&mut svc, "b:ok").await.is_ok());
+}
+
+// ---------------------------------------------------------------------------------------
+// The registry
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_capacity_of_zero_is_a_config_error_and_so_is_a_bad_template() {
+    let error = builder(Builder::new()).capacity(0).build().unwrap_err();
+    assert_eq!(error, ConfigError::ZeroCapacity);
+    assert_eq!(
+        error.to_string(),
+        "keyed registry capacity must be at least 1, got 0"
+    );
+    let error = builder(Builder::new().failure_threshold(0))
+        .capacity(10)
+        .build()
+        .unwrap_err();
+    assert_eq!(error, ConfigError::ZeroThreshold);
+    let layer = builder(Builder::new()).capacity(1).build().unwrap();
+    assert_eq!(layer.handle().capacity(), 1);
+    assert_eq!(
+        build(Builder::new()).handle().capacity(),
+        1024,
+        "the default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn it_evicts_the_least_recently_used_idle_closed_breaker() {
+    let layer = builder(Builder::new()).capacity(3).build().unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    for request in ["a:ok", "b:ok", "c:ok", "a:ok"] {
+        call(&mut svc, request).await.unwrap();
+    }
+    call(&mut svc, "d:ok").await.unwrap();
+    let mut keys = registry.keys();
+    keys.sort();
+    assert_eq!(keys, ["a", "c", "d"], "b was the least recently used");
+    assert_eq!(
+        (
+            registry.len(),
+            registry.evictions(),
+            registry.over_capacity()
+        ),
+        (3, 1, 0)
+    );
+
+    // A key that comes back starts afresh.
+    call(&mut svc, "b:ok").await.unwrap();
+    assert_eq!(registry.get(&"b").unwrap().snapshot().counts.arrived, 1);
+    assert_eq!(registry.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn it_never_evicts_an_open_half_open_or_forced_open_breaker_and_goes_over_capacity() {
+    let layer = builder(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(1))
+            .max_half_open_dwell(None),
+    )
+    .capacity(3)
+    .build()
+    .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+
+    // a: open. b: forced open. c: half-open (its probe was dropped, unanswered).
+    assert!(call(&mut svc, "a:fail").await.is_err());
+    call(&mut svc, "b:ok").await.unwrap();
+    registry.get(&"b").unwrap().force_open();
+    assert!(call(&mut svc, "c:fail").await.is_err());
+    svc.ready().await.unwrap();
+    drop(svc.call("c:hang"));
+    assert_eq!(state(&registry, "a"), State::Open);
+    assert_eq!(state(&registry, "b"), State::ForcedOpen);
+    assert_eq!(state(&registry, "c"), State::HalfOpen);
+
+    // Nothing can be evicted: d gets its breaker over capacity, and it is counted.
+    call(&mut svc, "d:ok").await.unwrap();
+    assert_eq!(
+        (
+            registry.len(),
+            registry.evictions(),
+            registry.over_capacity()
+        ),
+        (4, 0, 1)
+    );
+    // e evicts d, the one closed breaker; the registry stays one over.
+    call(&mut svc, "e:ok").await.unwrap();
+    assert_eq!(
+        (
+            registry.len(),
+            registry.evictions(),
+            registry.over_capacity()
+        ),
+        (4, 1, 1)
+    );
+    assert!(registry.get(&"d").is_none());
+    for k in ["a", "b", "c"] {
+        assert_ne!(state(&registry, k), State::Closed, "{k} was kept");
+    }
+
+    // Once they close, the next new key brings the registry back to its capacity.
+    for k in ["a", "b", "c"] {
+        registry.get(&k).unwrap().reset();
+    }
+    call(&mut svc, "f:ok").await.unwrap();
+    assert_eq!(
+        (
+            registry.len(),
+            registry.evictions(),
+            registry.over_capacity()
+        ),
+        (3, 3, 1)
+    );
+    assert!(registry.get(&"f").is_some());
+}
+
+#[test]
+fn a_registry_full_of_open_breakers_goes_over_by_at_most_a_sixteenth_and_drains() {
+    const CAPACITY: usize = 160;
+    let layer = KeyedCircuitBreakerLayer::builder(Builder::new(), |n: &u64| *n)
+        .capacity(CAPACITY)
+        .build()
+        .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|n: u64| {
+        std::future::ready(Ok::<_, Infallible>(n))
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut call = |n: u64| {
+        assert!(svc.poll_ready(&mut cx).is_ready());
+        let Poll::Ready(Ok(_)) = pin!(svc.call(n)).poll(&mut cx) else {
+            panic!("the call completes at once")
+        };
+    };
+    for n in 0..CAPACITY as u64 {
+        call(n);
+        registry.get(&n).unwrap().force_open();
+    }
+
+    // New keys, each called once: the registry looks for room again only after as many
+    // new keys as its eviction batch (a sixteenth of its capacity) lacked.
+    let mut most = 0;
+    for n in 1_000..2_000 {
+        call(n);
+        most = most.max(registry.len());
+    }
+    assert!(registry.over_capacity() > 0);
+    assert!(
+        most > CAPACITY && most <= CAPACITY + CAPACITY / 16,
+        "{most} breakers at most"
+    );
+    for n in 0..CAPACITY as u64 {
+        assert_eq!(state(&registry, n), State::ForcedOpen);
+    }
+
+    // Once they are reset, new keys bring the registry back to its capacity.
+    for n in 0..CAPACITY as u64 {
+        registry.get(&n).unwrap().reset();
+    }
+    let over = registry.over_capacity();
+    for n in 2_000..2_100 {
+        call(n);
+    }
+    assert_eq!(registry.len(), CAPACITY);
+    assert_eq!(registry.over_capacity(), over);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_or_a_held_handle_keeps_its_breaker() {
+    let layer = builder(Builder::new()).capacity(2).build().unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+
+    svc.ready().await.unwrap();
+    let in_flight = svc.call("a:hang");
+    call(&mut svc, "b:ok").await.unwrap();
+    let held = registry.get(&"b").unwrap();
+    call(&mut svc, "c:ok").await.unwrap();
+    assert_eq!(
+        (
+            registry.len(),
+            registry.evictions(),
+            registry.over_capacity()
+        ),
+        (3, 0, 1)
+    );
+
+    drop(in_flight);
+    drop(held);
+    call(&mut svc, "d:ok").await.unwrap();
+    // Room for d, and the overflow drained: two evicted (a and b, the oldest).
+    assert_eq!((registry.len(), registry.evictions()), (2, 2));
+    let mut keys = registry.keys();
+    keys.sort();
+    assert_eq!(keys, ["c", "d"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_registry_capped_at_10_000_holds_no_more_through_100_000_keys() {
+    const CAPACITY: usize = 10_000;
+    let layer = KeyedCircuitBreakerLayer::builder(Builder::new().name("hosts"), |n: &u64| *n)
+        .capacity(CAPACITY)
+        .build()
+        .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|n: u64| {
+        std::future::ready(Ok::<_, Infallible>(n))
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    for n in 0..100_000u64 {
+        assert!(svc.poll_ready(&mut cx).is_ready());
+        let Poll::Ready(Ok(answer)) = pin!(svc.call(n)).poll(&mut cx) else {
+            panic!("the call completes at once")
+        };
+        assert_eq!(answer.into_inner(), n);
+        assert!(
+            registry.len() <= CAPACITY,
+            "{} breakers after key {n}",
+            registry.len()
+        );
+    }
+    assert_eq!(registry.len(), CAPACITY);
+    assert_eq!(registry.keys().len(), CAPACITY);
+    assert_eq!(
+        (registry.evictions(), registry.over_capacity()),
+        (90_000, 0)
+    );
+    // The most recent keys are the ones kept.
+    assert!(registry.get(&99_999).is_some());
+    assert!(registry.get(&0).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_get_one_breaker_per_key_and_respect_the_capacity() {
+    const CAPACITY: usize = 500;
+    let layer = KeyedCircuitBreakerLayer::builder(Builder::new(), |n: &u64| *n)
+        .capacity(CAPACITY)
+        .build()
+        .unwrap();
+    let registry = layer.handle();
+    let svc = layer.layer(service_fn(|n: u64| async move {
+        tokio::task::yield_now().await;
+        Ok::<_, Infallible>(n)
+    }));
+
+    // Eight tasks race to make the same 100 keys' breakers.
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for n in 0..100 {
+                    svc.ready().await.unwrap().call(n).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(registry.len(), 100);
+    for n in 0..100 {
+        assert_eq!(registry.get(&n).unwrap().snapshot().counts.successes, 8);
+    }
+
+    // Then through 8 x 2,000 distinct keys.
+    let tasks: Vec<_> = (0..8u64)
+        .map(|t| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for n in 0..2_000 {
+                    svc.ready()
+                        .await
+                        .unwrap()
+                        .call(1_000 + t * 10_000 + n)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(registry.len() <= CAPACITY, "{} breakers", registry.len());
+    assert_eq!(registry.keys().len(), registry.len());
+    assert_eq!(registry.evictions() as usize, 100 + 16_000 - registry.len());
+}
+
+// ---------------------------------------------------------------------------------------
+// Types
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    type Svc = tower::util::BoxCloneSyncService<Req, Req, io::Error>;
+    send_sync::<KeyedCircuitBreakerLayer<&'static str, Key>>();
+    send_sync::<KeyedCircuitBreaker<Svc, &'static str, Key>>();
+    send_sync::<KeyedCircuitBreakerHandle<String>>();
+    send_sync::<KeyedBuilder<String, fn(&String) -> String>>();
+    fn send<T: Send>(_: &T) {}
+    let layer = build(Builder::new());
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(svc
+        .poll_ready(&mut Context::from_waker(Waker::noop()))
+        .is_ready());
+    send(&svc.call("a:ok"));
+}
