@@ -67,6 +67,7 @@ impl KillSwitch {
     }
 
     /// Whether the switch is on.
+    #[inline]
     pub fn is_killed(&self) -> bool {
         self.killed.load(Ordering::SeqCst)
     }
