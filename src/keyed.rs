@@ -380,14 +380,13 @@ impl<S, K, KF: Clone, F: Clone, C: Clone> Layer<S> for KeyedCircuitBreakerLayer<
     type Service = KeyedCircuitBreaker<S, K, KF, F, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        KeyedCircuitBreaker {
+        KeyedCircuitBreaker::new(
             inner,
-            key: self.key.clone(),
-            fallback: self.fallback.clone(),
-            classifier: self.classifier.clone(),
-            registry: self.registry.clone(),
-            ready: Ready::No,
-        }
+            self.key.clone(),
+            self.fallback.clone(),
+            self.classifier.clone(),
+            self.registry.clone(),
+        )
     }
 }
 
@@ -441,6 +440,18 @@ enum Ready {
 }
 
 impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
+    /// A service that is not ready yet.
+    fn new(inner: S, key: KF, fallback: F, classifier: C, registry: Arc<Registry<K>>) -> Self {
+        KeyedCircuitBreaker {
+            inner,
+            key,
+            fallback,
+            classifier,
+            registry,
+            ready: Ready::No,
+        }
+    }
+
     /// The handle on the registry.
     pub fn handle(&self) -> KeyedCircuitBreakerHandle<K> {
         KeyedCircuitBreakerHandle {
@@ -531,14 +542,13 @@ where
 impl<S: Clone, K, KF: Clone, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, KF, F, C> {
     /// A clone shares the registry but is not ready.
     fn clone(&self) -> Self {
-        KeyedCircuitBreaker {
-            inner: self.inner.clone(),
-            key: self.key.clone(),
-            fallback: self.fallback.clone(),
-            classifier: self.classifier.clone(),
-            registry: self.registry.clone(),
-            ready: Ready::No,
-        }
+        KeyedCircuitBreaker::new(
+            self.inner.clone(),
+            self.key.clone(),
+            self.fallback.clone(),
+            self.classifier.clone(),
+            self.registry.clone(),
+        )
     }
 }
 
