@@ -159,11 +159,14 @@ pub enum NextProbe {
 }
 
 impl NextProbe {
-    /// How long from `now` until a probe may go, when that is known in time.
+    /// How long from `now` until a probe may go, when that is known in time: the wait
+    /// for a time gate (with a call gate too, the time is a lower bound), zero when the
+    /// next call is the probe, `None` when only calls, a probe under way or a person
+    /// decide.
     pub fn retry_after(&self, now: Instant) -> Option<Duration> {
         match *self {
             NextProbe::After { at: Some(at), .. } => Some(at.saturating_duration_since(now)),
-            NextProbe::After { at: None, .. } => Some(Duration::ZERO),
+            NextProbe::After { calls: 1, at: None } => Some(Duration::ZERO),
             _ => None,
         }
     }
