@@ -61,11 +61,14 @@ pub mod expediter;
 mod fallback;
 pub mod future;
 mod handle;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod keyed;
 mod kill;
 mod layer;
 pub mod machine;
 pub mod replay;
+pub mod saved;
 mod service;
 mod shared;
 mod sync;
@@ -86,6 +89,7 @@ pub use crate::machine::{
     Backoff, Cause, Config, Cooldown, Counts, FailureRecord, Mode, NextProbe, RateWindow, Reason,
     Snapshot, State, Transition, TripPolicy,
 };
+pub use crate::saved::{SaveLayer, SavedAnswers, SavedConfigError, SavedFallback, Unavailable};
 pub use crate::service::CircuitBreaker;
 
 /// The README's examples, compiled and run as doc tests.

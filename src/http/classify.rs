@@ -1,0 +1,246 @@
+//! [`HttpClassifier`]: what an HTTP response means for the breaker.
+
+use std::time::{Duration, SystemTime};
+
+use ::http::header::RETRY_AFTER;
+use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use super::error_body::ErrorBodyBytes;
+use crate::classify::{Classify, Failure, Outcome};
+
+/// The default bound on a `Retry-After` wait: 5 minutes.
+const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// The default markers of a permanent failure.
+const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
+
+/// Classifies `http::Response`s and transport errors for an HTTP model or tool client.
+///
+/// | Result | Outcome |
+/// | --- | --- |
+/// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
+/// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
+/// | 429 or 503 with `Retry-After` | failure that holds the breaker open for that long ([`Failure::retry_after`]), at most [`max_retry_after`](Self::max_retry_after) |
+/// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset) |
+/// | other 4xx | success |
+/// | 1xx, 2xx, 3xx | success |
+///
+/// A 4xx other than 429 is the caller's fault, not the service's: a bad request, a
+/// missing model, a rejected key for one request. The service answered, and answered
+/// correctly; opening the breaker would punish every other caller for one bad request.
+/// Such a 4xx is a success for the breaker (it resets the count of failures in a
+/// row). Handle it in the caller.
+///
+/// # Rate limits and exhausted quotas
+///
+/// OpenAI answers both "slow down" and "you have no credit left" with a 429; only the
+/// body tells them apart (`"code": "insufficient_quota"`). A rate limit passes by
+/// itself, so the breaker opens for the `Retry-After` wait and probes again; an
+/// exhausted quota does not, so the breaker stays open until a person resets it, and
+/// no probe is sent meanwhile.
+///
+/// The response body is a stream that a classifier cannot read. Put an
+/// [`ErrorBodyLayer`](super::ErrorBodyLayer) between the breaker and the client: it
+/// reads the first bytes of every error body into an [`ErrorBodyBytes`] extension,
+/// which this classifier searches. Without it, a quota error counts as a rate limit.
+/// The markers are searched as JSON strings (in double quotes), with no JSON parser;
+/// set them with [`permanent_markers`](Self::permanent_markers).
+///
+/// # `Retry-After`
+///
+/// Read on a 429 or a 503, in delta-seconds (`Retry-After: 120`) or as an HTTP date
+/// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from [`SystemTime::now`]).
+/// A wait longer than [`max_retry_after`](Self::max_retry_after) (default 5 minutes) is
+/// cut to it, so that a misconfigured server cannot park the breaker for a day. The
+/// breaker bounds it again with its own
+/// [`Builder::max_retry_after`](crate::Builder::max_retry_after); the smaller bound
+/// wins. A date in the past or a value that is neither form is ignored: the breaker's
+/// own cooldown applies. `Retry-After: 0` is honoured: the opening waits no time (with
+/// a cooldown in calls, it still waits for those calls).
+///
+/// ```
+/// use std::time::Duration;
+/// use http::Response;
+/// use tower_circuit_breaker::http::HttpClassifier;
+/// use tower_circuit_breaker::{Classify, Outcome};
+///
+/// let classifier = HttpClassifier::new().max_retry_after(Duration::from_secs(60));
+/// let limited: Result<_, std::io::Error> = Ok(Response::builder()
+///     .status(429)
+///     .header("retry-after", "3600")
+///     .body(())
+///     .unwrap());
+/// let Outcome::Failure(failure) = classifier.classify(&limited) else { unreachable!() };
+/// assert_eq!(failure.message(), Some("429 Too Many Requests"));
+/// assert_eq!(failure.retry_after_hint(), Some(Duration::from_secs(60)));
+///
+/// let not_found: Result<_, std::io::Error> = Ok(Response::builder().status(404).body(()).unwrap());
+/// assert_eq!(classifier.classify(&not_found), Outcome::Success);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpClassifier {
+    max_retry_after: Duration,
+    permanent_markers: &'static [&'static str],
+}
+
+impl Default for HttpClassifier {
+    fn default() -> Self {
+        HttpClassifier {
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            permanent_markers: DEFAULT_PERMANENT_MARKERS,
+        }
+    }
+}
+
+impl HttpClassifier {
+    /// The classifier with its defaults: `Retry-After` bounded by 5 minutes,
+    /// `"insufficient_quota"` permanent.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The longest wait a `Retry-After` header may ask for; longer waits are cut to
+    /// this. Default 5 minutes. `Duration::ZERO` turns every wait into "probe on the
+    /// next call".
+    pub fn max_retry_after(mut self, cap: Duration) -> Self {
+        self.max_retry_after = cap;
+        self
+    }
+
+    /// The error codes that make a failure permanent when an error body contains one
+    /// of them as a JSON string (`"insufficient_quota"`, in double quotes). Replaces
+    /// the default, `["insufficient_quota"]`; an empty list makes no failure
+    /// permanent.
+    pub fn permanent_markers(mut self, markers: &'static [&'static str]) -> Self {
+        self.permanent_markers = markers;
+        self
+    }
+
+    /// The outcome of a response. Reads the status, the `Retry-After` header and an
+    /// [`ErrorBodyBytes`] extension if there is one.
+    pub fn classify_response<B>(&self, response: &Response<B>) -> Outcome {
+        let error_body = response
+            .extensions()
+            .get::<ErrorBodyBytes>()
+            .map(|body| body.as_bytes());
+        self.classify_parts(response.status(), response.headers(), error_body)
+    }
+
+    /// The outcome of a response given by its parts: for clients whose response type
+    /// is not an `http::Response`. `error_body` is the start of the body of an error
+    /// response, if it was read.
+    pub fn classify_parts(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        error_body: Option<&[u8]>,
+    ) -> Outcome {
+        let rate_limited = status == StatusCode::TOO_MANY_REQUESTS;
+        let failed = rate_limited || status.is_server_error();
+        if status.as_u16() >= 400 {
+            if let Some(marker) = error_body.and_then(|body| self.permanent_marker_in(body)) {
+                let message = format!("{}: {marker}", status_text(status));
+                return Outcome::Failure(Failure::new(message).permanent());
+            }
+        }
+        if !failed {
+            return Outcome::Success;
+        }
+        let failure = Failure::new(status_text(status));
+        let wait = if rate_limited || status == StatusCode::SERVICE_UNAVAILABLE {
+            headers
+                .get(RETRY_AFTER)
+                .and_then(|value| parse_retry_after(value, SystemTime::now()))
+        } else {
+            None
+        };
+        match wait {
+            Some(wait) => Outcome::Failure(failure.retry_after(wait.min(self.max_retry_after))),
+            None => Outcome::Failure(failure),
+        }
+    }
+
+    fn permanent_marker_in(&self, body: &[u8]) -> Option<&'static str> {
+        self.permanent_markers
+            .iter()
+            .copied()
+            .find(|marker| contains_json_string(body, marker.as_bytes()))
+    }
+}
+
+impl<B, E> Classify<Response<B>, E> for HttpClassifier {
+    fn classify(&self, result: &Result<Response<B>, E>) -> Outcome {
+        match result {
+            Ok(response) => self.classify_response(response),
+            // The breaker fills in the error's text as the message.
+            Err(_) => Outcome::failure(),
+        }
+    }
+}
+
+/// The wait a `Retry-After` value asks for, seen from `now`: delta-seconds, or an HTTP
+/// date minus `now`. `None` for a date in the past (or `now` itself) and for anything
+/// that is neither form.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::HeaderValue;
+/// use tower_circuit_breaker::http::parse_retry_after;
+///
+/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 UTC
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("120"), now), Some(Duration::from_secs(120)));
+/// let date = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:30 GMT");
+/// assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(30)));
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("soon"), now), None);
+/// ```
+pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is a very long wait; the cap cuts it anyway.
+        let secs = text.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    match at.duration_since(now) {
+        Ok(wait) if !wait.is_zero() => Some(wait),
+        _ => None,
+    }
+}
+
+/// `503 Service Unavailable`, or `599` for a status with no canonical reason.
+fn status_text(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("{} {reason}", status.as_u16()),
+        None => status.as_u16().to_string(),
+    }
+}
+
+/// Whether `needle` appears in `haystack` between double quotes.
+fn contains_json_string(haystack: &[u8], needle: &[u8]) -> bool {
+    if needle.is_empty() || haystack.len() < needle.len() + 2 {
+        return false;
+    }
+    haystack
+        .windows(needle.len() + 2)
+        .any(|w| w[0] == b'"' && w[w.len() - 1] == b'"' && &w[1..w.len() - 1] == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_json_string;
+
+    #[test]
+    fn markers_match_only_as_json_strings() {
+        let body = br#"{"error":{"code":"insufficient_quota"}}"#;
+        assert!(contains_json_string(body, b"insufficient_quota"));
+        assert!(!contains_json_string(
+            b"insufficient_quota",
+            b"insufficient_quota"
+        ));
+        assert!(!contains_json_string(
+            br#""not_insufficient_quota""#,
+            b"insufficient_quota"
+        ));
+        assert!(!contains_json_string(br#""""#, b""));
+    }
+}

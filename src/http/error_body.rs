@@ -1,0 +1,421 @@
+//! [`ErrorBodyLayer`]: reads the start of every error response's body, so that a
+//! classifier can tell an exhausted quota from a rate limit.
+//!
+//! A classifier sees the response when its head arrives; the body is still a stream.
+//! Placed between the breaker and the client, this layer reads the body of a response
+//! with status >= 400 (up to a limit, 64 KiB by default), stores the bytes read in an
+//! [`ErrorBodyBytes`] extension, and hands the caller a body that replays those bytes
+//! and then streams the rest. Responses below 400 pass through as they came,
+//! streamed and unread.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::BodyExt;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::http::ErrorBodyLayer;
+//! use tower_circuit_breaker::http::error_body::ErrorBodyBytes;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let mut client = ServiceBuilder::new()
+//!     .layer(ErrorBodyLayer::new().limit(16 * 1024))
+//!     .service(service_fn(|_: Request<()>| async {
+//!         let body = r#"{"error":{"code":"insufficient_quota"}}"#.to_string();
+//!         Ok::<_, std::io::Error>(Response::builder().status(429).body(body).unwrap())
+//!     }));
+//! let response = client.ready().await?.call(Request::new(())).await?;
+//! let read = response.extensions().get::<ErrorBodyBytes>().unwrap().clone();
+//! assert!(read.as_bytes().starts_with(br#"{"error""#));
+//! // The caller still gets the whole body.
+//! let body = response.into_body().collect().await?.to_bytes();
+//! assert_eq!(body, read.0);
+//! # Ok(()) }
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use ::http::response::Parts;
+use ::http::Response;
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+use crate::error::BoxError;
+
+/// How much of an error body is read by default: 64 KiB.
+pub const DEFAULT_LIMIT: usize = 64 * 1024;
+
+/// The start of an error response's body, as read by [`ErrorBody`]: at most its
+/// limit, so a longer body is cut short here (the caller's body is not).
+///
+/// [`HttpClassifier`](super::HttpClassifier) looks for it in the response's
+/// extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorBodyBytes(pub Bytes);
+
+impl ErrorBodyBytes {
+    /// The bytes read.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Wraps an HTTP client in [`ErrorBody`]; see the [module](self) docs.
+///
+/// Place it inside the breaker (between the breaker and the client), and inside a
+/// timeout if there is one, so that a body that hangs counts as a failure.
+#[derive(Debug, Clone)]
+pub struct ErrorBodyLayer {
+    limit: usize,
+}
+
+impl ErrorBodyLayer {
+    /// Reads up to [`DEFAULT_LIMIT`] (64 KiB) of each error body.
+    pub fn new() -> Self {
+        ErrorBodyLayer {
+            limit: DEFAULT_LIMIT,
+        }
+    }
+
+    /// Reads up to `bytes` of each error body. The caller still gets the whole body:
+    /// what is past the limit streams on unread.
+    pub fn limit(mut self, bytes: usize) -> Self {
+        self.limit = bytes;
+        self
+    }
+}
+
+impl Default for ErrorBodyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for ErrorBodyLayer {
+    type Service = ErrorBody<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ErrorBody::new(inner, self.limit)
+    }
+}
+
+/// An HTTP client whose error responses carry the start of their body in an
+/// [`ErrorBodyBytes`] extension; made by [`ErrorBodyLayer`].
+///
+/// # Errors
+///
+/// The wrapped service's errors, and an error while reading an error body, are
+/// returned boxed: for the breaker, both mean the service failed.
+#[derive(Debug, Clone)]
+pub struct ErrorBody<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S> ErrorBody<S> {
+    /// Reads up to `limit` bytes of each error body of `inner`.
+    pub fn new(inner: S, limit: usize) -> Self {
+        ErrorBody { inner, limit }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Request, B> Service<Request> for ErrorBody<S>
+where
+    S: Service<Request, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<B>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        ResponseFuture::new(self.inner.call(request), self.limit)
+    }
+}
+
+pin_project! {
+    /// The future of an [`ErrorBody`] call: the response, with an error body read.
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: FutureState<F, B>,
+        limit: usize,
+    }
+}
+
+pin_project! {
+    #[project = FutureStateProj]
+    enum FutureState<F, B> {
+        Waiting {
+            #[pin]
+            future: F,
+        },
+        Reading {
+            parts: Option<Parts>,
+            body: Option<Pin<Box<B>>>,
+            frames: VecDeque<Frame<Bytes>>,
+            read: BytesMut,
+        },
+        Done,
+    }
+}
+
+impl<F, B> ResponseFuture<F, B> {
+    pub(crate) fn new(future: F, limit: usize) -> Self {
+        ResponseFuture {
+            state: FutureState::Waiting { future },
+            limit,
+        }
+    }
+}
+
+impl<F, E, B> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<ResponseBody<B>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let limit = *this.limit;
+        loop {
+            match this.state.as_mut().project() {
+                FutureStateProj::Waiting { future } => {
+                    let response = match ready!(future.poll(cx)) {
+                        Ok(response) => response,
+                        Err(error) => {
+                            this.state.set(FutureState::Done);
+                            return Poll::Ready(Err(error.into()));
+                        }
+                    };
+                    if response.status().as_u16() < 400 {
+                        this.state.set(FutureState::Done);
+                        return Poll::Ready(Ok(response.map(ResponseBody::new)));
+                    }
+                    let (parts, body) = response.into_parts();
+                    this.state.set(FutureState::Reading {
+                        parts: Some(parts),
+                        body: Some(Box::pin(body)),
+                        frames: VecDeque::new(),
+                        read: BytesMut::new(),
+                    });
+                }
+                FutureStateProj::Reading {
+                    parts,
+                    body,
+                    frames,
+                    read,
+                } => {
+                    while read.len() < limit {
+                        let Some(stream) = body.as_mut() else { break };
+                        match ready!(stream.as_mut().poll_frame(cx)) {
+                            None => *body = None,
+                            Some(Err(error)) => {
+                                this.state.set(FutureState::Done);
+                                return Poll::Ready(Err(error.into()));
+                            }
+                            Some(Ok(frame)) => {
+                                let frame = frame.map_data(to_bytes);
+                                if let Some(data) = frame.data_ref() {
+                                    let room = limit - read.len();
+                                    read.extend_from_slice(&data[..data.len().min(room)]);
+                                }
+                                frames.push_back(frame);
+                            }
+                        }
+                    }
+                    let rest = body.take().filter(|body| !body.is_end_stream());
+                    let mut parts = parts.take().expect("polled after completion");
+                    parts
+                        .extensions
+                        .insert(ErrorBodyBytes(read.split().freeze()));
+                    let body = ResponseBody::replayed(std::mem::take(frames), rest);
+                    this.state.set(FutureState::Done);
+                    return Poll::Ready(Ok(Response::from_parts(parts, body)));
+                }
+                FutureStateProj::Done => panic!("polled after completion"),
+            }
+        }
+    }
+}
+
+impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            FutureState::Waiting { .. } => "waiting",
+            FutureState::Reading { .. } => "reading",
+            FutureState::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+fn to_bytes<D: Buf>(mut data: D) -> Bytes {
+    data.copy_to_bytes(data.remaining())
+}
+
+pin_project! {
+    /// The body of an [`ErrorBody`] response: a success body streamed as it came, or
+    /// an error body whose start was read, replayed and followed by the rest.
+    ///
+    /// Its data is [`Bytes`] (other buffers are converted chunk by chunk; `Bytes`
+    /// chunks are moved, not copied) and its error is the wrapped body's. A fallback
+    /// that answers for the client builds one with [`full`](Self::full).
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: BodyKind<B>,
+    }
+}
+
+pin_project! {
+    #[project = BodyKindProj]
+    enum BodyKind<B> {
+        Streamed {
+            #[pin]
+            body: B,
+        },
+        Replayed {
+            frames: VecDeque<Frame<Bytes>>,
+            rest: Option<Pin<Box<B>>>,
+        },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// `body`, streamed as it comes.
+    pub fn new(body: B) -> Self {
+        ResponseBody {
+            kind: BodyKind::Streamed { body },
+        }
+    }
+
+    /// A body of these bytes and nothing else: for fallback answers.
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        let mut frames = VecDeque::new();
+        if !bytes.is_empty() {
+            frames.push_back(Frame::data(bytes));
+        }
+        Self::replayed(frames, None)
+    }
+
+    /// A body with no bytes.
+    pub fn empty() -> Self {
+        Self::replayed(VecDeque::new(), None)
+    }
+
+    fn replayed(frames: VecDeque<Frame<Bytes>>, rest: Option<Pin<Box<B>>>) -> Self {
+        ResponseBody {
+            kind: BodyKind::Replayed { frames, rest },
+        }
+    }
+
+    /// Whether the body was read in part before it reached the caller (an error
+    /// body, or one made with [`full`](Self::full)), rather than streamed as it came.
+    pub fn is_buffered(&self) -> bool {
+        matches!(self.kind, BodyKind::Replayed { .. })
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            BodyKindProj::Streamed { body } => body
+                .poll_frame(cx)
+                .map(|frame| frame.map(|frame| frame.map(|frame| frame.map_data(to_bytes)))),
+            BodyKindProj::Replayed { frames, rest } => {
+                if let Some(frame) = frames.pop_front() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                let Some(body) = rest.as_mut() else {
+                    return Poll::Ready(None);
+                };
+                let frame = ready!(body.as_mut().poll_frame(cx));
+                if frame.is_none() {
+                    *rest = None;
+                }
+                Poll::Ready(frame.map(|frame| frame.map(|frame| frame.map_data(to_bytes))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            BodyKind::Streamed { body } => body.is_end_stream(),
+            BodyKind::Replayed { frames, rest } => {
+                frames.is_empty() && rest.as_ref().is_none_or(|body| body.is_end_stream())
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            BodyKind::Streamed { body } => body.size_hint(),
+            BodyKind::Replayed { frames, rest } => {
+                let buffered: u64 = frames
+                    .iter()
+                    .filter_map(Frame::data_ref)
+                    .map(|data| data.len() as u64)
+                    .sum();
+                match rest {
+                    Some(body) => SizeHint::with_exact(buffered) + body.size_hint(),
+                    None => SizeHint::with_exact(buffered),
+                }
+            }
+        }
+    }
+}
+
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            BodyKind::Streamed { .. } => f.debug_struct("ResponseBody::Streamed").finish(),
+            BodyKind::Replayed { frames, rest } => f
+                .debug_struct("ResponseBody::Replayed")
+                .field("frames", &frames.len())
+                .field("rest", &rest.is_some())
+                .finish(),
+        }
+    }
+}

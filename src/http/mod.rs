@@ -1,0 +1,99 @@
+//! HTTP model and tool clients: what counts as a failure, quota errors told apart from
+//! rate limits, and provenance on the response itself (cargo feature `http`).
+//!
+//! Three pieces, stacked around an HTTP client (any `tower::Service` from
+//! `http::Request` to `http::Response<B>`):
+//!
+//! - [`HttpClassifier`], the breaker's classifier: 5xx, 429 and transport errors are
+//!   failures, other 4xx are not (the caller's fault, not the service's), a
+//!   `Retry-After` on a 429 or 503 sets how long that opening lasts, and an
+//!   `insufficient_quota` error keeps the breaker open until reset;
+//! - [`ErrorBodyLayer`], inside the breaker: reads the start of error bodies into an
+//!   [`ErrorBodyBytes`] extension so the classifier can see the error code, and hands
+//!   the caller the whole body still;
+//! - [`ProvenanceLayer`], outside the breaker: turns the breaker's
+//!   [`Answer`](crate::Answer) back into a plain `http::Response` labelled with an
+//!   [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension, for stacks whose
+//!   response type is fixed.
+//!
+//! The order, outside in: provenance, breaker, (timeout, so that a hang counts as a
+//! failure,) error body, client.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::{BodyExt, Full};
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::http::{
+//!     provenance, ErrorBodyLayer, HttpClassifier, ProvenanceLayer, ResponseBody,
+//!     X_CIRCUIT_BREAKER,
+//! };
+//! use tower_circuit_breaker::{CircuitBreakerLayer, NextProbe, Reason, Source, State};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! // A chat-completions endpoint that is rate-limited for the next 20 seconds.
+//! let endpoint = service_fn(|_: Request<String>| async {
+//!     let body = r#"{"error":{"type":"requests","code":"rate_limit_exceeded"}}"#;
+//!     Ok::<_, std::io::Error>(
+//!         Response::builder()
+//!             .status(StatusCode::TOO_MANY_REQUESTS)
+//!             .header("retry-after", "20")
+//!             .body(Full::new(Bytes::from_static(body.as_bytes())))
+//!             .unwrap(),
+//!     )
+//! });
+//!
+//! let breaker = CircuitBreakerLayer::builder()
+//!     .name("chat")
+//!     .failure_threshold(1)
+//!     .build()?;
+//! let handle = breaker.handle();
+//! let breaker = breaker
+//!     .with_classifier(HttpClassifier::new().max_retry_after(Duration::from_secs(60)))
+//!     .with_fallback(service_fn(|_: Request<String>| async {
+//!         Ok::<_, Infallible>(
+//!             Response::builder()
+//!                 .status(StatusCode::SERVICE_UNAVAILABLE)
+//!                 .body(ResponseBody::full("the model is unavailable; try again later"))
+//!                 .unwrap(),
+//!         )
+//!     }));
+//!
+//! let mut chat = ServiceBuilder::new()
+//!     .layer(ProvenanceLayer::new())
+//!     .layer(breaker)
+//!     .timeout(Duration::from_secs(30))
+//!     .layer(ErrorBodyLayer::new())
+//!     .service(endpoint);
+//!
+//! // The 429 reaches the caller, body and all, and opens the breaker for 20 s.
+//! let response = chat.ready().await?.call(Request::new("hi".into())).await?;
+//! assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "service");
+//! let body = response.into_body().collect().await?.to_bytes();
+//! assert!(body.starts_with(br#"{"error""#));
+//! assert_eq!(handle.state(), State::Open);
+//! assert!(handle.snapshot().retry_after() > Some(Duration::from_secs(19)));
+//!
+//! // Meanwhile the fallback answers, and says so.
+//! let response = chat.ready().await?.call(Request::new("hi".into())).await?;
+//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "fallback; reason=open");
+//! let info = provenance(&response).expect("labelled by ProvenanceLayer");
+//! assert_eq!(info.source, Source::Fallback(Reason::Open));
+//! assert!(matches!(info.next_probe, NextProbe::After { at: Some(_), .. }));
+//! # Ok(()) }
+//! ```
+
+mod classify;
+pub mod error_body;
+pub mod provenance;
+
+pub use self::classify::{parse_retry_after, HttpClassifier};
+pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ResponseBody};
+pub use self::provenance::{
+    header_value, provenance, source_from_header, AnswerInfo, Provenance, ProvenanceLayer,
+    X_CIRCUIT_BREAKER,
+};

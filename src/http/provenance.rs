@@ -1,0 +1,323 @@
+//! [`ProvenanceLayer`]: where an answer came from, carried on the `http::Response`
+//! itself, for stacks whose response type is fixed.
+//!
+//! A [`CircuitBreaker`](crate::CircuitBreaker) answers with
+//! [`Answer<http::Response<B>>`](crate::Answer), whose type says whether the service or
+//! the fallback produced it. A client library that takes a tower service in a
+//! middleware slot expects its own response type, so the `Answer` must be unwrapped
+//! there, and its provenance would be lost. [`Provenance`] unwraps it and writes the
+//! provenance onto the response twice:
+//!
+//! - a header, [`X_CIRCUIT_BREAKER`] (`x-circuit-breaker: fallback; reason=open`): it
+//!   survives whatever the response goes through, including a conversion by a client
+//!   library that keeps headers but drops extensions, and a hop to another process;
+//! - an extension, [`AnswerInfo`]: typed, with the breaker's state and the next
+//!   probe, for code in the same process ([`provenance`] reads it).
+//!
+//! The header's values are `service`, `probe`, `fallback; reason=<reason>` and
+//! `shadowed; reason=<reason>` (the reason as [`Reason::as_str`] writes it: `open`,
+//! `half_open_full`, `killed`, `forced_open`, ...). A fallback's response gets the
+//! header too: it is the breaker that labels it, not the fallback. Each breaker on the
+//! way appends its value, so a response that went through several carries one value
+//! per breaker, the innermost (or the one farthest away, in another process) first;
+//! read them all with [`HeaderMap::get_all`](::http::HeaderMap::get_all). The extension
+//! is the nearest breaker's.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use http::{Request, Response};
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::http::{provenance, ProvenanceLayer, X_CIRCUIT_BREAKER};
+//! use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let breaker = CircuitBreakerLayer::builder().build()?;
+//! let handle = breaker.handle();
+//! let breaker = breaker.with_fallback(service_fn(|_: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new("unavailable".to_string()))
+//! }));
+//! let mut client = ServiceBuilder::new()
+//!     .layer(ProvenanceLayer::new())
+//!     .layer(breaker)
+//!     .service(service_fn(|_: Request<()>| async {
+//!         Ok::<_, Infallible>(Response::new("hello".to_string()))
+//!     }));
+//!
+//! let response: Response<String> = client.ready().await?.call(Request::new(())).await?;
+//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "service");
+//!
+//! handle.force_open();
+//! let response = client.ready().await?.call(Request::new(())).await?;
+//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "fallback; reason=forced_open");
+//! assert_eq!(provenance(&response).unwrap().source, Source::Fallback(Reason::ForcedOpen));
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use ::http::{HeaderName, HeaderValue, Response};
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+use crate::answer::{Answer, Source};
+use crate::machine::{NextProbe, Reason, State};
+
+/// The response header that says where an answer came from: `x-circuit-breaker`.
+pub const X_CIRCUIT_BREAKER: HeaderName = HeaderName::from_static("x-circuit-breaker");
+
+/// Where an answer came from, as a response extension written by [`Provenance`]: what
+/// an [`Answer`] carries, kept once the answer is unwrapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AnswerInfo {
+    /// Who produced the answer, and why.
+    pub source: Source,
+    /// The breaker's state when the call arrived.
+    pub state: State,
+    /// For a fallback answer, when the breaker will next let a probe through.
+    pub next_probe: NextProbe,
+}
+
+impl AnswerInfo {
+    /// What `answer` says about itself.
+    pub fn of<T>(answer: &Answer<T>) -> Self {
+        AnswerInfo {
+            source: answer.source(),
+            state: answer.state(),
+            next_probe: answer.next_probe(),
+        }
+    }
+
+    /// Whether the fallback produced the answer.
+    pub fn is_fallback(&self) -> bool {
+        self.source.is_fallback()
+    }
+}
+
+/// The provenance [`Provenance`] wrote on `response`, if it went through one: the
+/// [`AnswerInfo`] extension. Across a process boundary, or through a client that
+/// drops extensions, read the [`X_CIRCUIT_BREAKER`] header with
+/// [`source_from_header`] instead.
+pub fn provenance<B>(response: &Response<B>) -> Option<AnswerInfo> {
+    response.extensions().get::<AnswerInfo>().copied()
+}
+
+/// The [`X_CIRCUIT_BREAKER`] header value for `source`: `service`, `probe`,
+/// `fallback; reason=open`, `shadowed; reason=open`, ...
+pub fn header_value(source: Source) -> HeaderValue {
+    HeaderValue::from_static(header_str(source))
+}
+
+/// The source an [`X_CIRCUIT_BREAKER`] header value names; `None` for a value this
+/// crate does not write.
+///
+/// ```
+/// use http::HeaderValue;
+/// use tower_circuit_breaker::http::{header_value, source_from_header};
+/// use tower_circuit_breaker::{Reason, Source};
+///
+/// let value = HeaderValue::from_static("fallback; reason=killed");
+/// assert_eq!(source_from_header(&value), Some(Source::Fallback(Reason::Killed)));
+/// assert_eq!(header_value(Source::Fallback(Reason::Killed)), value);
+/// assert_eq!(source_from_header(&HeaderValue::from_static("cache")), None);
+/// ```
+pub fn source_from_header(value: &HeaderValue) -> Option<Source> {
+    let text = value.to_str().ok()?.trim();
+    let (kind, reason) = match text.split_once(';') {
+        Some((kind, rest)) => {
+            let reason = rest.trim().strip_prefix("reason=")?;
+            (kind.trim(), Some(reason_from_str(reason.trim())?))
+        }
+        None => (text, None),
+    };
+    match (kind, reason) {
+        ("service", None) => Some(Source::Service),
+        ("probe", None) => Some(Source::Probe),
+        ("fallback", Some(reason)) => Some(Source::Fallback(reason)),
+        ("shadowed", Some(reason)) => Some(Source::Shadowed(reason)),
+        _ => None,
+    }
+}
+
+const REASONS: [Reason; 7] = [
+    Reason::Open,
+    Reason::HalfOpenFull,
+    Reason::Killed,
+    Reason::ForcedOpen,
+    Reason::BudgetExhausted,
+    Reason::SystemicPause,
+    Reason::Unavailable,
+];
+
+fn reason_from_str(text: &str) -> Option<Reason> {
+    REASONS.into_iter().find(|reason| reason.as_str() == text)
+}
+
+/// Static strings, so that labelling a response allocates nothing. The match is
+/// exhaustive on purpose: a new [`Reason`] must be given its header value here.
+fn header_str(source: Source) -> &'static str {
+    match source {
+        Source::Service => "service",
+        Source::Probe => "probe",
+        Source::Fallback(reason) => match reason {
+            Reason::Open => "fallback; reason=open",
+            Reason::HalfOpenFull => "fallback; reason=half_open_full",
+            Reason::Killed => "fallback; reason=killed",
+            Reason::ForcedOpen => "fallback; reason=forced_open",
+            Reason::BudgetExhausted => "fallback; reason=budget_exhausted",
+            Reason::SystemicPause => "fallback; reason=systemic_pause",
+            Reason::Unavailable => "fallback; reason=unavailable",
+        },
+        Source::Shadowed(reason) => match reason {
+            Reason::Open => "shadowed; reason=open",
+            Reason::HalfOpenFull => "shadowed; reason=half_open_full",
+            Reason::Killed => "shadowed; reason=killed",
+            Reason::ForcedOpen => "shadowed; reason=forced_open",
+            Reason::BudgetExhausted => "shadowed; reason=budget_exhausted",
+            Reason::SystemicPause => "shadowed; reason=systemic_pause",
+            Reason::Unavailable => "shadowed; reason=unavailable",
+        },
+    }
+}
+
+/// Unwraps a breaker's [`Answer<http::Response<B>>`](crate::Answer) into a plain
+/// `http::Response<B>` labelled with its provenance; see the [module](self) docs.
+///
+/// Place it directly outside the breaker.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProvenanceLayer {
+    _priv: (),
+}
+
+impl ProvenanceLayer {
+    /// The layer.
+    pub fn new() -> Self {
+        ProvenanceLayer { _priv: () }
+    }
+}
+
+impl<S> Layer<S> for ProvenanceLayer {
+    type Service = Provenance<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Provenance::new(inner)
+    }
+}
+
+/// A breaker whose answers are plain `http::Response`s labelled with an
+/// [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension; made by
+/// [`ProvenanceLayer`].
+///
+/// # Errors
+///
+/// The breaker's errors, unchanged.
+#[derive(Debug, Clone)]
+pub struct Provenance<S> {
+    inner: S,
+}
+
+impl<S> Provenance<S> {
+    /// Labels the answers of `inner`.
+    pub fn new(inner: S) -> Self {
+        Provenance { inner }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Request, B> Service<Request> for Provenance<S>
+where
+    S: Service<Request, Response = Answer<Response<B>>>,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        ResponseFuture::new(self.inner.call(request))
+    }
+}
+
+pin_project! {
+    /// The future of a [`Provenance`] call: the breaker's answer, unwrapped and
+    /// labelled.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(future: F) -> Self {
+        ResponseFuture { future }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Answer<Response<B>>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let answer = ready!(self.project().future.poll(cx))?;
+        let info = AnswerInfo::of(&answer);
+        let mut response = answer.into_inner();
+        response
+            .headers_mut()
+            .append(X_CIRCUIT_BREAKER, header_value(info.source));
+        response.extensions_mut().insert(info);
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_header_value_parses_back_to_its_source() {
+        let mut sources = vec![Source::Service, Source::Probe];
+        for reason in REASONS {
+            sources.push(Source::Fallback(reason));
+            sources.push(Source::Shadowed(reason));
+        }
+        for source in sources {
+            let value = header_value(source);
+            assert_eq!(source_from_header(&value), Some(source), "{value:?}");
+            if let Some(reason) = source.reason() {
+                let expected = format!("{}; reason={}", source.as_str(), reason.as_str());
+                assert_eq!(value, expected.as_str());
+            } else {
+                assert_eq!(value, source.as_str());
+            }
+        }
+    }
+}
