@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -63,15 +64,96 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
 }
 
 /// A fallback service, as set by
-/// [`CircuitBreakerLayer::with_fallback`](crate::CircuitBreakerLayer::with_fallback).
+/// [`CircuitBreakerLayer::with_fallback`](crate::CircuitBreakerLayer::with_fallback)
+/// (it gets the request as it is: `M` is [`Plain`]) or
+/// [`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)
+/// (it gets a [`Skipped`] request that says why: `M` is [`WithSkip`]).
 #[derive(Debug, Clone)]
-pub struct Fallback<F> {
+pub struct Fallback<F, M = Plain> {
     inner: F,
+    _mode: PhantomData<fn() -> M>,
 }
 
-impl<F> Fallback<F> {
+/// The fallback gets the request as it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plain;
+
+/// The fallback gets a [`Skipped`] request: the request, why it was skipped and when the
+/// breaker will next let a probe through.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WithSkip;
+
+/// A request the breaker did not send to the wrapped service, as a context-aware fallback
+/// receives it: with why, and when to come back. Nothing here is looked up later, so a
+/// fallback that says "unavailable, retry after T" tells the truth of the moment the call
+/// was decided.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Skipped};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = CircuitBreakerLayer::builder().name("model").build()?;
+/// layer.handle().force_open();
+/// let layer = layer.with_fallback_context(service_fn(|skipped: Skipped<String>| async move {
+///     let Skipped { request, skip, breaker, .. } = skipped;
+///     Ok::<_, Infallible>(format!("{breaker} is unavailable ({}); not asked: {request}", skip.reason))
+/// }));
+/// let mut svc = layer.layer(service_fn(|q: String| async move { Ok::<_, Infallible>(q) }));
+/// let answer = svc.ready().await?.call("2+2".to_string()).await?;
+/// assert_eq!(answer.into_inner(), "model is unavailable (forced_open); not asked: 2+2");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Skipped<Request> {
+    /// The request.
+    pub request: Request,
+    /// Why it was skipped, the state found, and when the next probe may go.
+    pub skip: Skip,
+    /// The breaker's name.
+    pub breaker: Arc<str>,
+}
+
+/// How a fallback of mode `M` receives a request.
+pub trait FallbackMode<Request>: sealed::Sealed<Request> {
+    /// What the fallback service is called with.
+    type Call;
+
+    #[doc(hidden)]
+    fn wrap(request: Request, skip: Skip, name: &Arc<str>) -> Self::Call;
+}
+
+impl<Request> sealed::Sealed<Request> for Plain {}
+impl<Request> sealed::Sealed<Request> for WithSkip {}
+
+impl<Request> FallbackMode<Request> for Plain {
+    type Call = Request;
+
+    fn wrap(request: Request, _: Skip, _: &Arc<str>) -> Request {
+        request
+    }
+}
+
+impl<Request> FallbackMode<Request> for WithSkip {
+    type Call = Skipped<Request>;
+
+    fn wrap(request: Request, skip: Skip, name: &Arc<str>) -> Skipped<Request> {
+        Skipped {
+            request,
+            skip,
+            breaker: name.clone(),
+        }
+    }
+}
+
+impl<F, M> Fallback<F, M> {
     pub(crate) fn new(inner: F) -> Self {
-        Fallback { inner }
+        Fallback {
+            inner,
+            _mode: PhantomData,
+        }
     }
 
     /// The fallback service.
@@ -85,31 +167,32 @@ impl<F> Fallback<F> {
     }
 }
 
-impl<Request, F> sealed::Sealed<Request> for Fallback<F> {}
+impl<Request, F, M> sealed::Sealed<Request> for Fallback<F, M> {}
 
-impl<Request, Response, F> FallbackService<Request, Response> for Fallback<F>
+impl<Request, Response, F, M> FallbackService<Request, Response> for Fallback<F, M>
 where
-    F: Service<Request, Response = Response> + Clone,
+    M: FallbackMode<Request>,
+    F: Service<M::Call, Response = Response> + Clone,
     F::Error: Into<BoxError>,
 {
-    type Future = FallbackFuture<F, Request>;
+    type Future = FallbackFuture<F, M::Call>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: Request, _: Skip, _: &Arc<str>) -> Self::Future {
+    fn call(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
         FallbackFuture {
             kind: Kind::Called {
-                future: self.inner.call(request),
+                future: self.inner.call(M::wrap(request, skip, name)),
             },
         }
     }
 
-    fn call_unready(&mut self, request: Request, _: Skip, _: &Arc<str>) -> Self::Future {
+    fn call_unready(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
         FallbackFuture {
             kind: Kind::Oneshot {
-                future: Oneshot::new(self.inner.clone(), request),
+                future: Oneshot::new(self.inner.clone(), M::wrap(request, skip, name)),
             },
         }
     }

@@ -166,7 +166,7 @@ use crate::answer::Answer;
 use crate::builder::Builder;
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::BoxError;
-use crate::fallback::{Fallback, FallbackService, NoFallback};
+use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
@@ -356,6 +356,20 @@ impl<K, KF, F, C> KeyedCircuitBreakerLayer<K, KF, F, C> {
         self,
         fallback: F2,
     ) -> KeyedCircuitBreakerLayer<K, KF, Fallback<F2>, C> {
+        KeyedCircuitBreakerLayer {
+            registry: self.registry,
+            key: self.key,
+            fallback: Fallback::new(fallback),
+            classifier: self.classifier,
+        }
+    }
+
+    /// Answers skipped calls with `fallback`, which receives each request as a
+    /// [`Skipped`](crate::Skipped) naming the key's breaker, why, and when it probes.
+    pub fn with_fallback_context<F2>(
+        self,
+        fallback: F2,
+    ) -> KeyedCircuitBreakerLayer<K, KF, Fallback<F2, WithSkip>, C> {
         KeyedCircuitBreakerLayer {
             registry: self.registry,
             key: self.key,

@@ -5,7 +5,7 @@ use tower::Layer;
 
 use crate::builder::Builder;
 use crate::classify::DefaultClassifier;
-use crate::fallback::{Fallback, NoFallback};
+use crate::fallback::{Fallback, NoFallback, WithSkip};
 use crate::handle::CircuitBreakerHandle;
 use crate::service::CircuitBreaker;
 use crate::shared::Shared;
@@ -90,6 +90,20 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     /// A fallback that must say when to retry can hold the breaker's
     /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::Snapshot::retry_after).
     pub fn with_fallback<F2>(self, fallback: F2) -> CircuitBreakerLayer<Fallback<F2>, C> {
+        CircuitBreakerLayer {
+            shared: self.shared,
+            fallback: Fallback::new(fallback),
+            classifier: self.classifier,
+        }
+    }
+
+    /// Answers skipped calls with `fallback`, a cloneable service that receives each
+    /// request as a [`Skipped`](crate::Skipped): the request, why it was skipped and
+    /// when the next probe may go, as decided for that call.
+    pub fn with_fallback_context<F2>(
+        self,
+        fallback: F2,
+    ) -> CircuitBreakerLayer<Fallback<F2, WithSkip>, C> {
         CircuitBreakerLayer {
             shared: self.shared,
             fallback: Fallback::new(fallback),

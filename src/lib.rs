@@ -78,7 +78,9 @@ pub use crate::builder::Builder;
 pub use crate::classify::{Classify, DefaultClassifier, Failure, Outcome};
 pub use crate::error::{BoxError, ConfigError};
 pub use crate::event::Event;
-pub use crate::fallback::{Fallback, FallbackFuture, FallbackService, NoFallback};
+pub use crate::fallback::{
+    Fallback, FallbackFuture, FallbackMode, FallbackService, NoFallback, Plain, Skipped, WithSkip,
+};
 pub use crate::handle::CircuitBreakerHandle;
 pub use crate::keyed::{
     KeyedBuilder, KeyedCircuitBreaker, KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer,

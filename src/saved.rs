@@ -7,7 +7,7 @@
 //!   good answer of the service is stored under the request's key (a key function you
 //!   give; `None` means "do not save this one").
 //! - [`SavedFallback`] is the breaker's fallback
-//!   ([`CircuitBreakerLayer::with_fallback`](crate::CircuitBreakerLayer::with_fallback)):
+//!   ([`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)):
 //!   for a skipped call, it serves the saved answer to the same question, passed through
 //!   your `stale` function so it says how old it is; with no saved answer, or one older
 //!   than the store's age limit, it builds your `unavailable` answer from an
@@ -56,7 +56,7 @@
 //!     |unavailable: Unavailable| unavailable.to_string(),
 //! );
 //! let mut model = ServiceBuilder::new()
-//!     .layer(breaker.with_fallback(fallback))
+//!     .layer(breaker.with_fallback_context(fallback))
 //!     .layer(save) // inside the breaker: only the service's real answers are saved
 //!     .service(client);
 //!
@@ -134,8 +134,9 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
+use crate::fallback::Skipped;
 use crate::handle::CircuitBreakerHandle;
-use crate::machine::{NextProbe, Reason, Snapshot, State};
+use crate::machine::{NextProbe, Reason, Skip, Snapshot, State};
 
 /// A bad setting for [`SavedAnswers::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -768,6 +769,18 @@ pub struct Unavailable {
 }
 
 impl Unavailable {
+    /// What a skipped call should be told, from the breaker's own decision for it
+    /// (what a context-aware fallback receives), with the wait measured from `now`.
+    pub fn from_skip(skip: &Skip, breaker: &Arc<str>, now: std::time::Instant) -> Self {
+        Unavailable {
+            name: breaker.clone(),
+            reason: skip.reason,
+            state: skip.state,
+            next_probe: skip.next_probe,
+            retry_after: skip.next_probe.retry_after(now),
+        }
+    }
+
     /// What the snapshot says a skipped call should be told.
     pub fn from_snapshot(snapshot: &Snapshot) -> Self {
         let reason = if snapshot.killed {
@@ -898,7 +911,7 @@ fn human(secs: u64) -> String {
 }
 
 /// The fallback that serves saved answers: give it to
-/// [`CircuitBreakerLayer::with_fallback`](crate::CircuitBreakerLayer::with_fallback).
+/// [`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context).
 ///
 /// For a skipped call, it takes the request's key and:
 ///
@@ -941,7 +954,7 @@ fn human(secs: u64) -> String {
 ///     },
 ///     |unavailable: Unavailable| format!("[UNAVAILABLE] {unavailable}"),
 /// );
-/// let breaker = breaker.with_fallback(fallback);
+/// let breaker = breaker.with_fallback_context(fallback);
 /// # let _ = breaker;
 /// # Ok::<(), tower::BoxError>(())
 /// ```
@@ -995,7 +1008,7 @@ impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     }
 }
 
-impl<Request, K, R, KF, ST, UN> Service<Request> for SavedFallback<K, R, KF, ST, UN>
+impl<Request, K, R, KF, ST, UN> Service<Skipped<Request>> for SavedFallback<K, R, KF, ST, UN>
 where
     K: Hash + Eq,
     R: Clone,
@@ -1011,9 +1024,9 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, skipped: Skipped<Request>) -> Self::Future {
         let functions = &*self.functions;
-        let saved = (functions.key)(&request).and_then(|key| self.saved.get(&key));
+        let saved = (functions.key)(&skipped.request).and_then(|key| self.saved.get(&key));
         let response = match saved {
             Some((answer, age)) => {
                 self.saved.shared.served.fetch_add(1, Ordering::Relaxed);
@@ -1024,7 +1037,12 @@ where
                     .shared
                     .unavailable
                     .fetch_add(1, Ordering::Relaxed);
-                (functions.unavailable)(Unavailable::from_snapshot(&self.handle.snapshot()))
+                let now = tokio::time::Instant::now().into_std();
+                (functions.unavailable)(Unavailable::from_skip(
+                    &skipped.skip,
+                    &skipped.breaker,
+                    now,
+                ))
             }
         };
         std::future::ready(Ok(response))

@@ -200,7 +200,7 @@ fn stack(
     let service = ServiceBuilder::new()
         .layer(
             breaker
-                .with_fallback(fallback)
+                .with_fallback_context(fallback)
                 .with_classifier(classify as fn(&Result<Reply, ModelError>) -> Outcome),
         )
         .layer(save)
@@ -294,7 +294,7 @@ async fn the_stale_label_names_the_real_age() {
         |unavailable: Unavailable| unavailable.to_string(),
     );
     let mut model = ServiceBuilder::new()
-        .layer(breaker.with_fallback(fallback))
+        .layer(breaker.with_fallback_context(fallback))
         .layer(save)
         .service(service_fn(|prompt: String| async move {
             Ok::<_, std::io::Error>(format!("{prompt} → 4"))
