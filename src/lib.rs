@@ -67,6 +67,8 @@ pub mod keyed;
 mod kill;
 mod layer;
 pub mod machine;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod replay;
 pub mod saved;
 mod service;
