@@ -31,6 +31,8 @@
 //! ```
 
 use std::borrow::Cow;
+
+use crate::settle::Settlement;
 use std::time::Duration;
 
 /// What one result means for the breaker.
@@ -129,6 +131,19 @@ impl Failure {
 pub trait Classify<Response, Error> {
     /// The outcome of one result.
     fn classify(&self, result: &Result<Response, Error>) -> Outcome;
+
+    /// For a response [`classify`](Self::classify) called a success but whose real
+    /// outcome is known only later (a streamed body that may still break): move the
+    /// [`Settlement`] into the response, where whatever consumes it settles it, and
+    /// return `Ok(())`. The breaker then records nothing now. The default gives the
+    /// settlement back, and the success is recorded at once.
+    ///
+    /// [`http::StreamClassifier`](crate::http) does this for HTTP bodies (feature
+    /// `http`). A panic here drops the settlement: the call counts as cancelled.
+    fn defer(&self, response: &mut Response, settlement: Settlement) -> Result<(), Settlement> {
+        let _ = response;
+        Err(settlement)
+    }
 }
 
 impl<F, Response, Error> Classify<Response, Error> for F

@@ -13,6 +13,7 @@ use crate::answer::{Answer, Source};
 use crate::classify::{Classify, Outcome};
 use crate::error::BoxError;
 use crate::machine::{NextProbe, Skip};
+use crate::settle::Settlement;
 use crate::shared::{now, Ticket};
 
 pin_project! {
@@ -143,7 +144,20 @@ where
                     (outcome, _) => outcome,
                 };
                 let permit = *ticket.permit();
-                ticket.settle(outcome, elapsed);
+                let result = match (outcome, result) {
+                    // A success may be handed on, to be settled when its body ends.
+                    (Outcome::Success, Ok(mut value)) => {
+                        let settlement = Settlement::new(ticket, elapsed);
+                        if let Err(settlement) = classifier.defer(&mut value, settlement) {
+                            settlement.success();
+                        }
+                        Ok(value)
+                    }
+                    (outcome, result) => {
+                        ticket.settle(outcome, elapsed);
+                        result
+                    }
+                };
                 let source = match permit.shadowed() {
                     Some(reason) => Source::Shadowed(reason),
                     None if permit.is_probe() => Source::Probe,

@@ -72,6 +72,7 @@ pub mod metrics;
 pub mod replay;
 pub mod saved;
 mod service;
+mod settle;
 mod shared;
 mod sync;
 
@@ -95,6 +96,7 @@ pub use crate::machine::{
 };
 pub use crate::saved::{SaveLayer, SavedAnswers, SavedConfigError, SavedFallback, Unavailable};
 pub use crate::service::CircuitBreaker;
+pub use crate::settle::Settlement;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -90,6 +90,7 @@
 mod classify;
 pub mod error_body;
 pub mod provenance;
+pub mod stream;
 
 pub use self::classify::{parse_retry_after, HttpClassifier};
 pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ResponseBody};
@@ -97,3 +98,4 @@ pub use self::provenance::{
     header_value, provenance, source_from_header, AnswerInfo, Provenance, ProvenanceLayer,
     X_CIRCUIT_BREAKER,
 };
+pub use self::stream::{StreamBodies, StreamBody, StreamBodyLayer, StreamClassifier};

@@ -1,0 +1,293 @@
+//! Streamed answers: a response whose body breaks, or ends early, counts as a failure
+//! when the stream ends, not as the success its headers promised.
+//!
+//! LLM answers arrive as a body stream. The headers say 200, then the connection drops
+//! half-way, or the server sends fewer bytes than it announced, or an event stream stops
+//! before its end marker. [`StreamBodyLayer`] (inside the breaker) wraps each response
+//! body in a [`StreamBody`]; [`StreamClassifier`] (the breaker's classifier) classifies
+//! the headers like [`HttpClassifier`] and, for a success, hands the call's
+//! [`Settlement`] to the body, which settles it when the stream ends:
+//!
+//! - the stream ends normally (and, if set, its end marker was seen): a success;
+//! - the body yields an error, ends before its `Content-Length`, or ends without its
+//!   end marker: a failure;
+//! - the caller drops the body before the end: cancelled, neither.
+//!
+//! A fallback only ever answers a call that was skipped, before any byte: the breaker
+//! never swaps an answer whose first byte reached the caller.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use bytes::Bytes;
+//! use http_body_util::{BodyExt, Full};
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::http::{StreamBodyLayer, StreamClassifier};
+//! use tower_circuit_breaker::CircuitBreakerLayer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let breaker = CircuitBreakerLayer::builder().name("model").build()?;
+//! let handle = breaker.handle();
+//! let mut model = ServiceBuilder::new()
+//!     .layer(breaker.with_classifier(StreamClassifier::default()))
+//!     .layer(StreamBodyLayer::new().end_marker(b"data: [DONE]"))
+//!     .service(service_fn(|_: ()| async {
+//!         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("data: hi\n\ndata: [DONE]\n\n"))))
+//!     }));
+//! let answer = model.ready().await?.call(()).await?.into_inner();
+//! assert_eq!(handle.snapshot().counts.successes, 0, "not until the stream ends");
+//! let body = answer.into_body().collect().await?.to_bytes();
+//! assert!(body.ends_with(b"[DONE]\n\n"));
+//! assert_eq!(handle.snapshot().counts.successes, 1);
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Buf;
+use http::{header, Response};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+use super::HttpClassifier;
+use crate::classify::{Classify, Failure, Outcome};
+use crate::settle::Settlement;
+
+/// Wraps the bodies of a service's responses in [`StreamBody`], so that
+/// [`StreamClassifier`] can settle each call when its stream ends. Place it inside the
+/// breaker.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamBodyLayer {
+    end_marker: Option<&'static [u8]>,
+}
+
+impl StreamBodyLayer {
+    /// Streams end when they end; a short body (below its `Content-Length`) is a failure.
+    pub fn new() -> Self {
+        StreamBodyLayer::default()
+    }
+
+    /// A stream must contain `marker` (an event stream's `data: [DONE]`, say) before it
+    /// ends, or it counts as cut short.
+    pub fn end_marker(mut self, marker: &'static [u8]) -> Self {
+        self.end_marker = Some(marker);
+        self
+    }
+}
+
+impl<S> Layer<S> for StreamBodyLayer {
+    type Service = StreamBodies<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StreamBodies {
+            inner,
+            end_marker: self.end_marker,
+        }
+    }
+}
+
+/// The service of [`StreamBodyLayer`].
+#[derive(Debug, Clone)]
+pub struct StreamBodies<S> {
+    inner: S,
+    end_marker: Option<&'static [u8]>,
+}
+
+impl<S, Request, B> Service<Request> for StreamBodies<S>
+where
+    S: Service<Request, Response = Response<B>>,
+{
+    type Response = Response<StreamBody<B>>;
+    type Error = S::Error;
+    type Future = StreamBodiesFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        StreamBodiesFuture {
+            future: self.inner.call(request),
+            end_marker: self.end_marker,
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`StreamBodies`].
+    pub struct StreamBodiesFuture<F> {
+        #[pin]
+        future: F,
+        end_marker: Option<&'static [u8]>,
+    }
+}
+
+impl<F, B, E> Future for StreamBodiesFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<StreamBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.future.poll(cx))?;
+        let expected = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let marker = *this.end_marker;
+        Poll::Ready(Ok(
+            response.map(|body| StreamBody::new(body, expected, marker))
+        ))
+    }
+}
+
+impl<F> fmt::Debug for StreamBodiesFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamBodiesFuture").finish_non_exhaustive()
+    }
+}
+
+pin_project! {
+    /// A response body that settles its call when the stream ends (see the
+    /// [module docs](self)). Without a settlement (the classifier recorded the outcome
+    /// already, or it is not behind a breaker) it is a plain pass-through.
+    pub struct StreamBody<B> {
+        #[pin]
+        inner: B,
+        settlement: Option<Settlement>,
+        expected: Option<u64>,
+        seen: u64,
+        marker: Option<&'static [u8]>,
+        marker_seen: bool,
+        // The last bytes of the previous frame, to find a marker split across frames.
+        tail: Vec<u8>,
+    }
+}
+
+impl<B> StreamBody<B> {
+    fn new(inner: B, expected: Option<u64>, marker: Option<&'static [u8]>) -> Self {
+        StreamBody {
+            inner,
+            settlement: None,
+            expected,
+            seen: 0,
+            marker,
+            marker_seen: marker.is_none(),
+            tail: Vec::new(),
+        }
+    }
+
+    /// The wrapped body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+}
+
+impl<B> Body for StreamBody<B>
+where
+    B: Body,
+    B::Error: fmt::Display,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.seen += data.remaining() as u64;
+                    if let (Some(marker), false) = (*this.marker, *this.marker_seen) {
+                        let chunk = data.chunk();
+                        this.tail.extend_from_slice(chunk);
+                        *this.marker_seen = this.tail.windows(marker.len()).any(|w| w == marker);
+                        let keep = marker.len().saturating_sub(1);
+                        let drop = this.tail.len().saturating_sub(keep);
+                        this.tail.drain(..drop);
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(error)) => {
+                if let Some(settlement) = this.settlement.take() {
+                    settlement.failure(Failure::new(format!("the answer's stream broke: {error}")));
+                }
+                Poll::Ready(Some(Err(error)))
+            }
+            None => {
+                if let Some(settlement) = this.settlement.take() {
+                    let short = this.expected.filter(|&n| *this.seen < n);
+                    match (short, *this.marker_seen) {
+                        (Some(n), _) => settlement.failure(Failure::new(format!(
+                            "the answer's stream ended early: {} of {n} bytes",
+                            this.seen
+                        ))),
+                        (None, false) => settlement.failure(Failure::new(
+                            "the answer's stream ended before its end marker",
+                        )),
+                        (None, true) => settlement.success(),
+                    }
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Reported false while a settlement waits, so the caller polls to the end and
+        // the outcome is given.
+        self.settlement.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> fmt::Debug for StreamBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamBody")
+            .field("settling", &self.settlement.is_some())
+            .field("expected", &self.expected)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`HttpClassifier`] for responses with a [`StreamBody`]: statuses and headers are
+/// classified the same way, and a success is settled when its stream ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamClassifier {
+    headers: HttpClassifier,
+}
+
+impl StreamClassifier {
+    /// Classifies headers with `headers` (its Retry-After cap, its quota markers).
+    pub fn new(headers: HttpClassifier) -> Self {
+        StreamClassifier { headers }
+    }
+}
+
+impl<B, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
+    fn classify(&self, result: &Result<Response<StreamBody<B>>, E>) -> Outcome {
+        self.headers.classify(result)
+    }
+
+    fn defer(
+        &self,
+        response: &mut Response<StreamBody<B>>,
+        settlement: Settlement,
+    ) -> Result<(), Settlement> {
+        response.body_mut().settlement = Some(settlement);
+        Ok(())
+    }
+}

@@ -1,0 +1,246 @@
+//! Streamed answers (feature `http`): a body that breaks or ends early is a failure when
+//! the stream ends; a success is recorded only when it does.
+#![cfg(feature = "http")]
+
+use std::convert::Infallible;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures::stream;
+use http::Response;
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody as ChunkBody};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::http::{StreamBody, StreamBodyLayer, StreamClassifier};
+use tower_circuit_breaker::{
+    Answer, BoxError, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source, State,
+};
+
+type Chunks = ChunkBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, io::Error>>>>;
+
+/// What the scripted model answers: a status and the pieces of its body, each a chunk or
+/// an error; with `length`, a `Content-Length` header.
+#[derive(Clone)]
+struct Script {
+    status: u16,
+    pieces: Vec<Result<&'static str, &'static str>>,
+    length: Option<usize>,
+}
+
+fn ok(pieces: &[&'static str]) -> Script {
+    Script {
+        status: 200,
+        pieces: pieces.iter().map(|p| Ok(*p)).collect(),
+        length: None,
+    }
+}
+
+fn respond(script: Script) -> Response<Chunks> {
+    let frames: Vec<Result<Frame<Bytes>, io::Error>> = script
+        .pieces
+        .into_iter()
+        .map(|piece| match piece {
+            Ok(text) => Ok(Frame::data(Bytes::from(text))),
+            Err(message) => Err(io::Error::new(io::ErrorKind::ConnectionReset, message)),
+        })
+        .collect();
+    let mut response = Response::builder().status(script.status);
+    if let Some(length) = script.length {
+        response = response.header(http::header::CONTENT_LENGTH, length);
+    }
+    response
+        .body(ChunkBody::new(stream::iter(frames)))
+        .expect("valid response")
+}
+
+type Model = tower::util::BoxService<(), Answer<Response<StreamBody<Chunks>>>, BoxError>;
+
+/// A breaker (threshold 2, cooldown 1 call) over a model that answers the scripts in
+/// turn, with bodies wrapped for settling at the end of the stream.
+fn model(scripts: Vec<Script>, marker: Option<&'static [u8]>) -> (Model, CircuitBreakerHandle) {
+    let breaker = CircuitBreakerLayer::builder()
+        .name("model")
+        .failure_threshold(2)
+        .cooldown(Cooldown::Calls(1))
+        .build()
+        .expect("valid");
+    let handle = breaker.handle();
+    let queue = Arc::new(Mutex::new(scripts.into_iter()));
+    let bodies = match marker {
+        Some(marker) => StreamBodyLayer::new().end_marker(marker),
+        None => StreamBodyLayer::new(),
+    };
+    let service = ServiceBuilder::new()
+        .layer(breaker.with_classifier(StreamClassifier::default()))
+        .layer(bodies)
+        .service(service_fn(move |_: ()| {
+            let script = queue.lock().unwrap().next().expect("a scripted answer");
+            async move { Ok::<_, Infallible>(respond(script)) }
+        }));
+    (tower::util::BoxService::new(service), handle)
+}
+
+async fn call(model: &mut Model) -> Answer<Response<StreamBody<Chunks>>> {
+    model
+        .ready()
+        .await
+        .unwrap()
+        .call(())
+        .await
+        .expect("an answer")
+}
+
+/// Reads the whole body; `Err` if the stream broke.
+async fn read(answer: Answer<Response<StreamBody<Chunks>>>) -> Result<Bytes, io::Error> {
+    Ok(answer.into_inner().into_body().collect().await?.to_bytes())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_is_recorded_when_the_stream_ends_not_when_the_headers_arrive() {
+    let (mut model, handle) = model(vec![ok(&["hel", "lo"])], None);
+    let answer = call(&mut model).await;
+    assert_eq!(answer.source(), Source::Service);
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.made, counts.successes), (1, 0), "still streaming");
+    assert_eq!(read(answer).await.unwrap(), "hello");
+    assert_eq!(handle.snapshot().counts.successes, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_breaks_counts_as_a_failure_and_two_open_the_breaker() {
+    let broken = Script {
+        status: 200,
+        pieces: vec![Ok("partial answer"), Err("connection reset by peer")],
+        length: None,
+    };
+    let (mut model, handle) = model(vec![broken.clone(), broken], None);
+    for _ in 0..2 {
+        let answer = call(&mut model).await;
+        assert!(read(answer).await.is_err(), "the caller sees the break");
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.counts.failures, 2);
+    let failure = snapshot.last_failure.expect("a failure");
+    assert!(
+        failure.message.contains("stream broke"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure.message.contains("connection reset"),
+        "{}",
+        failure.message
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_shorter_than_its_content_length_is_a_failure() {
+    let short = Script {
+        status: 200,
+        pieces: vec![Ok("12345")],
+        length: Some(10),
+    };
+    let (mut model, handle) = model(vec![short], None);
+    let answer = call(&mut model).await;
+    // The body ends cleanly from the caller's side; the breaker knows better.
+    assert_eq!(read(answer).await.unwrap(), "12345");
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.counts.failures, 1);
+    assert!(snapshot
+        .last_failure
+        .unwrap()
+        .message
+        .contains("5 of 10 bytes"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_stream_must_reach_its_end_marker_even_split_across_chunks() {
+    let complete = ok(&["data: a\n\n", "data: [DO", "NE]\n\n"]);
+    let cut = ok(&["data: a\n\n", "data: b\n\n"]);
+    let (mut model, handle) = model(vec![complete, cut], Some(b"data: [DONE]"));
+    read(call(&mut model).await).await.unwrap();
+    assert_eq!(handle.snapshot().counts.successes, 1);
+    read(call(&mut model).await).await.unwrap();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.counts.failures, 1);
+    assert!(snapshot
+        .last_failure
+        .unwrap()
+        .message
+        .contains("end marker"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_dropped_before_its_end_is_cancelled_not_counted() {
+    let (mut model, handle) = model(vec![ok(&["a", "b", "c"])], None);
+    let answer = call(&mut model).await;
+    let mut body = answer.into_inner().into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert_eq!(first.into_data().unwrap(), "a");
+    drop(body);
+    let counts = handle.snapshot().counts;
+    assert_eq!(
+        (counts.successes, counts.failures, counts.cancelled),
+        (0, 0, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_probe_holds_its_slot_until_its_stream_ends() {
+    let broken = Script {
+        status: 200,
+        pieces: vec![Err("reset")],
+        length: None,
+    };
+    let (mut model, handle) = model(
+        vec![broken.clone(), broken, ok(&["back"]), ok(&["again"])],
+        None,
+    );
+    for _ in 0..2 {
+        let _ = read(call(&mut model).await).await;
+    }
+    assert_eq!(handle.state(), State::Open);
+    // The cooldown is one call: this call is the probe.
+    let probe = call(&mut model).await;
+    assert_eq!(probe.source(), Source::Probe);
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.probes_in_flight),
+        (State::HalfOpen, 1)
+    );
+    // Meanwhile, another caller meets the probe under way, before any byte: the only
+    // time a fallback (here the typed error) ever answers instead.
+    let err = model.ready().await.unwrap().call(()).await.unwrap_err();
+    assert!(err.to_string().contains("a probe is under way"), "{err}");
+    assert_eq!(read(probe).await.unwrap(), "back");
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.probes_in_flight),
+        (State::Closed, 0)
+    );
+    assert_eq!(read(call(&mut model).await).await.unwrap(), "again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_status_fails_at_once_without_waiting_for_the_body() {
+    let overloaded = Script {
+        status: 503,
+        pieces: vec![Ok("overloaded")],
+        length: None,
+    };
+    let (mut model, handle) = model(vec![overloaded], None);
+    let answer = call(&mut model).await;
+    assert_eq!(
+        handle.snapshot().counts.failures,
+        1,
+        "decided on the headers"
+    );
+    assert_eq!(read(answer).await.unwrap(), "overloaded");
+    assert_eq!(
+        handle.snapshot().counts.failures,
+        1,
+        "and not again at the end"
+    );
+}
