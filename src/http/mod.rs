@@ -90,6 +90,8 @@
 mod classify;
 pub mod error_body;
 pub mod provenance;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod stream;
 
 pub use self::classify::{parse_retry_after, HttpClassifier};
