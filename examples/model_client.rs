@@ -1,13 +1,14 @@
 //! A model client with a circuit breaker, over real HTTP on loopback.
 //!
 //! The example starts an OpenAI-compatible `/v1/chat/completions` server on
-//! 127.0.0.1 that can answer, fail (503) or hang, and calls it through hyper-util's
-//! client wrapped in the breaker, `retry` and `timeout`. Each answer is printed with
-//! where it came from: the model, a probe, or the fallback and why.
+//! 127.0.0.1 that can answer, fail (503) or hang, and calls it through a
+//! `reqwest::Client` (a `tower::Service<reqwest::Request>`) wrapped in the breaker,
+//! `retry` and `timeout`. Each answer is printed with where it came from: the model, a
+//! probe, or the fallback and why.
 //!
 //! ```text
-//! cargo run --example model_client --features http                  # the scripted run, a few seconds
-//! cargo run --example model_client --features http -- --interactive  # flip the kill switch yourself
+//! cargo run --example model_client --features reqwest                  # the scripted run, a few seconds
+//! cargo run --example model_client --features reqwest -- --interactive  # flip the kill switch yourself
 //! ```
 //!
 //! The scripted run goes through a schedule: the model answers, fails (the breaker
@@ -24,18 +25,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::{
-    provenance, ErrorBodyLayer, HttpClassifier, ProvenanceLayer, ResponseBody, X_CIRCUIT_BREAKER,
+use tower_circuit_breaker::http::reqwest::{
+    provenance, ReqwestErrorBodyLayer, ReqwestProvenanceLayer,
 };
+use tower_circuit_breaker::http::{HttpClassifier, X_CIRCUIT_BREAKER};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source};
 
 /// Each attempt's deadline: a hang longer than this is a failed attempt.
@@ -45,8 +47,8 @@ const ATTEMPTS: usize = 2;
 /// How long the breaker stays open before it lets a probe through.
 const COOLDOWN: Duration = Duration::from_millis(800);
 
-type ReqBody = Full<Bytes>;
-type ChatResponse = Response<ResponseBody<Incoming>>;
+type ChatRequest = reqwest::Request;
+type ChatResponse = reqwest::Response;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -62,15 +64,16 @@ async fn main() -> Result<(), BoxError> {
     let handle = breaker.handle();
     let breaker = breaker.with_fallback(service_fn({
         let handle = handle.clone();
-        move |_: Request<ReqBody>| unavailable(&handle)
+        move |_: ChatRequest| unavailable(&handle)
     }));
 
     // The order of the layers, outside in (a request goes down this list, the response
     // comes back up it):
     //
-    // 1. ProvenanceLayer: unwraps the breaker's `Answer` into a plain response and
-    //    labels it (`x-circuit-breaker` header, `AnswerInfo` extension), so code that
-    //    expects an `http::Response` can still tell a fallback from the model.
+    // 1. ReqwestProvenanceLayer: unwraps the breaker's `Answer` into a plain
+    //    `reqwest::Response` and labels it (`x-circuit-breaker` header, `AnswerInfo`
+    //    extension), so code that expects a `reqwest::Response` can still tell a
+    //    fallback from the model.
     // 2. The breaker: decides whether the call goes out, and counts its outcome.
     // 3. retry, INSIDE the breaker: the breaker sees one outcome per user call however
     //    many attempts it took, so three attempts of one call are one failure, not
@@ -81,16 +84,18 @@ async fn main() -> Result<(), BoxError> {
     //    as a failure. Outside, the breaker would never see the hung call end as a
     //    failure (the future is just dropped). Inside retry as well, so each attempt
     //    has its own deadline and a hung attempt is retried.
-    // 5. ErrorBodyLayer: reads the start of error bodies, so the classifier can tell
-    //    an exhausted quota (open until reset) from a rate limit (probe again).
-    // 6. The client: hyper-util's, HTTP/1 over plain TCP.
-    let client = Client::builder(TokioExecutor::new()).build_http::<ReqBody>();
+    // 5. ReqwestErrorBodyLayer: reads the start of error bodies, so the classifier can
+    //    tell an exhausted quota (open until reset) from a rate limit (probe again).
+    //    Inside timeout, so an error body that hangs is cut off by the deadline too.
+    // 6. The client: `reqwest::Client`, itself a `tower::Service<reqwest::Request>`,
+    //    HTTP/1 over plain TCP (the crate's `reqwest` feature has no TLS).
+    let client = reqwest::Client::new();
     let svc = ServiceBuilder::new()
-        .layer(ProvenanceLayer::new())
+        .layer(ReqwestProvenanceLayer::new())
         .layer(breaker)
         .retry(RetryTransient { attempts: ATTEMPTS })
         .timeout(ATTEMPT_TIMEOUT)
-        .layer(ErrorBodyLayer::new())
+        .layer(ReqwestErrorBodyLayer::new())
         .service(client);
 
     let url = format!("http://{}/v1/chat/completions", model.addr);
@@ -111,7 +116,7 @@ async fn scripted_run<S>(
     url: &str,
 ) -> Result<(), BoxError>
 where
-    S: Service<Request<ReqBody>, Response = ChatResponse, Error = BoxError>,
+    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
     let mut n = 0;
 
@@ -160,7 +165,7 @@ async fn interactive_run<S>(
     url: &str,
 ) -> Result<(), BoxError>
 where
-    S: Service<Request<ReqBody>, Response = ChatResponse, Error = BoxError>,
+    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
     println!("commands: kill, revive, status, up, fail, hang, reset, quit");
     // A blocking thread reads stdin and hands each line to the runtime.
@@ -211,7 +216,7 @@ where
 /// `count` calls, numbered on from `n`, each answer printed.
 async fn calls<S>(svc: &mut S, url: &str, n: &mut usize, count: usize)
 where
-    S: Service<Request<ReqBody>, Response = ChatResponse, Error = BoxError>,
+    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
     for _ in 0..count {
         *n += 1;
@@ -221,9 +226,9 @@ where
     }
 }
 
-async fn one_call<S>(svc: &mut S, request: Request<ReqBody>) -> Result<ChatResponse, BoxError>
+async fn one_call<S>(svc: &mut S, request: ChatRequest) -> Result<ChatResponse, BoxError>
 where
-    S: Service<Request<ReqBody>, Response = ChatResponse, Error = BoxError>,
+    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
     svc.ready().await?.call(request).await
 }
@@ -243,8 +248,8 @@ async fn print_answer(n: usize, answer: Result<ChatResponse, BoxError>) {
         .unwrap_or("?")
         .to_string();
     let status = response.status();
-    let text = match response.into_body().collect().await {
-        Ok(body) => content_of(&body.to_bytes()),
+    let text = match response.bytes().await {
+        Ok(body) => content_of(&body),
         Err(error) => format!("(body broke off: {error})"),
     };
     let who = match source {
@@ -297,20 +302,22 @@ fn unavailable(handle: &CircuitBreakerHandle) -> Ready<Result<ChatResponse, Infa
     let response = Response::builder()
         .status(StatusCode::SERVICE_UNAVAILABLE)
         .header("content-type", "application/json")
-        .body(ResponseBody::full(body.to_string()))
+        .body(body.to_string())
         .expect("a valid response");
-    ready(Ok(response))
+    ready(Ok(reqwest::Response::from(response)))
 }
 
-fn chat_request(url: &str, prompt: &str) -> Request<ReqBody> {
+fn chat_request(url: &str, prompt: &str) -> ChatRequest {
     let body = serde_json::json!({
         "model": "local-model",
         "messages": [{ "role": "user", "content": prompt }],
     });
-    Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::from(body.to_string()))
-        .expect("a valid request")
+    let mut request = reqwest::Request::new(Method::POST, url.parse().expect("a valid URL"));
+    request
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    *request.body_mut() = Some(body.to_string().into());
+    request
 }
 
 /// Retries a transport error, a timeout or a 5xx; a 429's `Retry-After` is left to
@@ -320,13 +327,13 @@ struct RetryTransient {
     attempts: usize,
 }
 
-impl<B> Policy<Request<ReqBody>, Response<B>, BoxError> for RetryTransient {
+impl Policy<ChatRequest, ChatResponse, BoxError> for RetryTransient {
     type Future = Ready<()>;
 
     fn retry(
         &mut self,
-        _: &mut Request<ReqBody>,
-        result: &mut Result<Response<B>, BoxError>,
+        _: &mut ChatRequest,
+        result: &mut Result<ChatResponse, BoxError>,
     ) -> Option<Self::Future> {
         let transient = match result {
             Ok(response) => response.status().is_server_error(),
@@ -341,13 +348,10 @@ impl<B> Policy<Request<ReqBody>, Response<B>, BoxError> for RetryTransient {
         }
     }
 
-    fn clone_request(&mut self, request: &Request<ReqBody>) -> Option<Request<ReqBody>> {
-        let mut clone = Request::new(request.body().clone());
-        *clone.method_mut() = request.method().clone();
-        *clone.uri_mut() = request.uri().clone();
-        *clone.version_mut() = request.version();
-        *clone.headers_mut() = request.headers().clone();
-        Some(clone)
+    fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {
+        // `None` for a streamed body, which cannot be sent twice; this example's bodies
+        // are bytes.
+        request.try_clone()
     }
 }
 

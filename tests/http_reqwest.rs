@@ -1,12 +1,14 @@
 //! The `reqwest` feature over real TCP on loopback: a hyper server started by each test
 //! (scripted, counting every request it receives) and a `reqwest::Client` inside the
 //! breaker, whose answers [`ReqwestProvenanceLayer`] turns back into labelled
-//! `reqwest::Response`s.
+//! `reqwest::Response`s, and whose error bodies [`ReqwestErrorBodyLayer`] reads for the
+//! classifier.
 //!
 //! Time: real sockets need the real clock; nothing here waits for a cooldown (the
-//! cooldowns are long, and a `Retry-After` wait is read from the snapshot, not waited
-//! for). The only real wait is the client's 100 ms timeout against a hanging server,
-//! and every call is bounded by `tokio::time::timeout`.
+//! cooldowns are long, and a `Retry-After` wait is read from the snapshot, or crossed
+//! with [`skip`]: tokio's clock, the breaker's, paused and advanced while no request
+//! is in flight). The only real wait is the client's 100 ms timeout against a hanging
+//! server, and every call is bounded by `tokio::time::timeout`.
 #![cfg(feature = "reqwest")]
 
 use std::collections::VecDeque;
@@ -24,8 +26,12 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::{provenance, ReqwestProvenanceLayer};
-use tower_circuit_breaker::http::{source_from_header, HttpClassifier, X_CIRCUIT_BREAKER};
+use tower_circuit_breaker::http::reqwest::{
+    provenance, ReqwestErrorBodyLayer, ReqwestProvenanceLayer,
+};
+use tower_circuit_breaker::http::{
+    source_from_header, ErrorBodyBytes, HttpClassifier, X_CIRCUIT_BREAKER,
+};
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, NextProbe, Reason, Source, State,
 };
@@ -34,6 +40,8 @@ const CALL_BOUND: Duration = Duration::from_secs(5);
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
 const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
 const FALLBACK_BODY: &str = "fallback: the model is unavailable";
+const RATE_LIMIT_BODY: &str = r#"{"error":{"code":"rate_limit"}}"#;
+const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
 
 // ---------------------------------------------------------------------------------
 // The server.
@@ -44,6 +52,9 @@ enum Reply {
     Unavailable,
     NotFound,
     RateLimited(u64),
+    /// 429 with an OpenAI `insufficient_quota` body (and a `Retry-After`, which a
+    /// quota error does not honour).
+    QuotaExhausted,
     Hang,
 }
 
@@ -118,7 +129,8 @@ async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infall
         Reply::Ok => (200, None, CHAT_BODY),
         Reply::Unavailable => (503, None, r#"{"error":{"code":"server_error"}}"#),
         Reply::NotFound => (404, None, r#"{"error":{"code":"model_not_found"}}"#),
-        Reply::RateLimited(wait) => (429, Some(wait), r#"{"error":{"code":"rate_limit"}}"#),
+        Reply::RateLimited(wait) => (429, Some(wait), RATE_LIMIT_BODY),
+        Reply::QuotaExhausted => (429, Some(1), QUOTA_BODY),
         Reply::Hang => std::future::pending().await,
     };
     let mut response = Response::builder()
@@ -143,7 +155,8 @@ async fn unavailable(_: reqwest::Request) -> Result<reqwest::Response, Infallibl
 }
 
 /// Provenance, the breaker (opens after `threshold` failures, 30 s cooldown), a
-/// fallback, and a reqwest client with a 100 ms timeout.
+/// fallback, error bodies read for the classifier, and a reqwest client with a 100 ms
+/// timeout.
 fn stack(
     threshold: u32,
 ) -> (
@@ -166,6 +179,7 @@ fn stack(
     let svc = ServiceBuilder::new()
         .layer(ReqwestProvenanceLayer::new())
         .layer(breaker)
+        .layer(ReqwestErrorBodyLayer::new())
         .service(client);
     (svc, handle)
 }
@@ -205,6 +219,14 @@ fn last_failure(handle: &CircuitBreakerHandle) -> String {
         .expect("a failure")
         .message
         .to_string()
+}
+
+/// Lets `wait` pass on tokio's clock, the breaker's clock, without waiting for it.
+/// Call it only with no request in flight: the clock is paused for the jump.
+async fn skip(wait: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(wait).await;
+    tokio::time::resume();
 }
 
 // ---------------------------------------------------------------------------------
@@ -335,4 +357,103 @@ async fn fallback_answers_carry_the_header_and_the_extension() {
     assert_eq!(info.next_probe, NextProbe::Manual);
     assert_eq!(response.text().await.unwrap(), FALLBACK_BODY);
     assert_eq!(server.requests(), 1);
+}
+
+#[tokio::test]
+async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_after_its_retry_after(
+) {
+    let limited = TestServer::start([Reply::RateLimited(2)]).await;
+    let exhausted = TestServer::start([Reply::QuotaExhausted]).await;
+    let (mut limited_svc, limited_handle) = stack(1);
+    let (mut exhausted_svc, exhausted_handle) = stack(1);
+
+    // Both are a 429; only the body tells them apart, and the caller still reads it.
+    let response = send(&mut limited_svc, &limited.url()).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "2");
+    assert_eq!(response.text().await.unwrap(), RATE_LIMIT_BODY);
+    let response = send(&mut exhausted_svc, &exhausted.url()).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(label(&response), "service");
+    assert_eq!(response.url().as_str(), exhausted.url(), "the URL is kept");
+    assert_eq!(response.remote_addr(), Some(exhausted.addr));
+    assert_eq!(
+        response.extensions().get::<ErrorBodyBytes>(),
+        Some(&ErrorBodyBytes(Bytes::from_static(QUOTA_BODY.as_bytes())))
+    );
+    assert_eq!(response.text().await.unwrap(), QUOTA_BODY);
+
+    assert_eq!(limited_handle.state(), State::Open);
+    assert_eq!(exhausted_handle.state(), State::Open);
+    let wait = limited_handle.snapshot().retry_after().expect("a wait");
+    assert!(
+        wait <= Duration::from_secs(2) && wait > Duration::from_millis(1900),
+        "the server's 2 s, not the breaker's 30 s: {wait:?}"
+    );
+    assert_eq!(exhausted_handle.snapshot().next_probe, NextProbe::Manual);
+    assert_eq!(
+        last_failure(&exhausted_handle),
+        "429 Too Many Requests: insufficient_quota"
+    );
+
+    // Past the rate limit's Retry-After (and the quota error's): the rate limit probes
+    // and closes; the exhausted quota sends nothing.
+    skip(Duration::from_secs(3)).await;
+    let probe = send(&mut limited_svc, &limited.url()).await;
+    assert_eq!(provenance(&probe).expect("labelled").source, Source::Probe);
+    assert_eq!(probe.status(), 200);
+    assert_eq!(limited_handle.state(), State::Closed);
+    let skipped = send(&mut exhausted_svc, &exhausted.url()).await;
+    assert_eq!(label(&skipped), "fallback; reason=open");
+    assert_eq!(skipped.text().await.unwrap(), FALLBACK_BODY);
+    assert_eq!(exhausted_handle.state(), State::Open);
+    assert!(!exhausted_handle.allow_probe(), "only a reset ends it");
+    assert_eq!((limited.requests(), exhausted.requests()), (2, 1));
+
+    exhausted_handle.reset();
+    let response = send(&mut exhausted_svc, &exhausted.url()).await;
+    assert_eq!(label(&response), "service");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), CHAT_BODY);
+    assert_eq!(exhausted.requests(), 2);
+}
+
+#[tokio::test]
+async fn an_error_body_past_the_limit_reaches_the_caller_whole() {
+    let server = TestServer::start([Reply::QuotaExhausted]).await;
+    let client = reqwest::Client::builder()
+        .timeout(CLIENT_TIMEOUT)
+        .build()
+        .expect("a client");
+    let mut svc = ServiceBuilder::new()
+        .layer(ReqwestErrorBodyLayer::new().limit(10))
+        .service(client);
+
+    let request = reqwest::Request::new(http::Method::POST, server.url().parse().unwrap());
+    let response =
+        tokio::time::timeout(CALL_BOUND, async { svc.ready().await?.call(request).await })
+            .await
+            .expect("a call ends within its bound")
+            .expect("an answer");
+    assert_eq!(response.status(), 429);
+    assert_eq!(
+        response
+            .extensions()
+            .get::<ErrorBodyBytes>()
+            .unwrap()
+            .as_bytes(),
+        &QUOTA_BODY.as_bytes()[..10]
+    );
+    assert_eq!(response.text().await.unwrap(), QUOTA_BODY);
+}
+
+#[tokio::test]
+async fn a_success_passes_through_unread() {
+    let server = TestServer::start([]).await;
+    let (mut svc, _handle) = stack(1);
+
+    let response = send(&mut svc, &server.url()).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.extensions().get::<ErrorBodyBytes>().is_none());
+    assert_eq!(response.text().await.unwrap(), CHAT_BODY);
 }

@@ -2,12 +2,12 @@
 //! threads below is run, and the invariants hold in each.
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" cargo test --release --test loom
+//! RUSTFLAGS="--cfg tcb_loom" cargo test --release --test loom
 //! ```
 //!
 //! Only the shared state's atomics, lock and kill switch are modelled (src/sync.rs);
 //! calls are driven by hand with a no-op waker, without a runtime.
-#![cfg(loom)]
+#![cfg(tcb_loom)]
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
