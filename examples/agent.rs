@@ -578,9 +578,11 @@ impl Agent {
         // At most one hop per alternative: the map has no cycles (checked at build).
         loop {
             let service = self.tools.get(&tool)?;
+            // The sub-task's limit goes with the question: the expediter offers only the
+            // stand-ins this work can live with.
             let attempt = self
                 .expediter
-                .execute(&tool, service, request.clone())
+                .execute_within(&tool, self.accept, service, request.clone())
                 .await?;
             let route = match attempt {
                 Attempt::Made { decision, result } => {
@@ -624,11 +626,6 @@ impl Agent {
             else {
                 return Err(Stop::Unavailable(route.to_string()));
             };
-            if *level > self.accept {
-                return Err(Stop::Unavailable(format!(
-                    "{alt} would lose too much for this sub-task ({degradation})"
-                )));
-            }
             let Some(alt_request) = reroute(&tool, alt, &request) else {
                 return Err(Stop::Unavailable(format!("{alt} cannot serve {request:?}")));
             };

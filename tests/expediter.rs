@@ -843,6 +843,41 @@ async fn operator_force_opening_three_tools_is_not_a_systemic_failure() -> TestR
     Ok(())
 }
 
+#[tokio::test(start_paused = true)]
+async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> TestResult {
+    // Grep and Bash forced open: the only stand-in left is Read, a high-degradation one.
+    let expediter = seed_expediter();
+    expediter.handle("Grep")?.force_open();
+    expediter.handle("Bash")?.force_open();
+    let any = expediter.decide("Grep").await?;
+    assert!(
+        matches!(&any.action, Action::Skip { route: Route::Alternative { tool, .. }, .. } if &**tool == "Read"),
+        "{any}"
+    );
+    // Work that needs low degradation at most is not offered Read: it goes to the user.
+    let strict = expediter.decide_within("Grep", Degradation::Low).await?;
+    assert_eq!(
+        strict.action,
+        Action::Skip {
+            reason: Reason::ForcedOpen,
+            route: manual("ask the user which files to examine"),
+        }
+    );
+    // Only the route taken is reported as a degradation.
+    let report = expediter.report();
+    let routes: Vec<String> = report
+        .degradations
+        .iter()
+        .map(|d| d.route.to_string())
+        .collect();
+    assert_eq!(routes.len(), 2, "{routes:?}");
+    assert!(
+        routes[0].contains("Read") && routes[1].contains("ask the user"),
+        "{routes:?}"
+    );
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------
 // Step 5: scope reduction (the seed's 5 sub-tasks).
 // ---------------------------------------------------------------------------------------

@@ -436,6 +436,22 @@ impl Expediter {
     ///
     /// [`ExpediterError::UnknownTool`].
     pub async fn decide(&self, tool: &str) -> Result<Decision, ExpediterError> {
+        self.decide_within(tool, Degradation::High).await
+    }
+
+    /// [`decide`](Self::decide) for work that cannot live with more than `limit` of
+    /// degradation ([`SubTask::max_degradation`]): an alternative that loses more is not
+    /// offered as the route, so the degradation report lists only routes the work could
+    /// take.
+    ///
+    /// # Errors
+    ///
+    /// [`ExpediterError::UnknownTool`].
+    pub async fn decide_within(
+        &self,
+        tool: &str,
+        limit: Degradation,
+    ) -> Result<Decision, ExpediterError> {
         let tool = self.tool(tool)?;
         let availability = self.availability(&tool).await;
         let registry = self.inner.registry();
@@ -443,7 +459,7 @@ impl Expediter {
         ledger.drain(&self.inner, &registry);
         ledger.step += 1;
         let step = ledger.step;
-        let action = ledger.decide(&self.inner, &registry, &tool, availability);
+        let action = ledger.decide(&self.inner, &registry, &tool, availability, limit);
         Ok(Decision {
             tool: tool.spec.name.clone(),
             step,
@@ -466,7 +482,26 @@ impl Expediter {
     where
         S: Service<Request, Response = Answer<T>, Error = BoxError>,
     {
-        let decision = self.decide(tool).await?;
+        self.execute_within(tool, Degradation::High, service, request)
+            .await
+    }
+
+    /// [`execute`](Self::execute) with [`decide_within`](Self::decide_within)'s limit.
+    ///
+    /// # Errors
+    ///
+    /// [`ExpediterError::UnknownTool`].
+    pub async fn execute_within<S, Request, T>(
+        &self,
+        tool: &str,
+        limit: Degradation,
+        service: &mut S,
+        request: Request,
+    ) -> Result<Attempt<T>, ExpediterError>
+    where
+        S: Service<Request, Response = Answer<T>, Error = BoxError>,
+    {
+        let decision = self.decide_within(tool, limit).await?;
         match &decision.action {
             Action::Call | Action::Probe => {}
             Action::Skip { reason, route } => {
@@ -941,6 +976,7 @@ impl Ledger {
         registry: &Registry,
         tool: &Tool,
         availability: Availability,
+        limit: Degradation,
     ) -> Action {
         if let Some(event) = self.active_systemic() {
             return Action::Pause {
@@ -962,7 +998,7 @@ impl Ledger {
             };
         }
         if availability == Availability::Unavailable {
-            let route = self.route(inner, registry, tool);
+            let route = self.route(inner, registry, tool, limit);
             return Action::Skip {
                 reason: Reason::Unavailable,
                 route,
@@ -971,7 +1007,7 @@ impl Ledger {
         let name = &tool.spec.name;
         if let Some((from, _)) = self.row(name).recovery {
             if self.step < from {
-                let route = self.route(inner, registry, tool);
+                let route = self.route(inner, registry, tool, limit);
                 return Action::Skip {
                     reason: Reason::Open,
                     route,
@@ -985,7 +1021,7 @@ impl Ledger {
             Advice::Call => Action::Call,
             Advice::Probe => Action::Probe,
             Advice::Skip(skip) => {
-                let route = self.route(inner, registry, tool);
+                let route = self.route(inner, registry, tool, limit);
                 Action::Skip {
                     reason: skip.reason,
                     route,
@@ -1004,17 +1040,31 @@ impl Ledger {
 
     /// The route for a tool that cannot be called (seed step 4), recorded as a
     /// degradation.
-    fn route(&mut self, inner: &Inner, registry: &Registry, tool: &Tool) -> Route {
-        let route = self.pick_route(inner, registry, tool);
+    fn route(
+        &mut self,
+        inner: &Inner,
+        registry: &Registry,
+        tool: &Tool,
+        limit: Degradation,
+    ) -> Route {
+        let route = self.pick_route(inner, registry, tool, limit);
         self.note_degradation(&tool.spec.name, &route);
         route
     }
 
     /// The route, in priority order: a usable low-degradation alternative, a usable high
-    /// one, the manual fallback if a person can be asked, scope reduction.
-    fn pick_route(&self, inner: &Inner, registry: &Registry, tool: &Tool) -> Route {
+    /// one (within `limit`), the manual fallback if a person can be asked, scope
+    /// reduction.
+    fn pick_route(
+        &self,
+        inner: &Inner,
+        registry: &Registry,
+        tool: &Tool,
+        limit: Degradation,
+    ) -> Route {
         tool.spec
             .routing_order()
+            .filter(|alt| alt.level <= limit)
             .find(|alt| {
                 registry
                     .get(&alt.tool)
@@ -1087,10 +1137,7 @@ impl Ledger {
             }
             // Planning is not a skip: the route is recorded as a degradation only when
             // a decision takes it.
-            match self.pick_route(inner, registry, &tool) {
-                Route::Alternative { level, .. } if level > task.max_degradation => {
-                    blocked.push(tool)
-                }
+            match self.pick_route(inner, registry, &tool, task.max_degradation) {
                 route @ Route::Alternative { .. } => routes.push((name.clone(), route)),
                 _ => blocked.push(tool),
             }

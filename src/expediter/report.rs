@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::machine::{NextProbe, Snapshot, State};
 
+use super::capability::Degradation;
 use super::decision::Route;
 use super::precheck::Availability;
 use super::{Inner, Ledger, Registry, Tool};
@@ -399,7 +400,7 @@ pub(super) fn offer(ledger: &Ledger, inner: &Inner, registry: &Registry) -> Tool
         }
         let snapshot = tool.handle.snapshot();
         let row = ledger.row(&name);
-        let instead = match ledger.pick_route(inner, registry, tool) {
+        let instead = match ledger.pick_route(inner, registry, tool, Degradation::High) {
             Route::Alternative { tool, method, .. } => format!("use {tool} ({method}) instead"),
             Route::Manual { ask } => format!("instead, {ask}"),
             Route::ReduceScope { .. } => "work that needs it is deferred".to_string(),
