@@ -16,7 +16,7 @@
 //! # How a fallback reaches the caller
 //!
 //! async-openai's slot takes a tower service from `HttpRequestFactory` to
-//! `reqwest::Response`: [`ReqwestProvenanceLayer`] unwraps the breaker's `Answer` and
+//! `reqwest::Response`: [`ProvenanceLayer`] unwraps the breaker's `Answer` and
 //! labels the response with an `x-circuit-breaker` header and an `AnswerInfo`
 //! extension. But async-openai's API groups (`client.chat().create(..)`) read the
 //! response into their own types and drop its headers and extensions, and turn a
@@ -47,8 +47,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{service_fn, BoxError, ServiceBuilder};
-use tower_circuit_breaker::http::reqwest::{provenance, ReqwestProvenanceLayer};
-use tower_circuit_breaker::http::{AnswerInfo, HttpClassifier};
+use tower_circuit_breaker::http::{provenance, AnswerInfo, HttpClassifier, ProvenanceLayer};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Reason, Source};
 
 /// A call's deadline: a hang longer than this is a failure.
@@ -111,7 +110,7 @@ fn chat_client(api_base: &str) -> Result<(Client<OpenAIConfig>, CircuitBreakerHa
     // a failure, and async-openai's own reqwest transport.
     let service = ServiceBuilder::new()
         .map_result(fallback_as_error)
-        .layer(ReqwestProvenanceLayer::new())
+        .layer(ProvenanceLayer::new())
         .layer(breaker)
         .timeout(TIMEOUT)
         .service(ReqwestService::new(reqwest::Client::new()));

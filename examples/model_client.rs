@@ -34,10 +34,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::{
-    provenance, ReqwestErrorBodyLayer, ReqwestProvenanceLayer,
-};
-use tower_circuit_breaker::http::{HttpClassifier, X_CIRCUIT_BREAKER};
+use tower_circuit_breaker::http::reqwest::ReqwestErrorBodyLayer;
+use tower_circuit_breaker::http::{provenance, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source};
 
 /// Each attempt's deadline: a hang longer than this is a failed attempt.
@@ -70,7 +68,7 @@ async fn main() -> Result<(), BoxError> {
     // The order of the layers, outside in (a request goes down this list, the response
     // comes back up it):
     //
-    // 1. ReqwestProvenanceLayer: unwraps the breaker's `Answer` into a plain
+    // 1. ProvenanceLayer: unwraps the breaker's `Answer` into a plain
     //    `reqwest::Response` and labels it (`x-circuit-breaker` header, `AnswerInfo`
     //    extension), so code that expects a `reqwest::Response` can still tell a
     //    fallback from the model.
@@ -91,7 +89,7 @@ async fn main() -> Result<(), BoxError> {
     //    HTTP/1 over plain TCP (the crate's `reqwest` feature has no TLS).
     let client = reqwest::Client::new();
     let svc = ServiceBuilder::new()
-        .layer(ReqwestProvenanceLayer::new())
+        .layer(ProvenanceLayer::new())
         .layer(breaker)
         .retry(RetryTransient { attempts: ATTEMPTS })
         .timeout(ATTEMPT_TIMEOUT)

@@ -26,8 +26,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::{provenance, ReqwestProvenanceLayer};
-use tower_circuit_breaker::http::{AnswerInfo, HttpClassifier, X_CIRCUIT_BREAKER};
+use tower_circuit_breaker::http::{
+    provenance, AnswerInfo, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER,
+};
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Reason, Source, State,
 };
@@ -95,7 +96,7 @@ fn slot() -> (
         .with_classifier(HttpClassifier::new())
         .with_fallback(service_fn(unavailable));
     let service = ServiceBuilder::new()
-        .layer(ReqwestProvenanceLayer::new())
+        .layer(ProvenanceLayer::new())
         .layer(breaker)
         .service(ReqwestService::new(reqwest::Client::new()));
     (service, handle)

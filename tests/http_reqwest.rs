@@ -1,6 +1,6 @@
 //! The `reqwest` feature over real TCP on loopback: a hyper server started by each test
 //! (scripted, counting every request it receives) and a `reqwest::Client` inside the
-//! breaker, whose answers [`ReqwestProvenanceLayer`] turns back into labelled
+//! breaker, whose answers [`ProvenanceLayer`] turns back into labelled
 //! `reqwest::Response`s, and whose error bodies [`ReqwestErrorBodyLayer`] reads for the
 //! classifier.
 //!
@@ -26,11 +26,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::{
-    provenance, ReqwestErrorBodyLayer, ReqwestProvenanceLayer,
-};
+use tower_circuit_breaker::http::reqwest::ReqwestErrorBodyLayer;
 use tower_circuit_breaker::http::{
-    source_from_header, ErrorBodyBytes, HttpClassifier, X_CIRCUIT_BREAKER,
+    provenance, source_from_header, ErrorBodyBytes, HttpClassifier, ProvenanceLayer,
+    X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, NextProbe, Reason, Source, State,
@@ -177,7 +176,7 @@ fn stack(
         .with_fallback(service_fn(unavailable));
     let handle = breaker.handle();
     let svc = ServiceBuilder::new()
-        .layer(ReqwestProvenanceLayer::new())
+        .layer(ProvenanceLayer::new())
         .layer(breaker)
         .layer(ReqwestErrorBodyLayer::new())
         .service(client);
@@ -350,7 +349,7 @@ async fn fallback_answers_carry_the_header_and_the_extension() {
         source_from_header(&response.headers()[X_CIRCUIT_BREAKER]),
         Some(Source::Fallback(Reason::ForcedOpen))
     );
-    let info = provenance(&response).expect("labelled by ReqwestProvenanceLayer");
+    let info = provenance(&response).expect("labelled by ProvenanceLayer");
     assert!(info.is_fallback());
     assert_eq!(info.source, Source::Fallback(Reason::ForcedOpen));
     assert_eq!(info.state, State::ForcedOpen);

@@ -59,7 +59,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use ::http::{HeaderName, HeaderValue, Response};
+use ::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
@@ -102,8 +102,48 @@ impl AnswerInfo {
 /// [`AnswerInfo`] extension. Across a process boundary, or through a client that
 /// drops extensions, read the [`X_CIRCUIT_BREAKER`] header with
 /// [`source_from_header`] instead.
-pub fn provenance<B>(response: &Response<B>) -> Option<AnswerInfo> {
+pub fn provenance<R: Labelled>(response: &R) -> Option<AnswerInfo> {
     response.extensions().get::<AnswerInfo>().copied()
+}
+
+/// A response type the provenance can be written on: `http::Response<B>`, and with the
+/// `reqwest` feature `reqwest::Response`.
+pub trait Labelled {
+    /// Its headers.
+    fn headers_mut(&mut self) -> &mut HeaderMap;
+    /// Its extensions.
+    fn extensions(&self) -> &Extensions;
+    /// Its extensions, mutably.
+    fn extensions_mut(&mut self) -> &mut Extensions;
+}
+
+impl<B> Labelled for Response<B> {
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        Response::headers_mut(self)
+    }
+
+    fn extensions(&self) -> &Extensions {
+        Response::extensions(self)
+    }
+
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        Response::extensions_mut(self)
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl Labelled for ::reqwest::Response {
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        ::reqwest::Response::headers_mut(self)
+    }
+
+    fn extensions(&self) -> &Extensions {
+        ::reqwest::Response::extensions(self)
+    }
+
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        ::reqwest::Response::extensions_mut(self)
+    }
 }
 
 /// The [`X_CIRCUIT_BREAKER`] header value for `source`: `service`, `probe`,
@@ -184,8 +224,9 @@ fn header_str(source: Source) -> &'static str {
     }
 }
 
-/// Unwraps a breaker's [`Answer<http::Response<B>>`](crate::Answer) into a plain
-/// `http::Response<B>` labelled with its provenance; see the [module](self) docs.
+/// Unwraps a breaker's [`Answer<R>`](crate::Answer) into the plain response `R`
+/// (`http::Response<B>`, or `reqwest::Response` with the `reqwest` feature: any
+/// [`Labelled`] type) labelled with its provenance; see the [module](self) docs.
 ///
 /// Place it directly outside the breaker.
 #[derive(Debug, Clone, Copy, Default)]
@@ -208,7 +249,7 @@ impl<S> Layer<S> for ProvenanceLayer {
     }
 }
 
-/// A breaker whose answers are plain `http::Response`s labelled with an
+/// A breaker whose answers are plain responses labelled with an
 /// [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension; made by
 /// [`ProvenanceLayer`].
 ///
@@ -242,11 +283,12 @@ impl<S> Provenance<S> {
     }
 }
 
-impl<S, Request, B> Service<Request> for Provenance<S>
+impl<S, Request, R> Service<Request> for Provenance<S>
 where
-    S: Service<Request, Response = Answer<Response<B>>>,
+    S: Service<Request, Response = Answer<R>>,
+    R: Labelled,
 {
-    type Response = Response<B>;
+    type Response = R;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -274,11 +316,12 @@ impl<F> ResponseFuture<F> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, R, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Answer<Response<B>>, E>>,
+    F: Future<Output = Result<Answer<R>, E>>,
+    R: Labelled,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let answer = ready!(self.project().future.poll(cx))?;

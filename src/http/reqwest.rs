@@ -1,15 +1,17 @@
 //! `reqwest::Response` for the breaker: [`HttpClassifier`] classifies it,
-//! [`ReqwestErrorBodyLayer`] reads error bodies for it, and [`ReqwestProvenanceLayer`]
-//! labels it with where it came from (cargo feature `reqwest`).
+//! [`ReqwestErrorBodyLayer`] reads error bodies for it, and
+//! [`ProvenanceLayer`](super::ProvenanceLayer) labels it with where it came from (cargo
+//! feature `reqwest`).
 //!
 //! `reqwest::Client` is a `tower::Service<reqwest::Request>`, and client libraries
 //! built on reqwest (async-openai's `middleware` feature, `Client::with_http_service`)
 //! take a tower service whose response type is fixed to `reqwest::Response`. Inside such
-//! a slot the breaker's [`Answer`] must be unwrapped, and its provenance would be lost;
-//! [`ReqwestProvenance`] unwraps it and writes the provenance onto the response the same
-//! way [`Provenance`](super::Provenance) does for `http::Response`: an
-//! [`X_CIRCUIT_BREAKER`] header (`fallback; reason=open`), which survives any later
-//! conversion, and an [`AnswerInfo`] extension, read with [`provenance`].
+//! a slot the breaker's [`Answer`](crate::Answer) must be unwrapped, and its provenance
+//! would be lost; [`Provenance`](super::Provenance) unwraps it and writes the provenance
+//! onto the `reqwest::Response` as it does for `http::Response`: an
+//! [`X_CIRCUIT_BREAKER`](super::X_CIRCUIT_BREAKER) header (`fallback; reason=open`),
+//! which survives any later conversion, and an [`AnswerInfo`](super::AnswerInfo)
+//! extension, read with [`provenance`](super::provenance()).
 //!
 //! A fallback builds its `reqwest::Response` from an `http::Response`
 //! (`reqwest::Response::from(http_response)`); the breaker labels it, not the
@@ -31,7 +33,7 @@
 //! ```
 //! use std::convert::Infallible;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::http::reqwest::{provenance, ReqwestProvenanceLayer};
+//! use tower_circuit_breaker::http::{provenance, ProvenanceLayer};
 //! use tower_circuit_breaker::http::{HttpClassifier, X_CIRCUIT_BREAKER};
 //! use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source, State};
 //!
@@ -54,7 +56,7 @@
 //!         Ok::<_, Infallible>(response(503, "the model is unavailable; try again later"))
 //!     }));
 //! let mut svc = ServiceBuilder::new()
-//!     .layer(ReqwestProvenanceLayer::new())
+//!     .layer(ProvenanceLayer::new())
 //!     .layer(breaker)
 //!     .service(client);
 //!
@@ -86,9 +88,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::error_body::{ErrorBodyBytes, DEFAULT_LIMIT};
-use super::provenance::{header_value, AnswerInfo, X_CIRCUIT_BREAKER};
 use super::HttpClassifier;
-use crate::answer::Answer;
 use crate::classify::{Classify, Outcome};
 use crate::error::BoxError;
 
@@ -142,127 +142,6 @@ fn transport_message<E: 'static>(error: &E) -> Option<String> {
         source = cause.source();
     }
     Some(message)
-}
-
-/// The provenance [`ReqwestProvenance`] wrote on `response`, if it went through one:
-/// the [`AnswerInfo`] extension. Where extensions may have been dropped, read the
-/// [`X_CIRCUIT_BREAKER`] header with [`source_from_header`](super::source_from_header).
-pub fn provenance(response: &Response) -> Option<AnswerInfo> {
-    response.extensions().get::<AnswerInfo>().copied()
-}
-
-/// Unwraps a breaker's [`Answer<reqwest::Response>`](crate::Answer) into a plain
-/// `reqwest::Response` labelled with its provenance; see the [module](self) docs.
-///
-/// Place it directly outside the breaker.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReqwestProvenanceLayer {
-    _priv: (),
-}
-
-impl ReqwestProvenanceLayer {
-    /// The layer.
-    pub fn new() -> Self {
-        ReqwestProvenanceLayer { _priv: () }
-    }
-}
-
-impl<S> Layer<S> for ReqwestProvenanceLayer {
-    type Service = ReqwestProvenance<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ReqwestProvenance::new(inner)
-    }
-}
-
-/// A breaker whose answers are plain `reqwest::Response`s labelled with an
-/// [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension; made by
-/// [`ReqwestProvenanceLayer`].
-///
-/// # Errors
-///
-/// The breaker's errors, unchanged.
-#[derive(Debug, Clone)]
-pub struct ReqwestProvenance<S> {
-    inner: S,
-}
-
-impl<S> ReqwestProvenance<S> {
-    /// Labels the answers of `inner`.
-    pub fn new(inner: S) -> Self {
-        ReqwestProvenance { inner }
-    }
-
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S, Request> Service<Request> for ReqwestProvenance<S>
-where
-    S: Service<Request, Response = Answer<Response>>,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        ResponseFuture::new(self.inner.call(request))
-    }
-}
-
-pin_project! {
-    /// The future of a [`ReqwestProvenance`] call: the breaker's answer, unwrapped and
-    /// labelled.
-    pub struct ResponseFuture<F> {
-        #[pin]
-        future: F,
-    }
-}
-
-impl<F> ResponseFuture<F> {
-    pub(crate) fn new(future: F) -> Self {
-        ResponseFuture { future }
-    }
-}
-
-impl<F, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Answer<Response>, E>>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let answer = ready!(self.project().future.poll(cx))?;
-        let info = AnswerInfo::of(&answer);
-        let mut response = answer.into_inner();
-        response
-            .headers_mut()
-            .append(X_CIRCUIT_BREAKER, header_value(info.source));
-        response.extensions_mut().insert(info);
-        Poll::Ready(Ok(response))
-    }
-}
-
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
 }
 
 /// Wraps a reqwest client in [`ReqwestErrorBody`]: the start of every error body in an
