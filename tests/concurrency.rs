@@ -2,6 +2,9 @@
 //! timing: cooldowns are counted in calls, there is no half-open dwell limit, and
 //! interleavings come from `yield_now`, random drop points and kill flips.
 
+mod common;
+
+use common::{yields, Rng};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -151,36 +154,6 @@ async fn call<S: Breaker>(svc: &mut S, req: Req) -> Answer<Reply> {
         .call(req)
         .await
         .expect("the service and the fallback never fail")
-}
-
-/// xorshift64*: reproducible randomness without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
-async fn yields(n: u64) {
-    for _ in 0..n {
-        yield_now().await;
-    }
 }
 
 async fn join_all<T: 'static>(mut set: JoinSet<T>) -> Vec<T> {

@@ -63,6 +63,8 @@ use tower_circuit_breaker::{
 
 mod common;
 
+use common::{yields, Rng};
+
 const TASKS: u64 = 64;
 /// Calls in the breaker's chaos phase, and executes in the expediter scenario, in CI.
 const DEFAULT_BREAKER_CALLS: u64 = 400_000;
@@ -98,36 +100,6 @@ fn calls_wanted(default: u64) -> u64 {
 // ---------------------------------------------------------------------------------
 // Small tools: randomness, yields, panics.
 // ---------------------------------------------------------------------------------
-
-/// xorshift64*: reproducible randomness without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
-async fn yields(n: u64) {
-    for _ in 0..n {
-        yield_now().await;
-    }
-}
 
 /// Waits (yielding) until `done` holds; a hang fails the test instead of the CI job.
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

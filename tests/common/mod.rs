@@ -1,5 +1,5 @@
-//! Shared by the expediter's test files: the seed's capability map (seed step 1), with
-//! Edit declared since Write names it.
+//! Shared by the test files: the seed's capability map (seed step 1, with Edit declared
+//! since Write names it), reproducible randomness, and yields.
 #![allow(dead_code)] // each test file uses its own subset
 
 use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
@@ -63,4 +63,35 @@ pub(crate) fn websearch_spec() -> ToolSpec {
     ToolSpec::new("WebSearch")
         .provides("external information retrieval")
         .fallback("state what information is needed; ask user to provide it")
+}
+
+/// xorshift64*: reproducible randomness without a dependency.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Lets other tasks run `n` times.
+pub(crate) async fn yields(n: u64) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
 }
