@@ -12,7 +12,7 @@
 //!   your `stale` function so it says how old it is; with no saved answer, or one older
 //!   than the store's age limit, it builds your `unavailable` answer from an
 //!   [`Unavailable`]: the breaker's name, why, and the real time until the next probe,
-//!   read from the breaker's [`CircuitBreakerHandle`] at that moment.
+//!   from the breaker's own decision for that call ([`Skipped`]).
 //! - [`SavedAnswers`] is bounded in memory (a capacity, the least recently stored answer
 //!   evicted first) and in time (an age limit: older answers are never served), and
 //!   counts what the fallback served.
@@ -51,7 +51,6 @@
 //! // The answer to a prompt is saved under the prompt.
 //! let save = SaveLayer::new(saved.clone(), |prompt: &String| Some(prompt.clone()));
 //! let fallback = save.fallback(
-//!     breaker.handle(),
 //!     |answer: String, age: Duration| format!("{}\n{answer}", stale_label(age)),
 //!     |unavailable: Unavailable| unavailable.to_string(),
 //! );
@@ -135,7 +134,6 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use crate::fallback::Skipped;
-use crate::handle::CircuitBreakerHandle;
 use crate::machine::{NextProbe, Reason, Skip, Snapshot, State};
 
 /// A bad setting for [`SavedAnswers::new`].
@@ -561,22 +559,11 @@ impl<K, R, KF, G> SaveLayer<K, R, KF, G> {
 
     /// The fallback that serves this layer's saved answers, with the same store and key
     /// function (see [`SavedFallback::new`]).
-    pub fn fallback<ST, UN>(
-        &self,
-        handle: CircuitBreakerHandle,
-        stale: ST,
-        unavailable: UN,
-    ) -> SavedFallback<K, R, KF, ST, UN>
+    pub fn fallback<ST, UN>(&self, stale: ST, unavailable: UN) -> SavedFallback<K, R, KF, ST, UN>
     where
         KF: Clone,
     {
-        SavedFallback::new(
-            self.saved.clone(),
-            self.key.clone(),
-            handle,
-            stale,
-            unavailable,
-        )
+        SavedFallback::new(self.saved.clone(), self.key.clone(), stale, unavailable)
     }
 }
 
@@ -946,7 +933,6 @@ fn human(secs: u64) -> String {
 /// let fallback = SavedFallback::new(
 ///     saved,
 ///     |prompt: &String| Some(prompt.clone()),
-///     breaker.handle(),
 ///     |answer: String, age: Duration| {
 ///         let retrieved = SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH);
 ///         // "[STALE DATA — retrieved at 2031-05-04T10:11:12Z, may not reflect current state]\n..."
@@ -961,10 +947,9 @@ fn human(secs: u64) -> String {
 ///
 /// # Clone
 ///
-/// Clones share the store, the breaker (through its handle) and the functions.
+/// Clones share the store and the functions.
 pub struct SavedFallback<K, R, KF, ST, UN> {
     saved: SavedAnswers<K, R>,
-    handle: CircuitBreakerHandle,
     functions: Arc<Functions<KF, ST, UN>>,
 }
 
@@ -977,18 +962,12 @@ struct Functions<KF, ST, UN> {
 impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     /// Serves the answers saved in `saved` under `key(&request)` (the same key function
     /// as the [`SaveLayer`]'s: [`SaveLayer::fallback`] makes sure of it), labeled by
-    /// `stale(answer, age)`, or `unavailable(Unavailable)` read from `handle`, the
-    /// handle of the breaker this is the fallback of.
-    pub fn new(
-        saved: SavedAnswers<K, R>,
-        key: KF,
-        handle: CircuitBreakerHandle,
-        stale: ST,
-        unavailable: UN,
-    ) -> Self {
+    /// `stale(answer, age)`, or `unavailable(Unavailable)` built from the breaker's own
+    /// decision for the call (it is a context-aware fallback: give it to
+    /// [`with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)).
+    pub fn new(saved: SavedAnswers<K, R>, key: KF, stale: ST, unavailable: UN) -> Self {
         SavedFallback {
             saved,
-            handle,
             functions: Arc::new(Functions {
                 key,
                 stale,
@@ -1000,11 +979,6 @@ impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     /// The store.
     pub fn saved(&self) -> &SavedAnswers<K, R> {
         &self.saved
-    }
-
-    /// The breaker's handle.
-    pub fn handle(&self) -> &CircuitBreakerHandle {
-        &self.handle
     }
 }
 
@@ -1053,7 +1027,6 @@ impl<K, R, KF, ST, UN> Clone for SavedFallback<K, R, KF, ST, UN> {
     fn clone(&self) -> Self {
         SavedFallback {
             saved: self.saved.clone(),
-            handle: self.handle.clone(),
             functions: self.functions.clone(),
         }
     }
@@ -1063,7 +1036,6 @@ impl<K, R, KF, ST, UN> fmt::Debug for SavedFallback<K, R, KF, ST, UN> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SavedFallback")
             .field("saved", &self.saved)
-            .field("handle", &self.handle)
             .finish_non_exhaustive()
     }
 }

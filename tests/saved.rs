@@ -196,7 +196,7 @@ fn stack(
     let breaker = breaker.name("model").build().expect("valid settings");
     let handle = breaker.handle();
     let save = SaveLayer::new(saved.clone(), key as Key).only_if(good as Good);
-    let fallback = save.fallback(handle.clone(), stale as Stale, unavailable as Unav);
+    let fallback = save.fallback(stale as Stale, unavailable as Unav);
     let service = ServiceBuilder::new()
         .layer(
             breaker
@@ -289,7 +289,6 @@ async fn the_stale_label_names_the_real_age() {
     let handle = breaker.handle();
     let save = SaveLayer::new(saved.clone(), |prompt: &String| Some(prompt.clone()));
     let fallback = save.fallback(
-        handle.clone(),
         |answer: String, age: Duration| format!("{}\n{answer}", stale_label(age)),
         |unavailable: Unavailable| unavailable.to_string(),
     );
@@ -884,9 +883,7 @@ fn layers_and_fallbacks_clone_whatever_the_key_and_response_types() {
         &layer,
         service_fn(|n: u32| async move { Ok::<_, std::io::Error>(n.to_string()) }),
     ));
-    let handle = Builder::new().build().unwrap().handle();
     assert_clone(&layer.fallback(
-        handle,
         stale_string as fn(String, Duration) -> String,
         |u: Unavailable| u.to_string(),
     ));
