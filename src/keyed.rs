@@ -548,8 +548,8 @@ where
             drop(Ticket::new(shared, permit));
             return ResponseFuture::fallback(future, skip);
         }
-        let ticket = Ticket::new(shared, permit);
-        ResponseFuture::call_service(&mut self.inner, request, ticket, self.classifier.clone())
+        let classifier = self.classifier.clone();
+        ResponseFuture::admitted(&mut self.inner, request, shared, permit, classifier)
     }
 }
 

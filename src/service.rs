@@ -12,7 +12,7 @@ use crate::fallback::{FallbackService, NoFallback};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::machine::{Admission, Skip};
-use crate::shared::{Shared, Ticket};
+use crate::shared::{Lease, Shared, Ticket};
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -41,20 +41,43 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     fallback: F,
     classifier: C,
     shared: Arc<Shared>,
+    /// A call reserved on the closed state's lock-free path (most calls), kept apart
+    /// from `reserved` so the common path reads and writes two words.
+    fast: Lease<false>,
+    /// Any other reservation.
     reserved: Option<Reserved>,
 }
 
-/// What `poll_ready` decided for the next call.
+/// What `poll_ready` decided for the next call, unless it was a lock-free call.
 enum Reserved {
     Call(Ticket),
     Skip(Skip),
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
-    fn reserve(&self, admission: Admission) -> Reserved {
+    /// Holds `admission` for the next call.
+    #[inline]
+    fn reserve(&mut self, admission: Admission) {
         match admission {
-            Admission::Call(permit) => Reserved::Call(Ticket::new(self.shared.clone(), permit)),
-            Admission::Skip(skip) => Reserved::Skip(skip),
+            Admission::Call(permit) if permit.is_fast() && permit.is_recorded() => {
+                self.fast = Lease::new(self.shared.clone(), permit.epoch());
+            }
+            Admission::Call(permit) => {
+                self.reserved = Some(Reserved::Call(Ticket::new(self.shared.clone(), permit)));
+            }
+            Admission::Skip(skip) => self.reserved = Some(Reserved::Skip(skip)),
+        }
+    }
+
+    /// Records a failure for the reserved call: the wrapped service failed or panicked
+    /// in `poll_ready`.
+    fn fail_reserved(&mut self, message: String) {
+        let failure = Outcome::failure_with(message);
+        if self.fast.is_held() {
+            self.fast.take().called().settle(failure, None);
+        } else if let Some(Reserved::Call(mut ticket)) = self.reserved.take() {
+            ticket.mark_called();
+            ticket.settle(failure, None);
         }
     }
 
@@ -64,6 +87,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             fallback,
             classifier,
             shared,
+            fast: Lease::EMPTY,
             reserved: None,
         }
     }
@@ -100,18 +124,28 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        let reserved = match self.reserved.take() {
-            None => self.reserve(self.shared.admit()),
+        if self.fast.is_held() {
             // Waiting for the wrapped service while the kill switch was flipped or the
             // breaker opened: decide again rather than keep waiting on it.
-            Some(Reserved::Call(ticket)) if !self.shared.still_valid(ticket.permit()) => {
-                self.reserve(ticket.revalidate())
+            if !self.fast.still_valid() {
+                let admission = self.fast.take().revalidate(&self.shared);
+                self.reserve(admission);
             }
-            Some(reserved) => reserved,
-        };
-        let reserved = self.reserved.insert(reserved);
-        if let Reserved::Skip(_) = reserved {
+        } else if self.reserved.is_none() {
+            match self.shared.admit_fast() {
+                Some(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
+                None => self.reserve(self.shared.admit()),
+            }
+        } else if let Some(Reserved::Call(ticket)) = &self.reserved {
+            if !self.shared.still_valid(ticket.permit()) {
+                if let Some(Reserved::Call(ticket)) = self.reserved.take() {
+                    self.reserve(ticket.revalidate());
+                }
+            }
+        }
+        if let Some(Reserved::Skip(_)) = self.reserved {
             return self.fallback.poll_ready(cx);
         }
         let inner = &mut self.inner;
@@ -120,48 +154,75 @@ where
             Ok(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
             Ok(Poll::Ready(Err(error))) => {
                 let error: BoxError = error.into();
-                if let Some(Reserved::Call(mut ticket)) = self.reserved.take() {
-                    ticket.mark_called();
-                    let message = format!("poll_ready failed: {error}");
-                    ticket.settle(Outcome::failure_with(message), None);
-                }
+                self.fail_reserved(format!("poll_ready failed: {error}"));
                 Poll::Ready(Err(error))
             }
             Err(panic) => {
-                if let Some(Reserved::Call(mut ticket)) = self.reserved.take() {
-                    ticket.mark_called();
-                    ticket.settle(
-                        Outcome::failure_with("the service panicked in poll_ready"),
-                        None,
-                    );
-                }
+                self.fail_reserved("the service panicked in poll_ready".to_owned());
                 resume_unwind(panic)
             }
         }
     }
 
+    #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
-        let mut ticket = match self
+        if self.fast.is_held() {
+            let lease = self.fast.take();
+            if lease.still_valid() {
+                let classifier = self.classifier.clone();
+                return ResponseFuture::call_fast(
+                    &mut self.inner,
+                    request,
+                    lease.called(),
+                    classifier,
+                );
+            }
+            let admission = lease.revalidate(&self.shared);
+            return self.call_decided_again(request, admission);
+        }
+        match self
             .reserved
             .take()
             .expect("poll_ready must be called first")
         {
             Reserved::Skip(skip) => {
                 let future = self.fallback.call(request, skip, &self.shared.name);
-                return ResponseFuture::fallback(future, skip);
+                ResponseFuture::fallback(future, skip)
             }
-            Reserved::Call(ticket) => ticket,
-        };
-        if !self.shared.still_valid(ticket.permit()) {
-            match self.reserve(ticket.revalidate()) {
-                Reserved::Call(fresh) => ticket = fresh,
-                Reserved::Skip(skip) => {
-                    let future = self.fallback.call_unready(request, skip, &self.shared.name);
-                    return ResponseFuture::fallback(future, skip);
-                }
+            Reserved::Call(ticket) if self.shared.still_valid(ticket.permit()) => {
+                let classifier = self.classifier.clone();
+                ResponseFuture::call_service(&mut self.inner, request, ticket, classifier)
+            }
+            Reserved::Call(ticket) => self.call_decided_again(request, ticket.revalidate()),
+        }
+    }
+}
+
+impl<S, F, C> CircuitBreaker<S, F, C> {
+    /// Carries out a call decided again in `call` (the kill switch was flipped or the
+    /// state changed since `poll_ready`): the wrapped service was polled ready, the
+    /// fallback was not.
+    fn call_decided_again<Request>(
+        &mut self,
+        request: Request,
+        admission: Admission,
+    ) -> ResponseFuture<S::Future, F::Future, C>
+    where
+        S: Service<Request>,
+        F: FallbackService<Request, S::Response>,
+        C: Clone,
+    {
+        match admission {
+            Admission::Call(permit) => {
+                let shared = self.shared.clone();
+                let classifier = self.classifier.clone();
+                ResponseFuture::admitted(&mut self.inner, request, shared, permit, classifier)
+            }
+            Admission::Skip(skip) => {
+                let future = self.fallback.call_unready(request, skip, &self.shared.name);
+                ResponseFuture::fallback(future, skip)
             }
         }
-        ResponseFuture::call_service(&mut self.inner, request, ticket, self.classifier.clone())
     }
 }
 
@@ -183,7 +244,10 @@ impl<S: fmt::Debug, F, C> fmt::Debug for CircuitBreaker<S, F, C> {
             .field("name", &self.shared.name)
             .field("inner", &self.inner)
             .field("fallback", &std::any::type_name::<F>())
-            .field("reserved", &self.reserved.is_some())
+            .field(
+                "reserved",
+                &(self.fast.is_held() || self.reserved.is_some()),
+            )
             .finish()
     }
 }

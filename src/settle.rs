@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::classify::{Failure, Outcome};
-use crate::shared::Ticket;
+use crate::shared::{Lease, Ticket};
 
 /// The right, and the duty, to give one call's outcome later.
 ///
@@ -15,22 +15,44 @@ use crate::shared::Ticket;
 /// (a half-open probe keeps its slot). Dropped without an outcome (the caller dropped
 /// the body), the call counts as cancelled: neither a success nor a failure.
 pub struct Settlement {
-    ticket: Ticket,
+    held: Held,
     elapsed: Option<Duration>,
 }
 
+/// What a call in flight holds: the right to give its outcome.
+pub(crate) enum Held {
+    /// Admitted on the closed state's lock-free path.
+    Fast(Lease<true>),
+    /// Admitted by the machine.
+    Ticket(Ticket),
+}
+
+impl Held {
+    /// Records the call's outcome.
+    #[inline]
+    pub(crate) fn settle(self, outcome: Outcome, elapsed: Option<Duration>) {
+        match self {
+            Held::Fast(lease) => lease.settle(outcome, elapsed),
+            Held::Ticket(ticket) => ticket.settle(outcome, elapsed),
+        }
+    }
+}
+
 impl Settlement {
-    pub(crate) fn new(ticket: Ticket, elapsed: Option<Duration>) -> Self {
-        Settlement { ticket, elapsed }
+    #[inline]
+    pub(crate) fn new(held: Held, elapsed: Option<Duration>) -> Self {
+        Settlement { held, elapsed }
     }
 
     /// Records `outcome` for the call. The slow-call rule, if set, applies to the time
     /// until the response arrived.
+    #[inline]
     pub fn settle(self, outcome: Outcome) {
-        self.ticket.settle(outcome, self.elapsed);
+        self.held.settle(outcome, self.elapsed);
     }
 
     /// Records a success.
+    #[inline]
     pub fn success(self) {
         self.settle(Outcome::Success);
     }
@@ -48,8 +70,11 @@ impl Settlement {
 
 impl fmt::Debug for Settlement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settlement")
-            .field("ticket", &self.ticket)
-            .finish_non_exhaustive()
+        let mut f = f.debug_struct("Settlement");
+        match &self.held {
+            Held::Fast(lease) => f.field("lease", lease),
+            Held::Ticket(ticket) => f.field("ticket", ticket),
+        };
+        f.finish_non_exhaustive()
     }
 }

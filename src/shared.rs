@@ -55,7 +55,6 @@ pub(crate) struct Shared {
 /// Counters the lock-free paths add to and the machine takes in.
 #[repr(C)]
 struct Pending {
-    closed_calls: AtomicU64,
     closed_successes: AtomicU64,
     killed: AtomicU64,
     open_skips: AtomicU64,
@@ -65,7 +64,6 @@ struct Pending {
 impl Pending {
     fn new() -> Self {
         Pending {
-            closed_calls: AtomicU64::new(0),
             closed_successes: AtomicU64::new(0),
             killed: AtomicU64::new(0),
             open_skips: AtomicU64::new(0),
@@ -75,7 +73,6 @@ impl Pending {
 
     fn take(&self) -> Counted {
         Counted {
-            closed_calls: self.closed_calls.swap(0, Ordering::AcqRel),
             closed_successes: self.closed_successes.swap(0, Ordering::AcqRel),
             killed: self.killed.swap(0, Ordering::AcqRel),
             open_skips: self.open_skips.swap(0, Ordering::AcqRel),
@@ -226,6 +223,14 @@ impl Shared {
         self.admit_locked(killed)
     }
 
+    /// The closed state's lock-free path alone: the epoch to lease a call in, if a
+    /// call now is admitted without the lock (see [`Lease`]).
+    #[inline]
+    pub(crate) fn admit_fast(&self) -> Option<u64> {
+        let word = self.word();
+        (word.closed() && !self.kill.is_killed()).then(|| word.epoch())
+    }
+
     #[inline(never)]
     fn admit_locked(&self, killed: bool) -> Admission {
         let now = now();
@@ -251,7 +256,7 @@ impl Shared {
             }));
         }
         if word.closed() {
-            self.pending.closed_calls.fetch_add(1, Ordering::AcqRel);
+            // Counted when it ends (see `Counts`): `record_fast`, or by the machine.
             return Some(Admission::Call(Permit::fast(generation)));
         }
         if word.passthrough() {
@@ -313,7 +318,12 @@ impl Shared {
     /// since it was given.
     #[inline]
     pub(crate) fn still_valid(&self, permit: &Permit) -> bool {
-        !self.kill.is_killed() && self.word().epoch() == permit.epoch()
+        self.still_valid_epoch(permit.epoch())
+    }
+
+    #[inline]
+    fn still_valid_epoch(&self, epoch: u64) -> bool {
+        !self.kill.is_killed() && self.word().epoch() == epoch
     }
 
     pub(crate) fn revalidate(&self, permit: Permit) -> Admission {
@@ -329,25 +339,35 @@ impl Shared {
         if !permit.is_recorded() {
             return;
         }
-        if permit.is_fast() && outcome == Outcome::Success {
-            let word = self.word();
-            // Still closed with no failure counted, same generation: a success changes
-            // nothing but the count. (A success racing a failure that is being recorded
-            // counts as having come first.)
-            if word.closed() && word.epoch() == permit.epoch() {
-                self.pending.closed_successes.fetch_add(1, Ordering::AcqRel);
-                if !self.observers.is_empty() {
-                    self.notify(&Event::Recorded {
-                        name: &self.name,
-                        outcome: &outcome,
-                        probe: false,
-                        at: now(),
-                    });
-                }
-                return;
-            }
+        if permit.is_fast()
+            && outcome == Outcome::Success
+            && self.record_fast_success(permit.epoch())
+        {
+            return;
         }
         self.record_locked(permit, outcome, elapsed);
+    }
+
+    /// Counts the success of a call admitted on the closed-state path in `epoch`, with
+    /// one atomic add, if that state still stands with no failure counted: the success
+    /// then changes nothing but the count. (A success racing a failure that is being
+    /// recorded counts as having come first.) Returns whether it did.
+    #[inline]
+    fn record_fast_success(&self, epoch: u64) -> bool {
+        let word = self.word();
+        if !(word.closed() && word.epoch() == epoch) {
+            return false;
+        }
+        self.pending.closed_successes.fetch_add(1, Ordering::AcqRel);
+        if !self.observers.is_empty() {
+            self.notify(&Event::Recorded {
+                name: &self.name,
+                outcome: &Outcome::Success,
+                probe: false,
+                at: now(),
+            });
+        }
+        true
     }
 
     #[inline(never)]
@@ -544,6 +564,114 @@ impl std::fmt::Debug for Ticket {
             .field("breaker", &self.shared.name)
             .field("permit", &self.permit)
             .field("called", &self.called)
+            .finish()
+    }
+}
+
+/// A call admitted on the closed state's lock-free path, held by a reserved service
+/// (`CALLED == false`) or by the call's future (`CALLED == true`). Two words, the
+/// breaker and the epoch, so that the path most calls take moves nothing bigger (a
+/// [`Ticket`] carries a whole [`Permit`]). Dropped while held, it hands the call back
+/// to the machine: abandoned before the call, or cancelled after it.
+pub(crate) struct Lease<const CALLED: bool> {
+    /// `None` once settled or handed on, or for an empty slot.
+    shared: Option<Arc<Shared>>,
+    epoch: u64,
+}
+
+impl<const CALLED: bool> Lease<CALLED> {
+    /// An empty slot.
+    pub(crate) const EMPTY: Self = Lease {
+        shared: None,
+        epoch: 0,
+    };
+
+    /// A lease on `shared` for a call admitted on the lock-free path in `epoch`.
+    #[inline]
+    pub(crate) fn new(shared: Arc<Shared>, epoch: u64) -> Self {
+        Lease {
+            shared: Some(shared),
+            epoch,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_held(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Takes the lease out, leaving an empty slot.
+    #[inline]
+    pub(crate) fn take(&mut self) -> Self {
+        Lease {
+            shared: self.shared.take(),
+            epoch: self.epoch,
+        }
+    }
+
+    fn permit(&self) -> Permit {
+        Permit::fast(epoch_generation(self.epoch))
+    }
+}
+
+impl Lease<false> {
+    /// Whether the call may go ahead as admitted: no kill, no change since.
+    #[inline]
+    pub(crate) fn still_valid(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.still_valid_epoch(self.epoch))
+    }
+
+    /// The wrapped service is about to be called.
+    #[inline]
+    pub(crate) fn called(mut self) -> Lease<true> {
+        Lease {
+            shared: self.shared.take(),
+            epoch: self.epoch,
+        }
+    }
+
+    /// The lease, on `shared`, went stale before its call: decide again.
+    pub(crate) fn revalidate(mut self, shared: &Shared) -> Admission {
+        self.shared = None;
+        shared.revalidate(self.permit())
+    }
+}
+
+impl Lease<true> {
+    /// Records the call's outcome.
+    #[inline]
+    pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
+        if let Some(shared) = self.shared.take() {
+            shared.record(self.permit(), outcome, elapsed);
+        }
+    }
+}
+
+impl<const CALLED: bool> Drop for Lease<CALLED> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            release_lease(shared, self.permit(), CALLED);
+        }
+    }
+}
+
+/// A lease dropped while held: kept out of line, so that dropping an empty one (which
+/// every call does) stays a test and a jump.
+#[cold]
+#[inline(never)]
+fn release_lease(shared: Arc<Shared>, permit: Permit, called: bool) {
+    shared.release(permit, called);
+}
+
+impl<const CALLED: bool> std::fmt::Debug for Lease<CALLED> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("breaker", &self.shared.as_ref().map(|shared| &shared.name))
+            .field("epoch", &self.epoch)
+            .field("called", &CALLED)
             .finish()
     }
 }

@@ -727,7 +727,6 @@ struct Watch {
 
 fn spawn_monitor(
     handle: CircuitBreakerHandle,
-    stats: Arc<Stats>,
     done: Arc<AtomicBool>,
     never_closed: bool,
 ) -> JoinHandle<Watch> {
@@ -736,10 +735,10 @@ fn spawn_monitor(
         let mut watch = Watch::default();
         let (mut arrived, mut ended, mut skipped) = (0, 0, 0);
         while !done.load(Ordering::SeqCst) {
-            // Read before the snapshot: every call counted here was admitted before this
-            // read, and an admitted call counts as made at once (a lock-free one through
-            // the counts the snapshot takes in), so the service never got more.
-            let let_through = stats.let_through();
+            // The service's count is not compared here: a call admitted on the closed
+            // state's lock-free path is counted when it ends, so while calls run the
+            // service may have had more than the breaker counts as made. Once every call
+            // has ended, `assert_settled` checks the two are equal.
             let s = handle.snapshot();
             let c = s.counts;
             watch.snapshots += 1;
@@ -756,14 +755,8 @@ fn spawn_monitor(
                 "{} probes in flight with half_open_probes({PROBES}): {s:?}",
                 s.probes_in_flight
             );
-            // Every arrival is made, skipped or abandoned at every instant: a call
-            // admitted and not yet ended counts as made.
+            // Every arrival counted is made, skipped or abandoned at every instant.
             assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned, "{c:?}");
-            assert!(
-                let_through <= c.made,
-                "the service got {let_through} calls, the breaker made {}",
-                c.made
-            );
             if never_closed {
                 assert_ne!(s.state, State::Closed, "closed with every outcome failing");
             }
@@ -861,7 +854,7 @@ async fn sixty_four_tasks_sharing_one_breaker_keep_every_invariant_through_chaos
     // reservations abandoned, kill flips and storms, all at once.
     let done = Arc::new(AtomicBool::new(false));
     let storm = Arc::new(AtomicBool::new(false));
-    let monitor = spawn_monitor(handle.clone(), stats.clone(), done.clone(), false);
+    let monitor = spawn_monitor(handle.clone(), done.clone(), false);
     let flipper = spawn_flipper(handle.clone(), storm.clone(), done.clone());
     let mut set = JoinSet::new();
     for task in 0..TASKS {
@@ -1078,7 +1071,7 @@ async fn sixty_four_tasks_sharing_one_breaker_keep_every_invariant_through_chaos
         let probes_before = handle.snapshot().counts.probes;
 
         let done = Arc::new(AtomicBool::new(false));
-        let monitor = spawn_monitor(handle.clone(), stats.clone(), done.clone(), true);
+        let monitor = spawn_monitor(handle.clone(), done.clone(), true);
         let mut set = JoinSet::new();
         for task in 0..TASKS {
             let mut svc = svc.clone();

@@ -237,6 +237,16 @@ pub struct FailureRecord {
 
 /// Running totals. Every call that reaches the breaker is either made, skipped (by
 /// reason) or abandoned: `arrived == made + skipped() + abandoned`.
+///
+/// # When a call is counted
+///
+/// A call is counted when it arrives, except on the closed state's fast path (closed,
+/// enabled, consecutive failures with none counted, no slow-call rule), which is what
+/// most calls take: there, as in resilience4j, a call is counted when it ends (or is
+/// abandoned, or decided again), so the totals do not include such calls still in
+/// flight. Counting it on arrival too would cost one more atomic write a call, which is
+/// a third of what the whole path costs. Its step (arrival number) is likewise the step
+/// at which it ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
@@ -495,7 +505,8 @@ pub(crate) struct LockFree {
 /// What the layer's lock-free paths counted, handed to [`Machine::absorb`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counted {
-    pub(crate) closed_calls: u64,
+    /// Calls admitted on the closed-state path that ended in a success while it still
+    /// stood: each arrived, was made and succeeded.
     pub(crate) closed_successes: u64,
     pub(crate) killed: u64,
     pub(crate) open_skips: u64,
@@ -662,36 +673,43 @@ impl Machine {
     /// those calls arrived and was a step.
     pub(crate) fn absorb(&mut self, counted: Counted) {
         let Counted {
-            closed_calls,
             closed_successes,
             killed,
             open_skips,
             forced_skips,
         } = counted;
-        let arrived = closed_calls + killed + open_skips + forced_skips;
+        let arrived = closed_successes + killed + open_skips + forced_skips;
         self.step += arrived;
-        // The lock-free successes came after everything the machine counted before;
-        // the last of them is taken to be the last step (exact unless killed calls
-        // raced with them).
         self.counts.arrived += arrived;
-        self.counts.made += closed_calls;
+        self.counts.made += closed_successes;
         self.counts.successes += closed_successes;
         self.counts.skipped_killed += killed;
         self.counts.skipped_open += open_skips;
         self.counts.skipped_forced_open += forced_skips;
+        // The lock-free successes came after everything the machine counted before;
+        // the last of them is taken to be the last step (exact unless killed calls
+        // raced with them).
         if closed_successes > 0 {
             self.last_success_step = Some(self.step);
         }
     }
 
-    /// A call admitted on the lock-free path reaches the machine (it failed, was
-    /// cancelled or abandoned, or must be decided again). Its arrival was counted with
-    /// the lock-free counts, already taken in; it gets the step it is known by.
+    /// A call admitted on the closed-state lock-free path reaches the machine: it failed,
+    /// was cancelled or abandoned, or must be decided again. Such a call is counted when
+    /// the machine learns of it (see [`Counts`]): it arrives and is made now, and takes
+    /// the next step if the closed state it was admitted in still stands. One that
+    /// outlived that state arrived before the change, so it takes no step of the new
+    /// state (a cooldown in calls counts calls that arrive after the opening).
     fn adopt(&mut self, permit: &mut Permit) {
         if !permit.fast || permit.kind == PermitKind::Passthrough {
             return;
         }
         permit.fast = false;
+        self.counts.arrived += 1;
+        self.counts.made += 1;
+        if self.is_current(permit) {
+            self.step += 1;
+        }
         permit.step = self.step;
     }
 
