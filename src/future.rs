@@ -15,7 +15,7 @@ use crate::classify::{Classify, Outcome};
 use crate::error::BoxError;
 use crate::machine::{NextProbe, Permit, Skip, State};
 use crate::settle::{Held, Settlement};
-use crate::shared::{now, Lease, Shared, Ticket};
+use crate::shared::{now, Brief, Lease, Shared, Ticket};
 
 pin_project! {
     /// The future of a call through a [`CircuitBreaker`](crate::CircuitBreaker): the
@@ -47,6 +47,12 @@ pin_project! {
             ticket: Option<Ticket>,
             classifier: C,
             started: Option<Instant>,
+        },
+        // Skipped on a lock-free path: the fallback answers.
+        Skipped {
+            #[pin]
+            future: FF,
+            brief: Brief,
         },
         Fallback {
             #[pin]
@@ -128,6 +134,13 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
                 ticket.settle(Outcome::failure_with("the service panicked"), None);
                 resume_unwind(panic)
             }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn skipped(future: FF, brief: Brief) -> Self {
+        ResponseFuture {
+            kind: Kind::Skipped { future, brief },
         }
     }
 
@@ -247,6 +260,12 @@ where
                     result.map(|value| Answer::new(value, source, permit.state(), next_probe)),
                 )
             }
+            KindProj::Skipped { future, brief } => {
+                let value = ready!(future.poll(cx))?;
+                let skip = brief.skip();
+                let source = Source::Fallback(skip.reason);
+                Poll::Ready(Ok(Answer::new(value, source, skip.state, skip.next_probe)))
+            }
             KindProj::Fallback { future, skip } => {
                 let value = ready!(future.poll(cx))?;
                 let source = Source::Fallback(skip.reason);
@@ -260,7 +279,7 @@ impl<SF, FF, C> fmt::Debug for ResponseFuture<SF, FF, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Fast { .. } | Kind::Called { .. } => "called",
-            Kind::Fallback { .. } => "fallback",
+            Kind::Skipped { .. } | Kind::Fallback { .. } => "fallback",
         };
         f.debug_struct("ResponseFuture")
             .field("kind", &kind)

@@ -12,7 +12,7 @@ use crate::fallback::{FallbackService, NoFallback};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::machine::{Admission, Skip};
-use crate::shared::{Lease, Shared, Ticket};
+use crate::shared::{Brief, Lease, Quick, Shared, Ticket};
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -44,6 +44,8 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     /// A call reserved on the closed state's lock-free path (most calls), kept apart
     /// from `reserved` so the common path reads and writes two words.
     fast: Lease<false>,
+    /// A skip decided on a lock-free path (open, forced open, killed), in one word.
+    brief: Option<Brief>,
     /// Any other reservation.
     reserved: Option<Reserved>,
 }
@@ -88,6 +90,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             classifier,
             shared,
             fast: Lease::EMPTY,
+            brief: None,
             reserved: None,
         }
     }
@@ -133,10 +136,17 @@ where
                 let admission = self.fast.take().revalidate(&self.shared);
                 self.reserve(admission);
             }
+        } else if self.brief.is_some() {
+            // A skip stands as decided: the fallback answers.
         } else if self.reserved.is_none() {
             match self.shared.admit_fast() {
                 Some(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
-                None => self.reserve(self.shared.admit()),
+                None => match self.shared.admit_quick() {
+                    Quick::Lease(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
+                    Quick::Skip(brief) => self.brief = Some(brief),
+                    Quick::Pass(permit) => self.reserve(Admission::Call(permit)),
+                    Quick::Locked(killed) => self.reserve(self.shared.admit_locked(killed)),
+                },
             }
         } else if let Some(Reserved::Call(ticket)) = &self.reserved {
             if !self.shared.still_valid(ticket.permit()) {
@@ -145,7 +155,7 @@ where
                 }
             }
         }
-        if let Some(Reserved::Skip(_)) = self.reserved {
+        if self.brief.is_some() || matches!(self.reserved, Some(Reserved::Skip(_))) {
             return self.fallback.poll_ready(cx);
         }
         let inner = &mut self.inner;
@@ -179,6 +189,10 @@ where
             }
             let admission = lease.revalidate(&self.shared);
             return self.call_decided_again(request, admission);
+        }
+        if let Some(brief) = self.brief.take() {
+            let future = self.fallback.call(request, brief.skip(), &self.shared.name);
+            return ResponseFuture::skipped(future, brief);
         }
         match self
             .reserved

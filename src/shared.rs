@@ -214,13 +214,12 @@ impl Shared {
 
     #[inline]
     pub(crate) fn admit(&self) -> Admission {
-        let word = self.word();
-        let killed = self.kill.is_killed();
-        if let Some(admission) = self.admit_lock_free(word, killed) {
-            self.observe_skip(&admission);
-            return admission;
+        match self.admit_quick() {
+            Quick::Lease(epoch) => Admission::Call(Permit::fast(epoch_generation(epoch))),
+            Quick::Pass(permit) => Admission::Call(permit),
+            Quick::Skip(brief) => Admission::Skip(brief.skip()),
+            Quick::Locked(killed) => self.admit_locked(killed),
         }
-        self.admit_locked(killed)
     }
 
     /// The closed state's lock-free path alone: the epoch to lease a call in, if a
@@ -231,8 +230,24 @@ impl Shared {
         (word.closed() && !self.kill.is_killed()).then(|| word.epoch())
     }
 
+    /// Decides a call with atomics alone where the state allows (see [`Word`]), or says
+    /// the machine must. A skip is counted and reported to the observers.
+    #[inline]
+    pub(crate) fn admit_quick(&self) -> Quick {
+        let word = self.word();
+        let killed = self.kill.is_killed();
+        let quick = self.admit_lock_free(word, killed);
+        if let (Quick::Skip(brief), false) = (quick, self.observers.is_empty()) {
+            self.notify(&Event::Skipped {
+                name: &self.name,
+                skip: &brief.skip(),
+            });
+        }
+        quick
+    }
+
     #[inline(never)]
-    fn admit_locked(&self, killed: bool) -> Admission {
+    pub(crate) fn admit_locked(&self, killed: bool) -> Admission {
         let now = now();
         let admission = self.with(|m| m.admit(now, killed));
         self.observe_skip(&admission);
@@ -240,38 +255,29 @@ impl Shared {
     }
 
     /// The common cases, with atomics alone: a killed call, a call in the closed state,
-    /// a pass-through call, a call skipped while open with a cooldown in calls.
+    /// a pass-through call, a call skipped while forced open or open with a cooldown in
+    /// calls.
     #[inline]
-    fn admit_lock_free(&self, word: Word, killed: bool) -> Option<Admission> {
-        let generation = epoch_generation(word.epoch());
+    fn admit_lock_free(&self, word: Word, killed: bool) -> Quick {
         if killed {
             if !word.counts() {
-                return None;
+                return Quick::Locked(killed);
             }
             self.pending.killed.fetch_add(1, Ordering::AcqRel);
-            return Some(Admission::Skip(Skip {
-                reason: Reason::Killed,
-                state: word.state(),
-                next_probe: NextProbe::Manual,
-            }));
+            return Quick::Skip(Brief::manual(Reason::Killed, word.state()));
         }
         if word.closed() {
-            // Counted when it ends (see `Counts`): `record_fast`, or by the machine.
-            return Some(Admission::Call(Permit::fast(generation)));
+            // Counted when it ends (see `Counts`): `record_fast_success`, or by the
+            // machine.
+            return Quick::Lease(word.epoch());
         }
         if word.passthrough() {
-            return Some(Admission::Call(Permit::passthrough(
-                generation,
-                word.state(),
-            )));
+            let generation = epoch_generation(word.epoch());
+            return Quick::Pass(Permit::passthrough(generation, word.state()));
         }
         if word.forced_open() {
             self.pending.forced_skips.fetch_add(1, Ordering::AcqRel);
-            return Some(Admission::Skip(Skip {
-                reason: Reason::ForcedOpen,
-                state: State::ForcedOpen,
-                next_probe: NextProbe::Manual,
-            }));
+            return Quick::Skip(Brief::manual(Reason::ForcedOpen, State::ForcedOpen));
         }
         if word.open() {
             let step = self.step.load(Ordering::Acquire)
@@ -281,23 +287,18 @@ impl Shared {
             // The gate must belong to the word read: the three are published one after
             // the other, and a gate from another state (u64::MAX once half-open) would
             // skip a call that must be decided by the machine.
-            let due = Gate(self.open_until.load(Ordering::Acquire)).step_for(word)?;
+            let Some(due) = Gate(self.open_until.load(Ordering::Acquire)).step_for(word) else {
+                return Quick::Locked(killed);
+            };
             if step < due {
                 // Callers racing here may each count a skip at the last step before the
                 // probe: the probe then goes to the next caller, a call later.
                 self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
-                return Some(Admission::Skip(Skip {
-                    reason: Reason::Open,
-                    state: State::Open,
-                    next_probe: NextProbe::After {
-                        calls: due - step,
-                        at: None,
-                    },
-                }));
+                return Quick::Skip(Brief::open(due - step));
             }
             // The probe may be due: the machine decides.
         }
-        None
+        Quick::Locked(killed)
     }
 
     pub(crate) fn advise(&self) -> Advice {
@@ -673,5 +674,86 @@ impl<const CALLED: bool> std::fmt::Debug for Lease<CALLED> {
             .field("epoch", &self.epoch)
             .field("called", &CALLED)
             .finish()
+    }
+}
+
+/// What the lock-free paths decided for a call.
+#[derive(Clone, Copy)]
+pub(crate) enum Quick {
+    /// A call in the closed state, in this epoch: lease it (see [`Lease`]).
+    Lease(u64),
+    /// A disabled-mode pass-through call.
+    Pass(Permit),
+    /// A skip, counted.
+    Skip(Brief),
+    /// The machine must decide; the kill switch as read.
+    Locked(bool),
+}
+
+/// A skip decided on a lock-free path, in one word: the reason, the state, and the
+/// calls until the probe or that only a person ends it. [`Skip`] is four times the
+/// size, and moving it from where it was decided to where it is answered cost more
+/// than the decision.
+///
+/// Bits: 0 is always set; 1-2 the reason (open, killed, forced open); 3-4 the state;
+/// 5 manual; from 8, the calls until the probe.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Brief(std::num::NonZeroU64);
+
+impl Brief {
+    const MANUAL: u64 = 1 << 5;
+
+    fn new(bits: u64) -> Brief {
+        Brief(std::num::NonZeroU64::MIN.saturating_add(bits & !1))
+    }
+
+    fn manual(reason: Reason, state: State) -> Brief {
+        let reason = match reason {
+            Reason::Killed => 1,
+            _ => 2,
+        };
+        Brief::new(reason << 1 | state.code() << 3 | Self::MANUAL)
+    }
+
+    fn open(calls: u64) -> Brief {
+        Brief::new(State::Open.code() << 3 | calls << 8)
+    }
+
+    /// The skip in full.
+    #[inline]
+    pub(crate) fn skip(self) -> Skip {
+        let bits = self.0.get();
+        Skip {
+            reason: self.reason(),
+            state: self.state(),
+            next_probe: if bits & Self::MANUAL != 0 {
+                NextProbe::Manual
+            } else {
+                NextProbe::After {
+                    calls: bits >> 8,
+                    at: None,
+                }
+            },
+        }
+    }
+
+    #[inline]
+    pub(crate) fn reason(self) -> Reason {
+        match self.0.get() >> 1 & 3 {
+            0 => Reason::Open,
+            1 => Reason::Killed,
+            _ => Reason::ForcedOpen,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn state(self) -> State {
+        State::from_code(self.0.get() >> 3)
+    }
+}
+
+impl std::fmt::Debug for Brief {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.skip().fmt(f)
     }
 }
