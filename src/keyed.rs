@@ -171,7 +171,7 @@ use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::{Admission, Config, ConfigError, Machine, NextProbe, Reason, Skip, State};
-use crate::shared::{now, Observer, Shared, Ticket};
+use crate::shared::{now, Lease, Observer, Quick, Shared, Ticket};
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -528,12 +528,25 @@ where
         let ready = mem::replace(&mut self.ready, Ready::No);
         assert!(ready != Ready::No, "poll_ready must be called first");
         let shared = self.registry.breaker(&(self.key)(&request));
-        let permit = match shared.admit() {
-            Admission::Call(permit) => permit,
-            Admission::Skip(skip) => {
-                let future = self.fallback.call_unready(request, skip, &shared.name);
-                return ResponseFuture::fallback(future, skip);
+        let permit = match shared.admit_quick() {
+            Quick::Lease(epoch) if ready == Ready::Inner => {
+                let lease = Lease::new(shared, epoch);
+                let classifier = self.classifier.clone();
+                return ResponseFuture::call_fast(&mut self.inner, request, lease, classifier);
             }
+            Quick::Skip(brief) => {
+                let future = self
+                    .fallback
+                    .call_unready(request, brief.skip(), &shared.name);
+                return ResponseFuture::skipped(future, brief);
+            }
+            quick => match shared.admission(quick) {
+                Admission::Call(permit) => permit,
+                Admission::Skip(skip) => {
+                    let future = self.fallback.call_unready(request, skip, &shared.name);
+                    return ResponseFuture::fallback(future, skip);
+                }
+            },
         };
         if ready == Ready::Killed {
             // The kill switch was turned off between `poll_ready` and this call, and the

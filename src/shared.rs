@@ -212,9 +212,10 @@ impl Shared {
         out
     }
 
+    /// The decision in full, from the machine if the lock-free paths could not decide.
     #[inline]
-    pub(crate) fn admit(&self) -> Admission {
-        match self.admit_quick() {
+    pub(crate) fn admission(&self, quick: Quick) -> Admission {
+        match quick {
             Quick::Lease(epoch) => Admission::Call(Permit::fast(epoch_generation(epoch))),
             Quick::Pass(permit) => Admission::Call(permit),
             Quick::Skip(brief) => Admission::Skip(brief.skip()),
