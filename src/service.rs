@@ -71,6 +71,18 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         }
     }
 
+    /// Decides the next call when it cannot be leased on the closed state's path: kept
+    /// out of line so that path stays small.
+    #[inline(never)]
+    fn decide(&mut self) {
+        match self.shared.admit_quick() {
+            Quick::Lease(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
+            Quick::Skip(brief) => self.brief = Some(brief),
+            Quick::Pass(permit) => self.reserve(Admission::Call(permit)),
+            Quick::Locked(killed) => self.reserve(self.shared.admit_locked(killed)),
+        }
+    }
+
     /// Records a failure for the reserved call: the wrapped service failed or panicked
     /// in `poll_ready`.
     fn fail_reserved(&mut self, message: String) {
@@ -141,12 +153,7 @@ where
         } else if self.reserved.is_none() {
             match self.shared.admit_fast() {
                 Some(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
-                None => match self.shared.admit_quick() {
-                    Quick::Lease(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
-                    Quick::Skip(brief) => self.brief = Some(brief),
-                    Quick::Pass(permit) => self.reserve(Admission::Call(permit)),
-                    Quick::Locked(killed) => self.reserve(self.shared.admit_locked(killed)),
-                },
+                None => self.decide(),
             }
         } else if let Some(Reserved::Call(ticket)) = &self.reserved {
             if !self.shared.still_valid(ticket.permit()) {

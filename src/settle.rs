@@ -29,7 +29,7 @@ pub(crate) enum Held {
 
 impl Held {
     /// Records the call's outcome.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn settle(self, outcome: Outcome, elapsed: Option<Duration>) {
         match self {
             Held::Fast(lease) => lease.settle(outcome, elapsed),

@@ -12,8 +12,8 @@ use crate::classify::Outcome;
 use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::machine::{
-    epoch_generation, Admission, Advice, Cause, Counted, LockFree, Machine, Mode, NextProbe,
-    Permit, Reason, Skip, Snapshot, State, Transition,
+    epoch_generation, Admission, Advice, Cause, Counted, LockFree, LockFreeGate, Machine, Mode,
+    NextProbe, Permit, Reason, Skip, Snapshot, State, Transition,
 };
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
@@ -39,9 +39,16 @@ pub(crate) struct Shared {
     /// With [`Word::open`]: the machine's step at which the probe is due, tagged with
     /// the epoch it belongs to (see [`Gate`]).
     open_until: AtomicU64,
+    /// With [`Word::open`] or [`Word::half_open_full`]: the time before which calls are
+    /// skipped, in microseconds since `base`, tagged the same way (see [`TimeGate`]).
+    open_time: AtomicU64,
     /// The machine's step as of the last change.
     step: AtomicU64,
     _read: [u8; 128],
+    /// What [`TimeGate`]s count from.
+    base: Instant,
+    /// `base` as a stamp (see `stamp`).
+    base_stamp: i64,
     pub(crate) name: Arc<str>,
     machine: Mutex<Machine>,
     pub(crate) kill: KillSwitch,
@@ -58,6 +65,7 @@ struct Pending {
     closed_successes: AtomicU64,
     killed: AtomicU64,
     open_skips: AtomicU64,
+    half_open_skips: AtomicU64,
     forced_skips: AtomicU64,
 }
 
@@ -67,6 +75,7 @@ impl Pending {
             closed_successes: AtomicU64::new(0),
             killed: AtomicU64::new(0),
             open_skips: AtomicU64::new(0),
+            half_open_skips: AtomicU64::new(0),
             forced_skips: AtomicU64::new(0),
         }
     }
@@ -76,21 +85,27 @@ impl Pending {
             closed_successes: self.closed_successes.swap(0, Ordering::AcqRel),
             killed: self.killed.swap(0, Ordering::AcqRel),
             open_skips: self.open_skips.swap(0, Ordering::AcqRel),
+            half_open_skips: self.half_open_skips.swap(0, Ordering::AcqRel),
             forced_skips: self.forced_skips.swap(0, Ordering::AcqRel),
         }
     }
 }
 
-/// The machine's state as one number: `epoch << 8 | state << 5 | flags`, flags being
-/// `closed` (1), `passthrough` (2), `open` (4), `counts` (8) and `forced_open` (16).
+/// The machine's state as one number: `epoch << 9 | slots_taken << 8 | half_open_full << 7
+/// | state << 5 | flags`, flags being `closed` (1), `passthrough` (2), `open` (4),
+/// `counts` (8) and `forced_open` (16).
 ///
 /// - `closed`: closed, enabled, no failure counted, no slow-call rule
 ///   (`Machine::lock_free`): a call is admitted, and its success counted, with atomics.
 /// - `passthrough`: disabled mode: a call is admitted with no bookkeeping at all.
-/// - `open`: open with a cooldown in calls only: a call is skipped with atomics until
-///   the step reaches `open_until`.
+/// - `open`: open and enabled: a call is skipped with atomics until the step reaches
+///   `open_until` and the clock `open_time` (or never, for a gate only a person opens).
 /// - `counts`: not disabled: a killed call is counted as a skipped step.
 /// - `forced_open`: forced open and enabled: a call is skipped with atomics.
+/// - `half_open_full`: half-open, enabled, every probe slot taken: a call is skipped
+///   with atomics until `open_time` (the dwell limit), if set.
+/// - `slots_taken`: with `open`, probes of an earlier half-open still take every slot:
+///   a skipped call whose successor would reach the gate is told a probe is in flight.
 #[derive(Clone, Copy)]
 struct Word(u64);
 
@@ -98,14 +113,16 @@ impl Word {
     fn of(machine: &Machine, lock_free: &LockFree) -> Word {
         let flags = u64::from(lock_free.closed)
             | u64::from(machine.mode() == Mode::Disabled) << 1
-            | u64::from(lock_free.open_until.is_some()) << 2
+            | u64::from(lock_free.open.is_some()) << 2
             | u64::from(machine.mode() != Mode::Disabled) << 3
-            | u64::from(lock_free.forced_open) << 4;
-        Word(machine.epoch() << 8 | machine.state().code() << 5 | flags)
+            | u64::from(lock_free.forced_open) << 4
+            | u64::from(lock_free.half_open_full.is_some()) << 7
+            | u64::from(lock_free.open.is_some_and(|gate| gate.slots_taken)) << 8;
+        Word(machine.epoch() << 9 | machine.state().code() << 5 | flags)
     }
 
     fn epoch(self) -> u64 {
-        self.0 >> 8
+        self.0 >> 9
     }
 
     fn state(self) -> State {
@@ -131,36 +148,96 @@ impl Word {
     fn forced_open(self) -> bool {
         self.0 & 16 != 0
     }
+
+    fn half_open_full(self) -> bool {
+        self.0 & 128 != 0
+    }
+
+    fn slots_taken(self) -> bool {
+        self.0 & 256 != 0
+    }
+
+    /// The low 16 bits of the epoch, which tag the gates published with this word.
+    fn tag(self) -> u64 {
+        self.epoch() & 0xFFFF
+    }
 }
 
 /// The open gate's step, tagged with the low 16 bits of its epoch: `tag << 48 | step`.
+/// Step 0: no gate in calls; [`Gate::MANUAL`]: only a person opens it.
 #[derive(Clone, Copy)]
 struct Gate(u64);
 
 impl Gate {
     const STEP: u64 = (1 << 48) - 1;
+    const MANUAL: u64 = Self::STEP;
 
     fn of(machine: &Machine, lock_free: &LockFree) -> Gate {
-        let step = lock_free.open_until.unwrap_or(Self::STEP).min(Self::STEP);
+        let step = match lock_free.open {
+            Some(LockFreeGate { manual: true, .. }) => Self::MANUAL,
+            Some(LockFreeGate {
+                step: Some(step), ..
+            }) => step.min(Self::STEP - 1),
+            _ => 0,
+        };
         Gate((machine.epoch() & 0xFFFF) << 48 | step)
     }
 
     /// The step, if this gate was published with `word`.
     fn step_for(self, word: Word) -> Option<u64> {
-        (self.0 >> 48 == word.epoch() & 0xFFFF).then_some(self.0 & Self::STEP)
+        (self.0 >> 48 == word.tag()).then_some(self.0 & Self::STEP)
+    }
+}
+
+/// A gate's time, in whole microseconds since [`Shared::base`] rounded down, tagged like
+/// [`Gate`]: `tag << 48 | micros`; [`TimeGate::NONE`]: no gate in time. 48 bits of
+/// microseconds last nine years; a time further off is not published (the machine
+/// decides).
+#[derive(Clone, Copy)]
+struct TimeGate(u64);
+
+impl TimeGate {
+    const NONE: u64 = (1 << 48) - 1;
+
+    fn of(machine: &Machine, lock_free: &LockFree, base: Instant) -> TimeGate {
+        let time = lock_free
+            .open
+            .or(lock_free.half_open_full)
+            .and_then(|gate| gate.time);
+        let micros = time.map_or(Self::NONE, |time| {
+            let micros = time.saturating_duration_since(base).as_micros();
+            u64::try_from(micros).unwrap_or(Self::NONE).min(Self::NONE)
+        });
+        TimeGate((machine.epoch() & 0xFFFF) << 48 | micros)
+    }
+
+    /// `Some(None)`: published with `word`, no gate in time; `Some(Some(micros))`: the
+    /// time; `None`: not published with `word`, or too far off.
+    fn micros_for(self, word: Word) -> Option<Option<u64>> {
+        if self.0 >> 48 != word.tag() {
+            return None;
+        }
+        match self.0 & Self::NONE {
+            Self::NONE => Some(None),
+            micros => Some(Some(micros)),
+        }
     }
 }
 
 impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
         let lock_free = machine.lock_free();
+        let base = now();
         Shared {
             pending: Pending::new(),
             _written: [0; 128],
             word: AtomicU64::new(Word::of(&machine, &lock_free).0),
             open_until: AtomicU64::new(Gate::of(&machine, &lock_free).0),
+            open_time: AtomicU64::new(TimeGate::of(&machine, &lock_free, base).0),
             step: AtomicU64::new(lock_free.step),
             _read: [0; 128],
+            base,
+            base_stamp: stamp::of(base),
             name: machine.config().name.clone(),
             times_calls: machine.config().slow_call.is_some(),
             machine: Mutex::new(machine),
@@ -207,6 +284,10 @@ impl Shared {
         self.step.store(lock_free.step, Ordering::Release);
         self.open_until
             .store(Gate::of(&machine, &lock_free).0, Ordering::Release);
+        self.open_time.store(
+            TimeGate::of(&machine, &lock_free, self.base).0,
+            Ordering::Release,
+        );
         self.word
             .store(Word::of(&machine, &lock_free).0, Ordering::Release);
         out
@@ -233,18 +314,24 @@ impl Shared {
 
     /// Decides a call with atomics alone where the state allows (see [`Word`]), or says
     /// the machine must. A skip is counted and reported to the observers.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_quick(&self) -> Quick {
         let word = self.word();
         let killed = self.kill.is_killed();
         let quick = self.admit_lock_free(word, killed);
         if let (Quick::Skip(brief), false) = (quick, self.observers.is_empty()) {
-            self.notify(&Event::Skipped {
-                name: &self.name,
-                skip: &brief.skip(),
-            });
+            self.notify_skipped(brief);
         }
         quick
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn notify_skipped(&self, brief: Brief) {
+        self.notify(&Event::Skipped {
+            name: &self.name,
+            skip: &brief.skip(),
+        });
     }
 
     #[inline(never)]
@@ -258,7 +345,7 @@ impl Shared {
     /// The common cases, with atomics alone: a killed call, a call in the closed state,
     /// a pass-through call, a call skipped while forced open or open with a cooldown in
     /// calls.
-    #[inline]
+    #[inline(always)]
     fn admit_lock_free(&self, word: Word, killed: bool) -> Quick {
         if killed {
             if !word.counts() {
@@ -280,26 +367,70 @@ impl Shared {
             self.pending.forced_skips.fetch_add(1, Ordering::AcqRel);
             return Quick::Skip(Brief::manual(Reason::ForcedOpen, State::ForcedOpen));
         }
-        if word.open() {
-            let step = self.step.load(Ordering::Acquire)
-                + self.pending.killed.load(Ordering::Acquire)
-                + self.pending.open_skips.load(Ordering::Acquire)
-                + 1;
-            // The gate must belong to the word read: the three are published one after
-            // the other, and a gate from another state (u64::MAX once half-open) would
-            // skip a call that must be decided by the machine.
-            let Some(due) = Gate(self.open_until.load(Ordering::Acquire)).step_for(word) else {
-                return Quick::Locked(killed);
-            };
-            if step < due {
-                // Callers racing here may each count a skip at the last step before the
-                // probe: the probe then goes to the next caller, a call later.
-                self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
-                return Quick::Skip(Brief::open(due - step));
-            }
-            // The probe may be due: the machine decides.
+        if word.open() || word.half_open_full() {
+            return self.admit_gated(word, killed);
         }
         Quick::Locked(killed)
+    }
+
+    /// Open, or half-open with every probe slot taken: the call is skipped, with atomics
+    /// (and a clock read if the gate has a time), unless the gate is reached, which the
+    /// machine decides.
+    #[inline(never)]
+    fn admit_gated(&self, word: Word, killed: bool) -> Quick {
+        // The gates must belong to the word read: they are published one after the
+        // other, and a gate from another state would skip a call that must be decided
+        // by the machine.
+        let Some(step_gate) = Gate(self.open_until.load(Ordering::Acquire)).step_for(word) else {
+            return Quick::Locked(killed);
+        };
+        let Some(time_gate) = TimeGate(self.open_time.load(Ordering::Acquire)).micros_for(word)
+        else {
+            return Quick::Locked(killed);
+        };
+        // Before the time gate, to the microsecond, rounded so as never to skip a call
+        // the machine would let through.
+        // The time as a stamp (see `stamp`), reckoned from the base's without another
+        // conversion.
+        let before = |micros: u64| {
+            let now = now().saturating_duration_since(self.base).as_micros();
+            (now < u128::from(micros)).then(|| {
+                let nanos = i64::try_from(micros.saturating_mul(1000)).unwrap_or(i64::MAX);
+                self.base_stamp.saturating_add(nanos)
+            })
+        };
+        if word.half_open_full() {
+            if time_gate.is_some_and(|micros| before(micros).is_none()) {
+                // The dwell limit passed: the machine re-opens.
+                return Quick::Locked(killed);
+            }
+            self.pending.half_open_skips.fetch_add(1, Ordering::AcqRel);
+            return Quick::Skip(Brief::in_flight());
+        }
+        if step_gate == Gate::MANUAL {
+            self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
+            return Quick::Skip(Brief::manual(Reason::Open, State::Open));
+        }
+        // This call's step.
+        let step = self.step.load(Ordering::Acquire)
+            + self.pending.killed.load(Ordering::Acquire)
+            + self.pending.open_skips.load(Ordering::Acquire)
+            + 1;
+        let calls = (step < step_gate).then(|| step_gate - step);
+        let at = time_gate.and_then(before);
+        if calls.is_none() && at.is_none() {
+            // The probe may be due: the machine decides.
+            return Quick::Locked(killed);
+        }
+        // Callers racing here may each count a skip at the last step before the probe:
+        // the probe then goes to the next caller, a call later.
+        self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
+        if calls == Some(1) && at.is_none() && word.slots_taken() {
+            // The next call would reach the gate, but probes of an earlier half-open
+            // hold every slot.
+            return Quick::Skip(Brief::open_in_flight());
+        }
+        Quick::Skip(Brief::open(calls.unwrap_or(1), at))
     }
 
     pub(crate) fn advise(&self) -> Advice {
@@ -336,7 +467,7 @@ impl Shared {
         admission
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
         if !permit.is_recorded() {
             return;
@@ -354,7 +485,7 @@ impl Shared {
     /// one atomic add, if that state still stands with no failure counted: the success
     /// then changes nothing but the count. (A success racing a failure that is being
     /// recorded counts as having come first.) Returns whether it did.
-    #[inline]
+    #[inline(always)]
     fn record_fast_success(&self, epoch: u64) -> bool {
         let word = self.word();
         if !(word.closed() && word.epoch() == epoch) {
@@ -643,7 +774,7 @@ impl Lease<false> {
 
 impl Lease<true> {
     /// Records the call's outcome.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
         if let Some(shared) = self.shared.take() {
             shared.record(self.permit(), outcome, elapsed);
@@ -691,48 +822,87 @@ pub(crate) enum Quick {
     Locked(bool),
 }
 
-/// A skip decided on a lock-free path, in one word: the reason, the state, and the
-/// calls until the probe or that only a person ends it. [`Skip`] is four times the
-/// size, and moving it from where it was decided to where it is answered cost more
-/// than the decision.
+/// A skip decided on a lock-free path, in a word and a time: the reason, the state, and
+/// the calls until the probe, or that a probe is under way or only a person ends it,
+/// and when the probe may go. [`Skip`] is a third bigger and made of narrower fields,
+/// and moving it from where it was decided to where it is answered cost more than the
+/// decision.
 ///
-/// Bits: 0 is always set; 1-2 the reason (open, killed, forced open); 3-4 the state;
-/// 5 manual; from 8, the calls until the probe.
+/// Bits: 0 is always set; 1-2 the reason (open, killed, forced open, half-open full);
+/// 3-4 the state; 5 manual; 6 in flight; from 8, the calls until the probe.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Brief(std::num::NonZeroU64);
+pub(crate) struct Brief {
+    bits: std::num::NonZeroU64,
+    /// When the probe may go, as a stamp (see `stamp`); [`Brief::NO_TIME`]: no time.
+    at: i64,
+}
 
 impl Brief {
     const MANUAL: u64 = 1 << 5;
+    const IN_FLIGHT: u64 = 1 << 6;
 
-    fn new(bits: u64) -> Brief {
-        Brief(std::num::NonZeroU64::MIN.saturating_add(bits & !1))
+    /// No time in `at`.
+    const NO_TIME: i64 = i64::MIN;
+
+    #[inline]
+    fn new(bits: u64, at: i64) -> Brief {
+        Brief {
+            bits: std::num::NonZeroU64::MIN.saturating_add(bits & !1),
+            at,
+        }
     }
 
+    #[inline]
     fn manual(reason: Reason, state: State) -> Brief {
         let reason = match reason {
+            Reason::Open => 0,
             Reason::Killed => 1,
             _ => 2,
         };
-        Brief::new(reason << 1 | state.code() << 3 | Self::MANUAL)
+        Brief::new(
+            reason << 1 | state.code() << 3 | Self::MANUAL,
+            Self::NO_TIME,
+        )
     }
 
-    fn open(calls: u64) -> Brief {
-        Brief::new(State::Open.code() << 3 | calls << 8)
+    /// Open, `calls` to the probe, and the probe not before the stamp `at`.
+    #[inline]
+    fn open(calls: u64, at: Option<i64>) -> Brief {
+        Brief::new(
+            State::Open.code() << 3 | calls << 8,
+            at.unwrap_or(Self::NO_TIME),
+        )
+    }
+
+    /// Open, and the probe waits for probes of an earlier half-open.
+    #[inline]
+    fn open_in_flight() -> Brief {
+        Brief::new(State::Open.code() << 3 | Self::IN_FLIGHT, Self::NO_TIME)
+    }
+
+    #[inline]
+    fn in_flight() -> Brief {
+        Brief::new(
+            3 << 1 | State::HalfOpen.code() << 3 | Self::IN_FLIGHT,
+            Self::NO_TIME,
+        )
     }
 
     /// The skip in full.
     #[inline]
     pub(crate) fn skip(self) -> Skip {
-        let bits = self.0.get();
+        let bits = self.bits.get();
         Skip {
             reason: self.reason(),
             state: self.state(),
             next_probe: if bits & Self::MANUAL != 0 {
                 NextProbe::Manual
+            } else if bits & Self::IN_FLIGHT != 0 {
+                NextProbe::InFlight
             } else {
                 NextProbe::After {
                     calls: bits >> 8,
-                    at: None,
+                    at: (self.at != Self::NO_TIME).then(|| stamp::instant(self.at)),
                 }
             },
         }
@@ -740,16 +910,53 @@ impl Brief {
 
     #[inline]
     pub(crate) fn reason(self) -> Reason {
-        match self.0.get() >> 1 & 3 {
+        match self.bits.get() >> 1 & 3 {
             0 => Reason::Open,
             1 => Reason::Killed,
-            _ => Reason::ForcedOpen,
+            2 => Reason::ForcedOpen,
+            _ => Reason::HalfOpenFull,
         }
     }
 
     #[inline]
     pub(crate) fn state(self) -> State {
-        State::from_code(self.0.get() >> 3)
+        State::from_code(self.bits.get() >> 3)
+    }
+}
+
+/// Instants as one signed number, nanoseconds from an anchor taken once per process:
+/// two words of `Instant` moved through a reservation and a future cost more than the
+/// arithmetic. (Tests run runtimes whose paused clocks may stand before the anchor, so
+/// the number is signed.)
+mod stamp {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    fn anchor() -> Instant {
+        static ANCHOR: OnceLock<Instant> = OnceLock::new();
+        *ANCHOR.get_or_init(Instant::now)
+    }
+
+    /// `at` as nanoseconds from the anchor, saturated to some 292 years either way.
+    pub(super) fn of(at: Instant) -> i64 {
+        let anchor = anchor();
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match at.checked_duration_since(anchor) {
+            Some(after) => nanos(after),
+            None => -nanos(anchor.saturating_duration_since(at)),
+        }
+    }
+
+    /// The instant `nanos` from the anchor.
+    pub(super) fn instant(nanos: i64) -> Instant {
+        let anchor = anchor();
+        let by = Duration::from_nanos(nanos.unsigned_abs());
+        let at = if nanos >= 0 {
+            anchor.checked_add(by)
+        } else {
+            anchor.checked_sub(by)
+        };
+        at.unwrap_or(anchor)
     }
 }
 

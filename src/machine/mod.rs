@@ -493,13 +493,26 @@ pub(crate) struct LockFree {
     /// Closed, enabled, counting failures in a row with none counted, no slow-call
     /// rule: a call and its success need no lock.
     pub(crate) closed: bool,
-    /// Open with a cooldown in calls only: calls are skipped without the lock until
-    /// the step reaches this.
-    pub(crate) open_until: Option<u64>,
+    /// Open and enabled: calls are skipped without the lock until this gate is reached.
+    pub(crate) open: Option<LockFreeGate>,
+    /// Half-open, enabled, every probe slot taken: calls are skipped without the lock
+    /// until the dwell limit (this gate's time), if any.
+    pub(crate) half_open_full: Option<LockFreeGate>,
     /// Forced open and enabled: every call is skipped, without the lock.
     pub(crate) forced_open: bool,
     /// The machine's step.
     pub(crate) step: u64,
+}
+
+/// What must pass before a call is no longer skipped: a step, a time (both, if both are
+/// set), or a person (`manual`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockFreeGate {
+    pub(crate) step: Option<u64>,
+    pub(crate) time: Option<Instant>,
+    pub(crate) manual: bool,
+    /// Probes still running take every slot.
+    pub(crate) slots_taken: bool,
 }
 
 /// What the layer's lock-free paths counted, handed to [`Machine::absorb`].
@@ -510,6 +523,7 @@ pub(crate) struct Counted {
     pub(crate) closed_successes: u64,
     pub(crate) killed: u64,
     pub(crate) open_skips: u64,
+    pub(crate) half_open_skips: u64,
     pub(crate) forced_skips: u64,
 }
 
@@ -651,20 +665,39 @@ impl Machine {
             && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
             && self.consecutive == 0
             && self.config.slow_call.is_none();
-        // Open with a cooldown in calls only: whether a call is skipped depends on the
-        // step alone, so it can be counted without the lock until the probe is due.
-        let open_until = match self.phase {
-            Phase::Open(Gate {
-                step: Some(step),
-                time: None,
-                manual: false,
-            }) if self.mode == Mode::Enabled => Some(step),
+        let enabled = self.mode == Mode::Enabled;
+        // Open: whether a call is skipped depends on the step and the time alone, so it
+        // can be decided and counted without the lock until the gate is reached.
+        let open = match self.phase {
+            Phase::Open(gate) if enabled => Some(LockFreeGate {
+                step: gate.step,
+                time: gate.time,
+                manual: gate.manual,
+                slots_taken: !self.probe_slot_free(),
+            }),
+            _ => None,
+        };
+        // Half-open with every probe slot taken: a call is skipped until a probe ends
+        // (which publishes again) or the dwell limit passes.
+        let half_open_full = match self.phase {
+            Phase::HalfOpen { entered_at, .. } if enabled && !self.probe_slot_free() => {
+                Some(LockFreeGate {
+                    step: None,
+                    time: self
+                        .config
+                        .max_half_open_dwell
+                        .map(|dwell| later(entered_at, dwell)),
+                    manual: false,
+                    slots_taken: true,
+                })
+            }
             _ => None,
         };
         LockFree {
             closed,
-            open_until,
-            forced_open: matches!(self.phase, Phase::ForcedOpen) && self.mode == Mode::Enabled,
+            open,
+            half_open_full,
+            forced_open: matches!(self.phase, Phase::ForcedOpen) && enabled,
             step: self.step,
         }
     }
@@ -676,15 +709,17 @@ impl Machine {
             closed_successes,
             killed,
             open_skips,
+            half_open_skips,
             forced_skips,
         } = counted;
-        let arrived = closed_successes + killed + open_skips + forced_skips;
+        let arrived = closed_successes + killed + open_skips + half_open_skips + forced_skips;
         self.step += arrived;
         self.counts.arrived += arrived;
         self.counts.made += closed_successes;
         self.counts.successes += closed_successes;
         self.counts.skipped_killed += killed;
         self.counts.skipped_open += open_skips;
+        self.counts.skipped_half_open_full += half_open_skips;
         self.counts.skipped_forced_open += forced_skips;
         // The lock-free successes came after everything the machine counted before;
         // the last of them is taken to be the last step (exact unless killed calls
