@@ -244,6 +244,24 @@ fn per_call(c: &mut Criterion) {
         call_once(&mut open_calls, cx, r)
     });
 
+    // Open after a failure with the default cooldown (30 s in time): each skipped call
+    // reads the clock.
+    let layer = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .build()
+        .expect("valid");
+    let layer = layer
+        .with_classifier(|r: &Result<u64, Infallible>| match r {
+            Ok(0) => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .with_fallback(noop());
+    let mut open_time = layer.layer(noop());
+    call_once(&mut open_time, &mut cx, 0);
+    bench("ours/open_time_cooldown", &mut |cx, r| {
+        call_once(&mut open_time, cx, r)
+    });
+
     let layer = ours();
     layer.handle().kill_switch().kill();
     let mut killed = layer.with_fallback(noop()).layer(noop());
