@@ -1,8 +1,6 @@
 //! What a breaker reports to observers registered with
 //! [`Builder::on_event`](crate::Builder::on_event).
 
-use std::time::Instant;
-
 use crate::classify::Outcome;
 use crate::machine::{Skip, Transition};
 
@@ -17,6 +15,10 @@ pub enum Event<'a> {
     Transition(&'a Transition),
     /// An outcome counted towards the breaker's state. Late results, observe-only shadow
     /// calls and disabled-mode calls are not reported.
+    ///
+    /// It carries no time: most successes are counted without reading the clock, and
+    /// reading it for every report would double their cost. An observer that wants one
+    /// reads `tokio::time::Instant::now()`.
     Recorded {
         /// The breaker's name.
         name: &'a str,
@@ -24,8 +26,6 @@ pub enum Event<'a> {
         outcome: &'a Outcome,
         /// Whether the call was a probe.
         probe: bool,
-        /// When it was recorded, on the breaker's clock.
-        at: Instant,
     },
     /// A call was not made.
     Skipped {

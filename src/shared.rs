@@ -497,14 +497,18 @@ impl Shared {
         }
         self.pending.closed_successes.fetch_add(1, Ordering::AcqRel);
         if !self.observers.is_empty() {
-            self.notify(&Event::Recorded {
-                name: &self.name,
-                outcome: &Outcome::Success,
-                probe: false,
-                at: now(),
-            });
+            self.notify_success();
         }
         true
+    }
+
+    #[inline(never)]
+    fn notify_success(&self) {
+        self.notify(&Event::Recorded {
+            name: &self.name,
+            outcome: &Outcome::Success,
+            probe: false,
+        });
     }
 
     #[inline(never)]
@@ -525,7 +529,6 @@ impl Shared {
                 name: &self.name,
                 outcome: &outcome,
                 probe: permit.is_probe(),
-                at,
             });
         }
         if let Some(transition) = transition {
