@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use failsafe::futures::CircuitBreaker as _;
 use tower::{service_fn, Layer, Service, ServiceExt};
-use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, Outcome};
+use tower_circuit_breaker::{
+    Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Fallback, Outcome,
+};
 
 type Noop = tower::util::ServiceFn<fn(u64) -> Ready<Result<u64, Infallible>>>;
 
@@ -146,6 +148,28 @@ fn ours() -> CircuitBreakerLayer {
         .expect("valid settings")
 }
 
+/// Request 0 fails, any other succeeds.
+fn zero_fails(result: &Result<u64, Infallible>) -> Outcome {
+    match result {
+        Ok(0) => Outcome::failure(),
+        _ => Outcome::Success,
+    }
+}
+
+type Classifier = fn(&Result<u64, Infallible>) -> Outcome;
+
+/// A breaker of `settings` that one failure (request 0) opens, with a no-op fallback.
+fn tripping(settings: Builder) -> CircuitBreaker<Noop, Fallback<Noop>, Classifier> {
+    let classify: Classifier = zero_fails;
+    settings
+        .failure_threshold(1)
+        .build()
+        .expect("valid settings")
+        .with_classifier(classify)
+        .with_fallback(noop())
+        .layer(noop())
+}
+
 fn resilience() -> tower_resilience::circuitbreaker::CircuitBreakerLayer {
     tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
         .consecutive_failures(3)
@@ -226,19 +250,8 @@ fn per_call(c: &mut Criterion) {
         call_once(&mut rejecting, cx, r)
     });
 
-    // Open after a failure, with a cooldown in calls: skips are counted without the lock.
-    let layer = CircuitBreakerLayer::builder()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(u64::MAX / 2))
-        .build()
-        .expect("valid");
-    let layer = layer
-        .with_classifier(|r: &Result<u64, Infallible>| match r {
-            Ok(0) => Outcome::failure(),
-            _ => Outcome::Success,
-        })
-        .with_fallback(noop());
-    let mut open_calls = layer.layer(noop());
+    // Open after a failure, with a cooldown in calls: no clock read.
+    let mut open_calls = tripping(Builder::new().cooldown(Cooldown::Calls(u64::MAX / 2)));
     call_once(&mut open_calls, &mut cx, 0);
     bench("ours/open_call_cooldown", &mut |cx, r| {
         call_once(&mut open_calls, cx, r)
@@ -246,17 +259,7 @@ fn per_call(c: &mut Criterion) {
 
     // Open after a failure with the default cooldown (30 s in time): each skipped call
     // reads the clock.
-    let layer = CircuitBreakerLayer::builder()
-        .failure_threshold(1)
-        .build()
-        .expect("valid");
-    let layer = layer
-        .with_classifier(|r: &Result<u64, Infallible>| match r {
-            Ok(0) => Outcome::failure(),
-            _ => Outcome::Success,
-        })
-        .with_fallback(noop());
-    let mut open_time = layer.layer(noop());
+    let mut open_time = tripping(Builder::new());
     call_once(&mut open_time, &mut cx, 0);
     bench("ours/open_time_cooldown", &mut |cx, r| {
         call_once(&mut open_time, cx, r)
@@ -269,22 +272,14 @@ fn per_call(c: &mut Criterion) {
 
     // Half-open with the probe slot taken by a reservation never used: every call
     // meets a full half-open and goes to the fallback.
-    let layer = CircuitBreakerLayer::builder()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None)
-        .build()
-        .expect("valid");
-    let handle = layer.handle();
-    let layer = layer
-        .with_classifier(|r: &Result<u64, Infallible>| match r {
-            Ok(0) => Outcome::failure(),
-            _ => Outcome::Success,
-        })
-        .with_fallback(noop());
-    let mut half_open = layer.layer(noop());
+    let mut half_open = tripping(
+        Builder::new()
+            .cooldown(Cooldown::Calls(1))
+            .max_half_open_dwell(None),
+    );
+    let handle = half_open.handle();
     call_once(&mut half_open, &mut cx, 0); // trips
-    let mut holder = layer.layer(noop());
+    let mut holder = half_open.clone();
     assert!(holder.poll_ready(&mut cx).is_ready()); // takes the probe slot
     assert_eq!(handle.snapshot().probes_in_flight, 1);
     bench("ours/half_open_probe_taken", &mut |cx, r| {
