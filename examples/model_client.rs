@@ -34,8 +34,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::ReqwestErrorBodyLayer;
-use tower_circuit_breaker::http::{provenance, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER};
+use tower_circuit_breaker::http::{
+    provenance, ErrorBodyLayer, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER,
+};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source};
 
 /// Each attempt's deadline: a hang longer than this is a failed attempt.
@@ -82,7 +83,7 @@ async fn main() -> Result<(), BoxError> {
     //    as a failure. Outside, the breaker would never see the hung call end as a
     //    failure (the future is just dropped). Inside retry as well, so each attempt
     //    has its own deadline and a hung attempt is retried.
-    // 5. ReqwestErrorBodyLayer: reads the start of error bodies, so the classifier can
+    // 5. ErrorBodyLayer: reads the start of error bodies, so the classifier can
     //    tell an exhausted quota (open until reset) from a rate limit (probe again).
     //    Inside timeout, so an error body that hangs is cut off by the deadline too.
     // 6. The client: `reqwest::Client`, itself a `tower::Service<reqwest::Request>`,
@@ -93,7 +94,7 @@ async fn main() -> Result<(), BoxError> {
         .layer(breaker)
         .retry(RetryTransient { attempts: ATTEMPTS })
         .timeout(ATTEMPT_TIMEOUT)
-        .layer(ReqwestErrorBodyLayer::new())
+        .layer(ErrorBodyLayer::new())
         .service(client);
 
     let url = format!("http://{}/v1/chat/completions", model.addr);

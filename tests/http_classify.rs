@@ -903,7 +903,7 @@ fn public_types_are_send_and_sync() {
     send_sync::<ErrorBodyBytes>();
     send_sync::<ResponseBody<Full<Bytes>>>();
     send::<ResponseBody<Streamed>>();
-    send_sync::<error_body::ResponseFuture<Ready<Scripted>, Full<Bytes>>>();
+    send_sync::<error_body::ResponseFuture<Ready<Scripted>, Response<Full<Bytes>>>>();
     send_sync::<ProvenanceLayer>();
     send_sync::<Provenance<Endpoint>>();
     send_sync::<AnswerInfo>();

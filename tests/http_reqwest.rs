@@ -1,7 +1,7 @@
 //! The `reqwest` feature over real TCP on loopback: a hyper server started by each test
 //! (scripted, counting every request it receives) and a `reqwest::Client` inside the
 //! breaker, whose answers [`ProvenanceLayer`] turns back into labelled
-//! `reqwest::Response`s, and whose error bodies [`ReqwestErrorBodyLayer`] reads for the
+//! `reqwest::Response`s, and whose error bodies [`ErrorBodyLayer`] reads for the
 //! classifier.
 //!
 //! Time: real sockets need the real clock; nothing here waits for a cooldown (the
@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::http::reqwest::ReqwestErrorBodyLayer;
+use tower_circuit_breaker::http::ErrorBodyLayer;
 use tower_circuit_breaker::http::{
     provenance, source_from_header, ErrorBodyBytes, HttpClassifier, ProvenanceLayer,
     X_CIRCUIT_BREAKER,
@@ -178,7 +178,7 @@ fn stack(
     let svc = ServiceBuilder::new()
         .layer(ProvenanceLayer::new())
         .layer(breaker)
-        .layer(ReqwestErrorBodyLayer::new())
+        .layer(ErrorBodyLayer::new())
         .service(client);
     (svc, handle)
 }
@@ -425,7 +425,7 @@ async fn an_error_body_past_the_limit_reaches_the_caller_whole() {
         .build()
         .expect("a client");
     let mut svc = ServiceBuilder::new()
-        .layer(ReqwestErrorBodyLayer::new().limit(10))
+        .layer(ErrorBodyLayer::new().limit(10))
         .service(client);
 
     let request = reqwest::Request::new(http::Method::POST, server.url().parse().unwrap());

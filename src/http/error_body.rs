@@ -8,6 +8,11 @@
 //! and then streams the rest. Responses below 400 pass through as they came,
 //! streamed and unread.
 //!
+//! It serves any client whose response is a [`ReadAhead`]: `http::Response<B>` (hyper,
+//! most tower stacks), whose body becomes a [`ResponseBody<B>`], and, with the feature
+//! `reqwest`, `reqwest::Response`, which stays a `reqwest::Response` (see
+//! [`http::reqwest`](super::reqwest) for what rebuilding one keeps).
+//!
 //! ```
 //! use bytes::Bytes;
 //! use http::{Request, Response};
@@ -140,16 +145,87 @@ impl<S> ErrorBody<S> {
     }
 }
 
-impl<S, Request, B> Service<Request> for ErrorBody<S>
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// A response [`ErrorBody`] can read the start of an error body of, and hand on whole:
+/// `http::Response<B>`, and `reqwest::Response` (feature `reqwest`). Sealed: its
+/// methods are the layer's plumbing.
+pub trait ReadAhead: Sized + sealed::Sealed {
+    /// What the caller gets.
+    type Output;
+    /// The body, as it is read.
+    #[doc(hidden)]
+    type Body: Body + Unpin;
+    /// The rest of the response, kept while its body is read.
+    #[doc(hidden)]
+    type Head;
+
+    /// Whether it is an error response (status >= 400), whose body is read.
+    #[doc(hidden)]
+    fn is_error(&self) -> bool;
+
+    /// A response that is not read, handed on.
+    #[doc(hidden)]
+    fn pass(self) -> Self::Output;
+
+    /// The head and the body, to read.
+    #[doc(hidden)]
+    fn split(self) -> (Self::Head, Self::Body);
+
+    /// The response again: the head with `read` as an extension, and a body of
+    /// `frames` then `rest`.
+    #[doc(hidden)]
+    fn join(
+        head: Self::Head,
+        read: ErrorBodyBytes,
+        frames: VecDeque<Frame<Bytes>>,
+        rest: Option<Self::Body>,
+    ) -> Self::Output;
+}
+
+impl<B> sealed::Sealed for Response<B> {}
+
+impl<B: Body> ReadAhead for Response<B> {
+    type Output = Response<ResponseBody<B>>;
+    type Body = Pin<Box<B>>;
+    type Head = Parts;
+
+    fn is_error(&self) -> bool {
+        self.status().as_u16() >= 400
+    }
+
+    fn pass(self) -> Self::Output {
+        self.map(ResponseBody::new)
+    }
+
+    fn split(self) -> (Parts, Pin<Box<B>>) {
+        let (parts, body) = self.into_parts();
+        (parts, Box::pin(body))
+    }
+
+    fn join(
+        mut parts: Parts,
+        read: ErrorBodyBytes,
+        frames: VecDeque<Frame<Bytes>>,
+        rest: Option<Pin<Box<B>>>,
+    ) -> Self::Output {
+        parts.extensions.insert(read);
+        Response::from_parts(parts, ResponseBody::replayed(frames, rest))
+    }
+}
+
+impl<S, Request> Service<Request> for ErrorBody<S>
 where
-    S: Service<Request, Response = Response<B>>,
+    S: Service<Request>,
     S::Error: Into<BoxError>,
-    B: Body,
-    B::Error: Into<BoxError>,
+    S::Response: ReadAhead,
+    <<S::Response as ReadAhead>::Body as Body>::Error: Into<BoxError>,
 {
-    type Response = Response<ResponseBody<B>>;
+    type Response = <S::Response as ReadAhead>::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, B>;
+    type Future = ResponseFuture<S::Future, S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -161,24 +237,24 @@ where
 }
 
 pin_project! {
-    /// The future of an [`ErrorBody`] call: the response, with an error body read.
-    pub struct ResponseFuture<F, B> {
+    /// The future of an [`ErrorBody`] call: the response `R`, with an error body read.
+    pub struct ResponseFuture<F, R: ReadAhead> {
         #[pin]
-        state: FutureState<F, B>,
+        state: FutureState<F, R>,
         limit: usize,
     }
 }
 
 pin_project! {
     #[project = FutureStateProj]
-    enum FutureState<F, B> {
+    enum FutureState<F, R: ReadAhead> {
         Waiting {
             #[pin]
             future: F,
         },
         Reading {
-            parts: Option<Parts>,
-            body: Option<Pin<Box<B>>>,
+            head: Option<R::Head>,
+            body: Option<R::Body>,
             frames: VecDeque<Frame<Bytes>>,
             read: BytesMut,
         },
@@ -186,7 +262,7 @@ pin_project! {
     }
 }
 
-impl<F, B> ResponseFuture<F, B> {
+impl<F, R: ReadAhead> ResponseFuture<F, R> {
     pub(crate) fn new(future: F, limit: usize) -> Self {
         ResponseFuture {
             state: FutureState::Waiting { future },
@@ -195,14 +271,14 @@ impl<F, B> ResponseFuture<F, B> {
     }
 }
 
-impl<F, E, B> Future for ResponseFuture<F, B>
+impl<F, E, R> Future for ResponseFuture<F, R>
 where
-    F: Future<Output = Result<Response<B>, E>>,
+    F: Future<Output = Result<R, E>>,
     E: Into<BoxError>,
-    B: Body,
-    B::Error: Into<BoxError>,
+    R: ReadAhead,
+    <R::Body as Body>::Error: Into<BoxError>,
 {
-    type Output = Result<Response<ResponseBody<B>>, BoxError>;
+    type Output = Result<R::Output, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -217,27 +293,27 @@ where
                             return Poll::Ready(Err(error.into()));
                         }
                     };
-                    if response.status().as_u16() < 400 {
+                    if !response.is_error() {
                         this.state.set(FutureState::Done);
-                        return Poll::Ready(Ok(response.map(ResponseBody::new)));
+                        return Poll::Ready(Ok(response.pass()));
                     }
-                    let (parts, body) = response.into_parts();
+                    let (head, body) = response.split();
                     this.state.set(FutureState::Reading {
-                        parts: Some(parts),
-                        body: Some(Box::pin(body)),
+                        head: Some(head),
+                        body: Some(body),
                         frames: VecDeque::new(),
                         read: BytesMut::new(),
                     });
                 }
                 FutureStateProj::Reading {
-                    parts,
+                    head,
                     body,
                     frames,
                     read,
                 } => {
                     while read.len() < limit {
                         let Some(stream) = body.as_mut() else { break };
-                        match ready!(stream.as_mut().poll_frame(cx)) {
+                        match ready!(Pin::new(stream).poll_frame(cx)) {
                             None => *body = None,
                             Some(Err(error)) => {
                                 this.state.set(FutureState::Done);
@@ -254,13 +330,11 @@ where
                         }
                     }
                     let rest = body.take().filter(|body| !body.is_end_stream());
-                    let mut parts = parts.take().expect("polled after completion");
-                    parts
-                        .extensions
-                        .insert(ErrorBodyBytes(read.split().freeze()));
-                    let body = ResponseBody::replayed(std::mem::take(frames), rest);
+                    let head = head.take().expect("polled after completion");
+                    let read = ErrorBodyBytes(read.split().freeze());
+                    let frames = std::mem::take(frames);
                     this.state.set(FutureState::Done);
-                    return Poll::Ready(Ok(Response::from_parts(parts, body)));
+                    return Poll::Ready(Ok(R::join(head, read, frames, rest)));
                 }
                 FutureStateProj::Done => panic!("polled after completion"),
             }
@@ -268,7 +342,7 @@ where
     }
 }
 
-impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+impl<F, R: ReadAhead> fmt::Debug for ResponseFuture<F, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             FutureState::Waiting { .. } => "waiting",
@@ -336,7 +410,7 @@ impl<B> ResponseBody<B> {
         Self::replayed(VecDeque::new(), None)
     }
 
-    fn replayed(frames: VecDeque<Frame<Bytes>>, rest: Option<Pin<Box<B>>>) -> Self {
+    pub(crate) fn replayed(frames: VecDeque<Frame<Bytes>>, rest: Option<Pin<Box<B>>>) -> Self {
         ResponseBody {
             kind: BodyKind::Replayed { frames, rest },
         }

@@ -95,7 +95,7 @@ pub mod reqwest;
 pub mod stream;
 
 pub use self::classify::{parse_retry_after, HttpClassifier};
-pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ResponseBody};
+pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ReadAhead, ResponseBody};
 pub use self::provenance::{
     header_value, provenance, source_from_header, AnswerInfo, Labelled, Provenance,
     ProvenanceLayer, X_CIRCUIT_BREAKER,
