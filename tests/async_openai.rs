@@ -6,10 +6,11 @@
 //! the top layer of the slot makes of it (as in `examples/async_openai.rs`).
 #![cfg(feature = "reqwest")]
 
+#[path = "common/server.rs"]
+mod server;
+
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_openai::config::OpenAIConfig;
@@ -19,12 +20,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs,
 };
 use async_openai::Client;
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use server::{Answer, ScriptedReply, TestServer};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
     provenance, AnswerInfo, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER,
@@ -35,32 +31,22 @@ use tower_circuit_breaker::{
 
 const CALL_BOUND: Duration = Duration::from_secs(5);
 
-/// A server on 127.0.0.1 that answers every request 503 and counts them; its URL.
-async fn failing_server() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local address");
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let answer = hyper::service::service_fn(move |_: Request<Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let body = r#"{"error":{"message":"overloaded","type":"server_error"}}"#;
-                    let response = Response::builder()
-                        .status(503)
-                        .body(Full::<Bytes>::from(body))
-                        .expect("a valid response");
-                    async move { Ok::<_, Infallible>(response) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), answer)
-                    .await;
-            });
-        }
-    });
-    (format!("http://{addr}/v1"), requests)
+/// The failing model's only reply: 503, overloaded.
+#[derive(Debug, Clone, Copy)]
+struct Overloaded;
+
+impl ScriptedReply for Overloaded {
+    fn answer(&self) -> Answer {
+        Answer::new(
+            503,
+            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+        )
+    }
+}
+
+/// A server on 127.0.0.1 that answers every request 503 and counts them.
+async fn failing_server() -> TestServer<Overloaded> {
+    TestServer::start([], Overloaded).await
 }
 
 async fn unavailable(_: HttpRequestFactory) -> Result<reqwest::Response, Infallible> {
@@ -146,9 +132,9 @@ async fn ask(client: &Client<OpenAIConfig>) -> Result<String, OpenAIError> {
 
 #[tokio::test]
 async fn the_slot_labels_a_fallback_response() {
-    let (api_base, requests) = failing_server().await;
+    let server = failing_server().await;
     let (service, handle) = slot();
-    let url = format!("{api_base}/chat/completions");
+    let url = server.url();
     let factory = HttpRequestFactory::new(move || {
         let url = url.clone();
         async move {
@@ -171,18 +157,18 @@ async fn the_slot_labels_a_fallback_response() {
     );
     let info = provenance(&response).expect("labelled");
     assert_eq!(info.source, Source::Fallback(Reason::Open));
-    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.requests(), 1);
 }
 
 #[tokio::test]
 async fn a_fallback_reaches_the_async_openai_caller_as_a_fallback() {
-    let (api_base, requests) = failing_server().await;
+    let server = failing_server().await;
     let (service, handle) = slot();
     let service = ServiceBuilder::new()
         .map_result(fallback_as_error)
         .service(service);
     let config = OpenAIConfig::new()
-        .with_api_base(api_base)
+        .with_api_base(server.api_base())
         .with_api_key("not-a-real-key");
     let client = Client::with_config(config).with_http_service(service);
 
@@ -206,7 +192,7 @@ async fn a_fallback_reaches_the_async_openai_caller_as_a_fallback() {
         assert_eq!(fallback.0.source, Source::Fallback(Reason::Open));
         assert_eq!(fallback.0.state, State::Open);
     }
-    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.requests(), 1);
 
     // The kill switch: named as such.
     handle.reset();
@@ -217,5 +203,5 @@ async fn a_fallback_reaches_the_async_openai_caller_as_a_fallback() {
     };
     let fallback = error.downcast_ref::<FallbackAnswer>().expect("a fallback");
     assert_eq!(fallback.0.source, Source::Fallback(Reason::Killed));
-    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.requests(), 1);
 }

@@ -1,5 +1,5 @@
 //! The `reqwest` feature over real TCP on loopback: a hyper server started by each test
-//! (scripted, counting every request it receives) and a `reqwest::Client` inside the
+//! (`tests/common/server.rs`: scripted, counting every request it receives) and a `reqwest::Client` inside the
 //! breaker, whose answers [`ProvenanceLayer`] turns back into labelled
 //! `reqwest::Response`s, and whose error bodies [`ErrorBodyLayer`] reads for the
 //! classifier.
@@ -11,20 +11,16 @@
 //! server, and every call is bounded by `tokio::time::timeout`.
 #![cfg(feature = "reqwest")]
 
-use std::collections::VecDeque;
+#[path = "common/server.rs"]
+mod server;
+
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use http::Response;
+use server::{Answer, ScriptedReply, TestServer};
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::ErrorBodyLayer;
 use tower_circuit_breaker::http::{
@@ -45,6 +41,7 @@ const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota
 // ---------------------------------------------------------------------------------
 // The server.
 
+/// What the server does with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reply {
     Ok,
@@ -57,88 +54,17 @@ enum Reply {
     Hang,
 }
 
-#[derive(Debug)]
-struct ServerState {
-    requests: AtomicUsize,
-    script: Mutex<VecDeque<Reply>>,
-}
-
-/// A hyper server on 127.0.0.1 answering each request with the next scripted reply
-/// (then 200), counting what it receives.
-struct TestServer {
-    addr: SocketAddr,
-    state: Arc<ServerState>,
-    task: JoinHandle<()>,
-}
-
-impl TestServer {
-    async fn start(script: impl IntoIterator<Item = Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local address");
-        let state = Arc::new(ServerState {
-            requests: AtomicUsize::new(0),
-            script: Mutex::new(script.into_iter().collect()),
-        });
-        let task = tokio::spawn(serve(listener, state.clone()));
-        TestServer { addr, state, task }
+impl ScriptedReply for Reply {
+    fn answer(&self) -> Answer {
+        match *self {
+            Reply::Ok => Answer::json(200, CHAT_BODY),
+            Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
+            Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
+            Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
+            Reply::QuotaExhausted => Answer::json(429, QUOTA_BODY).retry_after(1),
+            Reply::Hang => Answer::Hang,
+        }
     }
-
-    fn requests(&self) -> usize {
-        self.state.requests.load(Ordering::SeqCst)
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/v1/chat/completions", self.addr)
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn serve(listener: TcpListener, state: Arc<ServerState>) {
-    let mut connections = JoinSet::new();
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let state = state.clone();
-        connections.spawn(async move {
-            let answer =
-                hyper::service::service_fn(move |_: Request<Incoming>| answer(state.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), answer)
-                .await;
-        });
-        while connections.try_join_next().is_some() {}
-    }
-}
-
-async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infallible> {
-    state.requests.fetch_add(1, Ordering::SeqCst);
-    let reply = state
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or(Reply::Ok);
-    let (status, retry_after, body) = match reply {
-        Reply::Ok => (200, None, CHAT_BODY),
-        Reply::Unavailable => (503, None, r#"{"error":{"code":"server_error"}}"#),
-        Reply::NotFound => (404, None, r#"{"error":{"code":"model_not_found"}}"#),
-        Reply::RateLimited(wait) => (429, Some(wait), RATE_LIMIT_BODY),
-        Reply::QuotaExhausted => (429, Some(1), QUOTA_BODY),
-        Reply::Hang => std::future::pending().await,
-    };
-    let mut response = Response::builder()
-        .status(status)
-        .header("content-type", "application/json");
-    if let Some(wait) = retry_after {
-        response = response.header("retry-after", wait.to_string());
-    }
-    Ok(response.body(Full::from(body)).expect("a valid response"))
 }
 
 // ---------------------------------------------------------------------------------
@@ -233,7 +159,7 @@ async fn skip(wait: Duration) {
 
 #[tokio::test]
 async fn a_503_trips_the_breaker_and_the_server_is_left_alone() {
-    let server = TestServer::start([Reply::Unavailable, Reply::Unavailable]).await;
+    let server = TestServer::start([Reply::Unavailable, Reply::Unavailable], Reply::Ok).await;
     let (mut svc, handle) = stack(2);
 
     for _ in 0..2 {
@@ -258,7 +184,7 @@ async fn a_503_trips_the_breaker_and_the_server_is_left_alone() {
 
 #[tokio::test]
 async fn a_404_does_not_trip_the_breaker() {
-    let server = TestServer::start([Reply::NotFound; 5]).await;
+    let server = TestServer::start([Reply::NotFound; 5], Reply::Ok).await;
     let (mut svc, handle) = stack(1);
 
     for _ in 0..5 {
@@ -298,7 +224,7 @@ async fn a_refused_connection_trips_the_breaker_with_the_error_text() {
 
 #[tokio::test]
 async fn a_hang_trips_the_breaker_through_the_client_timeout() {
-    let server = TestServer::start([Reply::Hang]).await;
+    let server = TestServer::start([Reply::Hang], Reply::Ok).await;
     let (mut svc, handle) = stack(1);
 
     let error = call(&mut svc, &server.url()).await.expect_err("timed out");
@@ -315,7 +241,7 @@ async fn a_hang_trips_the_breaker_through_the_client_timeout() {
 
 #[tokio::test]
 async fn retry_after_on_a_429_sets_the_opening() {
-    let server = TestServer::start([Reply::RateLimited(20)]).await;
+    let server = TestServer::start([Reply::RateLimited(20)], Reply::Ok).await;
     let (mut svc, handle) = stack(1);
 
     let response = send(&mut svc, &server.url()).await;
@@ -331,7 +257,7 @@ async fn retry_after_on_a_429_sets_the_opening() {
 
 #[tokio::test]
 async fn fallback_answers_carry_the_header_and_the_extension() {
-    let server = TestServer::start([]).await;
+    let server = TestServer::start([], Reply::Ok).await;
     let (mut svc, handle) = stack(1);
 
     let response = send(&mut svc, &server.url()).await;
@@ -361,8 +287,8 @@ async fn fallback_answers_carry_the_header_and_the_extension() {
 #[tokio::test]
 async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_after_its_retry_after(
 ) {
-    let limited = TestServer::start([Reply::RateLimited(2)]).await;
-    let exhausted = TestServer::start([Reply::QuotaExhausted]).await;
+    let limited = TestServer::start([Reply::RateLimited(2)], Reply::Ok).await;
+    let exhausted = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
     let (mut limited_svc, limited_handle) = stack(1);
     let (mut exhausted_svc, exhausted_handle) = stack(1);
 
@@ -375,7 +301,7 @@ async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_af
     assert_eq!(response.status(), 429);
     assert_eq!(label(&response), "service");
     assert_eq!(response.url().as_str(), exhausted.url(), "the URL is kept");
-    assert_eq!(response.remote_addr(), Some(exhausted.addr));
+    assert_eq!(response.remote_addr(), Some(exhausted.addr()));
     assert_eq!(
         response.extensions().get::<ErrorBodyBytes>(),
         Some(&ErrorBodyBytes(Bytes::from_static(QUOTA_BODY.as_bytes())))
@@ -419,7 +345,7 @@ async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_af
 
 #[tokio::test]
 async fn an_error_body_past_the_limit_reaches_the_caller_whole() {
-    let server = TestServer::start([Reply::QuotaExhausted]).await;
+    let server = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
     let client = reqwest::Client::builder()
         .timeout(CLIENT_TIMEOUT)
         .build()
@@ -448,7 +374,7 @@ async fn an_error_body_past_the_limit_reaches_the_caller_whole() {
 
 #[tokio::test]
 async fn a_success_passes_through_unread() {
-    let server = TestServer::start([]).await;
+    let server = TestServer::start([], Reply::Ok).await;
     let (mut svc, _handle) = stack(1);
 
     let response = send(&mut svc, &server.url()).await;

@@ -1,6 +1,7 @@
 //! The `http` feature end to end over real TCP on loopback: a hyper server started by
-//! each test (scripted, counting every request it receives, stopped and restarted on
-//! the same port) and hyper-util's client in the stack a model client would use.
+//! each test (`tests/common/server.rs`: scripted, counting every request it receives,
+//! stopped and restarted on the same port) and hyper-util's client in the stack a model
+//! client would use.
 //!
 //! The stack, outside in: `ProvenanceLayer`, the breaker (`HttpClassifier`, a fallback),
 //! `retry`, `timeout`, `ErrorBodyLayer`, the client. Retry is inside the breaker so that
@@ -17,12 +18,13 @@
 //! `tokio::time::timeout`.
 #![cfg(feature = "http")]
 
-use std::collections::VecDeque;
+#[path = "common/server.rs"]
+mod server;
+
 use std::convert::Infallible;
 use std::future::{ready, Ready};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,9 +32,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use hyper_util::rt::TokioExecutor;
+use server::{Answer, ScriptedReply};
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
@@ -77,125 +78,22 @@ enum Reply {
     Hang,
 }
 
-#[derive(Debug)]
-struct ServerState {
-    requests: AtomicUsize,
-    script: Mutex<VecDeque<Reply>>,
-    otherwise: Mutex<Reply>,
-}
-
-/// A hyper server on 127.0.0.1 that answers each request with the next scripted reply
-/// (then with its default reply) and counts every request it receives, across
-/// restarts.
-struct TestServer {
-    addr: SocketAddr,
-    state: Arc<ServerState>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl TestServer {
-    /// Listens on a free port; answers 200 unless scripted otherwise.
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local address");
-        let state = Arc::new(ServerState {
-            requests: AtomicUsize::new(0),
-            script: Mutex::new(VecDeque::new()),
-            otherwise: Mutex::new(Reply::Ok),
-        });
-        let task = tokio::spawn(serve(listener, state.clone()));
-        TestServer {
-            addr,
-            state,
-            task: Some(task),
-        }
-    }
-
-    /// Requests received so far.
-    fn requests(&self) -> usize {
-        self.state.requests.load(Ordering::SeqCst)
-    }
-
-    /// The next replies, in order.
-    fn script(&self, replies: impl IntoIterator<Item = Reply>) {
-        self.state.script.lock().unwrap().extend(replies);
-    }
-
-    /// The reply once the script has run out.
-    fn otherwise(&self, reply: Reply) {
-        *self.state.otherwise.lock().unwrap() = reply;
-    }
-
-    /// Closes the listener and every open connection: from now on a connection to the
-    /// port is refused.
-    async fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            // Dropping the task drops the listener and the connections it owns.
-            let _ = task.await;
-        }
-    }
-
-    /// Listens again on the same port.
-    async fn restart(&mut self) {
-        assert!(self.task.is_none(), "stop the server first");
-        let listener = TcpListener::bind(self.addr).await.expect("the same port");
-        self.task = Some(tokio::spawn(serve(listener, self.state.clone())));
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/v1/chat/completions", self.addr)
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
+impl ScriptedReply for Reply {
+    fn answer(&self) -> Answer {
+        match *self {
+            Reply::Ok => Answer::json(200, CHAT_BODY),
+            Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
+            Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
+            Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
+            Reply::QuotaExhausted => Answer::json(429, QUOTA_BODY),
+            Reply::Hang => Answer::Hang,
         }
     }
 }
 
-/// Accepts connections until aborted. The connections are tasks of a `JoinSet` owned
-/// here, so aborting this task closes them too, keep-alive or hanging.
-async fn serve(listener: TcpListener, state: Arc<ServerState>) {
-    let mut connections = JoinSet::new();
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let state = state.clone();
-        connections.spawn(async move {
-            let answer =
-                hyper::service::service_fn(move |_: Request<Incoming>| answer(state.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), answer)
-                .await;
-        });
-        while connections.try_join_next().is_some() {}
-    }
-}
-
-async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infallible> {
-    state.requests.fetch_add(1, Ordering::SeqCst);
-    let next = state.script.lock().unwrap().pop_front();
-    let reply = next.unwrap_or_else(|| *state.otherwise.lock().unwrap());
-    let (status, retry_after, body) = match reply {
-        Reply::Ok => (200, None, CHAT_BODY),
-        Reply::Unavailable => (503, None, r#"{"error":{"code":"server_error"}}"#),
-        Reply::RateLimited(wait) => (429, Some(wait), RATE_LIMIT_BODY),
-        Reply::NotFound => (404, None, r#"{"error":{"code":"model_not_found"}}"#),
-        Reply::QuotaExhausted => (429, None, QUOTA_BODY),
-        Reply::Hang => std::future::pending().await,
-    };
-    let mut response = Response::builder()
-        .status(status)
-        .header("content-type", "application/json");
-    if let Some(wait) = retry_after {
-        response = response.header("retry-after", wait.to_string());
-    }
-    Ok(response.body(Full::from(body)).expect("a valid response"))
-}
+/// The loopback server, scripted with [`Reply`]s (stopped and restarted on the same
+/// port by the first test).
+type TestServer = server::TestServer<Reply>;
 
 // ---------------------------------------------------------------------------------
 // The client stack.
@@ -360,7 +258,7 @@ fn retry_after(handle: &CircuitBreakerHandle) -> Duration {
 
 #[tokio::test]
 async fn a_stopped_server_opens_the_breaker_gets_no_calls_while_open_and_one_probe_closes_it() {
-    let mut server = TestServer::start().await;
+    let mut server = TestServer::start([], Reply::Ok).await;
     let (mut svc, handle) = stack(breaker(3), 1);
 
     for _ in 0..2 {
@@ -422,8 +320,7 @@ async fn a_stopped_server_opens_the_breaker_gets_no_calls_while_open_and_one_pro
 
 #[tokio::test]
 async fn a_hanging_server_trips_the_breaker_through_the_timeout() {
-    let server = TestServer::start().await;
-    server.otherwise(Reply::Hang);
+    let server = TestServer::start([], Reply::Hang).await;
     let (mut svc, handle) = stack(breaker(2), 2);
 
     for failures in 1..=2 {
@@ -449,8 +346,7 @@ async fn a_hanging_server_trips_the_breaker_through_the_timeout() {
 
 #[tokio::test]
 async fn a_429_with_retry_after_2_holds_the_breaker_open_for_two_seconds() {
-    let server = TestServer::start().await;
-    server.script([Reply::RateLimited(2)]);
+    let server = TestServer::start([Reply::RateLimited(2)], Reply::Ok).await;
     let (mut svc, handle) = stack(breaker(1), 3);
 
     let limited = send(&mut svc, &server).await;
@@ -494,8 +390,7 @@ async fn a_429_with_retry_after_2_holds_the_breaker_open_for_two_seconds() {
 
 #[tokio::test]
 async fn a_404_does_not_trip_the_breaker() {
-    let server = TestServer::start().await;
-    server.otherwise(Reply::NotFound);
+    let server = TestServer::start([], Reply::NotFound).await;
     let (mut svc, handle) = stack(breaker(1), 3);
 
     for _ in 0..3 {
@@ -510,10 +405,8 @@ async fn a_404_does_not_trip_the_breaker() {
 
 #[tokio::test]
 async fn a_rate_limit_probes_again_but_an_insufficient_quota_stays_open_until_reset() {
-    let limited = TestServer::start().await;
-    let exhausted = TestServer::start().await;
-    limited.script([Reply::RateLimited(2)]);
-    exhausted.script([Reply::QuotaExhausted]);
+    let limited = TestServer::start([Reply::RateLimited(2)], Reply::Ok).await;
+    let exhausted = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
     let (mut limited_svc, limited_handle) = stack(breaker(1), 3);
     let (mut exhausted_svc, exhausted_handle) = stack(breaker(1), 3);
 
@@ -561,14 +454,14 @@ async fn a_rate_limit_probes_again_but_an_insufficient_quota_stays_open_until_re
 
 #[tokio::test]
 async fn retry_inside_the_breaker_counts_one_failure_per_user_call() {
-    let server = TestServer::start().await;
-    server.script([
+    let script = [
         Reply::Unavailable,
         Reply::Unavailable,
         Reply::Unavailable, // first user call: three attempts, all fail
         Reply::Unavailable,
         Reply::Unavailable, // second user call: third attempt succeeds
-    ]);
+    ];
+    let server = TestServer::start(script, Reply::Ok).await;
     let (mut svc, handle) = stack(breaker(2), 3);
 
     let response = send(&mut svc, &server).await;
@@ -588,7 +481,7 @@ async fn retry_inside_the_breaker_counts_one_failure_per_user_call() {
 #[tokio::test]
 async fn a_kill_during_a_run_stops_all_calls_to_the_server_at_once() {
     const WORKERS: usize = 4;
-    let server = TestServer::start().await;
+    let server = TestServer::start([], Reply::Ok).await;
     let (svc, handle) = stack(breaker(3), 1);
     let killed = Arc::new(AtomicBool::new(false));
 
