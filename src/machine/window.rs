@@ -1,4 +1,4 @@
-//! The outcome windows behind [`TripPolicy::FailureRate`](super::TripPolicy::FailureRate).
+//! The outcome windows behind [`TripPolicy::FailureRate`].
 
 use std::time::{Duration, Instant};
 
