@@ -14,7 +14,9 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use tower::{service_fn, Layer, Service};
-use tower_circuit_breaker::{Builder, CircuitBreakerLayer, KeyedCircuitBreakerLayer, Source};
+use tower_circuit_breaker::{
+    Builder, CircuitBreakerLayer, Cooldown, KeyedCircuitBreakerLayer, Outcome, Reason, Source,
+};
 
 /// Hands every request to `System` unchanged and counts it on the calling thread.
 struct Counting;
@@ -190,6 +192,48 @@ fn a_single_breaker_allocates_nothing_per_call() {
     layer.handle().kill_switch().kill();
     let mut killed = layer.with_fallback(fallback()).layer(echo());
     assert_no_allocation("killed, fallback", &mut killed, Source::is_fallback);
+
+    // Opened by a failure, with the default cooldown in time: each skip reads the clock.
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut open = tripping(Builder::new());
+    call_once(&mut open, &mut cx, TRIP);
+    assert_no_allocation("open in time, fallback", &mut open, |s| {
+        *s == Source::Fallback(Reason::Open)
+    });
+
+    // Half-open, its one probe slot taken by a reservation that is never used.
+    let mut half_open = tripping(Builder::new().cooldown(Cooldown::Calls(1)));
+    call_once(&mut half_open, &mut cx, TRIP);
+    let mut holder = half_open.clone();
+    assert!(
+        holder.poll_ready(&mut cx).is_ready(),
+        "the probe slot is taken"
+    );
+    assert_no_allocation(
+        "half-open full, fallback",
+        &mut half_open,
+        Source::is_fallback,
+    );
+}
+
+/// The request that fails.
+const TRIP: u64 = u64::MAX;
+
+/// A breaker of `settings` that one failure (request [`TRIP`]) opens, with a fallback.
+fn tripping(
+    settings: Builder,
+) -> impl Service<u64, Response = tower_circuit_breaker::Answer<u64>, Error: std::fmt::Debug> + Clone
+{
+    settings
+        .failure_threshold(1)
+        .build()
+        .expect("valid")
+        .with_classifier(|result: &Result<u64, Infallible>| match result {
+            Ok(TRIP) => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .with_fallback(fallback())
+        .layer(echo())
 }
 
 #[test]
