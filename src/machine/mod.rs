@@ -334,7 +334,8 @@ pub struct Snapshot {
     pub next_probe: NextProbe,
     /// The generation: it changes with every state change.
     pub generation: u64,
-    /// Calls that reached the breaker so far: the step counter.
+    /// Calls that reached the breaker so far: the step counter. A call on the layer's
+    /// lock-free closed path takes its step when it ends (see [`Counts`]).
     pub step: u64,
     /// When the snapshot was taken.
     pub taken_at: Instant,
