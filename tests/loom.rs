@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use loom::thread;
 use tower::{service_fn, Layer, Service};
 use tower_circuit_breaker::{
-    Answer, BoxError, CircuitBreakerLayer, Cooldown, Outcome, Reason, Source, State,
+    Answer, BoxError, CircuitBreakerLayer, Cooldown, NextProbe, Outcome, Reason, Source, State,
 };
 
 type Reply = Result<u64, Infallible>;
@@ -176,6 +176,56 @@ fn a_late_result_from_an_earlier_generation_never_moves_the_breaker() {
         let c = snapshot.counts;
         assert_eq!(c.failures, 1);
         assert_eq!(c.successes + c.late, 1, "{c:?}");
+        assert_eq!(
+            c.made,
+            c.successes + c.failures + c.ignored + c.cancelled + c.late
+        );
+    });
+}
+
+#[test]
+fn a_call_racing_the_failure_that_opens_the_breaker_is_made_or_skipped_as_open() {
+    model(|| {
+        let layer = CircuitBreakerLayer::builder()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(3))
+            .max_half_open_dwell(None)
+            .build()
+            .expect("valid");
+        let handle = layer.handle();
+        let layer = layer
+            .with_classifier(classify as fn(&Reply) -> Outcome)
+            .with_fallback(inner());
+        let mut failing = layer.layer(inner());
+        let mut other = layer.layer(inner());
+        let tripper = thread::spawn(move || call(&mut failing, 0).expect("answered").source());
+        let caller = thread::spawn(move || call(&mut other, 1).expect("answered"));
+        assert_eq!(tripper.join().unwrap(), Source::Service);
+        let answer = caller.join().unwrap();
+        match answer.source() {
+            // Admitted while closed: its success came first, or late.
+            Source::Service => {}
+            // Skipped as open: the probe is the third call after the opening one. If this
+            // call arrived after the opening, it was the first of the three (two to go);
+            // if it arrived before and was decided again at `call`, it is none of them.
+            Source::Fallback(Reason::Open) => assert!(
+                matches!(
+                    answer.next_probe(),
+                    NextProbe::After {
+                        calls: 2 | 3,
+                        at: None
+                    }
+                ),
+                "{:?}",
+                answer.next_probe()
+            ),
+            other => panic!("unexpected source {other:?}"),
+        }
+        let snapshot = handle.snapshot();
+        assert_eq!(snapshot.state, State::Open);
+        let c = snapshot.counts;
+        assert_eq!(c.failures, 1);
+        assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned);
         assert_eq!(
             c.made,
             c.successes + c.failures + c.ignored + c.cancelled + c.late
