@@ -10,7 +10,8 @@
 //! `per_call/*`: one `poll_ready` + `call` + one poll of the response future with a
 //! no-op waker, on one thread: the breaker's own cost, no runtime in the way.
 //! `contended/*`: 64 tasks on a 2-worker multi-thread runtime share one breaker, each
-//! awaiting `ready()` then the call in a loop; the figure is wall time per call.
+//! awaiting `ready()` then the call in a loop; the figure is wall time per call. The
+//! same breakers as `per_call`, but for the floor's open path (it never probes).
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
@@ -389,15 +390,55 @@ fn under_contention(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("ours/open_fallback", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open, iters))
     });
+    let layer = ours();
+    layer.handle().force_open();
+    let rejecting = layer.layer(noop());
+    group.bench_function(BenchmarkId::new("ours/open_typed_error", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &rejecting, iters))
+    });
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut open_time = tripping(Builder::new());
+    call_once(&mut open_time, &mut cx, 0);
+    group.bench_function(BenchmarkId::new("ours/open_time_cooldown", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &open_time, iters))
+    });
+    let layer = ours();
+    layer.handle().kill_switch().kill();
+    let killed = layer.with_fallback(noop()).layer(noop());
+    group.bench_function(BenchmarkId::new("ours/killed", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &killed, iters))
+    });
+    let mut half_open = tripping(
+        Builder::new()
+            .cooldown(Cooldown::Calls(1))
+            .max_half_open_dwell(None),
+    );
+    call_once(&mut half_open, &mut cx, 0);
+    let mut holder = half_open.clone();
+    assert!(holder.poll_ready(&mut cx).is_ready());
+    group.bench_function(BenchmarkId::new("ours/half_open_probe_taken", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &half_open, iters))
+    });
     let res = resilience().layer(noop());
     group.bench_function(BenchmarkId::new("tower_resilience/closed", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &res, iters))
+    });
+    let res_open = resilience().layer(noop());
+    runtime.block_on(res_open.force_open());
+    group.bench_function(BenchmarkId::new("tower_resilience/open", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &res_open, iters))
     });
     let fs = failsafe_breaker();
     group.bench_function(BenchmarkId::new("failsafe/closed", TASKS), |b| {
         b.iter_custom(|iters| contended_failsafe(&runtime, &fs, iters))
     });
+    let fs_open = failsafe_breaker();
+    trip_failsafe(&fs_open, &mut cx);
+    group.bench_function(BenchmarkId::new("failsafe/open", TASKS), |b| {
+        b.iter_custom(|iters| contended_failsafe(&runtime, &fs_open, iters))
+    });
     group.finish();
+    drop(holder);
 }
 
 criterion_group!(benches, per_call, under_contention);

@@ -55,7 +55,7 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
     }
 
     fn call(&mut self, _: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
-        std::future::ready(Err(Rejected::new(name.clone(), skip).into()))
+        std::future::ready(Err(Rejected::new(name, skip).into()))
     }
 
     fn call_unready(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {

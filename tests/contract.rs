@@ -253,6 +253,25 @@ async fn when_open_poll_ready_is_ready_without_polling_the_inner_service_and_the
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rejection_names_its_breaker_in_full_short_long_or_not_ascii() {
+    for name in [
+        "a",
+        "exactly-thirty-bytes-long-name",
+        "a-breaker-name-longer-than-thirty-bytes-by-far",
+        "modèle[gpt-4o]→réponse",
+    ] {
+        let layer = Builder::new().name(name).build().expect("valid");
+        layer.handle().force_open();
+        let mut svc = layer.layer(tower::service_fn(|_: ()| async { Ok::<_, Infallible>(()) }));
+        let error = svc.ready().await.unwrap().call(()).await.unwrap_err();
+        let rejected = error.downcast_ref::<Rejected>().expect("a Rejected error");
+        assert_eq!(rejected.name(), name);
+        assert!(error.to_string().contains(&format!("`{name}`")), "{error}");
+        assert_eq!(rejected.clone().name(), name);
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn when_open_without_a_fallback_the_call_fails_with_rejected_and_poll_ready_does_not() {
     let (mut svc, mut mock, _breaker) = with_mock(build(
         Builder::new()
