@@ -291,12 +291,17 @@ impl Shared {
             self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
             return Quick::Skip(Brief::manual(Reason::Open, State::Open));
         }
-        // This call's step.
-        let step = self.step.load(Ordering::Acquire)
-            + self.pending.killed.load(Ordering::Acquire)
-            + self.pending.open_skips.load(Ordering::Acquire)
-            + 1;
-        let calls = (step < step_gate).then(|| step_gate - step);
+        // Calls to go, by this call's step; with no gate in calls (step 0), no need to
+        // read the counters other callers are writing.
+        let calls = (step_gate != 0)
+            .then(|| {
+                let step = self.step.load(Ordering::Acquire)
+                    + self.pending.killed.load(Ordering::Acquire)
+                    + self.pending.open_skips.load(Ordering::Acquire)
+                    + 1;
+                (step < step_gate).then(|| step_gate - step)
+            })
+            .flatten();
         let at = time_gate.and_then(before);
         if calls.is_none() && at.is_none() {
             // The probe may be due: the machine decides.
