@@ -56,14 +56,13 @@ where
     }
 }
 
-/// A breaker tripped by one failure whose next call is the probe.
-fn tripped() -> (
-    CircuitBreakerLayer<tower_circuit_breaker::Fallback<Inner>, fn(&Reply) -> Outcome>,
-    tower_circuit_breaker::CircuitBreakerHandle,
-) {
+type Layered = CircuitBreakerLayer<tower_circuit_breaker::Fallback<Inner>, fn(&Reply) -> Outcome>;
+
+/// A closed breaker that one failure opens for `cooldown` calls, with a fallback.
+fn breaker(cooldown: u64) -> (Layered, tower_circuit_breaker::CircuitBreakerHandle) {
     let layer = CircuitBreakerLayer::builder()
         .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
+        .cooldown(Cooldown::Calls(cooldown))
         .max_half_open_dwell(None)
         .build()
         .expect("valid");
@@ -71,6 +70,12 @@ fn tripped() -> (
     let layer = layer
         .with_classifier(classify as fn(&Reply) -> Outcome)
         .with_fallback(inner());
+    (layer, handle)
+}
+
+/// A breaker tripped by one failure whose next call is the probe.
+fn tripped() -> (Layered, tower_circuit_breaker::CircuitBreakerHandle) {
+    let (layer, handle) = breaker(1);
     let mut svc = layer.layer(inner());
     let _ = call(&mut svc, 0);
     assert_eq!(handle.state(), State::Open);
@@ -186,16 +191,7 @@ fn a_late_result_from_an_earlier_generation_never_moves_the_breaker() {
 #[test]
 fn a_call_racing_the_failure_that_opens_the_breaker_is_made_or_skipped_as_open() {
     model(|| {
-        let layer = CircuitBreakerLayer::builder()
-            .failure_threshold(1)
-            .cooldown(Cooldown::Calls(3))
-            .max_half_open_dwell(None)
-            .build()
-            .expect("valid");
-        let handle = layer.handle();
-        let layer = layer
-            .with_classifier(classify as fn(&Reply) -> Outcome)
-            .with_fallback(inner());
+        let (layer, handle) = breaker(3);
         let mut failing = layer.layer(inner());
         let mut other = layer.layer(inner());
         let tripper = thread::spawn(move || call(&mut failing, 0).expect("answered").source());
