@@ -44,7 +44,8 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     /// A call reserved on the closed state's lock-free path (most calls), kept apart
     /// from `reserved` so the common path reads and writes two words.
     fast: Lease<false>,
-    /// A skip decided on a lock-free path (open, forced open, killed), in one word.
+    /// A skip decided on a lock-free path (open, forced open, half-open full, killed):
+    /// a word and a time.
     brief: Option<Brief>,
     /// Any other reservation.
     reserved: Option<Reserved>,
