@@ -380,6 +380,41 @@ fn retry_after_is_cut_to_the_classifiers_cap() {
     );
 }
 
+#[test]
+fn openais_retry_after_ms_is_read_first_in_milliseconds() {
+    let classifier = HttpClassifier::new();
+    let hint = |status: u16, headers: &[(&str, &str)]| {
+        failure_of(classify(&classifier, reply(status, headers, ""))).retry_after_hint()
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(hint(429, &[("retry-after-ms", "1500")]), Some(ms(1500)));
+    assert_eq!(
+        hint(503, &[("retry-after-ms", "0.5")]),
+        Some(Duration::from_micros(500))
+    );
+    assert_eq!(hint(429, &[("retry-after-ms", "0")]), Some(Duration::ZERO));
+    // More precise than Retry-After, which comes in whole seconds: read first.
+    let both = [("retry-after-ms", "1500"), ("retry-after", "2")];
+    assert_eq!(hint(429, &both), Some(ms(1500)));
+    // Not a non-negative number: Retry-After decides, or the breaker's cooldown.
+    for junk in ["-5", "NaN", "inf", "soon", ""] {
+        let headers = [("retry-after-ms", junk), ("retry-after", "2")];
+        assert_eq!(hint(429, &headers), Some(secs(2)), "{junk:?}");
+        assert_eq!(hint(429, &[("retry-after-ms", junk)]), None, "{junk:?}");
+    }
+    // Cut to the cap like Retry-After, however large.
+    assert_eq!(
+        hint(429, &[("retry-after-ms", "3600000")]),
+        Some(secs(5 * 60))
+    );
+    assert_eq!(
+        hint(429, &[("retry-after-ms", "1e300")]),
+        Some(secs(5 * 60))
+    );
+    // Read on a 429 and a 503 only.
+    assert_eq!(hint(500, &[("retry-after-ms", "1500")]), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_429_with_retry_after_2_holds_the_breaker_open_for_two_seconds() {
     let endpoint = Endpoint::new([Ok(reply(429, &[("retry-after", "2")], RATE_LIMIT_BODY))]);

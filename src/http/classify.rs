@@ -20,7 +20,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | --- | --- |
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
 /// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
-/// | 429 or 503 with `Retry-After` | failure that holds the breaker open for that long ([`Failure::retry_after`]), at most [`max_retry_after`](Self::max_retry_after) |
+/// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that holds the breaker open for that long ([`Failure::retry_after`]), at most [`max_retry_after`](Self::max_retry_after) |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset) |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
@@ -57,6 +57,11 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// wins. A date in the past or a value that is neither form is ignored: the breaker's
 /// own cooldown applies. `Retry-After: 0` is honoured: the opening waits no time (with
 /// a cooldown in calls, it still waits for those calls).
+///
+/// OpenAI and Azure OpenAI also send `retry-after-ms`, the wait in milliseconds
+/// (`retry-after-ms: 1500`, possibly with a fraction); it is more precise, so, as
+/// OpenAI's own SDKs do, it is read first and `Retry-After` only without it (or when it
+/// is not a non-negative number).
 ///
 /// ```
 /// use std::time::Duration;
@@ -148,9 +153,12 @@ impl HttpClassifier {
         }
         let failure = Failure::new(status_text(status));
         let wait = if rate_limited || status == StatusCode::SERVICE_UNAVAILABLE {
-            headers
-                .get(RETRY_AFTER)
-                .and_then(|value| parse_retry_after(value, SystemTime::now()))
+            let millis = headers.get(RETRY_AFTER_MS).and_then(parse_retry_after_ms);
+            millis.or_else(|| {
+                headers
+                    .get(RETRY_AFTER)
+                    .and_then(|value| parse_retry_after(value, SystemTime::now()))
+            })
         } else {
             None
         };
@@ -205,6 +213,20 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
         Ok(wait) if !wait.is_zero() => Some(wait),
         _ => None,
     }
+}
+
+/// OpenAI's `retry-after-ms` header.
+const RETRY_AFTER_MS: &str = "retry-after-ms";
+
+/// A `retry-after-ms` value: a non-negative number of milliseconds, with or without a
+/// fraction. `None` for anything else (a negative, `NaN` or infinite number, or text).
+fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
+    let millis: f64 = value.to_str().ok()?.trim().parse().ok()?;
+    if !(millis.is_finite() && millis >= 0.0) {
+        return None;
+    }
+    // Beyond what a `Duration` holds is a very long wait; the cap cuts it anyway.
+    Some(Duration::try_from_secs_f64(millis / 1000.0).unwrap_or(Duration::MAX))
 }
 
 /// `503 Service Unavailable`, or `599` for a status with no canonical reason.
