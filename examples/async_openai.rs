@@ -21,13 +21,12 @@
 //! extension. But async-openai's API groups (`client.chat().create(..)`) read the
 //! response into their own types and drop its headers and extensions, and turn a
 //! non-2xx response into `OpenAIError::ApiError` with the body as its message. So the
-//! top layer of the slot, [`fallback_as_error`], turns a labelled fallback response
-//! into a typed error, [`FallbackAnswer`], which async-openai hands to the caller
+//! top layer of the slot, `http::fallback_as_error`, turns a labelled fallback response
+//! into a typed error, `http::FallbackAnswer`, which async-openai hands to the caller
 //! untouched as `OpenAIError::Boxed`: the caller downcasts it and reads why the model
 //! was not asked and when it will be again. A fallback never poses as a completion.
 
 use std::convert::Infallible;
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -47,7 +46,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::{service_fn, BoxError, ServiceBuilder};
-use tower_circuit_breaker::http::{provenance, AnswerInfo, HttpClassifier, ProvenanceLayer};
+use tower_circuit_breaker::http::{
+    fallback_as_error, FallbackAnswer, HttpClassifier, ProvenanceLayer,
+};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Reason, Source};
 
 /// A call's deadline: a hang longer than this is a failure.
@@ -130,34 +131,6 @@ async fn unavailable(_: HttpRequestFactory) -> Result<reqwest::Response, Infalli
         .body(r#"{"error":{"message":"the model is unavailable","type":"circuit_breaker_open"}}"#)
         .expect("a valid response");
     Ok(reqwest::Response::from(response))
-}
-
-/// A fallback answer, as the caller of async-openai receives it: inside
-/// `OpenAIError::Boxed`, with the breaker's provenance.
-#[derive(Debug)]
-pub struct FallbackAnswer {
-    /// Why the model was not asked, and when it will be again.
-    pub info: AnswerInfo,
-}
-
-impl fmt::Display for FallbackAnswer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the breaker answered: {}", self.info.source)
-    }
-}
-
-impl std::error::Error for FallbackAnswer {}
-
-/// Passes the model's responses and errors on; turns a labelled fallback response
-/// into a [`FallbackAnswer`] error.
-fn fallback_as_error(
-    result: Result<reqwest::Response, BoxError>,
-) -> Result<reqwest::Response, BoxError> {
-    let response = result?;
-    match provenance(&response) {
-        Some(info) if info.is_fallback() => Err(Box::new(FallbackAnswer { info })),
-        _ => Ok(response),
-    }
 }
 
 /// Asks `n` questions; returns how each was answered (`model`, `model error`,

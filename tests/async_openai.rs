@@ -10,7 +10,6 @@
 mod server;
 
 use std::convert::Infallible;
-use std::fmt;
 use std::time::Duration;
 
 use async_openai::config::OpenAIConfig;
@@ -23,7 +22,8 @@ use async_openai::Client;
 use server::{Answer, ScriptedReply, TestServer};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
-    provenance, AnswerInfo, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER,
+    fallback_as_error, provenance, FallbackAnswer, HttpClassifier, ProvenanceLayer,
+    X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Reason, Source, State,
@@ -86,27 +86,6 @@ fn slot() -> (
         .layer(breaker)
         .service(ReqwestService::new(reqwest::Client::new()));
     (service, handle)
-}
-
-#[derive(Debug)]
-struct FallbackAnswer(AnswerInfo);
-
-impl fmt::Display for FallbackAnswer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the breaker answered: {}", self.0.source)
-    }
-}
-
-impl std::error::Error for FallbackAnswer {}
-
-fn fallback_as_error(
-    result: Result<reqwest::Response, BoxError>,
-) -> Result<reqwest::Response, BoxError> {
-    let response = result?;
-    match provenance(&response) {
-        Some(info) if info.is_fallback() => Err(Box::new(FallbackAnswer(info))),
-        _ => Ok(response),
-    }
 }
 
 async fn ask(client: &Client<OpenAIConfig>) -> Result<String, OpenAIError> {
@@ -189,8 +168,8 @@ async fn a_fallback_reaches_the_async_openai_caller_as_a_fallback() {
         let fallback = error
             .downcast_ref::<FallbackAnswer>()
             .expect("a fallback answer");
-        assert_eq!(fallback.0.source, Source::Fallback(Reason::Open));
-        assert_eq!(fallback.0.state, State::Open);
+        assert_eq!(fallback.info.source, Source::Fallback(Reason::Open));
+        assert_eq!(fallback.info.state, State::Open);
     }
     assert_eq!(server.requests(), 1);
 
@@ -202,6 +181,6 @@ async fn a_fallback_reaches_the_async_openai_caller_as_a_fallback() {
         panic!("expected the fallback, got {error:?}");
     };
     let fallback = error.downcast_ref::<FallbackAnswer>().expect("a fallback");
-    assert_eq!(fallback.0.source, Source::Fallback(Reason::Killed));
+    assert_eq!(fallback.info.source, Source::Fallback(Reason::Killed));
     assert_eq!(server.requests(), 1);
 }

@@ -97,7 +97,7 @@ pub mod stream;
 pub use self::classify::{parse_retry_after, HttpClassifier};
 pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ReadAhead, ResponseBody};
 pub use self::provenance::{
-    header_value, provenance, source_from_header, AnswerInfo, Labelled, Provenance,
-    ProvenanceLayer, X_CIRCUIT_BREAKER,
+    fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,
+    Labelled, Provenance, ProvenanceLayer, X_CIRCUIT_BREAKER,
 };
 pub use self::stream::{StreamBodies, StreamBody, StreamBodyLayer, StreamClassifier};

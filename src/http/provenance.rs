@@ -64,6 +64,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use crate::answer::{Answer, Source};
+use crate::error::BoxError;
 use crate::machine::{NextProbe, Reason, State};
 
 /// The response header that says where an answer came from: `x-circuit-breaker`.
@@ -104,6 +105,72 @@ impl AnswerInfo {
 /// [`source_from_header`] instead.
 pub fn provenance<R: Labelled>(response: &R) -> Option<AnswerInfo> {
     response.extensions().get::<AnswerInfo>().copied()
+}
+
+/// A fallback's answer, turned into an error by [`fallback_as_error`] for a client that
+/// would otherwise take it for the service's: what the breaker said about it.
+///
+/// Client libraries that take a tower service in a middleware slot (async-openai's
+/// `Client::with_http_service`) parse every response into their own types and drop its
+/// headers and extensions, so a fallback response would reach the caller posing as a
+/// completion, or as an API error with the fallback's body as its message. Put
+/// `ServiceBuilder::new().map_result(fallback_as_error)` at the top of the slot
+/// (outside [`ProvenanceLayer`]): the library hands such an error to the caller
+/// untouched (async-openai: `OpenAIError::Boxed`), who downcasts it and reads why the
+/// service was not asked and when it will be again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackAnswer {
+    /// Where the answer came from (always a fallback), the state, the next probe.
+    pub info: AnswerInfo,
+}
+
+impl std::fmt::Display for FallbackAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the circuit breaker answered instead of the service: {}",
+            self.info.source
+        )
+    }
+}
+
+impl std::error::Error for FallbackAnswer {}
+
+/// Passes the service's responses and errors on, and turns a response [`Provenance`]
+/// labelled as a fallback's into a [`FallbackAnswer`] error; for `map_result` at the
+/// top of a client library's middleware slot (see [`FallbackAnswer`]).
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::{fallback_as_error, FallbackAnswer, ProvenanceLayer};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = CircuitBreakerLayer::builder().build()?;
+/// breaker.handle().force_open();
+/// let breaker = breaker.with_fallback(service_fn(|_: http::Request<()>| async {
+///     Ok::<_, Infallible>(http::Response::new("try again later"))
+/// }));
+/// let mut slot = ServiceBuilder::new()
+///     .map_result(fallback_as_error)
+///     .layer(ProvenanceLayer::new())
+///     .layer(breaker)
+///     .service(service_fn(|_: http::Request<()>| async {
+///         Ok::<_, std::io::Error>(http::Response::new("the answer"))
+///     }));
+/// let error = slot.ready().await?.call(http::Request::new(())).await.unwrap_err();
+/// let fallback = error.downcast_ref::<FallbackAnswer>().expect("a fallback");
+/// assert_eq!(fallback.info.source, Source::Fallback(Reason::ForcedOpen));
+/// # Ok(()) }
+/// ```
+pub fn fallback_as_error<R: Labelled>(result: Result<R, BoxError>) -> Result<R, BoxError> {
+    let response = result?;
+    match provenance(&response) {
+        Some(info) if info.is_fallback() => Err(Box::new(FallbackAnswer { info })),
+        _ => Ok(response),
+    }
 }
 
 /// A response type the provenance can be written on: `http::Response<B>`, and with the
