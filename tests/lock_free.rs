@@ -385,3 +385,50 @@ proptest! {
         run(builder, &ops)?;
     }
 }
+
+#[test]
+fn a_gate_too_far_off_for_the_lock_free_clock_is_left_to_the_machine() {
+    // The lock-free paths count time in 48 bits of microseconds (nine years); a gate
+    // further off is decided by the machine, which reports it exactly.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let twenty_years = Duration::from_secs(20 * 365 * 24 * 3600);
+        let builder = Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(3))
+            .max_retry_after(twenty_years * 2);
+        let mut svc = builder
+            .build()
+            .expect("valid")
+            .with_classifier(classify)
+            .with_fallback(service_fn(|_: Req| async { Ok::<_, Infallible>(End::Ok) }))
+            .layer(service_fn(|req: Req| async move {
+                match req {
+                    Req::Now(end) => reply(end),
+                    Req::Later(rx) => reply(rx.await.unwrap_or(End::Ok)),
+                }
+            }));
+        let retry_after = End::RetryAfter(twenty_years.as_millis() as u64);
+        let opened_at = now();
+        let _ = svc.ready().await.unwrap().call(Req::Now(retry_after)).await;
+        let answer = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Req::Now(End::Ok))
+            .await
+            .expect("a fallback answer");
+        assert_eq!(answer.source(), Source::Fallback(Reason::Open));
+        assert_eq!(
+            answer.next_probe(),
+            NextProbe::After {
+                calls: 2,
+                at: Some(opened_at + twenty_years),
+            }
+        );
+    });
+}

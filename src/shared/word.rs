@@ -106,13 +106,14 @@ impl Gate {
 
 /// A gate's time, in whole microseconds since the breaker's `base` rounded down, tagged like
 /// [`Gate`]: `tag << 48 | micros`; [`TimeGate::NONE`]: no gate in time. 48 bits of
-/// microseconds last nine years; a time further off is not published (the machine
-/// decides).
+/// microseconds last nine years; a time further off is published as [`TimeGate::FAR`],
+/// which leaves every call to the machine.
 #[derive(Clone, Copy)]
 pub(super) struct TimeGate(pub(super) u64);
 
 impl TimeGate {
     pub(super) const NONE: u64 = (1 << 48) - 1;
+    pub(super) const FAR: u64 = Self::NONE - 1;
 
     pub(super) fn of(machine: &Machine, lock_free: &LockFree, base: Instant) -> TimeGate {
         let time = lock_free
@@ -121,7 +122,7 @@ impl TimeGate {
             .and_then(|gate| gate.time);
         let micros = time.map_or(Self::NONE, |time| {
             let micros = time.saturating_duration_since(base).as_micros();
-            u64::try_from(micros).unwrap_or(Self::NONE).min(Self::NONE)
+            u64::try_from(micros).unwrap_or(Self::FAR).min(Self::FAR)
         });
         TimeGate((machine.epoch() & 0xFFFF) << 48 | micros)
     }
@@ -134,6 +135,7 @@ impl TimeGate {
         }
         match self.0 & Self::NONE {
             Self::NONE => Some(None),
+            Self::FAR => None,
             micros => Some(Some(micros)),
         }
     }
