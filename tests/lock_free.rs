@@ -21,8 +21,8 @@ use tokio::sync::oneshot;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::machine::{Admission, Machine, Permit};
 use tower_circuit_breaker::{
-    Answer, Backoff, BoxError, Builder, Cooldown, Failure, NextProbe, Outcome, Reason, Source,
-    State,
+    Answer, Backoff, BoxError, Builder, CircuitBreakerLayer, Cooldown, Failure, NextProbe, Outcome,
+    Reason, Source, State,
 };
 
 /// How a call ends.
@@ -251,26 +251,37 @@ fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-fn run(builder: Builder, ops: &[Op]) -> Result<(), TestCaseError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime whose clock is paused.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .expect("a runtime");
-    runtime.block_on(async {
+        .expect("a runtime")
+}
+
+/// The scripted service behind `layer`'s breaker, with a fallback that answers `Ok`.
+fn service(
+    layer: CircuitBreakerLayer,
+) -> impl Service<Req, Response = Answer<End>, Error = BoxError, Future: Send + 'static> {
+    layer
+        .with_classifier(classify)
+        .with_fallback(service_fn(|_: Req| async { Ok::<_, Infallible>(End::Ok) }))
+        .layer(service_fn(|req: Req| async move {
+            match req {
+                Req::Now(end) => reply(end),
+                Req::Later(rx) => reply(rx.await.unwrap_or(End::Ok)),
+            }
+        }))
+}
+
+fn run(builder: Builder, ops: &[Op]) -> Result<(), TestCaseError> {
+    paused_runtime().block_on(async {
         let mut machine = Machine::new(builder.build_config().expect("valid"), now());
         let layer = builder.build().expect("valid");
         let handle = layer.handle();
         let kill = handle.kill_switch().clone();
-        let mut svc = layer
-            .with_classifier(classify)
-            .with_fallback(service_fn(|_: Req| async { Ok::<_, Infallible>(End::Ok) }))
-            .layer(service_fn(|req: Req| async move {
-                match req {
-                    Req::Now(end) => reply(end),
-                    Req::Later(rx) => reply(rx.await.unwrap_or(End::Ok)),
-                }
-            }));
+        let mut svc = service(layer);
         // Held calls: the layer's future and its channel, and the machine's permit.
         let mut held: Vec<(Call, oneshot::Sender<End>, Option<Permit>)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
@@ -390,28 +401,13 @@ proptest! {
 fn a_gate_too_far_off_for_the_lock_free_clock_is_left_to_the_machine() {
     // The lock-free paths count time in 48 bits of microseconds (nine years); a gate
     // further off is decided by the machine, which reports it exactly.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
+    paused_runtime().block_on(async {
         let twenty_years = Duration::from_secs(20 * 365 * 24 * 3600);
         let builder = Builder::new()
             .failure_threshold(1)
             .cooldown(Cooldown::Calls(3))
             .max_retry_after(twenty_years * 2);
-        let mut svc = builder
-            .build()
-            .expect("valid")
-            .with_classifier(classify)
-            .with_fallback(service_fn(|_: Req| async { Ok::<_, Infallible>(End::Ok) }))
-            .layer(service_fn(|req: Req| async move {
-                match req {
-                    Req::Now(end) => reply(end),
-                    Req::Later(rx) => reply(rx.await.unwrap_or(End::Ok)),
-                }
-            }));
+        let mut svc = service(builder.build().expect("valid"));
         let retry_after = End::RetryAfter(twenty_years.as_millis() as u64);
         let opened_at = now();
         let _ = svc.ready().await.unwrap().call(Req::Now(retry_after)).await;
