@@ -1,6 +1,6 @@
 //! Where an answer came from: [`Answer`] and [`Source`].
 
-use crate::machine::{NextProbe, Reason, State};
+use crate::machine::{NextProbe, Reason, Skip, State};
 
 /// Where a response came from, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,6 +90,16 @@ impl<T> Answer<T> {
             state,
             next_probe,
         }
+    }
+
+    /// The fallback's answer to a call the breaker skipped.
+    pub(crate) fn skipped(value: T, skip: Skip) -> Self {
+        Answer::new(
+            value,
+            Source::Fallback(skip.reason),
+            skip.state,
+            skip.next_probe,
+        )
     }
 
     /// Where it came from.

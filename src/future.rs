@@ -262,14 +262,11 @@ where
             }
             KindProj::Skipped { future, brief } => {
                 let value = ready!(future.poll(cx))?;
-                let skip = brief.skip();
-                let source = Source::Fallback(skip.reason);
-                Poll::Ready(Ok(Answer::new(value, source, skip.state, skip.next_probe)))
+                Poll::Ready(Ok(Answer::skipped(value, brief.skip())))
             }
             KindProj::Fallback { future, skip } => {
                 let value = ready!(future.poll(cx))?;
-                let source = Source::Fallback(skip.reason);
-                Poll::Ready(Ok(Answer::new(value, source, skip.state, skip.next_probe)))
+                Poll::Ready(Ok(Answer::skipped(value, *skip)))
             }
         }
     }

@@ -79,8 +79,10 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         match self.shared.admit_quick() {
             Quick::Lease(epoch) => self.fast = Lease::new(self.shared.clone(), epoch),
             Quick::Skip(brief) => self.brief = Some(brief),
-            Quick::Pass(permit) => self.reserve(Admission::Call(permit)),
-            Quick::Locked(killed) => self.reserve(self.shared.admit_locked(killed)),
+            quick => {
+                let admission = self.shared.admission(quick);
+                self.reserve(admission);
+            }
         }
     }
 

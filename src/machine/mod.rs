@@ -497,8 +497,8 @@ pub(crate) struct LockFree {
     /// Open and enabled: calls are skipped without the lock until this gate is reached.
     pub(crate) open: Option<LockFreeGate>,
     /// Half-open, enabled, every probe slot taken: calls are skipped without the lock
-    /// until the dwell limit (this gate's time), if any.
-    pub(crate) half_open_full: Option<LockFreeGate>,
+    /// until the dwell limit, if there is one (`Some(None)`: none).
+    pub(crate) half_open_full: Option<Option<Instant>>,
     /// Forced open and enabled: every call is skipped, without the lock.
     pub(crate) forced_open: bool,
     /// The machine's step.
@@ -681,17 +681,11 @@ impl Machine {
         // Half-open with every probe slot taken: a call is skipped until a probe ends
         // (which publishes again) or the dwell limit passes.
         let half_open_full = match self.phase {
-            Phase::HalfOpen { entered_at, .. } if enabled && !self.probe_slot_free() => {
-                Some(LockFreeGate {
-                    step: None,
-                    time: self
-                        .config
-                        .max_half_open_dwell
-                        .map(|dwell| later(entered_at, dwell)),
-                    manual: false,
-                    slots_taken: true,
-                })
-            }
+            Phase::HalfOpen { entered_at, .. } if enabled && !self.probe_slot_free() => Some(
+                self.config
+                    .max_half_open_dwell
+                    .map(|dwell| later(entered_at, dwell)),
+            ),
             _ => None,
         };
         LockFree {

@@ -110,6 +110,12 @@ impl<const CALLED: bool> Lease<CALLED> {
     /// Takes the lease out, leaving an empty slot.
     #[inline]
     pub(crate) fn take(&mut self) -> Self {
+        self.moved()
+    }
+
+    /// The lease, moved into a lease of the other kind or the same one.
+    #[inline]
+    fn moved<const TO: bool>(&mut self) -> Lease<TO> {
         Lease {
             shared: self.shared.take(),
             epoch: self.epoch,
@@ -133,10 +139,7 @@ impl Lease<false> {
     /// The wrapped service is about to be called.
     #[inline]
     pub(crate) fn called(mut self) -> Lease<true> {
-        Lease {
-            shared: self.shared.take(),
-            epoch: self.epoch,
-        }
+        self.moved()
     }
 
     /// The lease, on `shared`, went stale before its call: decide again.

@@ -219,8 +219,8 @@ impl Shared {
     }
 
     /// The common cases, with atomics alone: a killed call, a call in the closed state,
-    /// a pass-through call, a call skipped while forced open or open with a cooldown in
-    /// calls.
+    /// a pass-through call, a call skipped while forced open, open (see `admit_gated`)
+    /// or half-open with every probe slot taken.
     #[inline(always)]
     fn admit_lock_free(&self, word: Word, killed: bool) -> Quick {
         if killed {

@@ -116,10 +116,10 @@ impl TimeGate {
     pub(super) const FAR: u64 = Self::NONE - 1;
 
     pub(super) fn of(machine: &Machine, lock_free: &LockFree, base: Instant) -> TimeGate {
-        let time = lock_free
-            .open
-            .or(lock_free.half_open_full)
-            .and_then(|gate| gate.time);
+        let time = match (lock_free.open, lock_free.half_open_full) {
+            (Some(gate), _) => gate.time,
+            (None, dwell) => dwell.flatten(),
+        };
         let micros = time.map_or(Self::NONE, |time| {
             let micros = time.saturating_duration_since(base).as_micros();
             u64::try_from(micros).unwrap_or(Self::FAR).min(Self::FAR)
