@@ -45,7 +45,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use ::http::response::Parts;
-use ::http::Response;
+use ::http::{Response, StatusCode};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -162,9 +162,9 @@ pub trait ReadAhead: Sized + sealed::Sealed {
     #[doc(hidden)]
     type Head;
 
-    /// Whether it is an error response (status >= 400), whose body is read.
+    /// Its status: the body of an error response (status >= 400) is read.
     #[doc(hidden)]
-    fn is_error(&self) -> bool;
+    fn status(&self) -> StatusCode;
 
     /// A response that is not read, handed on.
     #[doc(hidden)]
@@ -192,8 +192,8 @@ impl<B: Body> ReadAhead for Response<B> {
     type Body = Pin<Box<B>>;
     type Head = Parts;
 
-    fn is_error(&self) -> bool {
-        self.status().as_u16() >= 400
+    fn status(&self) -> StatusCode {
+        Response::status(self)
     }
 
     fn pass(self) -> Self::Output {
@@ -293,7 +293,7 @@ where
                             return Poll::Ready(Err(error.into()));
                         }
                     };
-                    if !response.is_error() {
+                    if response.status().as_u16() < 400 {
                         this.state.set(FutureState::Done);
                         return Poll::Ready(Ok(response.pass()));
                     }

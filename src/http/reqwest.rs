@@ -78,7 +78,7 @@ use std::error::Error;
 use std::fmt::Write as _;
 
 use ::http::response::Parts;
-use ::reqwest::{Body, Response, ResponseBuilderExt as _, Url};
+use ::reqwest::{Body, Response, ResponseBuilderExt as _, StatusCode, Url};
 use bytes::Bytes;
 use http_body::Frame;
 
@@ -194,8 +194,8 @@ impl ReadAhead for Response {
     type Body = Body;
     type Head = (Parts, Url);
 
-    fn is_error(&self) -> bool {
-        self.status().as_u16() >= 400
+    fn status(&self) -> StatusCode {
+        Response::status(self)
     }
 
     fn pass(self) -> Response {
