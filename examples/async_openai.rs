@@ -49,7 +49,7 @@ use tower::{service_fn, BoxError, ServiceBuilder};
 use tower_circuit_breaker::http::{
     fallback_as_error, FallbackAnswer, HttpClassifier, ProvenanceLayer,
 };
-use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Reason, Source};
+use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown};
 
 /// A call's deadline: a hang longer than this is a failure.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -154,9 +154,9 @@ async fn ask(client: &Client<OpenAIConfig>, n: usize) -> Vec<String> {
             }
             Err(OpenAIError::Boxed(error)) if error.is::<FallbackAnswer>() => {
                 let fallback = error.downcast_ref::<FallbackAnswer>().expect("checked");
-                let reason = match fallback.info.source {
-                    Source::Fallback(reason) => reason,
-                    _ => Reason::Unavailable,
+                let reason = match fallback.info.source.reason() {
+                    Some(reason) => reason.as_str(),
+                    None => "unavailable",
                 };
                 let next = match fallback
                     .info

@@ -40,7 +40,7 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// The seeds' defaults: 3 consecutive failures trip the breaker, a 30 s cooldown,
+    /// The defaults: 3 consecutive failures trip the breaker, a 30 s cooldown,
     /// one probe, a 60 s half-open dwell limit.
     pub fn new() -> Self {
         Builder::default()
@@ -59,7 +59,8 @@ impl Builder {
     }
 
     /// Trip when the failure share in `window` reaches `rate`, once the window holds
-    /// `minimum_calls` outcomes (resilience4j's and Polly's policy).
+    /// `minimum_calls` outcomes (resilience4j's and Polly's policy). The share is checked
+    /// after every outcome, successes too.
     pub fn failure_rate(mut self, rate: f64, window: RateWindow, minimum_calls: u32) -> Self {
         self.config.trip = TripPolicy::FailureRate {
             rate,
@@ -161,7 +162,8 @@ impl Builder {
         self
     }
 
-    /// The checked settings, for a [`Machine`] of your own.
+    /// The checked settings, without building a breaker: to check settings read from a
+    /// file, or show them. A jitter seed is drawn if none was set.
     ///
     /// # Errors
     ///

@@ -119,10 +119,13 @@ impl fmt::Display for Rejected {
         write!(f, "circuit breaker `{}` skipped the call: ", self.name())?;
         match self.skip.reason {
             Reason::Killed => return f.write_str("the kill switch is on"),
-            Reason::ForcedOpen => return f.write_str("it was forced open"),
             Reason::HalfOpenFull => return f.write_str("a probe is under way"),
+            // Until a reset: nothing more to say.
+            Reason::ForcedOpen if self.skip.next_probe == NextProbe::Manual => {
+                return f.write_str("it was forced open")
+            }
+            Reason::ForcedOpen => f.write_str("it was forced open")?,
             Reason::Open => f.write_str("it is open")?,
-            other => write!(f, "{}", other.as_str().replace('_', " "))?,
         }
         match self.skip.next_probe {
             NextProbe::After { calls, at } => {

@@ -1,13 +1,17 @@
 //! What a breaker reports to observers registered with
 //! [`Builder::on_event`](crate::Builder::on_event).
 
-use crate::classify::Outcome;
 use crate::machine::{Skip, Transition};
+use crate::outcome::Outcome;
 
 /// One thing that happened in a breaker.
 ///
-/// Observers run on the task that caused the event, after the breaker's lock is
-/// released; a panic in one is logged and not passed on.
+/// Observers never run under the breaker's lock, so they may use its handle. Transitions
+/// and the outcomes the breaker records under its lock reach them in the order the
+/// breaker made them (delivered by the task that caused them, or by one delivering an
+/// earlier event at the time); skips, and successes that change nothing, are reported at
+/// once by the task whose call they were. A panic in an observer is logged and not
+/// passed on.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Event<'a> {

@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
 use crate::kill::KillSwitch;
-use crate::machine::{Advice, Mode, Snapshot, State, Transition};
-use crate::shared::Shared;
+use crate::machine::{later, Advice, Mode, State, Transition};
+use crate::shared::{now, Shared};
+use crate::snapshot::Snapshot;
 
 /// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,
 /// force-open and reset, the mode, and a stream of transitions.
@@ -52,12 +54,30 @@ impl CircuitBreakerHandle {
     }
 
     /// Tells a caller that decides for itself (an orchestrator) what a call now would
-    /// get, without making it: [`Advice::Call`] or [`Advice::Probe`] change nothing (the
-    /// call is admitted when it comes through the layer), while [`Advice::Skip`] counts
-    /// the attempt as a skipped call, so a cooldown in calls keeps running while the
-    /// caller routes elsewhere.
+    /// get, and counts an attempt it turns away: [`Advice::Call`] or [`Advice::Probe`]
+    /// change nothing (the call is decided when it comes through the layer), while
+    /// [`Advice::Skip`] counts the attempt as a skipped call, so a cooldown in calls
+    /// keeps running while the caller routes elsewhere.
     pub fn advise(&self) -> Advice {
-        self.shared.advise()
+        self.shared.advise(true)
+    }
+
+    /// What a call now would get, with nothing counted: looking does not move a
+    /// cooldown in calls on. The same decision a call now would get.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{Advice, CircuitBreakerLayer, Reason};
+    ///
+    /// let layer = CircuitBreakerLayer::builder().build()?;
+    /// let handle = layer.handle();
+    /// assert_eq!(handle.peek(), Advice::Call);
+    /// handle.force_open();
+    /// assert!(matches!(handle.peek(), Advice::Skip(skip) if skip.reason == Reason::ForcedOpen));
+    /// assert_eq!(handle.snapshot().counts.skipped(), 0);
+    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn peek(&self) -> Advice {
+        self.shared.advise(false)
     }
 
     /// Whether the breaker is closed, read without taking its lock: a closed breaker
@@ -78,9 +98,42 @@ impl CircuitBreakerHandle {
     }
 
     /// Opens the breaker until [`reset`](Self::reset): no call and no probe reaches the
-    /// service. Unlike the kill switch, this is a state of this breaker.
+    /// service. Unlike the kill switch, this is a state of this breaker
+    /// ([`State::ForcedOpen`]); calls are skipped with
+    /// [`Reason::ForcedOpen`](crate::Reason::ForcedOpen). Calls in flight are not
+    /// counted when they end.
     pub fn force_open(&self) {
-        self.shared.force_open();
+        self.shared.force_open(None);
+    }
+
+    /// Opens the breaker for `duration` (a provider's announced maintenance, a quota
+    /// that resets at a known time): calls are skipped with
+    /// [`Reason::ForcedOpen`](crate::Reason::ForcedOpen) and told when the hold ends;
+    /// after it, the next call is a probe, as after a cooldown. A [`reset`](Self::reset)
+    /// ends it early. It replaces whatever held the breaker open before.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, NextProbe, State};
+    ///
+    /// let layer = CircuitBreakerLayer::builder().build()?;
+    /// let handle = layer.handle();
+    /// handle.open_for(Duration::from_secs(600));
+    /// let snapshot = handle.snapshot();
+    /// assert_eq!(snapshot.state, State::ForcedOpen);
+    /// assert!(matches!(snapshot.next_probe, NextProbe::After { at: Some(_), .. }));
+    /// assert!(snapshot.retry_after().unwrap() <= Duration::from_secs(600));
+    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn open_for(&self, duration: Duration) {
+        self.shared.force_open(Some(later(now(), duration)));
+    }
+
+    /// Opens the breaker until `until` (on the breaker's clock, `tokio::time`), as
+    /// [`open_for`](Self::open_for) does. An instant already past opens it for no time:
+    /// the next call is a probe.
+    pub fn open_until(&self, until: Instant) {
+        self.shared.force_open(Some(until));
     }
 
     /// Lets the next call through as the probe, whatever is left of the cooldown (an
@@ -98,7 +151,8 @@ impl CircuitBreakerHandle {
     }
 
     /// Switches between enabled, observe-only and disabled at runtime. Calls in flight
-    /// under the old mode are not counted.
+    /// under the old mode are not counted when they end, and probes of a half-open
+    /// breaker give up their slots.
     pub fn set_mode(&self, mode: Mode) {
         self.shared.set_mode(mode);
     }

@@ -170,8 +170,8 @@ use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::{Admission, Config, ConfigError, Machine, NextProbe, Reason, Skip, State};
-use crate::shared::{now, Lease, Observer, Quick, Shared, Ticket};
+use crate::machine::{Config, ConfigError, Machine, State};
+use crate::shared::{now, Decision, Observer, Shared};
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -528,41 +528,24 @@ where
         let ready = mem::replace(&mut self.ready, Ready::No);
         assert!(ready != Ready::No, "poll_ready must be called first");
         let shared = self.registry.breaker(&(self.key)(&request));
-        let permit = match shared.admit_quick() {
-            Quick::Lease(epoch) if ready == Ready::Inner => {
-                let lease = Lease::new(shared, epoch);
+        match shared.decide() {
+            Decision::Call(permit) if ready == Ready::Inner => {
                 let classifier = self.classifier.clone();
-                return ResponseFuture::call_fast(&mut self.inner, request, lease, classifier);
+                ResponseFuture::call(&mut self.inner, request, permit, classifier)
             }
-            Quick::Skip(brief) => {
-                let future = self
-                    .fallback
-                    .call_unready(request, brief.skip(), &shared.name);
-                return ResponseFuture::skipped(future, brief);
+            Decision::Call(permit) => {
+                // The kill switch was turned off between `poll_ready` and this call, and
+                // the wrapped service was not polled ready: the call stays decided as
+                // killed.
+                let skip = shared.keep_killed(permit);
+                let future = self.fallback.call_unready(request, skip, &shared.name);
+                ResponseFuture::answered(future, skip)
             }
-            quick => match shared.admission(quick) {
-                Admission::Call(permit) => permit,
-                Admission::Skip(skip) => {
-                    let future = self.fallback.call_unready(request, skip, &shared.name);
-                    return ResponseFuture::fallback(future, skip);
-                }
-            },
-        };
-        if ready == Ready::Killed {
-            // The kill switch was turned off between `poll_ready` and this call, and the
-            // wrapped service was not polled ready: the call stays decided as killed,
-            // and the permit goes back unused.
-            let skip = Skip {
-                reason: Reason::Killed,
-                state: permit.state(),
-                next_probe: NextProbe::Manual,
-            };
-            let future = self.fallback.call_unready(request, skip, &shared.name);
-            drop(Ticket::new(shared, permit));
-            return ResponseFuture::fallback(future, skip);
+            Decision::Skip(skip) => {
+                let future = self.fallback.call_unready(request, skip, &shared.name);
+                ResponseFuture::answered(future, skip)
+            }
         }
-        let classifier = self.classifier.clone();
-        ResponseFuture::admitted(&mut self.inner, request, shared, permit, classifier)
     }
 }
 

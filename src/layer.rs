@@ -62,7 +62,7 @@ pub struct CircuitBreakerLayer<F = NoFallback, C = DefaultClassifier> {
 }
 
 impl CircuitBreakerLayer {
-    /// A builder with the seeds' defaults: 3 consecutive failures trip it, 30 s
+    /// A builder with the defaults: 3 consecutive failures trip it, 30 s
     /// cooldown, one probe.
     pub fn builder() -> Builder {
         Builder::new()

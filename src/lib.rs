@@ -37,7 +37,6 @@
 //!
 //! The parts:
 //!
-//! - [`machine`]: the pure decision core (no clock, lock or I/O), property-tested.
 //! - [`CircuitBreakerLayer`] / [`CircuitBreaker`]: the tower plumbing, with
 //!   [`Builder`] for settings, [`CircuitBreakerHandle`] for operators,
 //!   [`KillSwitch`] for emergencies, [`Classify`] for what counts as a failure, and
@@ -66,19 +65,21 @@ pub mod http;
 pub mod keyed;
 mod kill;
 mod layer;
-pub mod machine;
+mod machine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod outcome;
 pub mod replay;
 pub mod saved;
 mod service;
 mod settle;
 mod shared;
+mod snapshot;
 mod sync;
 
 pub use crate::answer::{Answer, Source};
 pub use crate::builder::Builder;
-pub use crate::classify::{Classify, DefaultClassifier, Failure, Outcome};
+pub use crate::classify::{Classify, DefaultClassifier};
 pub use crate::error::{BoxError, ConfigError};
 pub use crate::event::Event;
 pub use crate::fallback::{
@@ -91,12 +92,14 @@ pub use crate::keyed::{
 pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{
-    Backoff, Cause, Config, Cooldown, Counts, FailureRecord, Mode, NextProbe, RateWindow, Reason,
-    Snapshot, State, Transition, TripPolicy,
+    Advice, Backoff, Cause, Config, Cooldown, FailureRecord, Mode, NextProbe, RateWindow, Reason,
+    Skip, State, Transition, TripPolicy,
 };
+pub use crate::outcome::{Failure, Outcome};
 pub use crate::saved::{SaveLayer, SavedAnswers, SavedConfigError, SavedFallback, Unavailable};
 pub use crate::service::CircuitBreaker;
 pub use crate::settle::Settlement;
+pub use crate::snapshot::{Counts, Snapshot};
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -37,7 +37,7 @@
 //! | Name | Type | Labels | What |
 //! |---|---|---|---|
 //! | `circuit_breaker_calls_total` | counter | `outcome`: `success`, `failure`, `ignored` | outcomes counted towards the state ([`Event::Recorded`]): probes included; late results, observe-only shadow calls and disabled-mode calls not |
-//! | `circuit_breaker_rejections_total` | counter | `reason`: `open`, `half_open_full`, `killed`, `forced_open`, `budget_exhausted`, `systemic_pause`, `unavailable` ([`Reason::as_str`]) | calls not made ([`Event::Skipped`]) |
+//! | `circuit_breaker_rejections_total` | counter | `reason`: `open`, `half_open_full`, `killed`, `forced_open` ([`Reason::as_str`]) | calls not made ([`Event::Skipped`]) |
 //! | `circuit_breaker_transitions_total` | counter | `from`, `to`: `closed`, `open`, `half_open`, `forced_open` ([`State::as_str`]) | changes of state ([`Event::Transition`]) |
 //! | `circuit_breaker_state` | gauge | `state`: as above | 1 for the current state, 0 for the other three |
 //!
@@ -70,9 +70,9 @@ use std::sync::{Arc, OnceLock};
 use metrics::{counter, gauge, Counter, SharedString};
 
 use crate::builder::Builder;
-use crate::classify::Outcome;
 use crate::event::Event;
 use crate::machine::{Reason, State, Transition};
+use crate::outcome::Outcome;
 
 /// The metric names, for dashboards and tests.
 pub const CALLS: &str = "circuit_breaker_calls_total";
@@ -126,7 +126,7 @@ pub fn metrics_observer(name: Option<Arc<str>>) -> impl Fn(&Event<'_>) + Send + 
 struct Handles {
     name: Arc<str>,
     calls: [OnceLock<Counter>; 3],
-    rejections: [OnceLock<Counter>; 7],
+    rejections: [OnceLock<Counter>; 4],
 }
 
 impl Handles {
@@ -223,9 +223,6 @@ fn reason_label(reason: Reason) -> (usize, &'static str) {
         Reason::HalfOpenFull => 1,
         Reason::Killed => 2,
         Reason::ForcedOpen => 3,
-        Reason::BudgetExhausted => 4,
-        Reason::SystemicPause => 5,
-        Reason::Unavailable => 6,
     };
     (index, reason.as_str())
 }

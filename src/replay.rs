@@ -45,9 +45,10 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 
 use crate::answer::Source;
 use crate::builder::Builder;
-use crate::classify::Outcome;
 use crate::layer::CircuitBreakerLayer;
-use crate::machine::{ConfigError, Cooldown, Counts, State};
+use crate::machine::{ConfigError, Cooldown, State};
+use crate::outcome::Outcome;
+use crate::snapshot::Counts;
 
 /// The breaker's name in a replay.
 const NAME: &str = "replay";

@@ -134,7 +134,8 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use crate::fallback::Skipped;
-use crate::machine::{NextProbe, Reason, Skip, Snapshot, State};
+use crate::machine::{NextProbe, Reason, Skip, State};
+use crate::snapshot::Snapshot;
 
 /// A bad setting for [`SavedAnswers::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

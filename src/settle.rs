@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::classify::{Failure, Outcome};
-use crate::shared::{Lease, Ticket};
+use crate::outcome::{Failure, Outcome};
+use crate::shared::Permit;
 
 /// The right, and the duty, to give one call's outcome later.
 ///
@@ -15,40 +15,21 @@ use crate::shared::{Lease, Ticket};
 /// (a half-open probe keeps its slot). Dropped without an outcome (the caller dropped
 /// the body), the call counts as cancelled: neither a success nor a failure.
 pub struct Settlement {
-    held: Held,
+    permit: Permit,
     elapsed: Option<Duration>,
-}
-
-/// What a call in flight holds: the right to give its outcome.
-pub(crate) enum Held {
-    /// Admitted on the closed state's lock-free path.
-    Fast(Lease<true>),
-    /// Admitted by the machine.
-    Ticket(Ticket),
-}
-
-impl Held {
-    /// Records the call's outcome.
-    #[inline(always)]
-    pub(crate) fn settle(self, outcome: Outcome, elapsed: Option<Duration>) {
-        match self {
-            Held::Fast(lease) => lease.settle(outcome, elapsed),
-            Held::Ticket(ticket) => ticket.settle(outcome, elapsed),
-        }
-    }
 }
 
 impl Settlement {
     #[inline]
-    pub(crate) fn new(held: Held, elapsed: Option<Duration>) -> Self {
-        Settlement { held, elapsed }
+    pub(crate) fn new(permit: Permit, elapsed: Option<Duration>) -> Self {
+        Settlement { permit, elapsed }
     }
 
     /// Records `outcome` for the call. The slow-call rule, if set, applies to the time
     /// until the response arrived.
     #[inline]
     pub fn settle(self, outcome: Outcome) {
-        self.held.settle(outcome, self.elapsed);
+        self.permit.settle(outcome, self.elapsed);
     }
 
     /// Records a success.
@@ -70,11 +51,8 @@ impl Settlement {
 
 impl fmt::Debug for Settlement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut f = f.debug_struct("Settlement");
-        match &self.held {
-            Held::Fast(lease) => f.field("lease", lease),
-            Held::Ticket(ticket) => f.field("ticket", ticket),
-        };
-        f.finish_non_exhaustive()
+        f.debug_struct("Settlement")
+            .field("permit", &self.permit)
+            .finish_non_exhaustive()
     }
 }

@@ -3,11 +3,11 @@
 //! interleaving of admission, recording and the kill switch.
 
 #[cfg(tcb_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
 #[cfg(tcb_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(not(tcb_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64};
 #[cfg(not(tcb_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};

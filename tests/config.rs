@@ -603,10 +603,11 @@ proptest! {
 // ---------------------------------------------------------------------------------
 
 mod accepted_settings_run {
-    use std::time::{Duration, Instant};
+    use std::future::ready;
+    use std::time::Duration;
 
-    use tower_circuit_breaker::machine::{Admission, Machine};
-    use tower_circuit_breaker::{Builder, Cooldown, Failure, Outcome, State};
+    use tower::{service_fn, Layer, Service, ServiceExt};
+    use tower_circuit_breaker::{Builder, Cooldown, Failure, Outcome, Source, State};
 
     /// Trips the breaker, lets the probe through and, while it is under way, lets
     /// another call arrive; then fails the probe: every path that turns a setting into
@@ -615,50 +616,64 @@ mod accepted_settings_run {
     /// A wait longer than the clock can hold means "not by time": then no probe comes
     /// within the year and the breaker stays open, without panicking.
     fn trip_probe_and_reopen(builder: Builder, hint: Option<Duration>) -> Result<(), String> {
-        let config = builder
+        let layer = builder
             .failure_threshold(1)
-            .build_config()
+            .build()
             .map_err(|e| e.to_string())?;
-        let start = Instant::now();
-        let mut machine = Machine::new(config, start);
-        let outcome = || {
+        let handle = layer.handle();
+        let classify = move |_: &Result<(), std::convert::Infallible>| {
             let failure = Failure::new("down");
             Outcome::Failure(match hint {
                 Some(wait) => failure.retry_after(wait),
                 None => failure,
             })
         };
+        let layer = layer
+            .with_classifier(classify)
+            .with_fallback(service_fn(|_: ()| {
+                ready(Ok::<_, std::convert::Infallible>(()))
+            }));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .map_err(|e| e.to_string())?;
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let (Admission::Call(permit), _) = machine.admit(start, false) else {
-                panic!("closed breaker skipped a call")
-            };
-            machine.record(permit, outcome(), None, start);
-            assert_eq!(machine.state(), State::Open);
-            let _ = machine.snapshot(start, false);
-            // Far enough in the future for any cooldown a test can wait for.
-            let later = start + Duration::from_secs(60 * 60 * 24 * 365);
-            let mut probe = None;
-            for _ in 0..3 {
-                if let (Admission::Call(permit), _) = machine.admit(later, false) {
-                    probe = Some(permit);
-                    break;
+            runtime.block_on(async {
+                let mut svc = layer.layer(service_fn(|_: ()| {
+                    ready(Ok::<_, std::convert::Infallible>(()))
+                }));
+                let _ = svc.ready().await.unwrap().call(()).await;
+                assert_eq!(handle.state(), State::Open);
+                let _ = handle.snapshot();
+                // Far enough in the future for any cooldown a test can wait for.
+                tokio::time::advance(Duration::from_secs(60 * 60 * 24 * 365)).await;
+                let mut probe = None;
+                for _ in 0..3 {
+                    let mut spare = svc.clone();
+                    spare.ready().await.unwrap();
+                    if handle.snapshot().probes_in_flight == 1 {
+                        probe = Some(spare);
+                        break;
+                    }
+                    let _ = spare.call(()).await;
                 }
-            }
-            let Some(probe) = probe else {
-                assert_eq!(
-                    machine.state(),
-                    State::Open,
-                    "an endless wait keeps the breaker open"
-                );
-                let _ = machine.snapshot(later, false);
-                return;
-            };
-            assert_eq!(machine.state(), State::HalfOpen);
-            // A second call while the probe is under way: the dwell limit is checked.
-            let _ = machine.admit(later, false);
-            let _ = machine.tick(later);
-            machine.record(probe, outcome(), None, later);
-            let _ = machine.snapshot(later, false);
+                let Some(mut probe) = probe else {
+                    assert_eq!(
+                        handle.state(),
+                        State::Open,
+                        "an endless wait keeps the breaker open"
+                    );
+                    return;
+                };
+                assert_eq!(handle.state(), State::HalfOpen);
+                // A second call while the probe is under way: the dwell limit is checked.
+                let answer = svc.ready().await.unwrap().call(()).await.unwrap();
+                assert!(matches!(answer.source(), Source::Fallback(_)));
+                let _ = handle.snapshot();
+                let _ = probe.call(()).await;
+                let _ = handle.snapshot();
+            })
         }));
         result.map_err(|panic| {
             panic

@@ -19,7 +19,8 @@ mod common;
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec, write_spec};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
-    ExpediterError, Freshness, FreshnessTracker, Labeled, Route, SubTask, ToolSpec, WorkStatus,
+    ExpediterError, Freshness, FreshnessTracker, Labeled, PauseReason, Route, SkipReason, SubTask,
+    ToolSpec, WorkStatus,
 };
 use tower_circuit_breaker::{Answer, BoxError, Builder, ConfigError, Cooldown, Reason, State};
 
@@ -206,7 +207,7 @@ fn manual(ask: &str) -> Route {
     Route::Manual { ask: ask.into() }
 }
 
-fn is_pause(decision: &Decision, why: Reason) -> bool {
+fn is_pause(decision: &Decision, why: PauseReason) -> bool {
     matches!(&decision.action, Action::Pause { reason, .. } if *reason == why)
 }
 
@@ -588,7 +589,7 @@ async fn open_tool_is_skipped_then_probed_on_the_third_attempt_and_closes_on_suc
         assert_eq!(
             decision.action,
             Action::Skip {
-                reason: Reason::Open,
+                reason: SkipReason::Breaker(Reason::Open),
                 route: route.clone()
             }
         );
@@ -698,7 +699,7 @@ async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction
     assert_eq!(
         decision.action,
         Action::Skip {
-            reason: Reason::Open,
+            reason: SkipReason::Breaker(Reason::Open),
             route: bash_for_grep()
         }
     );
@@ -712,7 +713,7 @@ async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction
     assert_eq!(
         expediter.decide("Bash").await?.action,
         Action::Skip {
-            reason: Reason::ForcedOpen,
+            reason: SkipReason::Breaker(Reason::ForcedOpen),
             route: manual("report commands that need to be run manually")
         }
     );
@@ -783,7 +784,7 @@ async fn user_unavailable_from_the_builder_goes_from_alternatives_to_scope_reduc
     bash.fail_times(&expediter, 3, "bash: exit status 2").await;
     let decision = bash.attempt(&expediter).await;
     let Action::Skip {
-        reason: Reason::Open,
+        reason: SkipReason::Breaker(Reason::Open),
         route: Route::ReduceScope { note },
     } = &decision.action
     else {
@@ -803,7 +804,7 @@ async fn user_unavailable_from_the_builder_goes_from_alternatives_to_scope_reduc
     assert_eq!(
         bash.attempt(&expediter).await.action,
         Action::Skip {
-            reason: Reason::Open,
+            reason: SkipReason::Breaker(Reason::Open),
             route: manual("report commands that need to be run manually")
         }
     );
@@ -817,7 +818,7 @@ async fn low_degradation_alternatives_are_tried_before_high_ones() -> TestResult
     expediter.handle("Write")?.force_open();
     assert!(matches!(
         expediter.decide("Write").await?.action,
-        Action::Skip { reason: Reason::ForcedOpen, route: Route::Alternative { ref tool, level: Degradation::Low, .. } } if &**tool == "Edit"
+        Action::Skip { reason: SkipReason::Breaker(Reason::ForcedOpen), route: Route::Alternative { ref tool, level: Degradation::Low, .. } } if &**tool == "Edit"
     ));
     expediter.handle("Edit")?.force_open();
     assert!(matches!(
@@ -859,7 +860,7 @@ async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> Te
     assert_eq!(
         strict.action,
         Action::Skip {
-            reason: Reason::ForcedOpen,
+            reason: SkipReason::Breaker(Reason::ForcedOpen),
             route: manual("ask the user which files to examine"),
         }
     );
@@ -1196,7 +1197,10 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     assert!(report.budget.exhausted());
     for name in SEED_TOOLS {
         let decision = expediter.decide(name).await?;
-        assert!(is_pause(&decision, Reason::BudgetExhausted), "{decision}");
+        assert!(
+            is_pause(&decision, PauseReason::BudgetExhausted),
+            "{decision}"
+        );
         let Action::Pause { detail, .. } = &decision.action else {
             unreachable!()
         };
@@ -1210,7 +1214,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
         websearch.calls(),
     ];
     assert!(
-        matches!(edit.execute(&expediter).await, Attempt::Paused { decision: d, .. } if is_pause(&d, Reason::BudgetExhausted))
+        matches!(edit.execute(&expediter).await, Attempt::Paused { decision: d, .. } if is_pause(&d, PauseReason::BudgetExhausted))
     );
     assert!(matches!(
         read.execute(&expediter).await,
@@ -1331,7 +1335,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     assert!(matches!(
         expediter.decide("Bash").await?.action,
         Action::Skip {
-            reason: Reason::Open,
+            reason: SkipReason::Breaker(Reason::Open),
             ..
         }
     ));
@@ -1350,7 +1354,7 @@ async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
     edit.fail_times(&expediter, 1, "edit: merge conflict").await;
     assert!(is_pause(
         &expediter.decide("Grep").await?,
-        Reason::BudgetExhausted
+        PauseReason::BudgetExhausted
     ));
     assert_eq!(expediter.report().budget.limit, 2);
     Ok(())
@@ -1371,7 +1375,7 @@ async fn killed_tools_are_never_called_and_skip_with_reason_killed() -> TestResu
             matches!(
                 decision.action,
                 Action::Skip {
-                    reason: Reason::Killed,
+                    reason: SkipReason::Breaker(Reason::Killed),
                     ..
                 }
             ),
@@ -1481,14 +1485,14 @@ async fn agent_loop_never_calls_open_or_killed_tools_and_never_retries() -> Test
                         skips += 1;
                         if killed {
                             killed_skips += 1;
-                            assert_eq!(*reason, Reason::Killed, "step {i}");
+                            assert_eq!(*reason, SkipReason::Breaker(Reason::Killed), "step {i}");
                         }
                     }
                     Action::Pause { reason, .. } => {
                         pauses += 1;
                         match reason {
-                            Reason::BudgetExhausted => expediter.new_cycle(),
-                            Reason::SystemicPause => expediter.confirm_recovery(),
+                            PauseReason::BudgetExhausted => expediter.new_cycle(),
+                            PauseReason::SystemicPause => expediter.confirm_recovery(),
                             other => panic!("unexpected pause reason {other}"),
                         }
                     }
@@ -1606,7 +1610,10 @@ async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> Tes
     for _ in 0..10 {
         for name in SEED_TOOLS {
             let decision = expediter.decide(name).await?;
-            assert!(is_pause(&decision, Reason::SystemicPause), "{decision}");
+            assert!(
+                is_pause(&decision, PauseReason::SystemicPause),
+                "{decision}"
+            );
         }
     }
     assert_eq!((grep.calls(), bash.calls()), (3, 3));
@@ -1623,7 +1630,7 @@ async fn no_probe_runs_during_a_systemic_pause_until_recovery_is_confirmed() -> 
     let mut read = Tool::new(&expediter, "Read");
     for _ in 0..25 {
         assert!(
-            matches!(grep.execute(&expediter).await, Attempt::Paused { decision: d, .. } if is_pause(&d, Reason::SystemicPause))
+            matches!(grep.execute(&expediter).await, Attempt::Paused { decision: d, .. } if is_pause(&d, PauseReason::SystemicPause))
         );
         assert!(matches!(
             read.execute(&expediter).await,
@@ -1651,7 +1658,7 @@ async fn decisions_until_probe(expediter: &Expediter, tool: &mut Tool, limit: us
         match decision.action {
             Action::Probe => return n,
             Action::Skip {
-                reason: Reason::Open,
+                reason: SkipReason::Breaker(Reason::Open),
                 ..
             } => {}
             _ => panic!("decision {n} for {}: {decision}", tool.name),
@@ -1808,7 +1815,7 @@ async fn three_tools_opening_in_the_window_with_different_messages_are_systemic(
     for name in SEED_TOOLS {
         assert!(is_pause(
             &expediter.decide(name).await?,
-            Reason::SystemicPause
+            PauseReason::SystemicPause
         ));
     }
     // One systemic event: the nine failures behind it count once.
@@ -1951,7 +1958,7 @@ async fn degraded_precheck_lowers_the_threshold_by_one() -> TestResult {
     assert!(matches!(
         bash.attempt(&expediter).await.action,
         Action::Skip {
-            reason: Reason::Open,
+            reason: SkipReason::Breaker(Reason::Open),
             ..
         }
     ));
@@ -1978,7 +1985,7 @@ async fn unavailable_precheck_routes_away_without_budget_or_call() -> TestResult
             Attempt::Skipped { decision, .. } | Attempt::Paused { decision, .. } => assert_eq!(
                 decision.action,
                 Action::Skip {
-                    reason: Reason::Unavailable,
+                    reason: SkipReason::Unavailable,
                     route: manual("report commands that need to be run manually")
                 }
             ),
@@ -2024,7 +2031,7 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
     assert!(expediter.report().systemic.is_some());
     assert!(is_pause(
         &expediter.decide("Read").await?,
-        Reason::SystemicPause
+        PauseReason::SystemicPause
     ));
     assert_eq!(
         runs.load(SeqCst),
@@ -2033,7 +2040,7 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
     );
     assert!(is_pause(
         &expediter.decide("Read").await?,
-        Reason::SystemicPause
+        PauseReason::SystemicPause
     ));
     assert_eq!(runs.load(SeqCst), 2, "then cached again");
 

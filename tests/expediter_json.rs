@@ -16,10 +16,10 @@ mod common;
 
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec};
 use tower_circuit_breaker::expediter::{
-    Action, Availability, Decision, Degradation, Expediter, Freshness, Labeled, Route,
+    Action, Availability, Decision, Degradation, Expediter, Freshness, Labeled, PauseReason, Route,
     StatusReport, SubTask, ToolOffer, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{Answer, BoxError, Reason};
+use tower_circuit_breaker::{Answer, BoxError};
 
 type TestResult = Result<(), BoxError>;
 type Svc = BoxService<String, Answer<String>, BoxError>;
@@ -292,7 +292,7 @@ async fn decisions_round_trip_through_json() -> TestResult {
         tool: Arc::from("Read"),
         step: 99,
         action: Action::Pause {
-            reason: Reason::SystemicPause,
+            reason: PauseReason::SystemicPause,
             detail: "multiple tools failed with connection refused".into(),
         },
     });
@@ -330,7 +330,7 @@ async fn decision_json_names_its_action_reason_and_route() -> TestResult {
         tool: Arc::from("Bash"),
         step: 7,
         action: Action::Pause {
-            reason: Reason::BudgetExhausted,
+            reason: PauseReason::BudgetExhausted,
             detail: "failure budget exhausted (5 / 5)".into(),
         },
     };

@@ -4,8 +4,8 @@
 //!
 //! - Breakers built from any sequence of `Builder` setters (NaN, infinities, 0,
 //!   `u32::MAX`, `Duration::MAX`, panicking observers, a killed switch...): whatever
-//!   `build()` accepts survives a random sequence of calls, through the pure machine
-//!   and through the tower layer, with its counts exact at every step. (That `build()`
+//!   `build()` accepts survives a random sequence of calls through the tower layer,
+//!   with its counts exact at every step. (That `build()`
 //!   itself never panics is `tests/config.rs`'s property; here it is the running.)
 //! - Replay inputs: random outcome strings, kill lists, thresholds and cooldowns, and
 //!   random command lines, give either a run that matches a small reference model of
@@ -18,16 +18,15 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tower::{service_fn, BoxError, Layer, Service};
-use tower_circuit_breaker::machine::{Admission, Machine, Permit};
 use tower_circuit_breaker::replay::{self, ReplayError, ReplayInput, StepAnswer};
 use tower_circuit_breaker::{
-    Answer, Backoff, Builder, ConfigError, Cooldown, Counts, Failure, KillSwitch, Mode, Outcome,
-    RateWindow, State, TripPolicy,
+    Answer, Backoff, Builder, ConfigError, Cooldown, Counts, KillSwitch, Mode, Outcome, RateWindow,
+    State, TripPolicy,
 };
 
 // ---------------------------------------------------------------------------------
@@ -283,55 +282,6 @@ fn check_arrivals(c: &Counts) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------
-// What builds runs: through the pure machine.
-// ---------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-enum Fate {
-    Success,
-    Failure {
-        retry_after: Option<Duration>,
-        permanent: bool,
-    },
-    Ignored,
-}
-
-impl Fate {
-    fn outcome(&self) -> Outcome {
-        match self {
-            Fate::Success => Outcome::Success,
-            Fate::Ignored => Outcome::Ignored,
-            Fate::Failure {
-                retry_after,
-                permanent,
-            } => {
-                let mut failure = Failure::new("fuzzed failure");
-                if let Some(wait) = retry_after {
-                    failure = failure.retry_after(*wait);
-                }
-                if *permanent {
-                    failure = failure.permanent();
-                }
-                Outcome::Failure(failure)
-            }
-        }
-    }
-}
-
-fn fate() -> impl Strategy<Value = Fate> {
-    prop_oneof![
-        3 => Just(Fate::Success),
-        3 => (proptest::option::of(duration()), proptest::bool::weighted(0.1)).prop_map(
-            |(retry_after, permanent)| Fate::Failure {
-                retry_after,
-                permanent
-            }
-        ),
-        1 => Just(Fate::Ignored),
-    ]
-}
-
 /// Steps the clock takes; the sum of a run stays far inside what `Instant` holds.
 fn advance() -> impl Strategy<Value = Duration> {
     prop_oneof![
@@ -342,164 +292,6 @@ fn advance() -> impl Strategy<Value = Duration> {
         Just(Duration::from_secs(3600)),
         Just(Duration::from_secs(86_400 * 365)),
     ]
-}
-
-#[derive(Debug, Clone)]
-enum MachineOp {
-    Admit {
-        killed: bool,
-    },
-    Advise {
-        killed: bool,
-    },
-    /// Record the outcome of the i-th permit held (modulo their number).
-    Record(usize, Fate, Option<Duration>),
-    Release(usize, bool),
-    Revalidate(usize, bool),
-    Tick,
-    Snapshot(bool),
-    ForceOpen,
-    AllowProbe,
-    Reset,
-    SetMode(Mode),
-    Relief(u32),
-    Advance(Duration),
-}
-
-fn machine_op() -> impl Strategy<Value = MachineOp> {
-    prop_oneof![
-        8 => proptest::bool::weighted(0.1).prop_map(|killed| MachineOp::Admit { killed }),
-        1 => any::<bool>().prop_map(|killed| MachineOp::Advise { killed }),
-        6 => (any::<usize>(), fate(), proptest::option::of(duration()))
-            .prop_map(|(i, f, e)| MachineOp::Record(i, f, e)),
-        2 => (any::<usize>(), any::<bool>()).prop_map(|(i, called)| MachineOp::Release(i, called)),
-        1 => (any::<usize>(), proptest::bool::weighted(0.2))
-            .prop_map(|(i, killed)| MachineOp::Revalidate(i, killed)),
-        1 => Just(MachineOp::Tick),
-        1 => any::<bool>().prop_map(MachineOp::Snapshot),
-        1 => prop_oneof![
-            Just(MachineOp::ForceOpen),
-            Just(MachineOp::AllowProbe),
-            Just(MachineOp::Reset),
-            mode().prop_map(MachineOp::SetMode),
-            count_u32().prop_map(MachineOp::Relief),
-        ],
-        2 => advance().prop_map(MachineOp::Advance),
-    ]
-}
-
-/// Runs the ops on a machine built from `config`, checking after each one what holds
-/// at every instant: arrivals are made, skipped or abandoned; made calls not yet ended
-/// are exactly the permits held; probes never exceed the limit. Then hands back every
-/// permit and checks the books close.
-fn run_machine(
-    config: tower_circuit_breaker::Config,
-    ops: &[MachineOp],
-    endings: &[bool],
-) -> Result<(), TestCaseError> {
-    let limit = config.half_open_probes();
-    let start = Instant::now();
-    let mut now = start;
-    let mut machine = Machine::new(config, now);
-    let mut held: Vec<Permit> = Vec::new();
-    let counted = |held: &[Permit]| held.iter().filter(|p| p.is_recorded()).count() as u64;
-    for op in ops {
-        match op.clone() {
-            MachineOp::Admit { killed } => {
-                if let (Admission::Call(permit), _) = machine.admit(now, killed) {
-                    held.push(permit);
-                }
-            }
-            MachineOp::Advise { killed } => {
-                let _ = machine.advise(now, killed);
-            }
-            MachineOp::Record(i, fate, elapsed) if !held.is_empty() => {
-                let permit = held.swap_remove(i % held.len());
-                let _ = machine.apply_slow_call_rule(fate.outcome(), elapsed);
-                let _ = machine.record(permit, fate.outcome(), elapsed, now);
-            }
-            MachineOp::Release(i, called) if !held.is_empty() => {
-                let permit = held.swap_remove(i % held.len());
-                machine.release(permit, called);
-            }
-            MachineOp::Revalidate(i, killed) if !held.is_empty() => {
-                let permit = held.swap_remove(i % held.len());
-                if let (Admission::Call(permit), _) = machine.revalidate(permit, now, killed) {
-                    held.push(permit);
-                }
-            }
-            MachineOp::Record(..) | MachineOp::Release(..) | MachineOp::Revalidate(..) => {}
-            MachineOp::Tick => {
-                let _ = machine.tick(now);
-            }
-            MachineOp::Snapshot(killed) => {
-                let _ = machine.snapshot(now, killed);
-            }
-            MachineOp::ForceOpen => {
-                let _ = machine.force_open(now);
-            }
-            MachineOp::AllowProbe => {
-                let _ = machine.allow_probe();
-            }
-            MachineOp::Reset => {
-                let _ = machine.reset(now);
-            }
-            MachineOp::SetMode(mode) => machine.set_mode(mode),
-            MachineOp::Relief(relief) => machine.set_threshold_relief(relief),
-            MachineOp::Advance(by) => now += by,
-        }
-        let counts = machine.counts();
-        check_arrivals(&counts)?;
-        prop_assert_eq!(
-            counts.made - ended(&counts),
-            counted(&held),
-            "made calls not yet ended are the permits held: {:?} after {:?}",
-            counts,
-            op
-        );
-        let snapshot = machine.snapshot(now, false);
-        prop_assert!(
-            snapshot.probes_in_flight <= limit,
-            "{} probes in flight, limit {}",
-            snapshot.probes_in_flight,
-            limit
-        );
-    }
-    for (i, permit) in held.drain(..).enumerate() {
-        if endings.get(i).copied().unwrap_or(true) {
-            let _ = machine.record(permit, Outcome::Success, None, now);
-        } else {
-            machine.release(permit, i % 2 == 0);
-        }
-    }
-    let counts = machine.counts();
-    check_arrivals(&counts)?;
-    prop_assert_eq!(counts.made, ended(&counts), "{:?}", counts);
-    prop_assert_eq!(machine.snapshot(now, false).probes_in_flight, 0);
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
-
-    #[test]
-    fn any_settings_that_build_run_any_call_sequence_through_the_machine_with_exact_counts(
-        setters in setters(),
-        ops in proptest::collection::vec(machine_op(), 0..60),
-        endings in proptest::collection::vec(any::<bool>(), 0..60),
-    ) {
-        quiet_planned_panics();
-        let config = catch_unwind(AssertUnwindSafe(|| builder(&setters).build_config()));
-        let Ok(config) = config else {
-            return Err(TestCaseError::fail("build_config() panicked"));
-        };
-        if let Ok(config) = config {
-            match catch_unwind(AssertUnwindSafe(|| run_machine(config, &ops, &endings))) {
-                Ok(result) => result?,
-                Err(_) => return Err(TestCaseError::fail("the machine panicked")),
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------

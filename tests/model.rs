@@ -1,5 +1,4 @@
-//! Model-based tests: the breaker, driven through the real tower layer and through the
-//! pure [`Machine`], compared step by step with a small reference model of the lesson's
+//! Model-based tests: the breaker, driven through the real tower layer, compared step by step with a small reference model of the lesson's
 //! step function (consecutive failures trip it, the cooldown counts calls, one probe).
 //!
 //! The reference model, with steps numbered from 1:
@@ -32,16 +31,14 @@ use std::fmt;
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::Instant;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::Rejected;
-use tower_circuit_breaker::machine::{Admission, Machine};
 use tower_circuit_breaker::{
-    Answer, BoxError, Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Counts,
-    NextProbe, Outcome, Reason, Source, State,
+    Answer, BoxError, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Counts, NextProbe,
+    Outcome, Reason, Source, State,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -608,7 +605,7 @@ where
             step
         );
         prop_assert_eq!(snapshot.killed, killed);
-        prop_assert_eq!(snapshot.step, step);
+        prop_assert_eq!(snapshot.counts.arrived, step);
         prop_assert_eq!(snapshot.probes_in_flight, 0, "after step {}", step);
         check_counts(&snapshot.counts, &model.counts, 0, step)?;
     }
@@ -677,94 +674,6 @@ fn run_layer(case: &Case, style: Style, with_fallback: bool) -> Result<(), TestC
     })
 }
 
-// ---------------------------------------------------------------------------------------
-// Driving the machine
-// ---------------------------------------------------------------------------------------
-
-/// Runs `case` through a bare [`Machine`] at one fixed instant, comparing each step with
-/// the model and checking the counting invariants both while the call is in flight and
-/// after it ends.
-fn run_machine(case: &Case) -> Result<(), TestCaseError> {
-    let config = Builder::new()
-        .failure_threshold(case.threshold)
-        .cooldown(Cooldown::Calls(case.cooldown))
-        .build_config()
-        .map_err(fail)?;
-    let now = Instant::now();
-    let mut machine = Machine::new(config, now);
-    let mut model = Reference::new(case.threshold, case.cooldown);
-    for (step, fate, killed) in case.steps() {
-        let before = model.counts;
-        let (found, said) = model.step(step, fate, killed);
-        let (admission, _) = machine.admit(now, killed);
-        match admission {
-            Admission::Skip(skip) => {
-                prop_assert_eq!(
-                    (
-                        skip.state,
-                        Said::Skipped {
-                            reason: skip.reason,
-                            next_probe: skip.next_probe
-                        }
-                    ),
-                    (found, said),
-                    "step {} ({:?}, killed: {})",
-                    step,
-                    fate,
-                    killed
-                );
-            }
-            Admission::Call(permit) => {
-                prop_assert!(
-                    !matches!(said, Said::Skipped { .. }),
-                    "step {} ({:?}, killed: {}): the model skips, the machine admits {:?}",
-                    step,
-                    fate,
-                    killed,
-                    permit
-                );
-                prop_assert_eq!(permit.state(), found, "state found at step {}", step);
-                prop_assert_eq!(
-                    permit.is_probe(),
-                    found == State::HalfOpen,
-                    "probe at step {}",
-                    step
-                );
-                // While the call is in flight: one more arrived and made than before.
-                let in_flight = ModelCounts {
-                    arrived: before.arrived + 1,
-                    made: before.made + 1,
-                    probes: before.probes + u64::from(found == State::HalfOpen),
-                    ..before
-                };
-                check_counts(&machine.counts(), &in_flight, 1, step)?;
-                match fate {
-                    Fate::Succeed => {
-                        machine.record(permit, Outcome::Success, None, now);
-                    }
-                    Fate::Fail => {
-                        machine.record(permit, Outcome::failure_with("refused"), None, now);
-                    }
-                    Fate::Drop => machine.release(permit, true),
-                    Fate::Abandon => machine.release(permit, false),
-                }
-            }
-        }
-        prop_assert_eq!(machine.state(), model.state, "state after step {}", step);
-        let snapshot = machine.snapshot(now, killed);
-        prop_assert_eq!(
-            snapshot.consecutive_failures,
-            model.fails,
-            "consecutive failures after step {}",
-            step
-        );
-        prop_assert_eq!(snapshot.step, step);
-        prop_assert_eq!(snapshot.probes_in_flight, 0, "after step {}", step);
-        check_counts(&machine.counts(), &model.counts, 0, step)?;
-    }
-    Ok(())
-}
-
 proptest! {
     // No regression files: this suite writes nothing outside tests/model.rs.
     #![proptest_config(ProptestConfig {
@@ -791,11 +700,6 @@ proptest! {
     #[test]
     fn layer_matches_reference_model_with_classified_replies_rejecting_skips(case in cases()) {
         run_layer(&case, Style::ClassifiedReplies, false)?;
-    }
-
-    #[test]
-    fn machine_matches_reference_model_and_keeps_counts_balanced(case in cases()) {
-        run_machine(&case)?;
     }
 }
 
@@ -840,33 +744,6 @@ fn model_trace(case: &Case) -> Vec<String> {
         })
         .collect();
     lines.push(calls_made_line(model.counts.made, case.fates.len()));
-    lines
-}
-
-/// The trace a bare machine gives.
-fn machine_trace(case: &Case) -> Vec<String> {
-    let config = Builder::new()
-        .failure_threshold(case.threshold)
-        .cooldown(Cooldown::Calls(case.cooldown))
-        .build_config()
-        .unwrap();
-    let now = Instant::now();
-    let mut machine = Machine::new(config, now);
-    let mut lines: Vec<String> = case
-        .steps()
-        .map(|(step, fate, killed)| match machine.admit(now, killed).0 {
-            Admission::Skip(skip) => format!("{step} {}:skipped", skip.state),
-            Admission::Call(permit) => {
-                let (outcome, word) = match fate {
-                    Fate::Succeed => (Outcome::Success, "model"),
-                    _ => (Outcome::failure(), "failed"),
-                };
-                machine.record(permit, outcome, None, now);
-                format!("{step} {}:{word}", permit.state())
-            }
-        })
-        .collect();
-    lines.push(calls_made_line(machine.counts().made, case.fates.len()));
     lines
 }
 
@@ -933,7 +810,6 @@ async fn lesson_trace_without_kill() {
     );
     let case = lesson_case(&[]);
     assert_eq!(model_trace(&case), want, "the reference model");
-    assert_eq!(machine_trace(&case), want, "the machine");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");
     assert_eq!(
@@ -978,7 +854,6 @@ async fn lesson_trace_with_kill_at_steps_9_and_10() {
     );
     let case = lesson_case(&[9, 10]);
     assert_eq!(model_trace(&case), want, "the reference model");
-    assert_eq!(machine_trace(&case), want, "the machine");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");
     assert_eq!(

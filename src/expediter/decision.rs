@@ -55,6 +55,81 @@ impl fmt::Display for Route {
     }
 }
 
+/// Why the expediter did not call a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The tool's breaker would skip the call (open, half-open with its probes taken,
+    /// killed, forced open).
+    Breaker(Reason),
+    /// A pre-call check said the tool is unavailable.
+    Unavailable,
+}
+
+impl SkipReason {
+    /// The breaker's reason (`open`, `half_open_full`, `killed`, `forced_open`), or
+    /// `unavailable`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SkipReason::Breaker(reason) => reason.as_str(),
+            SkipReason::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for SkipReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for SkipReason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        match &*text {
+            "unavailable" => Ok(SkipReason::Unavailable),
+            other => Reason::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(other))
+                .map(SkipReason::Breaker),
+        }
+    }
+}
+
+/// Why the expediter paused every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum PauseReason {
+    /// The cycle's shared failure budget is used up.
+    BudgetExhausted,
+    /// Several tools failed together; every call waits for recovery.
+    SystemicPause,
+}
+
+impl PauseReason {
+    /// `budget_exhausted` or `systemic_pause`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PauseReason::BudgetExhausted => "budget_exhausted",
+            PauseReason::SystemicPause => "systemic_pause",
+        }
+    }
+}
+
+impl fmt::Display for PauseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What to do about one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -67,15 +142,15 @@ pub enum Action {
     /// Do not call this tool; take the route instead.
     Skip {
         /// Why the tool is not called.
-        reason: Reason,
+        reason: SkipReason,
         /// Where to go instead.
         route: Route,
     },
     /// Stop calling tools and report: the failure budget is used up, or a systemic
     /// failure waits for recovery.
     Pause {
-        /// [`Reason::BudgetExhausted`] or [`Reason::SystemicPause`].
-        reason: Reason,
+        /// Why.
+        reason: PauseReason,
         /// What the user needs to know.
         detail: String,
     },

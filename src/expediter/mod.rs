@@ -75,7 +75,7 @@ use tower::{Service, ServiceExt};
 
 pub use self::capability::{Alternative, Degradation, ExpediterError, ToolSpec};
 pub use self::category::FailureCategory;
-pub use self::decision::{Action, Decision, Route};
+pub use self::decision::{Action, Decision, PauseReason, Route, SkipReason};
 pub use self::freshness::{Freshness, FreshnessTracker, Labeled};
 pub use self::precheck::{Availability, BoxFuture, PreCheck};
 pub use self::report::{
@@ -87,13 +87,13 @@ pub use self::scope::{SubTask, SubTaskPlan};
 use self::category::Categorizer;
 use crate::answer::Answer;
 use crate::builder::Builder;
-use crate::classify::Outcome;
 use crate::error::BoxError;
 use crate::event::Event;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Advice, Cooldown, Reason, State};
+use crate::outcome::Outcome;
 
 /// One tool: its spec, its breaker, and the layer that wraps its service.
 struct Tool {
@@ -664,7 +664,7 @@ pub enum Attempt<T> {
         /// The decision.
         decision: Decision,
         /// Why the tool was not called.
-        reason: Reason,
+        reason: SkipReason,
         /// Where to go instead.
         route: Route,
     },
@@ -672,8 +672,8 @@ pub enum Attempt<T> {
     Paused {
         /// The decision.
         decision: Decision,
-        /// [`Reason::BudgetExhausted`] or [`Reason::SystemicPause`].
-        reason: Reason,
+        /// Why.
+        reason: PauseReason,
         /// What the user needs to know.
         detail: String,
     },
@@ -980,7 +980,7 @@ impl Ledger {
     ) -> Action {
         if let Some(event) = self.active_systemic() {
             return Action::Pause {
-                reason: Reason::SystemicPause,
+                reason: PauseReason::SystemicPause,
                 detail: format!(
                     "{}; no calls and no probes until recovery is confirmed",
                     event.describe()
@@ -990,7 +990,7 @@ impl Ledger {
         let used = self.budget_used();
         if used >= inner.settings.budget {
             return Action::Pause {
-                reason: Reason::BudgetExhausted,
+                reason: PauseReason::BudgetExhausted,
                 detail: format!(
                     "failure budget exhausted ({used} / {})",
                     inner.settings.budget
@@ -1000,7 +1000,7 @@ impl Ledger {
         if availability == Availability::Unavailable {
             let route = self.route(inner, registry, tool, limit);
             return Action::Skip {
-                reason: Reason::Unavailable,
+                reason: SkipReason::Unavailable,
                 route,
             };
         }
@@ -1009,7 +1009,7 @@ impl Ledger {
             if self.step < from {
                 let route = self.route(inner, registry, tool, limit);
                 return Action::Skip {
-                    reason: Reason::Open,
+                    reason: SkipReason::Breaker(Reason::Open),
                     route,
                 };
             }
@@ -1023,7 +1023,7 @@ impl Ledger {
             Advice::Skip(skip) => {
                 let route = self.route(inner, registry, tool, limit);
                 Action::Skip {
-                    reason: skip.reason,
+                    reason: SkipReason::Breaker(skip.reason),
                     route,
                 }
             }

@@ -3,7 +3,8 @@
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use crate::machine::{NextProbe, Snapshot, State};
+use crate::machine::{NextProbe, State};
+use crate::snapshot::Snapshot;
 
 use super::capability::Degradation;
 use super::decision::Route;

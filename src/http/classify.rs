@@ -6,7 +6,8 @@ use ::http::header::RETRY_AFTER;
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::error_body::ErrorBodyBytes;
-use crate::classify::{Classify, Failure, Outcome};
+use crate::classify::Classify;
+use crate::outcome::{Failure, Outcome};
 
 /// The default bound on a `Retry-After` wait: 5 minutes.
 const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);

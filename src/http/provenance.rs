@@ -250,14 +250,11 @@ pub fn source_from_header(value: &HeaderValue) -> Option<Source> {
     }
 }
 
-const REASONS: [Reason; 7] = [
+const REASONS: [Reason; 4] = [
     Reason::Open,
     Reason::HalfOpenFull,
     Reason::Killed,
     Reason::ForcedOpen,
-    Reason::BudgetExhausted,
-    Reason::SystemicPause,
-    Reason::Unavailable,
 ];
 
 fn reason_from_str(text: &str) -> Option<Reason> {
@@ -275,18 +272,12 @@ fn header_str(source: Source) -> &'static str {
             Reason::HalfOpenFull => "fallback; reason=half_open_full",
             Reason::Killed => "fallback; reason=killed",
             Reason::ForcedOpen => "fallback; reason=forced_open",
-            Reason::BudgetExhausted => "fallback; reason=budget_exhausted",
-            Reason::SystemicPause => "fallback; reason=systemic_pause",
-            Reason::Unavailable => "fallback; reason=unavailable",
         },
         Source::Shadowed(reason) => match reason {
             Reason::Open => "shadowed; reason=open",
             Reason::HalfOpenFull => "shadowed; reason=half_open_full",
             Reason::Killed => "shadowed; reason=killed",
             Reason::ForcedOpen => "shadowed; reason=forced_open",
-            Reason::BudgetExhausted => "shadowed; reason=budget_exhausted",
-            Reason::SystemicPause => "shadowed; reason=systemic_pause",
-            Reason::Unavailable => "shadowed; reason=unavailable",
         },
     }
 }

@@ -84,8 +84,9 @@ use http_body::Frame;
 
 use super::error_body::{ErrorBodyBytes, ReadAhead, ResponseBody};
 use super::HttpClassifier;
-use crate::classify::{Classify, Outcome};
+use crate::classify::Classify;
 use crate::error::BoxError;
+use crate::outcome::Outcome;
 
 impl HttpClassifier {
     /// The outcome of a `reqwest::Response`: its status, its `Retry-After` header and

@@ -54,7 +54,8 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::HttpClassifier;
-use crate::classify::{Classify, Failure, Outcome};
+use crate::classify::Classify;
+use crate::outcome::{Failure, Outcome};
 use crate::settle::Settlement;
 
 /// Wraps the bodies of a service's responses in [`StreamBody`], so that

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 /// When the breaker trips from closed to open.
 ///
-/// The default is [`TripPolicy::ConsecutiveFailures`] with a threshold of 3: the seeds'
-/// rule, which tells a run of failures from an unlucky one.
+/// The default is [`TripPolicy::ConsecutiveFailures`] with a threshold of 3, which tells a
+/// run of failures from an unlucky one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TripPolicy {
     /// Open after this many failures in a row; any success resets the count.
@@ -186,9 +186,8 @@ pub enum ConfigError {
     ZeroCapacity,
 }
 
-/// The checked settings of one breaker: what the [`Machine`](super::Machine) needs.
-///
-/// Made by [`Builder`](crate::Builder); every value in it has been validated.
+/// The checked settings of one breaker, as [`Builder::build_config`](crate::Builder::build_config)
+/// returns them: every value in it has been validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub(crate) name: std::sync::Arc<str>,

@@ -1,125 +1,103 @@
-//! The state every clone of a breaker shares: the machine behind a lock, the kill
-//! switch, and the channels that report transitions.
+//! The state every clone of a breaker shares: the machine behind a lock, its door
+//! published for calls to read without the lock, the running totals, the kill switch,
+//! and the events.
+//!
+//! A call is decided by [`Door::admit`] on the published door, with atomics alone,
+//! unless the decision changes the state (a probe, a half-open past its dwell limit) or
+//! the door is being written: then the machine decides, under its lock, with the same
+//! function on its own door. Either way the decision is carried out by one function
+//! ([`Shared::carry_out`]) into one [`Decision`].
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::classify::Outcome;
-use crate::event::Event;
 use crate::kill::KillSwitch;
+use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
 use crate::machine::{
-    epoch_generation, Admission, Advice, Cause, Counted, Machine, Mode, Permit, Reason, Snapshot,
-    State, Transition,
+    Advice, Kind, Machine, Mode, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
-use crate::sync::{AtomicU64, Mutex, MutexGuard};
+use crate::outcome::Outcome;
+use crate::snapshot::Snapshot;
+use crate::sync::{Mutex, MutexGuard};
 
-mod brief;
-mod hold;
-mod stamp;
-mod word;
+mod events;
+mod permit;
+mod published;
+mod tally;
 
-pub(crate) use self::brief::{Brief, Quick};
-pub(crate) use self::hold::{Lease, Ticket};
-use self::word::{Gate, TimeGate, Word};
-
-/// An observer run on every event.
-pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+pub(crate) use self::events::Observer;
+use self::events::{Events, Queued};
+pub(crate) use self::permit::Permit;
+use self::permit::Ticket;
+use self::published::Published;
+use self::tally::{Ended, Tally};
 
 /// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// Laid out for the lock-free paths: the counters they write come first, next to the
-/// `Arc`'s reference counts (which every call writes anyway), so that a call under
-/// contention moves one cache line between cores, not several; what calls only read is
-/// kept apart from both.
+/// What was decided for one call.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Make the call.
+    Call(Permit),
+    /// Do not make it; the fallback answers.
+    Skip(Skip),
+}
+
+/// Keeps a value on cache lines of its own.
+#[repr(align(128))]
+struct Apart<T>(T);
+
+/// See the [module docs](self). The totals come first, next to the `Arc`'s reference
+/// counts, which every call writes anyway; the door, which every call reads, lies apart.
 #[repr(C)]
 pub(crate) struct Shared {
-    /// Counted by the lock-free paths since the machine last took them in.
-    pending: Pending,
-    _written: [u8; 128],
-    /// What a call may know without the lock. See [`Word`].
-    word: AtomicU64,
-    /// With [`Word::open`]: the machine's step at which the probe is due, tagged with
-    /// the epoch it belongs to (see [`Gate`]).
-    open_until: AtomicU64,
-    /// With [`Word::open`] or [`Word::half_open_full`]: the time before which calls are
-    /// skipped, in microseconds since `base`, tagged the same way (see [`TimeGate`]).
-    open_time: AtomicU64,
-    /// The machine's step as of the last change.
-    step: AtomicU64,
-    _read: [u8; 128],
-    /// What [`TimeGate`]s count from.
-    base: Instant,
-    /// `base` as a stamp (see `stamp`).
-    base_stamp: i64,
+    tally: Tally,
+    published: Apart<Published>,
     pub(crate) name: Arc<str>,
-    machine: Mutex<Machine>,
     pub(crate) kill: KillSwitch,
-    pub(crate) times_calls: bool,
-    /// Made on the first `subscribe`: a channel costs a few kilobytes, too much for
-    /// every breaker of a keyed registry.
-    events: OnceLock<broadcast::Sender<Transition>>,
-    observers: Box<[Observer]>,
+    /// A slow-call rule is set: calls are timed.
+    slow_calls: bool,
+    machine: Mutex<Machine>,
+    events: Events,
 }
 
-/// Counters the lock-free paths add to and the machine takes in.
-#[repr(C)]
-struct Pending {
-    closed_successes: AtomicU64,
-    killed: AtomicU64,
-    open_skips: AtomicU64,
-    half_open_skips: AtomicU64,
-    forced_skips: AtomicU64,
+/// An arriving call's clocks, read when its decision first needs them.
+struct Arrival<'a> {
+    tally: &'a Tally,
+    step: Option<u64>,
+    now: Option<Instant>,
 }
 
-impl Pending {
-    fn new() -> Self {
-        Pending {
-            closed_successes: AtomicU64::new(0),
-            killed: AtomicU64::new(0),
-            open_skips: AtomicU64::new(0),
-            half_open_skips: AtomicU64::new(0),
-            forced_skips: AtomicU64::new(0),
-        }
+impl Clock for Arrival<'_> {
+    fn step(&mut self) -> u64 {
+        *self.step.get_or_insert_with(|| self.tally.take_step())
     }
 
-    fn take(&self) -> Counted {
-        Counted {
-            closed_successes: self.closed_successes.swap(0, Ordering::AcqRel),
-            killed: self.killed.swap(0, Ordering::AcqRel),
-            open_skips: self.open_skips.swap(0, Ordering::AcqRel),
-            half_open_skips: self.half_open_skips.swap(0, Ordering::AcqRel),
-            forced_skips: self.forced_skips.swap(0, Ordering::AcqRel),
-        }
+    fn counted(&mut self) -> u64 {
+        self.step.unwrap_or_else(|| self.tally.steps())
+    }
+
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(now)
     }
 }
 
 impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
-        let lock_free = machine.lock_free();
-        let base = now();
+        let name = machine.config().name.clone();
         Shared {
-            pending: Pending::new(),
-            _written: [0; 128],
-            word: AtomicU64::new(Word::of(&machine, &lock_free).0),
-            open_until: AtomicU64::new(Gate::of(&machine, &lock_free).0),
-            open_time: AtomicU64::new(TimeGate::of(&machine, &lock_free, base).0),
-            step: AtomicU64::new(lock_free.step),
-            _read: [0; 128],
-            base,
-            base_stamp: stamp::of(base),
-            name: machine.config().name.clone(),
-            times_calls: machine.config().slow_call.is_some(),
-            machine: Mutex::new(machine),
+            tally: Tally::new(),
+            published: Apart(Published::new(&machine.door())),
+            slow_calls: machine.config().slow_call.is_some(),
+            events: Events::new(name.clone(), observers),
+            name,
             kill,
-            events: OnceLock::new(),
-            observers: observers.into_boxed_slice(),
+            machine: Mutex::new(machine),
         }
     }
 
@@ -132,322 +110,294 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    #[inline]
-    fn word(&self) -> Word {
-        Word(self.word.load(Ordering::Acquire))
-    }
-
-    /// Runs `f` on the machine, publishes what the lock-free paths may do now, then
-    /// reports the transition `f` returned, outside the lock.
-    fn with<R>(&self, f: impl FnOnce(&mut Machine) -> (R, Option<Transition>)) -> R {
-        let (result, transition) = self.locked(f);
-        if let Some(transition) = transition {
-            self.emit(transition);
-        }
-        result
-    }
-
-    /// Runs `f` on the machine, after it has taken in what the lock-free paths counted,
-    /// and publishes the result; the caller reports the transition.
+    /// Runs `f` on the machine and publishes its door; queues what `f` reports (an
+    /// outcome, then the transition it caused) and delivers it once the lock is
+    /// released.
     fn locked<R>(
         &self,
-        f: impl FnOnce(&mut Machine) -> (R, Option<Transition>),
-    ) -> (R, Option<Transition>) {
-        let mut machine = self.lock();
-        machine.absorb(self.pending.take());
-        let out = f(&mut machine);
-        let lock_free = machine.lock_free();
-        self.step.store(lock_free.step, Ordering::Release);
-        self.open_until
-            .store(Gate::of(&machine, &lock_free).0, Ordering::Release);
-        self.open_time.store(
-            TimeGate::of(&machine, &lock_free, self.base).0,
-            Ordering::Release,
-        );
-        self.word
-            .store(Word::of(&machine, &lock_free).0, Ordering::Release);
-        out
-    }
-
-    /// The decision in full, from the machine if the lock-free paths could not decide.
-    #[inline]
-    pub(crate) fn admission(&self, quick: Quick) -> Admission {
-        match quick {
-            Quick::Lease(epoch) => Admission::Call(Permit::fast(epoch_generation(epoch))),
-            Quick::Pass(permit) => Admission::Call(permit),
-            Quick::Skip(brief) => Admission::Skip(brief.skip()),
-            Quick::Locked(killed) => self.admit_locked(killed),
-        }
-    }
-
-    /// The closed state's lock-free path alone: the epoch to lease a call in, if a
-    /// call now is admitted without the lock (see [`Lease`]).
-    #[inline]
-    pub(crate) fn admit_fast(&self) -> Option<u64> {
-        let word = self.word();
-        (word.closed() && !self.kill.is_killed()).then(|| word.epoch())
-    }
-
-    /// Decides a call with atomics alone where the state allows (see [`Word`]), or says
-    /// the machine must. A skip is counted and reported to the observers.
-    #[inline(always)]
-    pub(crate) fn admit_quick(&self) -> Quick {
-        let word = self.word();
-        let killed = self.kill.is_killed();
-        let quick = self.admit_lock_free(word, killed);
-        if let (Quick::Skip(brief), false) = (quick, self.observers.is_empty()) {
-            self.notify_skipped(brief);
-        }
-        quick
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn notify_skipped(&self, brief: Brief) {
-        self.notify(&Event::Skipped {
-            name: &self.name,
-            skip: &brief.skip(),
-        });
-    }
-
-    #[inline(never)]
-    pub(crate) fn admit_locked(&self, killed: bool) -> Admission {
-        let now = now();
-        let admission = self.with(|m| m.admit(now, killed));
-        self.observe_skip(&admission);
-        admission
-    }
-
-    /// The common cases, with atomics alone: a killed call, a call in the closed state,
-    /// a pass-through call, a call skipped while forced open, open (see `admit_gated`)
-    /// or half-open with every probe slot taken.
-    #[inline(always)]
-    fn admit_lock_free(&self, word: Word, killed: bool) -> Quick {
-        if killed {
-            if !word.counts() {
-                return Quick::Locked(killed);
+        f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
+    ) -> R {
+        let (value, reported) = {
+            let mut machine = self.lock();
+            let (value, recorded, transition) = f(&mut machine, &self.tally);
+            self.published.0.store(&machine.door());
+            let reported = recorded.is_some() || transition.is_some();
+            if let Some(recorded) = recorded {
+                self.events.queue(recorded);
             }
-            self.pending.killed.fetch_add(1, Ordering::AcqRel);
-            return Quick::Skip(Brief::manual(Reason::Killed, word.state()));
-        }
-        if word.closed() {
-            // Counted when it ends (see `Counts`): `record_fast_success`, or by the
-            // machine.
-            return Quick::Lease(word.epoch());
-        }
-        if word.passthrough() {
-            let generation = epoch_generation(word.epoch());
-            return Quick::Pass(Permit::passthrough(generation, word.state()));
-        }
-        if word.forced_open() {
-            self.pending.forced_skips.fetch_add(1, Ordering::AcqRel);
-            return Quick::Skip(Brief::manual(Reason::ForcedOpen, State::ForcedOpen));
-        }
-        if word.open() || word.half_open_full() {
-            return self.admit_gated(word, killed);
-        }
-        Quick::Locked(killed)
-    }
-
-    /// Open, or half-open with every probe slot taken: the call is skipped, with atomics
-    /// (and a clock read if the gate has a time), unless the gate is reached, which the
-    /// machine decides.
-    #[inline(never)]
-    fn admit_gated(&self, word: Word, killed: bool) -> Quick {
-        // The gates must belong to the word read: they are published one after the
-        // other, and a gate from another state would skip a call that must be decided
-        // by the machine.
-        let Some(step_gate) = Gate(self.open_until.load(Ordering::Acquire)).step_for(word) else {
-            return Quick::Locked(killed);
-        };
-        let Some(time_gate) = TimeGate(self.open_time.load(Ordering::Acquire)).micros_for(word)
-        else {
-            return Quick::Locked(killed);
-        };
-        // Before the time gate, to the microsecond, rounded so as never to skip a call
-        // the machine would let through; the probe's time as a stamp (see `stamp`),
-        // reckoned from the base's. (No 128-bit division: `as_micros` costs more than
-        // the rest of the check.)
-        let before = |micros: u64| {
-            let since = now().saturating_duration_since(self.base);
-            let now = since
-                .as_secs()
-                .saturating_mul(1_000_000)
-                .saturating_add(u64::from(since.subsec_micros()));
-            (now < micros).then(|| {
-                let nanos = i64::try_from(micros.saturating_mul(1000)).unwrap_or(i64::MAX);
-                self.base_stamp.saturating_add(nanos)
-            })
-        };
-        if word.half_open_full() {
-            if time_gate.is_some_and(|micros| before(micros).is_none()) {
-                // The dwell limit passed: the machine re-opens.
-                return Quick::Locked(killed);
+            if let Some(transition) = transition {
+                self.events.queue(Queued::Transition(transition));
             }
-            self.pending.half_open_skips.fetch_add(1, Ordering::AcqRel);
-            return Quick::Skip(Brief::in_flight());
+            (value, reported)
+        };
+        if reported {
+            self.events.deliver();
         }
-        if step_gate == Gate::MANUAL {
-            self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
-            return Quick::Skip(Brief::manual(Reason::Open, State::Open));
-        }
-        // Calls to go, by this call's step; with no gate in calls (step 0), no need to
-        // read the counters other callers are writing.
-        let calls = (step_gate != 0)
-            .then(|| {
-                let step = self.step.load(Ordering::Acquire)
-                    + self.pending.killed.load(Ordering::Acquire)
-                    + self.pending.open_skips.load(Ordering::Acquire)
-                    + 1;
-                (step < step_gate).then(|| step_gate - step)
-            })
-            .flatten();
-        let at = time_gate.and_then(before);
-        if calls.is_none() && at.is_none() {
-            // The probe may be due: the machine decides.
-            return Quick::Locked(killed);
-        }
-        // Callers racing here may each count a skip at the last step before the probe:
-        // the probe then goes to the next caller, a call later.
-        self.pending.open_skips.fetch_add(1, Ordering::AcqRel);
-        if calls == Some(1) && at.is_none() && word.slots_taken() {
-            // The next call would reach the gate, but probes of an earlier half-open
-            // hold every slot.
-            return Quick::Skip(Brief::open_in_flight());
-        }
-        Quick::Skip(Brief::open(calls.unwrap_or(1), at))
+        value
     }
 
-    pub(crate) fn advise(&self) -> Advice {
-        let killed = self.kill.is_killed();
-        let word = self.word();
-        if !killed && (word.closed() || word.passthrough()) {
-            return Advice::Call;
-        }
+    /// [`locked`](Self::locked), for what reports a transition at most.
+    fn with<R>(&self, f: impl FnOnce(&mut Machine, Fixed) -> (R, Option<Transition>)) -> R {
         let now = now();
-        let advice = self.with(|m| m.advise(now, killed));
-        if let Advice::Skip(skip) = &advice {
-            self.observe_skip(&Admission::Skip(*skip));
-        }
-        advice
-    }
-
-    /// Whether a permit may be used as it is: no kill, and no change of state or mode
-    /// since it was given.
-    #[inline]
-    pub(crate) fn still_valid(&self, permit: &Permit) -> bool {
-        self.still_valid_epoch(permit.epoch())
-    }
-
-    #[inline]
-    pub(super) fn still_valid_epoch(&self, epoch: u64) -> bool {
-        !self.kill.is_killed() && self.word().epoch() == epoch
-    }
-
-    pub(crate) fn revalidate(&self, permit: Permit) -> Admission {
-        let killed = self.kill.is_killed();
-        let now = now();
-        let admission = self.with(|m| m.revalidate(permit, now, killed));
-        self.observe_skip(&admission);
-        admission
-    }
-
-    #[inline(always)]
-    pub(crate) fn record(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
-        if !permit.is_recorded() {
-            return;
-        }
-        if permit.is_fast()
-            && outcome == Outcome::Success
-            && self.record_fast_success(permit.epoch())
-        {
-            return;
-        }
-        self.record_locked(permit, outcome, elapsed);
-    }
-
-    /// Counts the success of a call admitted on the closed-state path in `epoch`, with
-    /// one atomic add, if that state still stands with no failure counted: the success
-    /// then changes nothing but the count. (A success racing a failure that is being
-    /// recorded counts as having come first.) Returns whether it did.
-    #[inline(always)]
-    fn record_fast_success(&self, epoch: u64) -> bool {
-        let word = self.word();
-        if !(word.closed() && word.epoch() == epoch) {
-            return false;
-        }
-        self.pending.closed_successes.fetch_add(1, Ordering::AcqRel);
-        if !self.observers.is_empty() {
-            self.notify_success();
-        }
-        true
-    }
-
-    #[inline(never)]
-    fn notify_success(&self) {
-        self.notify(&Event::Recorded {
-            name: &self.name,
-            outcome: &Outcome::Success,
-            probe: false,
-        });
-    }
-
-    #[inline(never)]
-    fn record_locked(&self, permit: Permit, outcome: Outcome, elapsed: Option<Duration>) {
-        let at = now();
-        if self.observers.is_empty() {
-            self.with(|m| ((), m.record(permit, outcome, elapsed, at)));
-            return;
-        }
-        let (counted, transition) = self.locked(|m| {
-            let outcome = m.apply_slow_call_rule(outcome, elapsed);
-            let counted = m.counts_towards_state(&permit).then(|| outcome.clone());
-            (counted, m.record(permit, outcome, None, at))
-        });
-        // The outcome first, then the change of state it caused.
-        if let Some(outcome) = counted {
-            self.notify(&Event::Recorded {
-                name: &self.name,
-                outcome: &outcome,
-                probe: permit.is_probe(),
-            });
-        }
-        if let Some(transition) = transition {
-            self.emit(transition);
-        }
-    }
-
-    pub(crate) fn release(&self, permit: Permit, called: bool) {
-        if !permit.is_recorded() {
-            return;
-        }
-        self.with(|m| (m.release(permit, called), None));
-    }
-
-    /// The machine's snapshot, with everything the lock-free paths counted taken in.
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        let killed = self.kill.is_killed();
-        let now = now();
-        self.with(|m| {
-            let transition = m.tick(now);
-            (m.snapshot(now, killed), transition)
+        self.locked(|machine, tally| {
+            let at = Fixed {
+                step: tally.steps(),
+                now,
+            };
+            let (value, transition) = f(machine, at);
+            (value, None, transition)
         })
     }
 
-    pub(crate) fn force_open(&self) {
-        self.with(|m| ((), m.force_open(now())));
+    /// Decides the next call. See the [module docs](self).
+    #[inline]
+    pub(crate) fn decide(self: &Arc<Self>) -> Decision {
+        let killed = self.kill.is_killed();
+        let mut clock = self.arrival();
+        if let Some(door) = self.published.0.load() {
+            let verdict = door.admit(killed, &mut clock);
+            if !verdict.needs_machine() {
+                return self.carry_out(&door, verdict);
+            }
+        }
+        self.decide_locked(killed, clock)
+    }
+
+    #[inline(never)]
+    fn decide_locked(self: &Arc<Self>, killed: bool, mut clock: Arrival<'_>) -> Decision {
+        let (door, verdict) = self.locked(|machine, _| {
+            let (verdict, transition) = machine.admit(killed, &mut clock);
+            ((machine.door(), verdict), None, transition)
+        });
+        self.carry_out(&door, verdict)
+    }
+
+    /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
+    #[inline]
+    fn carry_out(self: &Arc<Self>, door: &Door, verdict: Verdict) -> Decision {
+        let ticket = match verdict {
+            Verdict::Call => Ticket::new(door.epoch, Kind::Call, None),
+            Verdict::Probe => Ticket::new(door.epoch, Kind::Probe, None),
+            Verdict::Shadow(reason) => Ticket::new(door.epoch, Kind::Shadow, Some(reason)),
+            Verdict::Pass => Ticket::pass(door.epoch),
+            Verdict::Skip(skip) => return Decision::Skip(self.skipped(door, skip)),
+            Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
+        };
+        Decision::Call(Permit::new(self.clone(), ticket))
+    }
+
+    /// Counts a skip (not in disabled mode, which counts nothing) and reports it.
+    fn skipped(&self, door: &Door, skip: Skip) -> Skip {
+        if door.mode() != Mode::Disabled {
+            self.tally.skipped(skip.reason);
+        }
+        if self.events.observed() {
+            self.events.skipped(&skip);
+        }
+        skip
+    }
+
+    /// What a call now would get, without making it: with nothing counted
+    /// (`count: false`), or with a skip counted as a skipped call, and a step of a
+    /// cooldown in calls (`count: true`). A probe is not granted, and a call or a probe
+    /// counts nothing: the call, when it comes through the layer, is decided then.
+    pub(crate) fn advise(&self, count: bool) -> Advice {
+        let killed = self.kill.is_killed();
+        loop {
+            let door = self
+                .published
+                .0
+                .load()
+                .unwrap_or_else(|| self.lock().door());
+            let mut looking = Fixed {
+                step: self.tally.steps() + 1,
+                now: now(),
+            };
+            let verdict = match door.admit(killed, &mut looking) {
+                Verdict::Skip(_) if count => door.admit(killed, &mut self.arrival()),
+                verdict => verdict,
+            };
+            return match verdict {
+                Verdict::Expired => {
+                    // The machine re-opens it; then look again.
+                    self.with(|machine, at| ((), machine.tick(at)));
+                    continue;
+                }
+                Verdict::Skip(skip) if count => Advice::Skip(self.skipped(&door, skip)),
+                Verdict::Skip(skip) => Advice::Skip(skip),
+                Verdict::Probe => Advice::Probe,
+                Verdict::Call | Verdict::Pass | Verdict::Shadow(_) => Advice::Call,
+            };
+        }
+    }
+
+    fn arrival(&self) -> Arrival<'_> {
+        Arrival {
+            tally: &self.tally,
+            step: None,
+            now: None,
+        }
+    }
+
+    /// A call decided as made while the kill switch was on, then found not killed: it
+    /// stays decided as killed (its service was not made ready), counted as such.
+    pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {
+        let state = permit.state();
+        permit.withdraw();
+        let skip = Skip {
+            reason: Reason::Killed,
+            state,
+            next_probe: NextProbe::Manual,
+        };
+        let door = self
+            .published
+            .0
+            .load()
+            .unwrap_or_else(|| self.lock().door());
+        self.skipped(&door, skip)
+    }
+
+    /// Whether a call admitted with `ticket` may still be made: the kill switch is off
+    /// and the breaker is in the same epoch.
+    #[inline]
+    fn stands(&self, ticket: Ticket) -> bool {
+        !self.kill.is_killed()
+            && self
+                .published
+                .0
+                .load()
+                .is_some_and(|door| door.epoch == ticket.epoch())
+    }
+
+    /// Records a call's outcome: a success that changes nothing is counted with one
+    /// atomic add; anything else goes to the machine.
+    #[inline]
+    fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
+        let Some(kind) = ticket.kind() else {
+            return;
+        };
+        if kind == Kind::Call
+            && matches!(outcome, Outcome::Success)
+            && self
+                .published
+                .0
+                .load()
+                .is_some_and(|door| door.quiet_in(ticket.epoch()))
+        {
+            self.tally.quiet_success();
+            if self.events.observed() {
+                self.events.succeeded();
+            }
+            return;
+        }
+        self.record(ticket.epoch(), kind, outcome, elapsed);
+    }
+
+    #[inline(never)]
+    fn record(&self, epoch: Epoch, kind: Kind, outcome: Outcome, elapsed: Option<Duration>) {
+        let now = now();
+        let observed = self.events.observed();
+        self.locked(|machine, tally| {
+            let at = Fixed {
+                step: tally.steps(),
+                now,
+            };
+            let (recorded, transition) = machine.record(epoch, kind, outcome, elapsed, at);
+            let (ended, reported) = match recorded {
+                Recorded::Late => (Ended::Late, None),
+                Recorded::Counted {
+                    outcome,
+                    towards_state,
+                } => {
+                    let ended = match outcome {
+                        Outcome::Success => Ended::Success,
+                        Outcome::Failure(_) => Ended::Failure,
+                        Outcome::Ignored => Ended::Ignored,
+                    };
+                    let reported = (observed && towards_state).then_some(Queued::Recorded {
+                        outcome,
+                        probe: kind == Kind::Probe,
+                    });
+                    (ended, reported)
+                }
+            };
+            tally.ended(kind, ended);
+            ((), reported, transition)
+        });
+    }
+
+    /// A call ended without an outcome (its permit was dropped): cancelled if it was
+    /// made, abandoned if not. Only a probe needs the machine, for its slot.
+    fn release(&self, ticket: Ticket) {
+        let Some(kind) = ticket.kind() else {
+            return;
+        };
+        let ended = if ticket.called() {
+            Ended::Cancelled
+        } else {
+            Ended::Abandoned
+        };
+        if kind == Kind::Probe {
+            self.locked(|machine, _| {
+                machine.release(ticket.epoch(), kind);
+                ((), None, None)
+            });
+        }
+        self.tally.ended(kind, ended);
+    }
+
+    /// A call reserved but not made is decided again: it is handed back uncounted (its
+    /// new decision counts it).
+    fn withdraw(&self, ticket: Ticket) {
+        if ticket.kind() == Some(Kind::Probe) {
+            self.locked(|machine, _| {
+                machine.release(ticket.epoch(), Kind::Probe);
+                ((), None, None)
+            });
+        }
+    }
+
+    /// A view of the breaker now; taking it applies the half-open dwell limit.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let killed = self.kill.is_killed();
+        self.with(|machine, at| {
+            let transition = machine.tick(at);
+            let snapshot = Snapshot {
+                name: self.name.clone(),
+                state: machine.state(),
+                mode: machine.mode(),
+                killed,
+                consecutive_failures: machine.consecutive_failures(),
+                window: machine.window(at.now),
+                probes_in_flight: machine.probes_in_flight(),
+                last_failure: machine.last_failure().cloned(),
+                counts: self.tally.counts(),
+                next_probe: if killed {
+                    NextProbe::Manual
+                } else {
+                    machine.next_probe(at)
+                },
+                generation: machine.generation(),
+                taken_at: at.now,
+            };
+            (snapshot, transition)
+        })
+    }
+
+    pub(crate) fn force_open(&self, until: Option<Instant>) {
+        self.with(|machine, at| ((), machine.force_open(until, at)));
     }
 
     pub(crate) fn allow_probe(&self) -> bool {
-        self.with(|m| (m.allow_probe(), None))
+        self.with(|machine, _| (machine.allow_probe(), None))
     }
 
     pub(crate) fn reset(&self) {
-        self.with(|m| ((), m.reset(now())));
+        self.with(|machine, at| ((), machine.reset(at)));
     }
 
     pub(crate) fn set_mode(&self, mode: Mode) {
-        self.with(|m| (m.set_mode(mode), None));
+        self.with(|machine, _| (machine.set_mode(mode), None));
         tracing::info!(target: "tower_circuit_breaker", breaker = %self.name, mode = mode.as_str(), "mode changed");
     }
 
@@ -455,70 +405,19 @@ impl Shared {
         self.lock().mode()
     }
 
-    /// The state as last published for the lock-free paths, read without the lock: a
-    /// keyed registry checks it on every breaker it considers evicting.
+    /// The state as last published, read without the lock.
     pub(crate) fn published_state(&self) -> State {
-        self.word().state()
+        match self.published.0.load() {
+            Some(door) => door.state(),
+            None => self.lock().state(),
+        }
     }
 
     pub(crate) fn set_threshold_relief(&self, relief: u32) {
-        self.with(|m| (m.set_threshold_relief(relief), None));
+        self.with(|machine, _| (machine.set_threshold_relief(relief), None));
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.events
-            .get_or_init(|| broadcast::channel(64).0)
-            .subscribe()
-    }
-
-    /// Reports a transition: a tracing event, the observers, then the broadcast channel
-    /// (which never waits: a slow subscriber loses the oldest events). A panicking
-    /// observer is logged and does not reach the caller.
-    fn emit(&self, t: Transition) {
-        let opening = matches!(
-            t.cause,
-            Cause::Tripped
-                | Cause::ProbeFailed
-                | Cause::DwellExceeded
-                | Cause::PermanentFailure
-                | Cause::ForcedOpen
-        );
-        if opening {
-            tracing::warn!(
-                target: "tower_circuit_breaker",
-                breaker = %t.name, from = t.from.as_str(), to = t.to.as_str(), cause = ?t.cause,
-                consecutive_failures = t.consecutive_failures, mode = t.mode.as_str(),
-                "circuit {} for {}", t.to, t.name,
-            );
-        } else {
-            tracing::info!(
-                target: "tower_circuit_breaker",
-                breaker = %t.name, from = t.from.as_str(), to = t.to.as_str(), cause = ?t.cause,
-                mode = t.mode.as_str(),
-                "circuit {} for {}", t.to, t.name,
-            );
-        }
-        self.notify(&Event::Transition(&t));
-        if let Some(events) = self.events.get() {
-            let _ = events.send(t);
-        }
-    }
-
-    #[inline]
-    fn observe_skip(&self, admission: &Admission) {
-        if let (false, Admission::Skip(skip)) = (self.observers.is_empty(), admission) {
-            self.notify(&Event::Skipped {
-                name: &self.name,
-                skip,
-            });
-        }
-    }
-
-    fn notify(&self, event: &Event<'_>) {
-        for observer in self.observers.iter() {
-            if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
-                tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "an event observer panicked");
-            }
-        }
+        self.events.subscribe()
     }
 }

@@ -1,0 +1,237 @@
+//! What a breaker tells the world: its [`State`], why a call was skipped ([`Reason`],
+//! [`Skip`]), when it will probe ([`NextProbe`]), and its changes of state
+//! ([`Transition`], [`Cause`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Mode;
+
+/// The state of a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum State {
+    /// Healthy: calls go through and failures are counted.
+    Closed,
+    /// Broken: calls are not made; the fallback answers.
+    Open,
+    /// Maybe recovered: a limited number of probes go through, everyone else gets the
+    /// fallback.
+    HalfOpen,
+    /// Opened by a person through the handle: no probe until a reset, or until the time
+    /// the person gave.
+    ForcedOpen,
+}
+
+impl State {
+    /// `closed`, `open`, `half_open` or `forced_open`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            State::Closed => "closed",
+            State::Open => "open",
+            State::HalfOpen => "half_open",
+            State::ForcedOpen => "forced_open",
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a breaker did not make a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Reason {
+    /// The breaker is open and its cooldown has not passed.
+    Open,
+    /// The breaker is half-open and every probe slot is taken.
+    HalfOpenFull,
+    /// A person turned the kill switch on.
+    Killed,
+    /// A person forced the breaker open (until a reset, or for a time).
+    ForcedOpen,
+}
+
+impl Reason {
+    /// `open`, `half_open_full`, `killed` or `forced_open`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::Open => "open",
+            Reason::HalfOpenFull => "half_open_full",
+            Reason::Killed => "killed",
+            Reason::ForcedOpen => "forced_open",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When a breaker will next let a probe through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextProbe {
+    /// The breaker is closed: calls go through, no probe is needed.
+    NotNeeded,
+    /// Every probe slot is taken; their outcome decides.
+    InFlight,
+    /// The probe will be the `calls`-th call from now (1 is the next call), and not
+    /// before `at`.
+    After {
+        /// Counting the next call as 1.
+        calls: u64,
+        /// The earliest time, when the wait is in time (a cooldown in time, a wait the
+        /// service asked for, a person's hold).
+        at: Option<Instant>,
+    },
+    /// Nothing is scheduled: only a person ends this (forced open until a reset, a
+    /// permanent failure, the kill switch).
+    Manual,
+}
+
+impl NextProbe {
+    /// How long from `now` until a probe may go, when that is known in time: the wait
+    /// for a time gate (with a call gate too, the time is a lower bound), zero when the
+    /// next call is the probe, `None` when only calls, a probe under way or a person
+    /// decide.
+    pub fn retry_after(&self, now: Instant) -> Option<Duration> {
+        match *self {
+            NextProbe::After { at: Some(at), .. } => Some(at.saturating_duration_since(now)),
+            NextProbe::After { calls: 1, at: None } => Some(Duration::ZERO),
+            _ => None,
+        }
+    }
+
+    /// How many calls until the probe (1: the next call), when scheduled.
+    pub fn calls(&self) -> Option<u64> {
+        match *self {
+            NextProbe::After { calls, .. } => Some(calls),
+            _ => None,
+        }
+    }
+}
+
+/// A call that was not made, and what its caller is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skip {
+    /// Why.
+    pub reason: Reason,
+    /// The state the call found.
+    pub state: State,
+    /// When to come back.
+    pub next_probe: NextProbe,
+}
+
+/// What a call that decides for itself would get now (see
+/// [`CircuitBreakerHandle::advise`](crate::CircuitBreakerHandle::advise) and
+/// [`CircuitBreakerHandle::peek`](crate::CircuitBreakerHandle::peek)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// A call now would be made.
+    Call,
+    /// A call now would be the probe.
+    Probe,
+    /// A call now would be skipped.
+    Skip(Skip),
+}
+
+/// Why the state changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Cause {
+    /// The trip policy's threshold was reached in closed.
+    Tripped,
+    /// A failure marked permanent opened the breaker until reset.
+    PermanentFailure,
+    /// The wait passed and a call arrived: it is the probe.
+    CooldownElapsed,
+    /// Enough probes succeeded.
+    ProbeSucceeded,
+    /// A probe failed.
+    ProbeFailed,
+    /// Half-open lasted longer than the dwell limit (a probe hung or was never sent).
+    DwellExceeded,
+    /// A person forced the breaker open, until a reset or for a time.
+    ForcedOpen,
+    /// A person reset the breaker.
+    Reset,
+}
+
+impl Cause {
+    /// `tripped`, `permanent_failure`, `cooldown_elapsed`, `probe_succeeded`,
+    /// `probe_failed`, `dwell_exceeded`, `forced_open` or `reset`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Cause::Tripped => "tripped",
+            Cause::PermanentFailure => "permanent_failure",
+            Cause::CooldownElapsed => "cooldown_elapsed",
+            Cause::ProbeSucceeded => "probe_succeeded",
+            Cause::ProbeFailed => "probe_failed",
+            Cause::DwellExceeded => "dwell_exceeded",
+            Cause::ForcedOpen => "forced_open",
+            Cause::Reset => "reset",
+        }
+    }
+
+    /// Whether it opened the breaker.
+    pub fn opens(&self) -> bool {
+        matches!(
+            self,
+            Cause::Tripped
+                | Cause::PermanentFailure
+                | Cause::ProbeFailed
+                | Cause::DwellExceeded
+                | Cause::ForcedOpen
+        )
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One change of state, as tracing, subscribers and observers see it, in the order the
+/// breaker made them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The breaker's name.
+    pub name: Arc<str>,
+    /// The state before.
+    pub from: State,
+    /// The state after.
+    pub to: State,
+    /// Why.
+    pub cause: Cause,
+    /// When, on the breaker's clock.
+    pub at: Instant,
+    /// The new generation. It grows with every change of state or mode, so a listener
+    /// can tell which of two transitions came later.
+    pub generation: u64,
+    /// The mode at the time: in [`Mode::ObserveOnly`] the transition is what an enabled
+    /// breaker would have done.
+    pub mode: Mode,
+    /// The consecutive failures counted when it happened.
+    pub consecutive_failures: u32,
+    /// When the breaker will next let a probe through, as of the transition.
+    pub next_probe: NextProbe,
+}
+
+/// The last recorded failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRecord {
+    /// When it was recorded.
+    pub at: Instant,
+    /// What the classifier or the error said.
+    pub message: Arc<str>,
+}

@@ -1,0 +1,94 @@
+//! What one result means for a breaker: [`Outcome`], and the [`Failure`] details a
+//! failed result carries (its message, how long the service asked to wait, whether it is
+//! permanent).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// What one result means for the breaker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The service worked: closes a half-open breaker and resets the failure count.
+    Success,
+    /// The service failed: counts towards tripping, re-opens a half-open breaker.
+    Failure(Failure),
+    /// Says nothing about the service's health: not counted, and a probe slot it held
+    /// is given back.
+    Ignored,
+}
+
+impl Outcome {
+    /// A failure with no message of its own; when the result is an error, the error's
+    /// text becomes the message.
+    pub fn failure() -> Self {
+        Outcome::Failure(Failure::default())
+    }
+
+    /// A failure with this message.
+    pub fn failure_with(message: impl Into<Cow<'static, str>>) -> Self {
+        Outcome::Failure(Failure::new(message))
+    }
+
+    /// `true` for [`Outcome::Failure`].
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Outcome::Failure(_))
+    }
+}
+
+/// Details of a failure: a message for the health table, and what the failed response
+/// said about when to come back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failure {
+    message: Option<Cow<'static, str>>,
+    retry_after: Option<Duration>,
+    permanent: bool,
+}
+
+impl Failure {
+    /// A failure with this message.
+    pub fn new(message: impl Into<Cow<'static, str>>) -> Self {
+        Failure {
+            message: Some(message.into()),
+            ..Failure::default()
+        }
+    }
+
+    /// The service said how long to wait (an HTTP `Retry-After`, say). If this failure
+    /// opens the breaker, that opening waits this long (bounded by the breaker's
+    /// `max_retry_after`) instead of the configured time cooldown; with a cooldown in
+    /// calls, the probe waits for both.
+    pub fn retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// The failure will not pass by itself (an exhausted quota, a revoked key): it opens
+    /// the breaker at once, and only [`reset`](crate::CircuitBreakerHandle::reset)
+    /// closes it; no probe is sent.
+    pub fn permanent(mut self) -> Self {
+        self.permanent = true;
+        self
+    }
+
+    /// The message, if one was given.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
+    /// The wait the response asked for.
+    pub fn retry_after_hint(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Whether this failure keeps the breaker open until reset.
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+
+    pub(crate) fn with_default_message(mut self, message: impl FnOnce() -> String) -> Self {
+        if self.message.is_none() {
+            self.message = Some(message().into());
+        }
+        self
+    }
+}

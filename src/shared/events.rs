@@ -1,0 +1,178 @@
+//! Reporting a breaker's events: to `tracing`, to the observers, and to the transition
+//! channel, in the order the machine made them, and never under the machine's lock.
+//!
+//! What the machine does under its lock (a transition, an outcome it recorded) is
+//! queued there, in the machine's order, and delivered once the lock is released by
+//! whichever task is delivering: one at a time, so a listener sees transitions in the
+//! order they happened even when two tasks caused them. An observer that acts on the
+//! breaker (calls its handle, causes a transition) does not wait for itself: its own
+//! event is queued and delivered after it returns. What is decided without the lock (a
+//! skip, a quiet success) changes no state and is reported at once by the task that
+//! decided it.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::broadcast;
+
+use crate::event::Event;
+use crate::machine::{Skip, Transition};
+use crate::outcome::Outcome;
+use crate::sync::{AtomicBool, Mutex};
+
+/// An observer run on every event.
+pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+
+/// An event made under the machine's lock, waiting to be delivered.
+#[derive(Debug)]
+pub(super) enum Queued {
+    Transition(Transition),
+    Recorded { outcome: Outcome, probe: bool },
+}
+
+/// See the [module docs](self).
+pub(super) struct Events {
+    name: Arc<str>,
+    observers: Box<[Observer]>,
+    /// Made on the first `subscribe`: a channel costs a few kilobytes, too much for
+    /// every breaker of a keyed registry.
+    channel: OnceLock<broadcast::Sender<Transition>>,
+    queue: Mutex<VecDeque<Queued>>,
+    /// Set while a task delivers the queue.
+    delivering: AtomicBool,
+}
+
+impl Events {
+    pub(super) fn new(name: Arc<str>, observers: Vec<Observer>) -> Self {
+        Events {
+            name,
+            observers: observers.into_boxed_slice(),
+            channel: OnceLock::new(),
+            queue: Mutex::new(VecDeque::new()),
+            delivering: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether anyone is told of outcomes and skips.
+    #[inline]
+    pub(super) fn observed(&self) -> bool {
+        !self.observers.is_empty()
+    }
+
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.channel
+            .get_or_init(|| broadcast::channel(64).0)
+            .subscribe()
+    }
+
+    /// Queues an event; under the machine's lock, so the queue is in the machine's
+    /// order.
+    pub(super) fn queue(&self, event: Queued) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push_back(event);
+    }
+
+    /// Delivers what is queued, unless another task is delivering: that task delivers
+    /// it too. Called after the machine's lock is released.
+    pub(super) fn deliver(&self) {
+        loop {
+            if self
+                .delivering
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                return;
+            }
+            while let Some(event) = self.pop() {
+                self.report(event);
+            }
+            self.delivering.store(false, Ordering::Release);
+            // An event queued after the last pop and before the flag was cleared found
+            // the flag set and left it to this task.
+            if self.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<Queued> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop_front()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_empty()
+    }
+
+    fn report(&self, event: Queued) {
+        match event {
+            Queued::Recorded { outcome, probe } => self.notify(&Event::Recorded {
+                name: &self.name,
+                outcome: &outcome,
+                probe,
+            }),
+            Queued::Transition(transition) => {
+                log(&transition);
+                self.notify(&Event::Transition(&transition));
+                if let Some(channel) = self.channel.get() {
+                    // Never waits: a slow receiver loses the oldest and is told so.
+                    let _ = channel.send(transition);
+                }
+            }
+        }
+    }
+
+    /// Reports a skip decided now.
+    pub(super) fn skipped(&self, skip: &Skip) {
+        self.notify(&Event::Skipped {
+            name: &self.name,
+            skip,
+        });
+    }
+
+    /// Reports a quiet success counted now.
+    #[cold]
+    pub(super) fn succeeded(&self) {
+        self.notify(&Event::Recorded {
+            name: &self.name,
+            outcome: &Outcome::Success,
+            probe: false,
+        });
+    }
+
+    /// Runs every observer; a panicking one is logged and does not reach the caller.
+    fn notify(&self, event: &Event<'_>) {
+        for observer in self.observers.iter() {
+            if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
+                tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "an event observer panicked");
+            }
+        }
+    }
+}
+
+fn log(t: &Transition) {
+    if t.cause.opens() {
+        tracing::warn!(
+            target: "tower_circuit_breaker",
+            breaker = %t.name, from = t.from.as_str(), to = t.to.as_str(), cause = t.cause.as_str(),
+            consecutive_failures = t.consecutive_failures, mode = t.mode.as_str(),
+            "circuit {} for {}", t.to, t.name,
+        );
+    } else {
+        tracing::info!(
+            target: "tower_circuit_breaker",
+            breaker = %t.name, from = t.from.as_str(), to = t.to.as_str(), cause = t.cause.as_str(),
+            mode = t.mode.as_str(),
+            "circuit {} for {}", t.to, t.name,
+        );
+    }
+}

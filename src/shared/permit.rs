@@ -1,0 +1,192 @@
+//! [`Permit`]: the right to make one call, from `poll_ready` to the end of its future.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Shared;
+use crate::answer::Source;
+use crate::machine::door::Epoch;
+use crate::machine::{Kind, Reason, State};
+use crate::outcome::Outcome;
+
+/// What a permit is, in one word: `epoch << 8 | called << 4 | reason << 2 | kind`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket(u64);
+
+impl Ticket {
+    const PASS: u64 = 3;
+    const CALLED: u64 = 1 << 4;
+
+    /// A call the machine records as `kind`; `shadowed` for an observe-only shadow call.
+    pub(super) fn new(epoch: Epoch, kind: Kind, shadowed: Option<Reason>) -> Ticket {
+        let kind = match kind {
+            Kind::Call => 0,
+            Kind::Probe => 1,
+            Kind::Shadow => 2,
+        };
+        let reason = match shadowed {
+            None | Some(Reason::Open) => 0,
+            Some(Reason::HalfOpenFull) => 1,
+            Some(Reason::ForcedOpen) => 2,
+            Some(Reason::Killed) => 3,
+        };
+        Ticket(epoch.bits() << 8 | reason << 2 | kind)
+    }
+
+    /// A disabled-mode call: nothing is recorded.
+    pub(super) fn pass(epoch: Epoch) -> Ticket {
+        Ticket(epoch.bits() << 8 | Self::PASS)
+    }
+
+    pub(super) fn epoch(self) -> Epoch {
+        Epoch::from_bits(self.0 >> 8)
+    }
+
+    /// What the machine records the call as; `None` for a disabled-mode call.
+    pub(super) fn kind(self) -> Option<Kind> {
+        match self.0 & 3 {
+            0 => Some(Kind::Call),
+            1 => Some(Kind::Probe),
+            2 => Some(Kind::Shadow),
+            _ => None,
+        }
+    }
+
+    fn reason(self) -> Reason {
+        match self.0 >> 2 & 3 {
+            0 => Reason::Open,
+            1 => Reason::HalfOpenFull,
+            2 => Reason::ForcedOpen,
+            _ => Reason::Killed,
+        }
+    }
+
+    pub(super) fn called(self) -> bool {
+        self.0 & Self::CALLED != 0
+    }
+
+    /// Where the call's answer comes from.
+    fn source(self) -> Source {
+        match self.kind() {
+            Some(Kind::Probe) => Source::Probe,
+            Some(Kind::Shadow) => Source::Shadowed(self.reason()),
+            Some(Kind::Call) | None => Source::Service,
+        }
+    }
+
+    /// The state the call found.
+    fn state(self) -> State {
+        match self.kind() {
+            Some(Kind::Call) => State::Closed,
+            Some(Kind::Probe) => State::HalfOpen,
+            Some(Kind::Shadow) => match self.reason() {
+                Reason::Open | Reason::Killed => State::Open,
+                Reason::HalfOpenFull => State::HalfOpen,
+                Reason::ForcedOpen => State::ForcedOpen,
+            },
+            // Disabled: the state is not consulted; it is reported as closed.
+            None => State::Closed,
+        }
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("epoch", &self.epoch())
+            .field("kind", &self.kind())
+            .field("called", &self.called())
+            .finish()
+    }
+}
+
+/// The right to make one call, held by a reserved service and then by the call's
+/// future. Dropped before its outcome is given, it hands the call back: abandoned if the
+/// wrapped service was not called, cancelled if it was; a probe's slot is freed.
+pub(crate) struct Permit {
+    /// `None` once settled.
+    shared: Option<Arc<Shared>>,
+    ticket: Ticket,
+}
+
+impl Permit {
+    #[inline]
+    pub(super) fn new(shared: Arc<Shared>, ticket: Ticket) -> Self {
+        Permit {
+            shared: Some(shared),
+            ticket,
+        }
+    }
+
+    /// Whether the call may still be made as admitted: the kill switch is off and the
+    /// breaker has not moved on (no change of state or mode).
+    #[inline]
+    pub(crate) fn stands(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.stands(self.ticket))
+    }
+
+    /// The wrapped service is about to be called.
+    #[inline]
+    pub(crate) fn mark_called(&mut self) {
+        self.ticket.0 |= Ticket::CALLED;
+    }
+
+    /// Whether the call must be timed, for the slow-call rule.
+    pub(crate) fn times_calls(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.slow_calls && self.ticket.kind().is_some())
+    }
+
+    pub(crate) fn source(&self) -> Source {
+        self.ticket.source()
+    }
+
+    pub(crate) fn state(&self) -> State {
+        self.ticket.state()
+    }
+
+    /// Gives the call's outcome; `elapsed` is how long it took, if it was timed.
+    #[inline]
+    pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
+        if let Some(shared) = self.shared.take() {
+            shared.settle(self.ticket, outcome, elapsed);
+        }
+    }
+
+    /// Hands the call back without counting it: it is being decided again.
+    pub(crate) fn withdraw(mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.withdraw(self.ticket);
+        }
+    }
+}
+
+impl Drop for Permit {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            released(shared, self.ticket);
+        }
+    }
+}
+
+/// Out of line, so that dropping a settled permit (which every call does) stays a test
+/// and a jump.
+#[cold]
+#[inline(never)]
+fn released(shared: Arc<Shared>, ticket: Ticket) {
+    shared.release(ticket);
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("breaker", &self.shared.as_ref().map(|shared| &shared.name))
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}

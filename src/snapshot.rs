@@ -1,0 +1,95 @@
+//! A view of one breaker taken without making a call: [`Snapshot`] and its running
+//! totals, [`Counts`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::machine::{FailureRecord, Mode, NextProbe, State};
+
+/// Running totals. A call is counted once it is over: a skip when it is decided, a
+/// call made when it ends, a reservation never used when it is dropped; a call still in
+/// flight is in none of them yet. So, at every instant,
+/// `arrived == made + skipped() + abandoned` and
+/// `made == successes + failures + ignored + cancelled + late`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Calls that reached the breaker and are over.
+    pub arrived: u64,
+    /// Calls passed to the wrapped service that ended, probes and observe-only shadow
+    /// calls included.
+    pub made: u64,
+    /// Of those, probes.
+    pub probes: u64,
+    /// Skipped because the breaker was open.
+    pub skipped_open: u64,
+    /// Skipped because every half-open probe slot was taken.
+    pub skipped_half_open_full: u64,
+    /// Skipped by the kill switch.
+    pub skipped_killed: u64,
+    /// Skipped because the breaker was forced open.
+    pub skipped_forced_open: u64,
+    /// Admitted (readiness reserved) but never called: the service was dropped first.
+    pub abandoned: u64,
+    /// Outcomes recorded as successes.
+    pub successes: u64,
+    /// Outcomes recorded as failures (slow calls included).
+    pub failures: u64,
+    /// Outcomes the classifier ignored.
+    pub ignored: u64,
+    /// Calls whose future was dropped before it finished.
+    pub cancelled: u64,
+    /// Results that arrived after the breaker had moved on (another state or mode),
+    /// and were not counted towards its state.
+    pub late: u64,
+    /// In observe-only mode: calls an enabled breaker would have skipped.
+    pub would_have_skipped: u64,
+}
+
+impl Counts {
+    /// All skipped calls, whatever the reason.
+    pub fn skipped(&self) -> u64 {
+        self.skipped_open
+            + self.skipped_half_open_full
+            + self.skipped_killed
+            + self.skipped_forced_open
+    }
+}
+
+/// A point-in-time view of a breaker, taken without making a call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The breaker's name.
+    pub name: Arc<str>,
+    /// The state.
+    pub state: State,
+    /// The mode.
+    pub mode: Mode,
+    /// Whether the kill switch is on.
+    pub killed: bool,
+    /// Failures in a row since the last success.
+    pub consecutive_failures: u32,
+    /// `(failures, calls)` in the failure-rate window; `(0, 0)` for the
+    /// consecutive-failures policy.
+    pub window: (u32, u32),
+    /// Probes of the current half-open under way.
+    pub probes_in_flight: u32,
+    /// The last failure.
+    pub last_failure: Option<FailureRecord>,
+    /// Running totals.
+    pub counts: Counts,
+    /// When the next probe may go: exactly what a call skipped now would be told.
+    pub next_probe: NextProbe,
+    /// The generation: it grows with every change of state or mode.
+    pub generation: u64,
+    /// When the snapshot was taken.
+    pub taken_at: Instant,
+}
+
+impl Snapshot {
+    /// How long until the next probe may go, when that is known in time.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.next_probe.retry_after(self.taken_at)
+    }
+}
