@@ -77,49 +77,72 @@ impl std::fmt::Display for Source {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer<T> {
     value: T,
-    source: Source,
-    state: State,
-    next_probe: NextProbe,
+    provenance: Provenance,
+}
+
+/// Where an answer came from: the call made, or the skip the fallback answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Provenance {
+    Called { source: Source, state: State },
+    Skipped(Skip),
 }
 
 impl<T> Answer<T> {
-    pub(crate) fn new(value: T, source: Source, state: State, next_probe: NextProbe) -> Self {
+    /// The wrapped service's answer to a call made as `source`, in `state`.
+    #[inline]
+    pub(crate) fn called(value: T, source: Source, state: State) -> Self {
         Answer {
             value,
-            source,
-            state,
-            next_probe,
+            provenance: Provenance::Called { source, state },
         }
     }
 
     /// The fallback's answer to a call the breaker skipped.
+    #[inline]
     pub(crate) fn skipped(value: T, skip: Skip) -> Self {
-        Answer::new(
+        Answer {
             value,
-            Source::Fallback(skip.reason),
-            skip.state,
-            skip.next_probe,
-        )
+            provenance: Provenance::Skipped(skip),
+        }
     }
 
     /// Where it came from.
     pub fn source(&self) -> Source {
-        self.source
+        match self.provenance {
+            Provenance::Called { source, .. } => source,
+            Provenance::Skipped(skip) => Source::Fallback(skip.reason()),
+        }
     }
 
     /// Whether the fallback produced it.
     pub fn is_fallback(&self) -> bool {
-        self.source.is_fallback()
+        matches!(self.provenance, Provenance::Skipped(_))
     }
 
     /// The breaker's state when the call arrived (after any open to half-open change).
     pub fn state(&self) -> State {
-        self.state
+        match self.provenance {
+            Provenance::Called { state, .. } => state,
+            Provenance::Skipped(skip) => skip.state(),
+        }
     }
 
-    /// For a fallback answer, when the breaker will next let a probe through.
+    /// For a fallback answer, when the breaker will next let a probe through;
+    /// [`NextProbe::NotNeeded`] for an answer of the wrapped service.
     pub fn next_probe(&self) -> NextProbe {
-        self.next_probe
+        match self.provenance {
+            Provenance::Called { .. } => NextProbe::NotNeeded,
+            Provenance::Skipped(skip) => skip.next_probe(),
+        }
+    }
+
+    /// For a fallback answer, the skip it answered: why, the state found, and when the
+    /// next probe may go.
+    pub fn skip(&self) -> Option<Skip> {
+        match self.provenance {
+            Provenance::Called { .. } => None,
+            Provenance::Skipped(skip) => Some(skip),
+        }
     }
 
     /// The response.
@@ -139,16 +162,15 @@ impl<T> Answer<T> {
 
     /// The response and its source.
     pub fn into_parts(self) -> (T, Source) {
-        (self.value, self.source)
+        let source = self.source();
+        (self.value, source)
     }
 
     /// Changes the response, keeping the provenance.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
         Answer {
             value: f(self.value),
-            source: self.source,
-            state: self.state,
-            next_probe: self.next_probe,
+            provenance: self.provenance,
         }
     }
 }

@@ -90,44 +90,44 @@ impl Rejected {
 
     /// Why the call was not made.
     pub fn reason(&self) -> Reason {
-        self.skip.reason
+        self.skip.reason()
     }
 
     /// The breaker's state when the call arrived.
     pub fn state(&self) -> State {
-        self.skip.state
+        self.skip.state()
     }
 
     /// When the next probe may go.
     pub fn next_probe(&self) -> NextProbe {
-        self.skip.next_probe
+        self.skip.next_probe()
     }
 
     /// How long from `now` until a probe may go, when the wait is known in time.
     pub fn retry_after_from(&self, now: Instant) -> Option<Duration> {
-        self.skip.next_probe.retry_after(now)
+        self.skip.next_probe().retry_after(now)
     }
 
     /// How many calls until the probe (1: the next call), when the cooldown counts calls.
     pub fn calls_until_probe(&self) -> Option<u64> {
-        self.skip.next_probe.calls()
+        self.skip.next_probe().calls()
     }
 }
 
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "circuit breaker `{}` skipped the call: ", self.name())?;
-        match self.skip.reason {
+        match self.skip.reason() {
             Reason::Killed => return f.write_str("the kill switch is on"),
             Reason::HalfOpenFull => return f.write_str("a probe is under way"),
             // Until a reset: nothing more to say.
-            Reason::ForcedOpen if self.skip.next_probe == NextProbe::Manual => {
+            Reason::ForcedOpen if self.skip.next_probe() == NextProbe::Manual => {
                 return f.write_str("it was forced open")
             }
             Reason::ForcedOpen => f.write_str("it was forced open")?,
             Reason::Open => f.write_str("it is open")?,
         }
-        match self.skip.next_probe {
+        match self.skip.next_probe() {
             NextProbe::After { calls, at } => {
                 write!(
                     f,

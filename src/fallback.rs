@@ -98,7 +98,7 @@ pub struct WithSkip;
 /// layer.handle().force_open();
 /// let layer = layer.with_fallback_context(service_fn(|skipped: Skipped<String>| async move {
 ///     let Skipped { request, skip, breaker, .. } = skipped;
-///     Ok::<_, Infallible>(format!("{breaker} is unavailable ({}); not asked: {request}", skip.reason))
+///     Ok::<_, Infallible>(format!("{breaker} is unavailable ({}); not asked: {request}", skip.reason()))
 /// }));
 /// let mut svc = layer.layer(service_fn(|q: String| async move { Ok::<_, Infallible>(q) }));
 /// let answer = svc.ready().await?.call("2+2".to_string()).await?;

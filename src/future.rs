@@ -5,14 +5,15 @@ use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
 use crate::answer::Answer;
 use crate::classify::Classify;
 use crate::error::BoxError;
-use crate::machine::{NextProbe, Skip};
+use crate::machine::time::Nanos;
+use crate::machine::Skip;
 use crate::outcome::Outcome;
 use crate::settle::Settlement;
 use crate::shared::{now, Permit};
@@ -42,8 +43,9 @@ pin_project! {
             // `None` once the outcome is given.
             permit: Option<Permit>,
             classifier: C,
-            // When the call started, if it is timed for the slow-call rule.
-            started: Option<Instant>,
+            // When the call started, if it is timed for the slow-call rule (one word: the
+            // future of most calls is not timed, and a smaller future is a faster one).
+            started: Started,
         },
         // The call was not made: the fallback answers.
         Answered {
@@ -57,7 +59,7 @@ pin_project! {
 impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     /// Calls the wrapped service under `permit`. A panic in its `call` is recorded as a
     /// failure and passed on to the caller.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn call<S, Request>(
         inner: &mut S,
         request: Request,
@@ -68,7 +70,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
         S: tower::Service<Request, Future = SF>,
     {
         permit.mark_called();
-        let started = permit.times_calls().then(now);
+        let started = Started::at(permit.times_calls());
         match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
             Ok(future) => ResponseFuture {
                 kind: Kind::Called {
@@ -94,10 +96,50 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     }
 }
 
+/// When a timed call started, in one word; [`Started::UNTIMED`] for a call not timed.
+#[derive(Debug, Clone, Copy)]
+struct Started(i64);
+
+impl Started {
+    const UNTIMED: i64 = i64::MIN;
+
+    /// Now, if `timed`. The clock is read out of line: inlined, reading it would cost
+    /// every call (untimed ones too) the registers it needs.
+    #[inline(always)]
+    fn at(timed: bool) -> Started {
+        if timed {
+            Started::now()
+        } else {
+            Started(Self::UNTIMED)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn now() -> Started {
+        Started(Nanos::of(now()).0)
+    }
+
+    /// How long since the call started, if it was timed.
+    #[inline(always)]
+    fn elapsed(self) -> Option<Duration> {
+        if self.0 == Self::UNTIMED {
+            return None;
+        }
+        self.since()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn since(self) -> Option<Duration> {
+        Some(now().saturating_duration_since(Nanos(self.0).instant()))
+    }
+}
+
 /// Classifies a call's result and records its outcome, or hands the right to record it
 /// to the classifier ([`Classify::defer`]) with a successful answer. A panicking
 /// classifier counts as a failure and the panic goes on.
-#[inline]
+#[inline(always)]
 fn conclude<T, E, C>(
     result: Result<T, E>,
     classifier: &C,
@@ -146,7 +188,7 @@ where
 {
     type Output = Result<Answer<T>, BoxError>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Called {
@@ -166,11 +208,9 @@ where
                 };
                 let permit = permit.take().expect("polled after completion");
                 let (source, state) = (permit.source(), permit.state());
-                let elapsed = started.map(|at| now().saturating_duration_since(at));
+                let elapsed = started.elapsed();
                 let result = conclude(result, classifier, permit, elapsed);
-                Poll::Ready(
-                    result.map(|value| Answer::new(value, source, state, NextProbe::NotNeeded)),
-                )
+                Poll::Ready(result.map(|value| Answer::called(value, source, state)))
             }
             KindProj::Answered { future, skip } => {
                 let value = ready!(future.poll(cx))?;

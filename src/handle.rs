@@ -72,7 +72,7 @@ impl CircuitBreakerHandle {
     /// let handle = layer.handle();
     /// assert_eq!(handle.peek(), Advice::Call);
     /// handle.force_open();
-    /// assert!(matches!(handle.peek(), Advice::Skip(skip) if skip.reason == Reason::ForcedOpen));
+    /// assert!(matches!(handle.peek(), Advice::Skip(skip) if skip.reason() == Reason::ForcedOpen));
     /// assert_eq!(handle.snapshot().counts.skipped(), 0);
     /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
     /// ```

@@ -151,7 +151,7 @@ impl Handles {
                     .increment(1);
             }
             Event::Skipped { skip, .. } => {
-                let (index, label) = reason_label(skip.reason);
+                let (index, label) = reason_label(skip.reason());
                 self.rejections[index]
                     .get_or_init(
                         || counter!(REJECTIONS, "breaker" => self.label(), "reason" => label),
@@ -180,7 +180,7 @@ fn record_uncached(event: &Event<'_>) {
         }
         Event::Skipped { name, skip } => {
             let breaker = name.to_string();
-            counter!(REJECTIONS, "breaker" => breaker, "reason" => reason_label(skip.reason).1)
+            counter!(REJECTIONS, "breaker" => breaker, "reason" => reason_label(skip.reason()).1)
                 .increment(1);
         }
         Event::Transition(transition) => {

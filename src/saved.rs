@@ -762,10 +762,10 @@ impl Unavailable {
     pub fn from_skip(skip: &Skip, breaker: &Arc<str>, now: std::time::Instant) -> Self {
         Unavailable {
             name: breaker.clone(),
-            reason: skip.reason,
-            state: skip.state,
-            next_probe: skip.next_probe,
-            retry_after: skip.next_probe.retry_after(now),
+            reason: skip.reason(),
+            state: skip.state(),
+            next_probe: skip.next_probe(),
+            retry_after: skip.next_probe().retry_after(now),
         }
     }
 

@@ -11,8 +11,9 @@ use crate::error::BoxError;
 use crate::fallback::{FallbackService, NoFallback};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
+use crate::machine::Skip;
 use crate::outcome::Outcome;
-use crate::shared::{Decision, Shared};
+use crate::shared::{Decision, Permit, Shared};
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -40,8 +41,11 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     fallback: F,
     classifier: C,
     shared: Arc<Shared>,
-    /// What `poll_ready` decided for the next call.
-    decision: Option<Decision>,
+    /// What `poll_ready` decided for the next call: a call (its permit) or a skip, in
+    /// one of these two (each two words, which move in registers: a three-word decision
+    /// written here and read back at once costs a stall on every call).
+    permit: Option<Permit>,
+    skip: Option<Skip>,
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
@@ -51,7 +55,8 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             fallback,
             classifier,
             shared,
-            decision: None,
+            permit: None,
+            skip: None,
         }
     }
 
@@ -75,25 +80,43 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         self.inner
     }
 
-    /// The decision for the next call: the one held, if it still stands, else a new one.
-    #[inline]
-    fn decision(&mut self) -> &mut Decision {
-        if let Some(Decision::Call(permit)) = &self.decision {
-            if !permit.stands() {
-                // Waiting for the wrapped service while the kill switch was flipped or
-                // the breaker moved on: decide again rather than keep waiting on it.
-                if let Some(Decision::Call(permit)) = self.decision.take() {
-                    permit.withdraw();
-                }
-            }
+    /// Decides the next call, unless a decision is held that still stands: a skip
+    /// stands as decided; a call is decided again if the kill switch was flipped or the
+    /// breaker moved on while it waited for the wrapped service.
+    #[inline(always)]
+    fn decide(&mut self) {
+        match &self.permit {
+            Some(permit) if permit.stands() => return,
+            Some(_) => return self.decide_again(),
+            None if self.skip.is_some() => return,
+            None => {}
         }
-        self.decision.get_or_insert_with(|| self.shared.decide())
+        self.hold(self.shared.decide());
+    }
+
+    #[inline(always)]
+    fn hold(&mut self, decision: Decision) {
+        match decision {
+            Decision::Call(permit) => self.permit = Some(permit),
+            Decision::Skip(skip) => self.skip = Some(skip),
+        }
+    }
+
+    /// The call held no longer stands: decided again, out of line (see
+    /// [`call_decided_again`](Self::call_decided_again)).
+    #[cold]
+    #[inline(never)]
+    fn decide_again(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            permit.withdraw();
+        }
+        self.hold(self.shared.decide());
     }
 
     /// Records a failure for the call decided: the wrapped service failed or panicked
     /// in `poll_ready`.
     fn fail_decided(&mut self, message: String) {
-        if let Some(Decision::Call(mut permit)) = self.decision.take() {
+        if let Some(mut permit) = self.permit.take() {
             permit.mark_called();
             permit.settle(Outcome::failure_with(message), None);
         }
@@ -111,9 +134,10 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
-    #[inline]
+    #[inline(always)]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if let Decision::Skip(_) = self.decision() {
+        self.decide();
+        if self.skip.is_some() {
             return self.fallback.poll_ready(cx);
         }
         let inner = &mut self.inner;
@@ -132,34 +156,45 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
-        let decision = self
-            .decision
-            .take()
-            .expect("poll_ready must be called first");
-        match decision {
-            Decision::Call(permit) if permit.stands() => {
+        if let Some(skip) = self.skip.take() {
+            let future = self.fallback.call(request, skip, &self.shared.name);
+            return ResponseFuture::answered(future, skip);
+        }
+        let permit = self.permit.take().expect("poll_ready must be called first");
+        if permit.stands() {
+            let classifier = self.classifier.clone();
+            return ResponseFuture::call(&mut self.inner, request, permit, classifier);
+        }
+        self.call_decided_again(request, permit)
+    }
+}
+
+impl<S, F, C> CircuitBreaker<S, F, C> {
+    /// The kill switch was flipped or the breaker moved on since `poll_ready`: the call
+    /// is decided again. The wrapped service was polled ready, the fallback not. Out of
+    /// line, as it is rare: inlined, it would cost every call the registers it needs.
+    #[cold]
+    #[inline(never)]
+    fn call_decided_again<Request>(
+        &mut self,
+        request: Request,
+        permit: Permit,
+    ) -> ResponseFuture<S::Future, F::Future, C>
+    where
+        S: Service<Request>,
+        F: FallbackService<Request, S::Response>,
+        C: Clone,
+    {
+        permit.withdraw();
+        match self.shared.decide() {
+            Decision::Call(permit) => {
                 let classifier = self.classifier.clone();
                 ResponseFuture::call(&mut self.inner, request, permit, classifier)
             }
-            Decision::Call(permit) => {
-                // The kill switch was flipped or the breaker moved on since `poll_ready`:
-                // decide again. The wrapped service was polled ready, the fallback not.
-                permit.withdraw();
-                match self.shared.decide() {
-                    Decision::Call(permit) => {
-                        let classifier = self.classifier.clone();
-                        ResponseFuture::call(&mut self.inner, request, permit, classifier)
-                    }
-                    Decision::Skip(skip) => {
-                        let future = self.fallback.call_unready(request, skip, &self.shared.name);
-                        ResponseFuture::answered(future, skip)
-                    }
-                }
-            }
             Decision::Skip(skip) => {
-                let future = self.fallback.call(request, skip, &self.shared.name);
+                let future = self.fallback.call_unready(request, skip, &self.shared.name);
                 ResponseFuture::answered(future, skip)
             }
         }
@@ -184,7 +219,8 @@ impl<S: fmt::Debug, F, C> fmt::Debug for CircuitBreaker<S, F, C> {
             .field("name", &self.shared.name)
             .field("inner", &self.inner)
             .field("fallback", &std::any::type_name::<F>())
-            .field("decision", &self.decision)
+            .field("permit", &self.permit)
+            .field("skip", &self.skip)
             .finish()
     }
 }

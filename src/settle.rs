@@ -35,7 +35,7 @@ impl Settlement {
     /// Records a success.
     #[inline]
     pub fn success(self) {
-        self.settle(Outcome::Success);
+        self.permit.succeed(self.elapsed);
     }
 
     /// Records a failure.

@@ -1023,7 +1023,7 @@ impl Ledger {
             Advice::Skip(skip) => {
                 let route = self.route(inner, registry, tool, limit);
                 Action::Skip {
-                    reason: SkipReason::Breaker(skip.reason),
+                    reason: SkipReason::Breaker(skip.reason()),
                     route,
                 }
             }

@@ -2,17 +2,21 @@
 //! function that decides it.
 //!
 //! The machine derives its door from its state after every change ([`Machine::door`]);
-//! the layer publishes a copy that calls read without the machine's lock. Both decide a
-//! call with the same [`Door::admit`]: a call decided without the lock is decided by the
-//! machine's own rule on the machine's own state, as it stood when the call read it.
-//! When the decision changes the state (a probe, a half-open past its dwell limit), the
-//! machine makes it, under its lock, with the same function on its current door.
+//! the layer publishes the same words for calls to read without the machine's lock.
+//! Both decide a call with the same [`Door::admit`]: a call decided without the lock is
+//! decided by the machine's own rule on the machine's own state, as it stood when the
+//! call read it. When the decision changes the state (a probe, a deadline that passed),
+//! the machine makes it, under its lock, with the same function on its current door.
+//!
+//! A door is three words, so that it is read, published and copied as words: the flags
+//! and the epoch, the step an open breaker waits for, and a time (see [`Door::new`]).
 //!
 //! [`Machine::door`]: super::Machine::door
 
 use std::time::Instant;
 
 use super::state::{NextProbe, Reason, Skip, State};
+use super::time::Nanos;
 use super::Mode;
 
 /// Generation and mode in one number. A call admitted in one epoch counts only while the
@@ -21,7 +25,7 @@ use super::Mode;
 pub(crate) struct Epoch(u64);
 
 impl Epoch {
-    /// Bits an epoch may use: it is packed with flags into one word in places.
+    /// Bits an epoch may use: it is packed with flags into one word.
     pub(crate) const BITS: u32 = 56;
 
     pub(crate) fn new(generation: u64, mode: Mode) -> Epoch {
@@ -33,14 +37,18 @@ impl Epoch {
         Epoch((generation << 2 | mode) & ((1 << Self::BITS) - 1))
     }
 
+    /// The epoch of these bits: the high byte of a word shifted right by 8 is clear.
+    #[inline(always)]
     pub(crate) fn from_bits(bits: u64) -> Epoch {
-        Epoch(bits & ((1 << Self::BITS) - 1))
+        Epoch(bits)
     }
 
+    #[inline(always)]
     pub(crate) fn bits(self) -> u64 {
         self.0
     }
 
+    #[inline(always)]
     pub(crate) fn mode(self) -> Mode {
         match self.0 & 3 {
             0 => Mode::Enabled,
@@ -63,40 +71,7 @@ pub(crate) enum Due {
     },
 }
 
-impl Due {
-    /// Whether the wait is counted in calls: then every arriving call takes a step.
-    fn counts_calls(self) -> bool {
-        matches!(self, Due::At { step: Some(_), .. })
-    }
-
-    /// For a call arriving now: `None` if the probe may go, else what to tell a call
-    /// that must wait. Takes the call's step when the wait is counted in calls, and reads
-    /// the clock only when it is counted in time.
-    fn wait(self, clock: &mut impl Clock) -> Option<NextProbe> {
-        let Due::At { step, time } = self else {
-            return Some(NextProbe::Manual);
-        };
-        let calls = step.map(|due| due.saturating_sub(clock.step()));
-        let at = time.filter(|&due| clock.now() < due);
-        match (calls, at) {
-            (None | Some(0), None) => None,
-            (calls, at) => Some(NextProbe::After {
-                calls: calls.unwrap_or(1).max(1),
-                at,
-            }),
-        }
-    }
-
-    /// What a caller asking now, without calling, is told, `step` calls having been
-    /// counted: the same as a call skipped at that step is told.
-    pub(crate) fn next_probe(self, step: u64, now: Instant) -> NextProbe {
-        let mut clock = Fixed { step, now };
-        self.wait(&mut clock)
-            .unwrap_or(NextProbe::After { calls: 1, at: None })
-    }
-}
-
-/// What a call may be told without the machine.
+/// What a door says, spelled out: how the machine makes a door, and reads one back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {
     /// Calls go through. `quiet`: a success changes nothing but the counts (no failure
@@ -105,16 +80,20 @@ pub(crate) enum Entry {
     /// Calls are skipped until `due`; then the next one is the probe. `forced`: a
     /// person opened it.
     Open { due: Due, forced: bool },
-    /// Probes go while a slot is `free`; everyone else is skipped. At `until` (the dwell
-    /// limit) the breaker re-opens.
+    /// Probes go while a slot is `free`; everyone else is skipped. At `until` (a dwell
+    /// limit) the machine must look again.
     HalfOpen { free: bool, until: Option<Instant> },
 }
 
 /// Everything an arriving call is decided on. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Door {
-    pub(crate) epoch: Epoch,
-    pub(crate) entry: Entry,
+    /// `epoch << 8 | flags` (see the constants below).
+    pub(crate) word: u64,
+    /// Open: the step the probe waits for.
+    pub(crate) step: u64,
+    /// Open: the time the probe waits for; half-open: when the machine must look.
+    pub(crate) time: i64,
 }
 
 /// What [`Door::admit`] decided for one call.
@@ -131,12 +110,14 @@ pub(crate) enum Verdict {
     /// The call is a probe: it takes a slot, and turns an open breaker half-open. Only
     /// the machine can grant it.
     Probe,
-    /// Half-open outlived its dwell limit: the machine re-opens it, then decides.
+    /// A deadline passed (a half-open's dwell limit): the machine applies it, then
+    /// decides.
     Expired,
 }
 
 impl Verdict {
     /// Whether only the machine can carry it out, because it changes the state.
+    #[inline(always)]
     pub(crate) fn needs_machine(&self) -> bool {
         matches!(self, Verdict::Probe | Verdict::Expired)
     }
@@ -176,69 +157,226 @@ impl Clock for Fixed {
 }
 
 impl Door {
-    /// The state a call finds.
-    pub(crate) fn state(&self) -> State {
-        match self.entry {
-            Entry::Closed { .. } => State::Closed,
-            Entry::Open { forced: true, .. } => State::ForcedOpen,
-            Entry::Open { .. } => State::Open,
-            Entry::HalfOpen { .. } => State::HalfOpen,
+    const CLOSED: u64 = 0;
+    const OPEN: u64 = 1;
+    const HALF_OPEN: u64 = 2;
+    const KIND: u64 = 3;
+    /// Closed: quiet; open: forced; half-open: a slot is free.
+    const FLAG: u64 = 1 << 2;
+    /// Open: due never.
+    const NEVER: u64 = 1 << 3;
+    const HAS_STEP: u64 = 1 << 4;
+    const HAS_TIME: u64 = 1 << 5;
+    /// Calls are timed, for a slow-call rule.
+    pub(crate) const TIMED: u64 = 1 << 6;
+    const EPOCH_SHIFT: u32 = 8;
+
+    /// The door for `entry` in `epoch`; `timed`: calls are timed, for a slow-call rule.
+    pub(crate) fn new(epoch: Epoch, entry: Entry, timed: bool) -> Door {
+        let flag = |on: bool| if on { Self::FLAG } else { 0 };
+        let time = |at: Option<Instant>| at.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
+        let (flags, step, time) = match entry {
+            Entry::Closed { quiet } => (Self::CLOSED | flag(quiet), 0, 0),
+            Entry::Open {
+                due: Due::Never,
+                forced,
+            } => (Self::OPEN | flag(forced) | Self::NEVER, 0, 0),
+            Entry::Open {
+                due: Due::At { step, time: at },
+                forced,
+            } => {
+                let (has_time, at) = time(at);
+                let has_step = if step.is_some() { Self::HAS_STEP } else { 0 };
+                (
+                    Self::OPEN | flag(forced) | has_step | has_time,
+                    step.unwrap_or(0),
+                    at,
+                )
+            }
+            Entry::HalfOpen { free, until } => {
+                let (has_time, at) = time(until);
+                (Self::HALF_OPEN | flag(free) | has_time, 0, at)
+            }
+        };
+        let timed = if timed { Self::TIMED } else { 0 };
+        Door {
+            word: epoch.bits() << Self::EPOCH_SHIFT | flags | timed,
+            step,
+            time,
         }
     }
 
-    pub(crate) fn mode(&self) -> Mode {
-        self.epoch.mode()
+    /// Whether calls are timed, for a slow-call rule.
+    #[inline(always)]
+    pub(crate) fn timed(&self) -> bool {
+        self.word & Self::TIMED != 0
     }
 
-    /// Whether a success of a call admitted in `epoch` would change nothing but the
-    /// counts.
-    pub(crate) fn quiet_in(&self, epoch: Epoch) -> bool {
-        self.epoch == epoch && matches!(self.entry, Entry::Closed { quiet: true })
+    /// What this door says, spelled out.
+    pub(crate) fn entry(&self) -> Entry {
+        let flag = self.flag();
+        let time = self.time().map(Nanos::instant);
+        match self.word & Self::KIND {
+            Self::CLOSED => Entry::Closed { quiet: flag },
+            Self::OPEN if self.word & Self::NEVER != 0 => Entry::Open {
+                due: Due::Never,
+                forced: flag,
+            },
+            Self::OPEN => Entry::Open {
+                due: Due::At {
+                    step: self.due_step(),
+                    time,
+                },
+                forced: flag,
+            },
+            _ => Entry::HalfOpen {
+                free: flag,
+                until: time,
+            },
+        }
+    }
+
+    /// Whether the word alone is the whole door: closed, or half-open with no deadline.
+    #[inline(always)]
+    pub(crate) fn word_alone(word: u64) -> bool {
+        // Closed (kind 0), or half-open (kind 2) without a time: kind 1 and kind 3 (none)
+        // have bit 0 set, a half-open with a time has bit 5.
+        word & (1 | Self::HAS_TIME) == 0
+    }
+
+    #[inline(always)]
+    pub(crate) fn epoch(&self) -> Epoch {
+        Epoch::from_bits(self.word >> Self::EPOCH_SHIFT)
+    }
+
+    #[inline(always)]
+    fn flag(&self) -> bool {
+        self.word & Self::FLAG != 0
+    }
+
+    #[inline(always)]
+    fn due_step(&self) -> Option<u64> {
+        (self.word & Self::HAS_STEP != 0).then_some(self.step)
+    }
+
+    #[inline(always)]
+    fn time(&self) -> Option<Nanos> {
+        (self.word & Self::HAS_TIME != 0).then_some(Nanos(self.time))
+    }
+
+    /// The state a call finds.
+    #[inline(always)]
+    pub(crate) fn state(&self) -> State {
+        match self.word & Self::KIND {
+            Self::CLOSED => State::Closed,
+            Self::OPEN if self.flag() => State::ForcedOpen,
+            Self::OPEN => State::Open,
+            _ => State::HalfOpen,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn mode(&self) -> Mode {
+        self.epoch().mode()
+    }
+
+    /// Whether the mode is disabled, read off the word's bits.
+    #[inline(always)]
+    fn disabled(&self) -> bool {
+        self.word >> Self::EPOCH_SHIFT & 3 == 2
+    }
+
+    /// Whether, at the door whose first word is `word`, a success of a call admitted in
+    /// `epoch` would change nothing but the counts.
+    #[inline(always)]
+    pub(crate) fn quiet_in(word: u64, epoch: Epoch) -> bool {
+        word == epoch.bits() << Self::EPOCH_SHIFT | Self::CLOSED | Self::FLAG
+    }
+
+    /// Whether a call admitted in `epoch` still stands at the door whose first word is
+    /// `word`.
+    #[inline(always)]
+    pub(crate) fn in_epoch(word: u64, epoch: Epoch) -> bool {
+        word >> Self::EPOCH_SHIFT == epoch.bits()
+    }
+
+    /// For a call arriving at an open door: `None` if the probe may go, else what to
+    /// tell a call that must wait. Takes the call's step when the wait is counted in
+    /// calls, and reads the clock only when it is counted in time.
+    #[inline(always)]
+    fn wait(&self, clock: &mut impl Clock) -> Option<(u64, Option<Nanos>)> {
+        if self.word & Self::NEVER != 0 {
+            return Some((0, None));
+        }
+        let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
+        let at = self.time().filter(|due| clock.now() < due.instant());
+        match (calls, at) {
+            (None | Some(0), None) => None,
+            (calls, at) => Some((calls.unwrap_or(1).max(1), at)),
+        }
+    }
+
+    /// When the probe may go, as a call skipped at `step` is told.
+    pub(crate) fn next_probe(&self, step: u64, now: Instant) -> NextProbe {
+        let mut clock = Fixed { step, now };
+        match self.wait(&mut clock) {
+            Some((0, _)) => NextProbe::Manual,
+            Some((calls, at)) => NextProbe::After {
+                calls,
+                at: at.map(Nanos::instant),
+            },
+            None => NextProbe::After { calls: 1, at: None },
+        }
     }
 
     /// Decides one arriving call. The kill switch skips every call, in every mode, and
     /// changes nothing else; in an open breaker whose cooldown counts calls, a killed
     /// call still takes its step.
+    #[inline(always)]
     pub(crate) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
-        let skip = |reason, next_probe| {
-            Verdict::Skip(Skip {
-                reason,
-                state: self.state(),
-                next_probe,
-            })
-        };
-        let mode = self.mode();
-        if mode == Mode::Disabled {
-            return if killed {
-                skip(Reason::Killed, NextProbe::Manual)
-            } else {
-                Verdict::Pass
-            };
-        }
-        let verdict = match self.entry {
-            Entry::Open { due, .. } if killed => {
-                if due.counts_calls() {
-                    clock.step();
-                }
-                return skip(Reason::Killed, NextProbe::Manual);
+        let disabled = self.disabled();
+        if killed {
+            if self.word & (Self::KIND | Self::HAS_STEP) == Self::OPEN | Self::HAS_STEP && !disabled
+            {
+                clock.step();
             }
-            _ if killed => return skip(Reason::Killed, NextProbe::Manual),
-            Entry::Closed { .. } => return Verdict::Call,
-            Entry::Open { due, forced } => match due.wait(clock) {
-                None => return Verdict::Probe,
-                Some(next) if forced => skip(Reason::ForcedOpen, next),
-                Some(next) => skip(Reason::Open, next),
-            },
-            Entry::HalfOpen {
-                until: Some(until), ..
-            } if clock.now() >= until => return Verdict::Expired,
-            Entry::HalfOpen { free: true, .. } => return Verdict::Probe,
-            Entry::HalfOpen { free: false, .. } => skip(Reason::HalfOpenFull, NextProbe::InFlight),
-        };
-        match verdict {
-            Verdict::Skip(skip) if mode == Mode::ObserveOnly => Verdict::Shadow(skip.reason),
-            verdict => verdict,
+            return Verdict::Skip(Skip::manual(Reason::Killed, self.state()));
         }
+        if disabled {
+            return Verdict::Pass;
+        }
+        let state = self.state();
+        let skip = match self.word & Self::KIND {
+            Self::CLOSED => return Verdict::Call,
+            Self::OPEN => {
+                let reason = if self.flag() {
+                    Reason::ForcedOpen
+                } else {
+                    Reason::Open
+                };
+                match self.wait(clock) {
+                    None => return Verdict::Probe,
+                    Some((0, _)) => Skip::manual(reason, state),
+                    Some((calls, at)) => Skip::waiting(reason, state, calls, at),
+                }
+            }
+            _ => {
+                if self
+                    .time()
+                    .is_some_and(|until| clock.now() >= until.instant())
+                {
+                    return Verdict::Expired;
+                }
+                if self.flag() {
+                    return Verdict::Probe;
+                }
+                Skip::in_flight(state)
+            }
+        };
+        if self.mode() == Mode::ObserveOnly {
+            return Verdict::Shadow(skip.reason());
+        }
+        Verdict::Skip(skip)
     }
 }
 
@@ -249,10 +387,7 @@ mod tests {
     use super::*;
 
     fn door(entry: Entry) -> Door {
-        Door {
-            epoch: Epoch::new(7, Mode::Enabled),
-            entry,
-        }
+        Door::new(Epoch::new(7, Mode::Enabled), entry, false)
     }
 
     /// A clock that counts how often it is asked.
@@ -306,13 +441,13 @@ mod tests {
         let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
         };
-        assert_eq!(skip.next_probe, NextProbe::After { calls: 3, at: None });
+        assert_eq!(skip.next_probe(), NextProbe::After { calls: 3, at: None });
         assert_eq!((clock.steps, clock.reads), (1, 0));
         assert_eq!(open.admit(false, &mut counting(9, now)), Verdict::Probe);
         // Killed at the step that reaches the gate: skipped, and the step is taken.
         let mut clock = counting(9, now);
         assert!(
-            matches!(open.admit(true, &mut clock), Verdict::Skip(s) if s.reason == Reason::Killed)
+            matches!(open.admit(true, &mut clock), Verdict::Skip(s) if s.reason() == Reason::Killed)
         );
         assert_eq!(clock.steps, 1);
     }
@@ -333,7 +468,7 @@ mod tests {
             panic!("skipped")
         };
         assert_eq!(
-            skip.next_probe,
+            skip.next_probe(),
             NextProbe::After {
                 calls: 1,
                 at: Some(due)
@@ -345,13 +480,14 @@ mod tests {
 
     #[test]
     fn observe_only_turns_a_skip_into_a_shadow_call_but_not_a_kill() {
-        let open = Door {
-            epoch: Epoch::new(1, Mode::ObserveOnly),
-            entry: Entry::Open {
+        let open = Door::new(
+            Epoch::new(1, Mode::ObserveOnly),
+            Entry::Open {
                 due: Due::Never,
                 forced: true,
             },
-        };
+            false,
+        );
         let mut clock = counting(1, Instant::now());
         assert_eq!(
             open.admit(false, &mut clock),
@@ -374,7 +510,7 @@ mod tests {
         let earlier = now - Duration::from_millis(1);
         assert!(matches!(
             half_open.admit(false, &mut counting(1, earlier)),
-            Verdict::Skip(s) if s.next_probe == NextProbe::InFlight
+            Verdict::Skip(s) if s.next_probe() == NextProbe::InFlight
         ));
     }
 
@@ -385,5 +521,53 @@ mod tests {
         assert_eq!(Epoch::new(5, Mode::ObserveOnly).mode(), Mode::ObserveOnly);
         let epoch = Epoch::new(u64::MAX, Mode::Disabled);
         assert_eq!(Epoch::from_bits(epoch.bits()), epoch);
+    }
+
+    fn entries() -> impl proptest::strategy::Strategy<Value = (Epoch, Entry)> {
+        use proptest::prelude::*;
+        let base = Instant::now();
+        let time =
+            proptest::option::of((0u64..1 << 62, any::<bool>()).prop_map(move |(n, ahead)| {
+                let by = Duration::from_nanos(n);
+                if ahead {
+                    base + by
+                } else {
+                    base.checked_sub(by).unwrap_or(base)
+                }
+            }));
+        let entry = prop_oneof![
+            any::<bool>().prop_map(|quiet| Entry::Closed { quiet }),
+            any::<bool>().prop_map(|forced| Entry::Open {
+                due: Due::Never,
+                forced
+            }),
+            (
+                proptest::option::of(any::<u64>()),
+                time.clone(),
+                any::<bool>()
+            )
+                .prop_map(|(step, time, forced)| Entry::Open {
+                    due: Due::At { step, time },
+                    forced
+                }),
+            (any::<bool>(), time).prop_map(|(free, until)| Entry::HalfOpen { free, until }),
+        ];
+        let mode = prop_oneof![
+            Just(Mode::Enabled),
+            Just(Mode::ObserveOnly),
+            Just(Mode::Disabled)
+        ];
+        (0u64..1 << 54, mode, entry)
+            .prop_map(|(generation, mode, entry)| (Epoch::new(generation, mode), entry))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_door_says_exactly_what_it_was_made_from((epoch, entry) in entries(), timed in proptest::bool::ANY) {
+            let door = Door::new(epoch, entry, timed);
+            proptest::prop_assert_eq!(door.epoch(), epoch);
+            proptest::prop_assert_eq!(door.entry(), entry);
+            proptest::prop_assert_eq!(door.timed(), timed);
+        }
     }
 }

@@ -16,6 +16,7 @@
 mod config;
 pub(crate) mod door;
 pub(crate) mod state;
+pub(crate) mod time;
 mod window;
 
 use std::time::{Duration, Instant};
@@ -178,10 +179,7 @@ impl Machine {
                     .min(),
             },
         };
-        Door {
-            epoch: self.epoch(),
-            entry,
-        }
+        Door::new(self.epoch(), entry, self.config.slow_call.is_some())
     }
 
     /// Decides an arriving call on the door, and carries out a decision that changes
@@ -384,9 +382,10 @@ impl Machine {
         if self.mode == Mode::Disabled {
             return NextProbe::NotNeeded;
         }
-        match self.door().entry {
+        let door = self.door();
+        match door.entry() {
             Entry::Closed { .. } => NextProbe::NotNeeded,
-            Entry::Open { due, .. } => due.next_probe(at.step, at.now),
+            Entry::Open { .. } => door.next_probe(at.step, at.now),
             Entry::HalfOpen { free: true, .. } => NextProbe::After { calls: 1, at: None },
             Entry::HalfOpen { free: false, .. } => NextProbe::InFlight,
         }

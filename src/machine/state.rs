@@ -3,9 +3,11 @@
 //! ([`Transition`], [`Cause`]).
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::time::Nanos;
 use super::Mode;
 
 /// The state of a breaker.
@@ -120,15 +122,139 @@ impl NextProbe {
     }
 }
 
-/// A call that was not made, and what its caller is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A call that was not made, and what its caller is told: why, the state it found, and
+/// when the breaker will next let a probe through.
+///
+/// Two words, so that the path of a skipped call moves it in registers.
+///
+/// ```
+/// use tower_circuit_breaker::{NextProbe, Reason, Skip, State};
+///
+/// let skip = Skip::new(Reason::Open, State::Open, NextProbe::After { calls: 3, at: None });
+/// assert_eq!((skip.reason(), skip.state()), (Reason::Open, State::Open));
+/// assert_eq!(skip.next_probe().calls(), Some(3));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Skip {
+    /// Bit 0 set; 1-2 the reason; 3-4 the state; 5-6 the kind of next probe; from 8,
+    /// the calls until the probe.
+    bits: NonZeroU64,
+    /// When the probe may go, as [`Nanos`]; [`Skip::NO_TIME`]: no time.
+    at: i64,
+}
+
+impl Skip {
+    const NO_TIME: i64 = i64::MIN;
+    const NOT_NEEDED: u64 = 0;
+    const IN_FLIGHT: u64 = 1;
+    const AFTER: u64 = 2;
+    const MANUAL: u64 = 3;
+    /// The most calls until a probe a skip can tell; no cooldown is longer
+    /// ([`Cooldown::MAX_CALLS`](crate::Cooldown::MAX_CALLS)).
+    const CALLS: u64 = (1 << 56) - 1;
+
+    #[inline(always)]
+    fn pack(reason: Reason, state: State, kind: u64, calls: u64, at: Option<Nanos>) -> Skip {
+        let reason = match reason {
+            Reason::Open => 0,
+            Reason::HalfOpenFull => 1,
+            Reason::Killed => 2,
+            Reason::ForcedOpen => 3,
+        };
+        let state = match state {
+            State::Closed => 0,
+            State::Open => 1,
+            State::HalfOpen => 2,
+            State::ForcedOpen => 3,
+        };
+        let bits = 1 | reason << 1 | state << 3 | kind << 5 | calls.min(Self::CALLS) << 8;
+        Skip {
+            bits: NonZeroU64::MIN.saturating_add(bits - 1),
+            at: at.map_or(Self::NO_TIME, |at| at.0),
+        }
+    }
+
+    /// A skip for this reason, in this state, told this about the next probe.
+    pub fn new(reason: Reason, state: State, next_probe: NextProbe) -> Skip {
+        match next_probe {
+            NextProbe::NotNeeded => Self::pack(reason, state, Self::NOT_NEEDED, 0, None),
+            NextProbe::InFlight => Self::pack(reason, state, Self::IN_FLIGHT, 0, None),
+            NextProbe::Manual => Self::pack(reason, state, Self::MANUAL, 0, None),
+            NextProbe::After { calls, at } => {
+                Self::pack(reason, state, Self::AFTER, calls, at.map(Nanos::of))
+            }
+        }
+    }
+
+    /// Only a person ends it.
+    #[inline(always)]
+    pub(crate) fn manual(reason: Reason, state: State) -> Skip {
+        Self::pack(reason, state, Self::MANUAL, 0, None)
+    }
+
+    /// Every probe slot is taken.
+    #[inline(always)]
+    pub(crate) fn in_flight(state: State) -> Skip {
+        Self::pack(Reason::HalfOpenFull, state, Self::IN_FLIGHT, 0, None)
+    }
+
+    /// The probe is the `calls`-th call from now, not before `at`.
+    #[inline(always)]
+    pub(crate) fn waiting(reason: Reason, state: State, calls: u64, at: Option<Nanos>) -> Skip {
+        Self::pack(reason, state, Self::AFTER, calls, at)
+    }
+
     /// Why.
-    pub reason: Reason,
+    #[inline]
+    pub fn reason(&self) -> Reason {
+        match self.bits.get() >> 1 & 3 {
+            0 => Reason::Open,
+            1 => Reason::HalfOpenFull,
+            2 => Reason::Killed,
+            _ => Reason::ForcedOpen,
+        }
+    }
+
     /// The state the call found.
-    pub state: State,
+    #[inline]
+    pub fn state(&self) -> State {
+        match self.bits.get() >> 3 & 3 {
+            0 => State::Closed,
+            1 => State::Open,
+            2 => State::HalfOpen,
+            _ => State::ForcedOpen,
+        }
+    }
+
     /// When to come back.
-    pub next_probe: NextProbe,
+    #[inline]
+    pub fn next_probe(&self) -> NextProbe {
+        match self.bits.get() >> 5 & 3 {
+            Self::NOT_NEEDED => NextProbe::NotNeeded,
+            Self::IN_FLIGHT => NextProbe::InFlight,
+            Self::MANUAL => NextProbe::Manual,
+            _ => NextProbe::After {
+                calls: self.bits.get() >> 8,
+                at: (self.at != Self::NO_TIME).then(|| Nanos(self.at).instant()),
+            },
+        }
+    }
+
+    /// How long from `now` until a probe may go, when that is known in time (see
+    /// [`NextProbe::retry_after`]).
+    pub fn retry_after(&self, now: Instant) -> Option<Duration> {
+        self.next_probe().retry_after(now)
+    }
+}
+
+impl fmt::Debug for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Skip")
+            .field("reason", &self.reason())
+            .field("state", &self.state())
+            .field("next_probe", &self.next_probe())
+            .finish()
+    }
 }
 
 /// What a call that decides for itself would get now (see

@@ -35,6 +35,7 @@ use self::published::Published;
 use self::tally::{Ended, Tally};
 
 /// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
+#[inline(always)]
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -60,8 +61,6 @@ pub(crate) struct Shared {
     published: Apart<Published>,
     pub(crate) name: Arc<str>,
     pub(crate) kill: KillSwitch,
-    /// A slow-call rule is set: calls are timed.
-    slow_calls: bool,
     machine: Mutex<Machine>,
     events: Events,
 }
@@ -74,10 +73,12 @@ struct Arrival<'a> {
 }
 
 impl Clock for Arrival<'_> {
+    #[inline(always)]
     fn step(&mut self) -> u64 {
         *self.step.get_or_insert_with(|| self.tally.take_step())
     }
 
+    #[inline(always)]
     fn counted(&mut self) -> u64 {
         self.step.unwrap_or_else(|| self.tally.steps())
     }
@@ -93,7 +94,6 @@ impl Shared {
         Shared {
             tally: Tally::new(),
             published: Apart(Published::new(&machine.door())),
-            slow_calls: machine.config().slow_call.is_some(),
             events: Events::new(name.clone(), observers),
             name,
             kill,
@@ -150,7 +150,7 @@ impl Shared {
     }
 
     /// Decides the next call. See the [module docs](self).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decide(self: &Arc<Self>) -> Decision {
         let killed = self.kill.is_killed();
         let mut clock = self.arrival();
@@ -173,13 +173,13 @@ impl Shared {
     }
 
     /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
-    #[inline]
+    #[inline(always)]
     fn carry_out(self: &Arc<Self>, door: &Door, verdict: Verdict) -> Decision {
         let ticket = match verdict {
-            Verdict::Call => Ticket::new(door.epoch, Kind::Call, None),
-            Verdict::Probe => Ticket::new(door.epoch, Kind::Probe, None),
-            Verdict::Shadow(reason) => Ticket::new(door.epoch, Kind::Shadow, Some(reason)),
-            Verdict::Pass => Ticket::pass(door.epoch),
+            Verdict::Call => Ticket::new(door, Kind::Call, None),
+            Verdict::Probe => Ticket::new(door, Kind::Probe, None),
+            Verdict::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
+            Verdict::Pass => Ticket::pass(door),
             Verdict::Skip(skip) => return Decision::Skip(self.skipped(door, skip)),
             Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
         };
@@ -187,9 +187,10 @@ impl Shared {
     }
 
     /// Counts a skip (not in disabled mode, which counts nothing) and reports it.
+    #[inline(always)]
     fn skipped(&self, door: &Door, skip: Skip) -> Skip {
         if door.mode() != Mode::Disabled {
-            self.tally.skipped(skip.reason);
+            self.tally.skipped(skip.reason());
         }
         if self.events.observed() {
             self.events.skipped(&skip);
@@ -231,6 +232,7 @@ impl Shared {
         }
     }
 
+    #[inline(always)]
     fn arrival(&self) -> Arrival<'_> {
         Arrival {
             tally: &self.tally,
@@ -244,11 +246,7 @@ impl Shared {
     pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {
         let state = permit.state();
         permit.withdraw();
-        let skip = Skip {
-            reason: Reason::Killed,
-            state,
-            next_probe: NextProbe::Manual,
-        };
+        let skip = Skip::manual(Reason::Killed, state);
         let door = self
             .published
             .0
@@ -259,38 +257,40 @@ impl Shared {
 
     /// Whether a call admitted with `ticket` may still be made: the kill switch is off
     /// and the breaker is in the same epoch.
-    #[inline]
+    #[inline(always)]
     fn stands(&self, ticket: Ticket) -> bool {
-        !self.kill.is_killed()
-            && self
-                .published
-                .0
-                .load()
-                .is_some_and(|door| door.epoch == ticket.epoch())
+        !self.kill.is_killed() && Door::in_epoch(self.published.0.word(), ticket.epoch())
     }
 
-    /// Records a call's outcome: a success that changes nothing is counted with one
-    /// atomic add; anything else goes to the machine.
-    #[inline]
+    /// Records a call's outcome.
+    #[inline(always)]
     fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
-        let Some(kind) = ticket.kind() else {
-            return;
-        };
-        if kind == Kind::Call
-            && matches!(outcome, Outcome::Success)
-            && self
-                .published
-                .0
-                .load()
-                .is_some_and(|door| door.quiet_in(ticket.epoch()))
-        {
+        match outcome {
+            Outcome::Success => self.succeeded(ticket, elapsed),
+            outcome => {
+                if let Some(kind) = ticket.kind() {
+                    self.record(ticket.epoch(), kind, outcome, elapsed);
+                }
+            }
+        }
+    }
+
+    /// Records a success: one that changes nothing is counted with one atomic add;
+    /// anything else goes to the machine.
+    #[inline(always)]
+    fn succeeded(&self, ticket: Ticket, elapsed: Option<Duration>) {
+        if ticket.is_call() && Door::quiet_in(self.published.0.word(), ticket.epoch()) {
+            // Looked up before the count: after an atomic add a load waits for it.
+            let observed = self.events.observed();
             self.tally.quiet_success();
-            if self.events.observed() {
+            if observed {
                 self.events.succeeded();
             }
             return;
         }
-        self.record(ticket.epoch(), kind, outcome, elapsed);
+        if let Some(kind) = ticket.kind() {
+            self.record(ticket.epoch(), kind, Outcome::Success, elapsed);
+        }
     }
 
     #[inline(never)]

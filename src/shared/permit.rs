@@ -6,20 +6,24 @@ use std::time::Duration;
 
 use super::Shared;
 use crate::answer::Source;
-use crate::machine::door::Epoch;
+use crate::machine::door::{Door, Epoch};
 use crate::machine::{Kind, Reason, State};
 use crate::outcome::Outcome;
 
-/// What a permit is, in one word: `epoch << 8 | called << 4 | reason << 2 | kind`.
+/// What a permit is, in one word: `epoch << 8 | timed << 6 | settled << 5 | called << 4 |
+/// reason << 2 | kind`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Ticket(u64);
 
 impl Ticket {
     const PASS: u64 = 3;
     const CALLED: u64 = 1 << 4;
+    const SETTLED: u64 = 1 << 5;
+    const TIMED: u64 = 1 << 6;
 
     /// A call the machine records as `kind`; `shadowed` for an observe-only shadow call.
-    pub(super) fn new(epoch: Epoch, kind: Kind, shadowed: Option<Reason>) -> Ticket {
+    #[inline(always)]
+    pub(super) fn new(door: &Door, kind: Kind, shadowed: Option<Reason>) -> Ticket {
         let kind = match kind {
             Kind::Call => 0,
             Kind::Probe => 1,
@@ -31,19 +35,23 @@ impl Ticket {
             Some(Reason::ForcedOpen) => 2,
             Some(Reason::Killed) => 3,
         };
-        Ticket(epoch.bits() << 8 | reason << 2 | kind)
+        let timed = if door.timed() { Self::TIMED } else { 0 };
+        Ticket(door.epoch().bits() << 8 | timed | reason << 2 | kind)
     }
 
     /// A disabled-mode call: nothing is recorded.
-    pub(super) fn pass(epoch: Epoch) -> Ticket {
-        Ticket(epoch.bits() << 8 | Self::PASS)
+    #[inline(always)]
+    pub(super) fn pass(door: &Door) -> Ticket {
+        Ticket(door.epoch().bits() << 8 | Self::PASS)
     }
 
+    #[inline(always)]
     pub(super) fn epoch(self) -> Epoch {
         Epoch::from_bits(self.0 >> 8)
     }
 
     /// What the machine records the call as; `None` for a disabled-mode call.
+    #[inline(always)]
     pub(super) fn kind(self) -> Option<Kind> {
         match self.0 & 3 {
             0 => Some(Kind::Call),
@@ -53,6 +61,7 @@ impl Ticket {
         }
     }
 
+    #[inline(always)]
     fn reason(self) -> Reason {
         match self.0 >> 2 & 3 {
             0 => Reason::Open,
@@ -62,11 +71,18 @@ impl Ticket {
         }
     }
 
+    #[inline(always)]
+    pub(super) fn is_call(self) -> bool {
+        self.0 & 3 == 0
+    }
+
+    #[inline(always)]
     pub(super) fn called(self) -> bool {
         self.0 & Self::CALLED != 0
     }
 
     /// Where the call's answer comes from.
+    #[inline(always)]
     fn source(self) -> Source {
         match self.kind() {
             Some(Kind::Probe) => Source::Probe,
@@ -76,6 +92,7 @@ impl Ticket {
     }
 
     /// The state the call found.
+    #[inline(always)]
     fn state(self) -> State {
         match self.kind() {
             Some(Kind::Call) => State::Closed,
@@ -105,71 +122,71 @@ impl fmt::Debug for Ticket {
 /// future. Dropped before its outcome is given, it hands the call back: abandoned if the
 /// wrapped service was not called, cancelled if it was; a probe's slot is freed.
 pub(crate) struct Permit {
-    /// `None` once settled.
-    shared: Option<Arc<Shared>>,
+    shared: Arc<Shared>,
     ticket: Ticket,
 }
 
 impl Permit {
-    #[inline]
+    #[inline(always)]
     pub(super) fn new(shared: Arc<Shared>, ticket: Ticket) -> Self {
-        Permit {
-            shared: Some(shared),
-            ticket,
-        }
+        Permit { shared, ticket }
     }
 
     /// Whether the call may still be made as admitted: the kill switch is off and the
     /// breaker has not moved on (no change of state or mode).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn stands(&self) -> bool {
-        self.shared
-            .as_ref()
-            .is_some_and(|shared| shared.stands(self.ticket))
+        self.shared.stands(self.ticket)
     }
 
     /// The wrapped service is about to be called.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn mark_called(&mut self) {
         self.ticket.0 |= Ticket::CALLED;
     }
 
     /// Whether the call must be timed, for the slow-call rule.
+    #[inline(always)]
     pub(crate) fn times_calls(&self) -> bool {
-        self.shared
-            .as_ref()
-            .is_some_and(|shared| shared.slow_calls && self.ticket.kind().is_some())
+        self.ticket.0 & Ticket::TIMED != 0
     }
 
+    #[inline(always)]
     pub(crate) fn source(&self) -> Source {
         self.ticket.source()
     }
 
+    #[inline(always)]
     pub(crate) fn state(&self) -> State {
         self.ticket.state()
     }
 
     /// Gives the call's outcome; `elapsed` is how long it took, if it was timed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
-        if let Some(shared) = self.shared.take() {
-            shared.settle(self.ticket, outcome, elapsed);
-        }
+        self.ticket.0 |= Ticket::SETTLED;
+        self.shared.settle(self.ticket, outcome, elapsed);
+    }
+
+    /// Gives the call's outcome: a success.
+    #[inline(always)]
+    pub(crate) fn succeed(mut self, elapsed: Option<Duration>) {
+        self.ticket.0 |= Ticket::SETTLED;
+        self.shared.succeeded(self.ticket, elapsed);
     }
 
     /// Hands the call back without counting it: it is being decided again.
     pub(crate) fn withdraw(mut self) {
-        if let Some(shared) = self.shared.take() {
-            shared.withdraw(self.ticket);
-        }
+        self.ticket.0 |= Ticket::SETTLED;
+        self.shared.withdraw(self.ticket);
     }
 }
 
 impl Drop for Permit {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            released(shared, self.ticket);
+        if self.ticket.0 & Ticket::SETTLED == 0 {
+            released(&self.shared, self.ticket);
         }
     }
 }
@@ -178,14 +195,14 @@ impl Drop for Permit {
 /// and a jump.
 #[cold]
 #[inline(never)]
-fn released(shared: Arc<Shared>, ticket: Ticket) {
+fn released(shared: &Shared, ticket: Ticket) {
     shared.release(ticket);
 }
 
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("breaker", &self.shared.as_ref().map(|shared| &shared.name))
+            .field("breaker", &self.shared.name)
             .field("ticket", &self.ticket)
             .finish()
     }

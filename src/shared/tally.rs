@@ -51,6 +51,7 @@ pub(super) struct Tally {
     shadowed: AtomicU64,
 }
 
+#[inline(always)]
 fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -78,15 +79,18 @@ impl Tally {
     }
 
     /// Takes the next step for an arriving call, and returns it.
+    #[inline(always)]
     pub(super) fn take_step(&self) -> u64 {
         self.steps.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The steps taken so far.
+    #[inline(always)]
     pub(super) fn steps(&self) -> u64 {
         self.steps.load(Ordering::Acquire)
     }
 
+    #[inline(always)]
     pub(super) fn skipped(&self, reason: Reason) {
         add(&self.skipped[match reason {
             Reason::Open => 0,
@@ -97,7 +101,7 @@ impl Tally {
     }
 
     /// A closed-state call succeeded and changed nothing else.
-    #[inline]
+    #[inline(always)]
     pub(super) fn quiet_success(&self) {
         add(&self.quiet_successes);
     }
