@@ -252,7 +252,7 @@ fn per_call(c: &mut Criterion) {
     });
 
     // Open after a failure, with a cooldown in calls: no clock read.
-    let mut open_calls = tripping(Builder::new().cooldown(Cooldown::Calls(u64::MAX / 2)));
+    let mut open_calls = tripping(Builder::new().cooldown(Cooldown::Calls(Cooldown::MAX_CALLS)));
     call_once(&mut open_calls, &mut cx, 0);
     bench("ours/open_call_cooldown", &mut |cx, r| {
         call_once(&mut open_calls, cx, r)

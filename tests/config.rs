@@ -302,6 +302,27 @@ fn zero_max_retry_after_is_rejected() {
 }
 
 #[test]
+fn a_cooldown_in_calls_longer_than_the_longest_is_rejected_and_the_longest_builds() {
+    builds(Builder::new().cooldown(Cooldown::Calls(Cooldown::MAX_CALLS)));
+    assert_eq!(
+        rejects(Builder::new().cooldown(Cooldown::Calls(Cooldown::MAX_CALLS + 1))),
+        ConfigError::CooldownTooLong
+    );
+    assert_eq!(
+        rejects(Builder::new().cooldown(Cooldown::Calls(u64::MAX))),
+        ConfigError::CooldownTooLong
+    );
+    assert_eq!(
+        rejects(
+            Builder::new()
+                .cooldown(Cooldown::Calls(1))
+                .backoff(Backoff::exponential(2.0, Cooldown::Calls(u64::MAX)))
+        ),
+        ConfigError::CooldownTooLong
+    );
+}
+
+#[test]
 fn empty_name_is_rejected() {
     assert_eq!(rejects(Builder::new().name("")), ConfigError::EmptyName);
     assert_eq!(
@@ -322,6 +343,7 @@ fn every_error_display_is_a_lowercase_phrase_without_full_stop() {
             window: 10,
         },
         ConfigError::ZeroCooldown,
+        ConfigError::CooldownTooLong,
         ConfigError::ZeroHalfOpenProbes,
         ConfigError::InvalidMultiplier(0.5),
         ConfigError::BackoffUnitMismatch {

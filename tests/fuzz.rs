@@ -659,6 +659,9 @@ fn expected(
     if cooldown == 0 {
         return Err(ReplayError::Config(ConfigError::ZeroCooldown));
     }
+    if cooldown > Cooldown::MAX_CALLS {
+        return Err(ReplayError::Config(ConfigError::CooldownTooLong));
+    }
     Ok(())
 }
 

@@ -956,3 +956,77 @@ async fn snapshot_reports_the_next_probe_without_making_a_call() {
     expect_probe(&mut svc, 200).await;
     assert_eq!(handle.snapshot().next_probe, NextProbe::NotNeeded);
 }
+
+/// What a skipped call is told is what the breaker will do, to the nanosecond: a caller
+/// that waits exactly the `retry_after` it was given gets the probe, and a skip, a
+/// rejection and a snapshot taken at the same time say the same. Odd nanoseconds on the
+/// clock and in the cooldown, so that no rounding can hide.
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_waits_exactly_the_retry_after_it_was_told_gets_the_probe() {
+    advance(Duration::from_nanos(1_234_567)).await;
+    let cooldown = secs(10) + Duration::from_nanos(999);
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(cooldown)),
+    );
+    let _ = send(&mut svc, Req::Fail).await.unwrap_err();
+    let due = now() + cooldown;
+    advance(Duration::from_nanos(333)).await;
+
+    let skip = expect_skip(&mut svc, Reason::Open).await;
+    let told = skip.next_probe();
+    assert_eq!(
+        told,
+        NextProbe::After {
+            calls: 1,
+            at: Some(due)
+        }
+    );
+    assert_eq!(handle.snapshot().next_probe, told);
+    let wait = told.retry_after(now()).expect("a wait in time");
+    assert_eq!(wait, cooldown - Duration::from_nanos(333));
+
+    advance(wait - NS).await;
+    expect_skip(&mut svc, Reason::Open).await;
+    advance(NS).await;
+    expect_probe(&mut svc, 200).await;
+}
+
+/// The same for a wait counted in calls, with the longest cooldown a breaker accepts:
+/// the count told is the machine's, not a rounded one.
+#[tokio::test(start_paused = true)]
+async fn the_calls_until_the_probe_are_told_exactly_even_for_the_longest_cooldown() {
+    let longest = Cooldown::MAX_CALLS;
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(longest)),
+    );
+    let _ = send(&mut svc, Req::Fail).await.unwrap_err();
+    assert_eq!(
+        handle.snapshot().next_probe,
+        NextProbe::After {
+            calls: longest,
+            at: None
+        }
+    );
+    for left in (longest - 3..longest).rev() {
+        let skip = expect_skip(&mut svc, Reason::Open).await;
+        assert_eq!(
+            skip.next_probe(),
+            NextProbe::After {
+                calls: left,
+                at: None
+            }
+        );
+        assert_eq!(handle.snapshot().next_probe, skip.next_probe());
+    }
+    assert_eq!(
+        Builder::new()
+            .cooldown(Cooldown::Calls(longest + 1))
+            .build()
+            .unwrap_err(),
+        tower_circuit_breaker::ConfigError::CooldownTooLong
+    );
+}

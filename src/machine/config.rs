@@ -55,6 +55,11 @@ impl Default for Cooldown {
 }
 
 impl Cooldown {
+    /// The longest cooldown in calls a breaker accepts (2^56 - 1, some 7 * 10^16 calls):
+    /// a skipped call is told the exact number of calls until the probe, in the word it
+    /// travels in.
+    pub const MAX_CALLS: u64 = (1 << 56) - 1;
+
     fn unit(&self) -> &'static str {
         match self {
             Cooldown::Calls(_) => "calls",
@@ -147,6 +152,9 @@ pub enum ConfigError {
     /// The cooldown is zero calls or zero time.
     #[error("cooldown must not be zero")]
     ZeroCooldown,
+    /// A cooldown (or backoff cap) in calls is longer than [`Cooldown::MAX_CALLS`].
+    #[error("cooldown in calls must be at most 2^56 - 1")]
+    CooldownTooLong,
     /// Half-open must admit at least one probe.
     #[error("half-open probes must be at least 1, got 0")]
     ZeroHalfOpenProbes,
@@ -253,6 +261,10 @@ impl Config {
         }
         if self.cooldown.is_zero() {
             return Err(ConfigError::ZeroCooldown);
+        }
+        let too_long = |c: Cooldown| matches!(c, Cooldown::Calls(n) if n > Cooldown::MAX_CALLS);
+        if too_long(self.cooldown) || self.backoff.is_some_and(|b| too_long(b.cap)) {
+            return Err(ConfigError::CooldownTooLong);
         }
         if let Some(backoff) = self.backoff {
             if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {

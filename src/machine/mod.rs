@@ -69,11 +69,12 @@ enum Phase {
     },
 }
 
-/// Probes of an earlier half-open still running when it ended (a probe failed, a person
-/// acted, the mode changed). Until they end they take slots from any later half-open,
-/// so the service never sees more probes at once than the limit; but never past their
-/// half-open's dwell limit, `until`: a probe that hangs is written off then, so it
-/// cannot keep a later half-open from probing.
+/// Probes of an earlier half-open still running when another probe of it failed. Until
+/// they end they take slots from any later half-open, so the service never sees more
+/// probes at once than the limit; but never past their half-open's dwell limit, `until`:
+/// a probe that hangs is written off then, so it cannot keep a later half-open from
+/// probing. (When a person acts, the mode changes or the dwell limit passes, the probes
+/// under way are written off at once: their results come late and count for nothing.)
 #[derive(Debug, Clone, Copy)]
 struct Lingering {
     epoch: Epoch,
@@ -446,7 +447,7 @@ impl Machine {
         if mode == self.mode {
             return;
         }
-        self.end_half_open_epoch();
+        self.end_half_open_epoch(false);
         self.mode = mode;
         self.generation += 1;
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
@@ -454,9 +455,10 @@ impl Machine {
         }
     }
 
-    /// The current epoch ends: probes of this half-open still running linger, holding
-    /// their slots until they end or the half-open's dwell limit passes.
-    fn end_half_open_epoch(&mut self) {
+    /// The current epoch ends. Probes of this half-open still running are written off,
+    /// or, with `linger`, hold their slots until they end or the half-open's dwell limit
+    /// passes.
+    fn end_half_open_epoch(&mut self, linger: bool) {
         let epoch = self.epoch();
         if let Phase::HalfOpen {
             entered_at,
@@ -465,7 +467,7 @@ impl Machine {
         } = &mut self.phase
         {
             let (entered_at, running) = (*entered_at, std::mem::take(running));
-            if running > 0 {
+            if linger && running > 0 {
                 let until = self.dwell_limit(entered_at);
                 self.lingering.push(Lingering {
                     epoch,
@@ -542,7 +544,12 @@ impl Machine {
 
     fn enter(&mut self, phase: Phase, at: Fixed, cause: Cause) -> Transition {
         let from = self.state();
-        self.end_half_open_epoch();
+        // A failed probe's siblings linger; a person's act or the dwell limit writes them
+        // off.
+        self.end_half_open_epoch(matches!(
+            cause,
+            Cause::ProbeFailed | Cause::PermanentFailure
+        ));
         // Probes whose dwell limit has passed hold no slot (a re-open at the deadline).
         self.lingering
             .retain(|l| l.until.is_none_or(|until| at.now < until));
@@ -576,13 +583,17 @@ impl Machine {
             None => base,
         };
         match (self.config.cooldown, self.config.backoff.map(|b| b.cap)) {
+            // Exact when nothing grows or spreads it: a float holds only 53 bits.
+            (Cooldown::Calls(base), _) if factor == 1.0 && (reopens == 0 || backoff.is_none()) => {
+                Cooldown::Calls(base)
+            }
             (Cooldown::Calls(base), cap) => {
                 let cap = match cap {
                     Some(Cooldown::Calls(cap)) => cap,
-                    _ => u64::MAX,
+                    _ => Cooldown::MAX_CALLS,
                 };
                 let calls = (grow(base as f64) * factor).round().clamp(1.0, cap as f64);
-                Cooldown::Calls(calls as u64)
+                Cooldown::Calls((calls as u64).min(cap))
             }
             (Cooldown::Time(base), cap) => {
                 let cap = match cap {

@@ -151,7 +151,7 @@ impl Skip {
     const MANUAL: u64 = 3;
     /// The most calls until a probe a skip can tell; no cooldown is longer
     /// ([`Cooldown::MAX_CALLS`](crate::Cooldown::MAX_CALLS)).
-    const CALLS: u64 = (1 << 56) - 1;
+    const CALLS: u64 = crate::Cooldown::MAX_CALLS;
 
     #[inline(always)]
     fn pack(reason: Reason, state: State, kind: u64, calls: u64, at: Option<Nanos>) -> Skip {
