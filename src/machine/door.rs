@@ -334,6 +334,15 @@ impl Door {
     /// call still takes its step.
     #[inline(always)]
     pub(crate) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
+        // A deadline that passed applies first, whatever becomes of the call: the state
+        // it finds is the state after it.
+        if self.word & (Self::KIND | Self::HAS_TIME) == Self::HALF_OPEN | Self::HAS_TIME
+            && self
+                .time()
+                .is_some_and(|until| clock.now() >= until.instant())
+        {
+            return Verdict::Expired;
+        }
         let disabled = self.disabled();
         if killed {
             if self.word & (Self::KIND | Self::HAS_STEP) == Self::OPEN | Self::HAS_STEP && !disabled
@@ -361,12 +370,6 @@ impl Door {
                 }
             }
             _ => {
-                if self
-                    .time()
-                    .is_some_and(|until| clock.now() >= until.instant())
-                {
-                    return Verdict::Expired;
-                }
                 if self.flag() {
                     return Verdict::Probe;
                 }

@@ -246,7 +246,8 @@ impl Machine {
 
     /// Records the outcome of a call of `kind` admitted in `epoch`; `elapsed` is how
     /// long it took, for the slow-call rule. `at.step` is the count of calls so far. A
-    /// call from an earlier epoch is late and changes nothing.
+    /// call from an earlier epoch (a deadline that passed by `at` included) is late and
+    /// changes nothing.
     pub(crate) fn record(
         &mut self,
         epoch: Epoch,
@@ -255,9 +256,12 @@ impl Machine {
         elapsed: Option<Duration>,
         at: Fixed,
     ) -> (Recorded, Option<Transition>) {
+        // A deadline that passed before the outcome came applies first: a probe that
+        // answers after its half-open's dwell limit is late, whoever looked or not.
+        let expired = self.tick(at);
         if epoch != self.epoch() {
             self.release(epoch, kind);
-            return (Recorded::Late, None);
+            return (Recorded::Late, expired);
         }
         let outcome = self.slow_call_rule(outcome, elapsed);
         if let Outcome::Failure(failure) = &outcome {

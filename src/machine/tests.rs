@@ -1,1 +1,393 @@
+//! Property tests of the pure machine: any settings that build, any sequence of calls,
+//! outcomes, deadlines and a person's acts. What must hold after every step:
+//!
+//! - probes in flight never exceed the limit, and are exactly the probe permits still
+//!   held (of this half-open, and of earlier ones that keep their slots);
+//! - a door that says a success is quiet means it: recording one changes nothing;
+//! - a deadline is never left standing: after a look at the clock, no door says the
+//!   machine must look again at that same instant, and a half-open never outlives its
+//!   dwell limit;
+//! - a probe is only granted in half-open, and a call only in closed.
 
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::door::{Clock, Entry, Epoch, Fixed, Verdict};
+use super::*;
+use crate::builder::Builder;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit {
+        killed: bool,
+    },
+    Record {
+        which: usize,
+        outcome: Fate,
+        slow: bool,
+    },
+    Release {
+        which: usize,
+    },
+    Tick,
+    ForceOpen {
+        for_secs: Option<u64>,
+    },
+    Reset,
+    AllowProbe,
+    SetMode(Mode),
+    Advance(Duration),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Success,
+    Failure,
+    RetryAfter(u64),
+    Permanent,
+    Ignored,
+}
+
+impl Fate {
+    fn outcome(self) -> Outcome {
+        match self {
+            Fate::Success => Outcome::Success,
+            Fate::Failure => Outcome::failure_with("down"),
+            Fate::RetryAfter(secs) => {
+                Outcome::Failure(Failure::new("busy").retry_after(Duration::from_secs(secs)))
+            }
+            Fate::Permanent => Outcome::Failure(Failure::new("quota").permanent()),
+            Fate::Ignored => Outcome::Ignored,
+        }
+    }
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![
+        6 => Just(Mode::Enabled),
+        1 => Just(Mode::ObserveOnly),
+        1 => Just(Mode::Disabled)
+    ]
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![
+        4 => Just(Fate::Success),
+        4 => Just(Fate::Failure),
+        1 => (0u64..100).prop_map(Fate::RetryAfter),
+        1 => Just(Fate::Permanent),
+        1 => Just(Fate::Ignored),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => proptest::bool::weighted(0.1).prop_map(|killed| Op::Admit { killed }),
+        8 => (any::<usize>(), fate(), proptest::bool::weighted(0.1))
+            .prop_map(|(which, outcome, slow)| Op::Record { which, outcome, slow }),
+        2 => any::<usize>().prop_map(|which| Op::Release { which }),
+        1 => Just(Op::Tick),
+        1 => proptest::option::of(0u64..100).prop_map(|for_secs| Op::ForceOpen { for_secs }),
+        1 => Just(Op::Reset),
+        1 => Just(Op::AllowProbe),
+        1 => mode().prop_map(Op::SetMode),
+        4 => prop_oneof![
+            Just(Duration::from_millis(1)),
+            Just(Duration::from_secs(1)),
+            Just(Duration::from_secs(10)),
+            Just(Duration::from_secs(61)),
+            Just(Duration::from_secs(3600)),
+        ]
+        .prop_map(Op::Advance),
+    ]
+}
+
+fn settings() -> impl Strategy<Value = Builder> {
+    let cooldown = prop_oneof![
+        (1u64..6).prop_map(Cooldown::Calls),
+        (1u64..30).prop_map(|s| Cooldown::Time(Duration::from_secs(s))),
+    ];
+    let trip = prop_oneof![
+        3 => (1u32..4).prop_map(TripPolicy::ConsecutiveFailures),
+        1 => (1u32..5, 1u32..10).prop_map(|(min, n)| TripPolicy::FailureRate {
+            rate: 0.5,
+            window: RateWindow::Calls(n.max(min)),
+            minimum_calls: min,
+        }),
+    ];
+    (
+        cooldown,
+        trip,
+        1u32..4,
+        proptest::option::of(1u64..120),
+        proptest::bool::weighted(0.2),
+        proptest::bool::weighted(0.3),
+    )
+        .prop_map(|(cooldown, trip, probes, dwell, slow, backoff)| {
+            let mut builder = Builder::new()
+                .cooldown(cooldown)
+                .trip_policy(trip)
+                .half_open_probes(probes)
+                .max_half_open_dwell(dwell.map(Duration::from_secs))
+                .jitter_seed(7);
+            if slow {
+                builder = builder.slow_call_threshold(Duration::from_secs(5));
+            }
+            if backoff {
+                let cap = match cooldown {
+                    Cooldown::Calls(n) => Cooldown::Calls(n * 8),
+                    Cooldown::Time(d) => Cooldown::Time(d * 8),
+                };
+                builder = builder.backoff(Backoff::exponential(2.0, cap));
+            }
+            builder
+        })
+}
+
+/// A clock whose calls take the next step when asked.
+struct Steps<'a> {
+    steps: &'a mut u64,
+    taken: Option<u64>,
+    now: Instant,
+}
+
+impl Clock for Steps<'_> {
+    fn step(&mut self) -> u64 {
+        *self.taken.get_or_insert_with(|| {
+            *self.steps += 1;
+            *self.steps
+        })
+    }
+
+    fn counted(&mut self) -> u64 {
+        self.taken.unwrap_or(*self.steps)
+    }
+
+    fn now(&mut self) -> Instant {
+        self.now
+    }
+}
+
+/// A permit held by the test.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: Epoch,
+    kind: Kind,
+}
+
+fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let config = builder.build_config().expect("valid settings");
+    let limit = config.half_open_probes;
+    let dwell = config.max_half_open_dwell;
+    let mut now = Instant::now();
+    let mut machine = Machine::new(config, now);
+    let mut steps = 0u64;
+    let mut held: Vec<Held> = Vec::new();
+    let mut entered_half_open: Option<Instant> = None;
+    for op in ops {
+        let at = Fixed { step: steps, now };
+        match op {
+            Op::Admit { killed } => {
+                let state_before = machine.state();
+                let mut clock = Steps {
+                    steps: &mut steps,
+                    taken: None,
+                    now,
+                };
+                let (verdict, transition) = machine.admit(killed, &mut clock);
+                let kind = match verdict {
+                    Verdict::Call => Some(Kind::Call),
+                    Verdict::Probe => Some(Kind::Probe),
+                    Verdict::Shadow(_) => Some(Kind::Shadow),
+                    Verdict::Expired => {
+                        return Err(TestCaseError::fail("admit left a deadline standing"))
+                    }
+                    Verdict::Pass | Verdict::Skip(_) => None,
+                };
+                match verdict {
+                    Verdict::Call => prop_assert_eq!(machine.state(), State::Closed),
+                    Verdict::Probe => prop_assert_eq!(machine.state(), State::HalfOpen),
+                    _ => {}
+                }
+                if let Some(t) = &transition {
+                    prop_assert_eq!(t.from, state_before);
+                    prop_assert_eq!(t.to, machine.state());
+                }
+                if machine.state() == State::HalfOpen && state_before != State::HalfOpen {
+                    entered_half_open = Some(now);
+                }
+                if let Some(kind) = kind {
+                    held.push(Held {
+                        epoch: machine.epoch(),
+                        kind,
+                    });
+                }
+            }
+            Op::Record {
+                which,
+                outcome,
+                slow,
+            } if !held.is_empty() => {
+                let permit = held.swap_remove(which % held.len());
+                let quiet = super::door::Door::quiet_in(machine.door().word, permit.epoch)
+                    && permit.kind == Kind::Call
+                    && matches!(outcome, Fate::Success);
+                let before = machine.clone();
+                let elapsed = slow.then_some(Duration::from_secs(6));
+                let (_, transition) =
+                    machine.record(permit.epoch, permit.kind, outcome.outcome(), elapsed, at);
+                if quiet {
+                    // The door's promise, on which a success is counted without the lock.
+                    prop_assert!(transition.is_none());
+                    prop_assert_eq!(machine.door(), before.door());
+                    prop_assert_eq!(
+                        machine.consecutive_failures(),
+                        before.consecutive_failures()
+                    );
+                }
+            }
+            Op::Release { which } if !held.is_empty() => {
+                let permit = held.swap_remove(which % held.len());
+                machine.release(permit.epoch, permit.kind);
+            }
+            Op::Record { .. } | Op::Release { .. } => {}
+            Op::Tick => {
+                machine.tick(at);
+            }
+            Op::ForceOpen { for_secs } => {
+                let until = for_secs.map(|s| now + Duration::from_secs(s));
+                machine.force_open(until, at);
+            }
+            Op::Reset => {
+                machine.reset(at);
+            }
+            Op::AllowProbe => {
+                machine.allow_probe();
+            }
+            Op::SetMode(mode) => machine.set_mode(mode),
+            Op::Advance(by) => now += by,
+        }
+        // After a look at the clock, no deadline stands at this instant.
+        machine.tick(Fixed { step: steps, now });
+        if let Entry::HalfOpen {
+            until: Some(until), ..
+        } = machine.door().entry()
+        {
+            prop_assert!(
+                now < until,
+                "a deadline stands after a look: {until:?} <= {now:?}"
+            );
+        }
+        if machine.state() == State::HalfOpen {
+            if let (Some(dwell), Some(entered)) = (dwell, entered_half_open) {
+                prop_assert!(now < entered + dwell, "half-open past its dwell limit");
+            }
+        } else {
+            entered_half_open = None;
+        }
+        // Probes in flight: within the limit, and exactly those held that still hold a
+        // slot (this epoch's, and earlier ones' the machine keeps).
+        let in_flight = machine.probes_in_flight();
+        prop_assert!(
+            in_flight <= limit,
+            "{} probes in flight, limit {}",
+            in_flight,
+            limit
+        );
+        let held_now = held
+            .iter()
+            .filter(|p| p.kind == Kind::Probe && p.epoch == machine.epoch())
+            .count() as u32;
+        let lingering: u32 = machine.lingering.iter().map(|l| l.running).sum();
+        prop_assert_eq!(in_flight, held_now + lingering);
+        let held_earlier = |epoch: Epoch| {
+            held.iter()
+                .filter(|p| p.kind == Kind::Probe && p.epoch == epoch)
+                .count() as u32
+        };
+        for lingering in &machine.lingering {
+            prop_assert!(lingering.running <= held_earlier(lingering.epoch));
+        }
+    }
+    // Every permit ends: nothing is left in flight.
+    for permit in held.drain(..) {
+        machine.release(permit.epoch, permit.kind);
+    }
+    prop_assert_eq!(machine.probes_in_flight(), 0);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 2048,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn any_sequence_keeps_the_probe_slots_the_quiet_promise_and_the_deadlines(
+        builder in settings(),
+        ops in proptest::collection::vec(op(), 0..80),
+    ) {
+        run(builder, ops)?;
+    }
+}
+
+#[test]
+fn the_lessons_trace_through_the_bare_machine() {
+    let config = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Calls(4))
+        .build_config()
+        .unwrap();
+    let now = Instant::now();
+    let mut machine = Machine::new(config, now);
+    let mut steps = 0;
+    let mut trace = Vec::new();
+    for (i, c) in "11000111101100001111".chars().enumerate() {
+        let killed = false;
+        let mut clock = Steps {
+            steps: &mut steps,
+            taken: None,
+            now,
+        };
+        let state = machine.state();
+        let (verdict, _) = machine.admit(killed, &mut clock);
+        let found = if verdict == Verdict::Probe {
+            State::HalfOpen
+        } else {
+            state
+        };
+        let word = match verdict {
+            Verdict::Skip(_) => "skipped",
+            _ => {
+                let outcome = if c == '1' {
+                    Outcome::Success
+                } else {
+                    Outcome::failure()
+                };
+                let kind = if verdict == Verdict::Probe {
+                    Kind::Probe
+                } else {
+                    Kind::Call
+                };
+                let at = Fixed { step: steps, now };
+                machine.record(machine.epoch(), kind, outcome, None, at);
+                if c == '1' {
+                    "model"
+                } else {
+                    "failed"
+                }
+            }
+        };
+        trace.push(format!("{} {found}:{word}", i + 1));
+    }
+    assert_eq!(
+        trace.join(" "),
+        "1 closed:model 2 closed:model 3 closed:failed 4 closed:failed 5 closed:failed \
+         6 open:skipped 7 open:skipped 8 open:skipped 9 half_open:model 10 closed:failed \
+         11 closed:model 12 closed:model 13 closed:failed 14 closed:failed 15 closed:failed \
+         16 open:skipped 17 open:skipped 18 open:skipped 19 half_open:model 20 closed:model"
+    );
+}

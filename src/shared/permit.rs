@@ -39,10 +39,17 @@ impl Ticket {
         Ticket(door.epoch().bits() << 8 | timed | reason << 2 | kind)
     }
 
-    /// A disabled-mode call: nothing is recorded.
+    /// A disabled-mode call: nothing is recorded; the state it found is kept where a
+    /// shadow call keeps its reason.
     #[inline(always)]
     pub(super) fn pass(door: &Door) -> Ticket {
-        Ticket(door.epoch().bits() << 8 | Self::PASS)
+        let state = match door.state() {
+            State::Closed => 0,
+            State::Open => 1,
+            State::HalfOpen => 2,
+            State::ForcedOpen => 3,
+        };
+        Ticket(door.epoch().bits() << 8 | state << 2 | Self::PASS)
     }
 
     #[inline(always)]
@@ -102,8 +109,13 @@ impl Ticket {
                 Reason::HalfOpenFull => State::HalfOpen,
                 Reason::ForcedOpen => State::ForcedOpen,
             },
-            // Disabled: the state is not consulted; it is reported as closed.
-            None => State::Closed,
+            // Disabled: the state found, as `pass` keeps it.
+            None => match self.0 >> 2 & 3 {
+                0 => State::Closed,
+                1 => State::Open,
+                2 => State::HalfOpen,
+                _ => State::ForcedOpen,
+            },
         }
     }
 }
