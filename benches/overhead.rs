@@ -266,6 +266,20 @@ fn per_call(c: &mut Criterion) {
         call_once(&mut open_time, cx, r)
     });
 
+    // The same, with no fallback: each skipped call reads the clock and fails with a
+    // boxed `Rejected` (tower's `BoxError`), an allocation.
+    let classify: Classifier = zero_fails;
+    let mut open_time_error = Builder::new()
+        .failure_threshold(1)
+        .build()
+        .expect("valid settings")
+        .with_classifier(classify)
+        .layer(noop());
+    call_once(&mut open_time_error, &mut cx, 0);
+    bench("ours/open_time_typed_error", &mut |cx, r| {
+        call_once(&mut open_time_error, cx, r)
+    });
+
     let layer = ours();
     layer.handle().kill_switch().kill();
     let mut killed = layer.with_fallback(noop()).layer(noop());
@@ -401,6 +415,17 @@ fn under_contention(c: &mut Criterion) {
     call_once(&mut open_time, &mut cx, 0);
     group.bench_function(BenchmarkId::new("ours/open_time_cooldown", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open_time, iters))
+    });
+    let classify: Classifier = zero_fails;
+    let mut open_time_error = Builder::new()
+        .failure_threshold(1)
+        .build()
+        .expect("valid settings")
+        .with_classifier(classify)
+        .layer(noop());
+    call_once(&mut open_time_error, &mut cx, 0);
+    group.bench_function(BenchmarkId::new("ours/open_time_typed_error", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &open_time_error, iters))
     });
     let layer = ours();
     layer.handle().kill_switch().kill();

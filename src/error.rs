@@ -39,7 +39,9 @@ pub struct Rejected {
 /// A breaker's name as a rejection carries it: copied when it is short, as most are,
 /// rather than shared. Sharing it would touch its reference count twice for every
 /// rejection, from every thread rejecting at once: one cache line bounced between
-/// cores for each call an open breaker turns away.
+/// cores for each call an open breaker turns away. Made once with the breaker (see
+/// [`BreakerName`]) and copied whole: copied from the string at each rejection, the
+/// copy's bytes would be read back wider than they were written, a stall a call.
 #[derive(Clone)]
 enum Name {
     Inline { len: u8, bytes: [u8; Name::INLINE] },
@@ -74,11 +76,60 @@ impl Name {
     }
 }
 
+pub(crate) use self::label::BreakerName;
+
+/// In a module of its own: public to the fallback trait's hidden methods, and unnameable
+/// outside the crate.
+mod label {
+    use std::fmt;
+    use std::sync::Arc;
+
+    use super::Name;
+
+    /// A breaker's name, and the copy of it its rejections carry.
+    #[derive(Clone)]
+    pub struct BreakerName {
+        full: Arc<str>,
+        rejected: Name,
+    }
+
+    impl BreakerName {
+        pub(crate) fn new(full: Arc<str>) -> Self {
+            BreakerName {
+                rejected: Name::new(&full),
+                full,
+            }
+        }
+
+        pub(crate) fn full(&self) -> &Arc<str> {
+            &self.full
+        }
+
+        pub(super) fn rejected(&self) -> &Name {
+            &self.rejected
+        }
+    }
+
+    impl std::ops::Deref for BreakerName {
+        type Target = str;
+
+        fn deref(&self) -> &str {
+            &self.full
+        }
+    }
+
+    impl fmt::Debug for BreakerName {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            fmt::Debug::fmt(&*self.full, f)
+        }
+    }
+}
+
 impl Rejected {
     #[inline]
-    pub(crate) fn new(name: &Arc<str>, skip: Skip) -> Self {
+    pub(crate) fn new(name: &BreakerName, skip: Skip) -> Self {
         Rejected {
-            name: Name::new(name),
+            name: name.rejected().clone(),
             skip,
         }
     }

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower::Service;
 
-use crate::error::{BoxError, Rejected};
+use crate::error::{BoxError, BreakerName, Rejected};
 use crate::machine::Skip;
 
 /// No fallback: a skipped call fails fast with [`Rejected`].
@@ -39,10 +39,10 @@ pub trait FallbackService<Request, Response>: sealed::Sealed<Request> {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
 
     #[doc(hidden)]
-    fn call(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future;
+    fn call(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future;
 
     #[doc(hidden)]
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future;
+    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future;
 }
 
 impl<Request> sealed::Sealed<Request> for NoFallback {}
@@ -54,11 +54,12 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
-        std::future::ready(Err(Rejected::new(name, skip).into()))
+    #[inline(always)]
+    fn call(&mut self, _: Request, skip: Skip, name: &BreakerName) -> Self::Future {
+        std::future::ready(Err(Box::new(Rejected::new(name, skip))))
     }
 
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
+    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
         FallbackService::<Request, Response>::call(self, request, skip, name)
     }
 }
@@ -122,7 +123,7 @@ pub trait FallbackMode<Request>: sealed::Sealed<Request> {
     type Call;
 
     #[doc(hidden)]
-    fn wrap(request: Request, skip: Skip, name: &Arc<str>) -> Self::Call;
+    fn wrap(request: Request, skip: Skip, name: &BreakerName) -> Self::Call;
 }
 
 impl<Request> sealed::Sealed<Request> for Plain {}
@@ -131,7 +132,7 @@ impl<Request> sealed::Sealed<Request> for WithSkip {}
 impl<Request> FallbackMode<Request> for Plain {
     type Call = Request;
 
-    fn wrap(request: Request, _: Skip, _: &Arc<str>) -> Request {
+    fn wrap(request: Request, _: Skip, _: &BreakerName) -> Request {
         request
     }
 }
@@ -139,11 +140,11 @@ impl<Request> FallbackMode<Request> for Plain {
 impl<Request> FallbackMode<Request> for WithSkip {
     type Call = Skipped<Request>;
 
-    fn wrap(request: Request, skip: Skip, name: &Arc<str>) -> Skipped<Request> {
+    fn wrap(request: Request, skip: Skip, name: &BreakerName) -> Skipped<Request> {
         Skipped {
             request,
             skip,
-            breaker: name.clone(),
+            breaker: name.full().clone(),
         }
     }
 }
@@ -181,7 +182,8 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
+    #[inline(always)]
+    fn call(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
         FallbackFuture {
             kind: Kind::Called {
                 future: self.inner.call(M::wrap(request, skip, name)),
@@ -189,7 +191,7 @@ where
         }
     }
 
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &Arc<str>) -> Self::Future {
+    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
         FallbackFuture {
             kind: Kind::Oneshot {
                 future: Oneshot::new(self.inner.clone(), M::wrap(request, skip, name)),

@@ -127,9 +127,9 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 1,080 bytes for the shared state (the state machine
-//!   with its settings, 640 bytes, behind a lock; the counters and gates of the
-//!   lock-free paths, kept on cache lines of their own by two 128-byte spacers) and 16
+//! - the breaker: two allocations, 960 bytes for the shared state (the state machine
+//!   with its settings behind a lock; the running totals and the published door, each
+//!   starting a cache line of its own; the event queue) and 16
 //!   bytes plus the name's length for its name (`host[42]`: 24 bytes);
 //! - the slot: the key's hash, the key, the breaker's `Arc` and its last-used mark,
 //!   24 bytes plus the key, and a control byte, in tables at most 7/8 full. A table
@@ -139,8 +139,8 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 1,166 bytes per key in a registry just filled with 10,000 keys (11.7 MB), and
-//! 1,222 bytes per key (12.2 MB) once 90,000 more have passed through and been evicted:
+//! In all, 1,046 bytes per key in a registry just filled with 10,000 keys (10.5 MB), and
+//! 1,102 bytes per key (11.0 MB) once 90,000 more have passed through and been evicted:
 //! however many keys come, no more. A failure-rate policy over a count window adds one
 //! bit per call in the window; each observer adds 16 bytes; a transition channel is only
 //! made for a breaker whose handle is subscribed to.

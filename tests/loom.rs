@@ -228,3 +228,70 @@ fn a_call_racing_the_failure_that_opens_the_breaker_is_made_or_skipped_as_open()
         );
     });
 }
+
+/// A person holds the breaker open for a time and releases it while a call is decided:
+/// the call reads one whole door, never a torn one. It is made (the breaker was closed),
+/// or skipped as forced open and told exactly when the hold ends.
+#[test]
+fn a_call_racing_a_hold_reads_the_whole_door() {
+    model(|| {
+        let (layer, handle) = breaker(3);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        let person = {
+            let handle = handle.clone();
+            thread::spawn(move || {
+                handle.open_until(until);
+                handle.reset();
+            })
+        };
+        let mut svc = layer.layer(inner());
+        let answer = call(&mut svc, 1).expect("answered");
+        person.join().unwrap();
+        match answer.source() {
+            Source::Service => assert_eq!(answer.state(), State::Closed),
+            Source::Fallback(Reason::ForcedOpen) => {
+                assert_eq!(answer.state(), State::ForcedOpen);
+                assert_eq!(
+                    answer.next_probe(),
+                    NextProbe::After {
+                        calls: 1,
+                        at: Some(until)
+                    }
+                );
+            }
+            other => panic!("unexpected source {other:?}"),
+        }
+        assert_eq!(handle.state(), State::Closed);
+    });
+}
+
+/// Two threads cause transitions at once: the subscriber receives each, once, in the
+/// order of their generations (the one that delivers also delivers what the other
+/// queued meanwhile).
+#[test]
+fn transitions_made_at_once_are_each_delivered_once_in_order() {
+    model(|| {
+        let (layer, handle) = breaker(3);
+        let mut events = handle.subscribe();
+        let mut failing = layer.layer(inner());
+        let tripper = thread::spawn(move || {
+            let _ = call(&mut failing, 0);
+        });
+        let person = {
+            let handle = handle.clone();
+            thread::spawn(move || handle.force_open())
+        };
+        tripper.join().unwrap();
+        person.join().unwrap();
+        let mut generations = Vec::new();
+        while let Ok(t) = events.try_recv() {
+            generations.push(t.generation);
+        }
+        let made = handle.snapshot().generation;
+        assert_eq!(generations.len() as u64, made, "{generations:?}");
+        assert!(
+            generations.windows(2).all(|w| w[0] < w[1]),
+            "{generations:?}"
+        );
+    });
+}

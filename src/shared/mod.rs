@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
 use crate::machine::{
@@ -49,8 +50,9 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
-/// Keeps a value on cache lines of its own.
-#[repr(align(128))]
+/// Starts a value on a cache line of its own: after the totals (16 bytes of the `Arc`'s
+/// counts and 112 of the tally fill two lines), the door starts the third.
+#[repr(align(64))]
 struct Apart<T>(T);
 
 /// See the [module docs](self). The totals come first, next to the `Arc`'s reference
@@ -59,7 +61,7 @@ struct Apart<T>(T);
 pub(crate) struct Shared {
     tally: Tally,
     published: Apart<Published>,
-    pub(crate) name: Arc<str>,
+    pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
     events: Events,
@@ -95,7 +97,7 @@ impl Shared {
             tally: Tally::new(),
             published: Apart(Published::new(&machine.door())),
             events: Events::new(name.clone(), observers),
-            name,
+            name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
         }
@@ -363,7 +365,7 @@ impl Shared {
         self.with(|machine, at| {
             let transition = machine.tick(at);
             let snapshot = Snapshot {
-                name: self.name.clone(),
+                name: self.name.full().clone(),
                 state: machine.state(),
                 mode: machine.mode(),
                 killed,
@@ -398,7 +400,7 @@ impl Shared {
 
     pub(crate) fn set_mode(&self, mode: Mode) {
         self.with(|machine, _| (machine.set_mode(mode), None));
-        tracing::info!(target: "tower_circuit_breaker", breaker = %self.name, mode = mode.as_str(), "mode changed");
+        tracing::info!(target: "tower_circuit_breaker", breaker = &*self.name, mode = mode.as_str(), "mode changed");
     }
 
     pub(crate) fn mode(&self) -> Mode {
