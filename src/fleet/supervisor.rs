@@ -33,6 +33,9 @@ use super::sequence::{Order, Sequences};
 use super::wire::{encode, HintMessage, HintState, KillMessage, Rejection, VERSION};
 use crate::{CircuitBreakerHandle, Mode, NextProbe, State, Transition};
 
+/// Further off than any hold: a published time beyond it is taken as it.
+const FAR: time::Duration = time::Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// What the replica's handles ask of the task.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -60,6 +63,16 @@ struct Session {
     conn: MultiplexedConnection,
     sink: PubSubSink,
     stream: PubSubStream,
+}
+
+impl Session {
+    /// Whether both connections answer, and are allowed to.
+    async fn check(&mut self, wait: time::Duration) -> Result<(), Failed> {
+        within(wait, redis::cmd("PING").query_async::<()>(&mut self.conn)).await?;
+        // Subscribed, PING answers ["pong", ""].
+        within(wait, self.sink.ping::<Vec<String>>()).await?;
+        Ok(())
+    }
 }
 
 /// How a session or a wait ended.
@@ -157,11 +170,11 @@ impl Supervisor {
         within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
         within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
         let mut session = Session { conn, sink, stream };
+        // A refused subscription (no AUTH, an ACL) is not reported by the subscribe
+        // itself: a PING on each connection is.
+        session.check(wait).await?;
         let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
         self.read_kill_keys(&mut session.conn, names).await?;
-        self.replica.link_up(self.was_up);
-        self.was_up = true;
-        self.backoff.reset();
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -171,6 +184,10 @@ impl Supervisor {
             }
             self.publish(&mut session, hint).await?;
         }
+        // Up once in step both ways: kill keys read, hints held back published.
+        self.replica.link_up(self.was_up);
+        self.was_up = true;
+        self.backoff.reset();
         Ok(session)
     }
 
@@ -198,8 +215,7 @@ impl Supervisor {
                         self.replica.registry().switches.keys().cloned().collect();
                     let wait = self.replica.settings.timeout;
                     let read = self.read_kill_keys(&mut session.conn, names).await;
-                    let alive = within(wait, session.sink.ping::<redis::Value>()).await;
-                    if let Err(error) = read.and(alive.map(drop)) {
+                    if let Err(error) = read.and(session.check(wait).await) {
                         return End::Lost(error);
                     }
                 }
@@ -498,7 +514,8 @@ impl Supervisor {
         // counts.
         let until = match hint.state {
             HintState::Open => match hint.until_ms {
-                Some(ms) => clock::until_wall_ms(ms).map(|wait| now + wait.min(settings.max_hold)),
+                // Bounded only to keep the arithmetic sound; the hold caps it.
+                Some(ms) => clock::until_wall_ms(ms).map(|wait| now + wait.min(FAR)),
                 None => Some(now + settings.default_hold),
             },
             HintState::Closed => None,
@@ -532,28 +549,28 @@ impl Supervisor {
         now: std::time::Instant,
     ) {
         let counters = &self.replica.counters;
-        let until = match act {
+        let (until, event) = match act {
             Act::Hold { until, capped } => {
                 handle.open_until(until);
                 add(&counters.holds, 1);
                 if capped {
                     add(&counters.capped, 1);
                 }
-                self.replica.emit(FleetEvent::Held {
+                let event = FleetEvent::Held {
                     breaker: name.clone(),
                     until,
                     replica,
                     capped,
-                });
-                until
+                };
+                (until, event)
             }
             Act::Release => {
                 handle.open_until(now);
                 add(&counters.releases, 1);
-                self.replica.emit(FleetEvent::Released {
+                let event = FleetEvent::Released {
                     breaker: name.clone(),
-                });
-                now
+                };
+                (now, event)
             }
             Act::Keep(Kept::Capped) => {
                 add(&counters.capped, 1);
@@ -565,5 +582,7 @@ impl Supervisor {
         if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
             shared.hold.applied(until, after);
         }
+        // Told once recorded: a listener that looks at the snapshot sees the hold.
+        self.replica.emit(event);
     }
 }
