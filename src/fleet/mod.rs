@@ -149,6 +149,9 @@ pub struct Fleet {
 struct Inner {
     replica: Arc<Replica>,
     commands: mpsc::UnboundedSender<Command>,
+    /// The runtime the link was started on: its tasks run there, whichever thread
+    /// shares a breaker.
+    runtime: tokio::runtime::Handle,
     /// The link's task and each shared breaker's listener.
     tasks: Mutex<Vec<AbortHandle>>,
 }
@@ -178,6 +181,7 @@ impl Fleet {
             inner: Arc::new(Inner {
                 replica,
                 commands,
+                runtime,
                 tasks: Mutex::new(vec![task]),
             }),
         })
@@ -260,7 +264,7 @@ impl Fleet {
             },
         );
         drop(registry);
-        let task = tokio::spawn(forward(
+        let task = self.inner.runtime.spawn(forward(
             name,
             transitions,
             self.inner.commands.clone(),

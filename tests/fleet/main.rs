@@ -640,3 +640,86 @@ async fn prefixes_keep_fleets_apart() {
     ));
     assert_eq!(ours[0].fleet.counts().kill_messages, 1);
 }
+
+#[test]
+fn a_fleet_needs_a_runtime_but_shares_from_any_thread() {
+    let outside = Fleet::builder().address("redis://127.0.0.1:1").start();
+    assert_eq!(outside.unwrap_err(), FleetError::NoRuntime);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fleet = runtime.block_on(async { Fleet::builder().address("redis://127.0.0.1:1").start() });
+    let fleet = fleet.unwrap();
+    // From a thread with no runtime: the listener runs on the fleet's.
+    std::thread::spawn(move || {
+        let stop = KillSwitch::new();
+        fleet.share_kill_switch("model", &stop).unwrap();
+        fleet
+            .share_breaker(&breaker("model", &stop).handle(), HintPolicy::Follow)
+            .unwrap();
+        let other = breaker("model", &KillSwitch::new());
+        let taken = fleet.share_breaker(&other.handle(), HintPolicy::Follow);
+        assert!(matches!(taken, Err(FleetError::NameTaken { .. })));
+        let taken = fleet.share_kill_switch("model", &KillSwitch::new());
+        assert!(matches!(taken, Err(FleetError::NameTaken { .. })));
+        let bad = fleet.share_breaker(
+            &breaker("search", &stop).handle(),
+            HintPolicy::quorum(0, Duration::from_secs(1)),
+        );
+        assert!(matches!(bad, Err(FleetError::BadSetting { .. })));
+    })
+    .join()
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("observer");
+    let source = members_with(&redis.url, &prefix, 1, HintPolicy::Ignore).await;
+    let fleet = replica(&redis.url, &prefix, "observed");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (fleet_for_observer, seen_by_observer) = (fleet.clone(), seen.clone());
+    let model = CircuitBreakerLayer::builder()
+        .name("model")
+        .on_transition(move |t| {
+            // Runs on the task that applied the hold: the fleet's own.
+            let snapshot = fleet_for_observer.snapshot();
+            seen_by_observer
+                .lock()
+                .unwrap()
+                .push((t.to, snapshot.counts.hints));
+        })
+        .build()
+        .unwrap();
+    fleet
+        .share_breaker(&model.handle(), HintPolicy::Follow)
+        .unwrap();
+    up(&fleet).await;
+    let mut events = fleet.events();
+    for _ in 0..3 {
+        call(&source[0].model, false).await;
+    }
+    event(&mut events, BOUND, "a hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), vec![(State::ForcedOpen, 1)]);
+}
+
+#[tokio::test]
+async fn breakers_and_switches_go_on_alone_when_the_fleet_is_dropped() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("dropped");
+    let mut members = members(&redis.url, &prefix, 1).await;
+    let member = members.pop().unwrap();
+    member.fleet.kill("model").await.unwrap();
+    let mut link = member.fleet.watch_link();
+    drop(member.fleet);
+    // The link's task stops: its status channel closes.
+    tokio::time::timeout(LINK, async { while link.changed().await.is_ok() {} })
+        .await
+        .expect("the task stops");
+    assert!(member.stop.is_killed());
+    member.stop.revive();
+    assert_eq!(call(&member.model, true).await, Got::Made);
+}
