@@ -198,9 +198,16 @@ impl FleetBuilder {
     ///
     /// # Errors
     ///
-    /// The first setting that cannot work, or [`FleetError::NoRuntime`].
+    /// The first setting that cannot work, [`FleetError::NoRuntime`], or
+    /// [`FleetError::NoCryptoProvider`] for TLS without one.
     pub fn start(self) -> Result<Fleet, FleetError> {
         let settings = self.settings()?;
+        #[cfg(feature = "fleet-tls")]
+        if matches!(settings.connection.addr, ConnectionAddr::TcpTls { .. })
+            && rustls::crypto::CryptoProvider::get_default().is_none()
+        {
+            return Err(FleetError::NoCryptoProvider);
+        }
         Fleet::start(settings)
     }
 
@@ -441,6 +448,13 @@ mod tests {
             assert_eq!(built.unwrap_err(), FleetError::TlsNotBuilt);
             assert_eq!(from_url.unwrap_err(), FleetError::TlsNotBuilt);
         }
+    }
+
+    #[cfg(feature = "fleet-tls")]
+    #[test]
+    fn tls_without_a_crypto_provider_is_refused_at_start() {
+        let error = FleetBuilder::new().tls(Tls::Verified).start().unwrap_err();
+        assert_eq!(error, FleetError::NoCryptoProvider);
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub enum FleetError {
     /// TLS was asked for, but the crate was built without the `fleet-tls` feature.
     #[error("TLS to redis needs the `fleet-tls` feature")]
     TlsNotBuilt,
+    /// TLS was asked for, but no rustls crypto provider is installed: install one
+    /// (`rustls::crypto::ring::default_provider().install_default()`, or aws-lc-rs's)
+    /// before starting the fleet.
+    #[error("TLS to redis needs a rustls crypto provider installed first")]
+    NoCryptoProvider,
     /// The fleet was started outside a tokio runtime.
     #[error("the fleet must be started inside a tokio runtime")]
     NoRuntime,
