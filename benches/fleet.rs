@@ -30,7 +30,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast;
 use tower::{service_fn, Layer, Service};
@@ -178,6 +179,13 @@ fn breaker(kill: &KillSwitch) -> CircuitBreakerLayer {
         .unwrap()
 }
 
+fn bench_calls<S: Service<u64>>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut svc: S) {
+    let mut cx = Context::from_waker(Waker::noop());
+    group.bench_function(name, |b| {
+        b.iter(|| black_box(call_once(&mut svc, &mut cx, black_box(1))))
+    });
+}
+
 fn per_call(c: &mut Criterion) {
     let runtime = runtime();
     let redis = runtime.block_on(server::Redis::get());
@@ -200,29 +208,15 @@ fn per_call(c: &mut Criterion) {
     assert!(fleet.link().is_up());
 
     let mut group = c.benchmark_group("per_call");
-    let mut bench = |name: &str, layer: &CircuitBreakerLayer| {
-        let mut svc = layer.layer(noop());
-        let mut cx = Context::from_waker(Waker::noop());
-        group.bench_function(name, |b| {
-            b.iter(|| black_box(call_once(&mut svc, &mut cx, black_box(1))))
-        });
-    };
-    bench("fleet_off/closed", &off);
-    bench("fleet_on/closed", &on);
+    bench_calls(&mut group, "fleet_off/closed", off.layer(noop()));
+    bench_calls(&mut group, "fleet_on/closed", on.layer(noop()));
     off_kill.kill();
     runtime.block_on(fleet.kill("model")).unwrap();
     assert!(on_kill.is_killed());
-    let off = off.with_fallback(noop());
-    let on = on.with_fallback(noop());
-    let mut bench_fallback = |name: &str, layer: &CircuitBreakerLayer<_>| {
-        let mut svc = layer.layer(noop());
-        let mut cx = Context::from_waker(Waker::noop());
-        group.bench_function(name, |b| {
-            b.iter(|| black_box(call_once(&mut svc, &mut cx, black_box(1))))
-        });
-    };
-    bench_fallback("fleet_off/killed", &off);
-    bench_fallback("fleet_on/killed", &on);
+    let off = off.with_fallback(noop()).layer(noop());
+    bench_calls(&mut group, "fleet_off/killed", off);
+    let on = on.with_fallback(noop()).layer(noop());
+    bench_calls(&mut group, "fleet_on/killed", on);
     group.finish();
     drop(fleet);
     runtime.shutdown_timeout(Duration::from_secs(1));

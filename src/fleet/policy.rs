@@ -31,9 +31,12 @@ pub enum HintPolicy {
     /// (its next probe), capped by the fleet's longest hold; a peer that published no
     /// time holds it for the fleet's default hold. The peer closing ends the hold.
     Follow,
-    /// Held open only while at least `replicas` peers report open, each report received
-    /// within `window`; held until the time that many still report, capped as for
-    /// [`Follow`](HintPolicy::Follow).
+    /// Held open once at least `replicas` peers report open, each report received within
+    /// `window` of the latest; held until the time that many would still report open
+    /// (the `replicas`-th latest of their published times), capped as for
+    /// [`Follow`](HintPolicy::Follow). Reports are weighed when a hint arrives: a peer
+    /// closing can end the hold early, and reports older than the window no longer
+    /// count towards a new one.
     Quorum {
         /// Peers that must report open (at least 1).
         replicas: u32,

@@ -141,6 +141,27 @@ async fn until(within: Duration, what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// A plain connection, for what an operator or an attacker sends by hand.
+async fn by_hand(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+async fn publish(conn: &mut redis::aio::MultiplexedConnection, channel: &str, payload: &str) {
+    redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg(payload)
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+/// Now, in Unix milliseconds, as hints carry times.
+fn wall_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap().as_millis() as u64
+}
+
 struct Member {
     fleet: Fleet,
     stop: KillSwitch,
@@ -449,18 +470,14 @@ async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
     let members = members(&redis.url, &prefix, 1).await;
     let member = &members[0];
     let mut events = member.fleet.events();
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let mut raw = by_hand(&redis.url).await;
     let kills = format!("{prefix}:kills");
     let hints = format!("{prefix}:hints");
     let oversized = format!(
         r#"{{"v":1,"name":"model","killed":true,"by":"{}"}}"#,
         "x".repeat(10_000)
     );
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = wall_ms();
     let hint = |seq: u64| {
         format!(
             r#"{{"v":1,"replica":"peer","run":"r1","seq":{seq},"name":"other","state":"closed","cause":"reset","at_ms":{now_ms},"until_ms":null}}"#
@@ -481,12 +498,7 @@ async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
         (&kills, r#"{"v":1,"name":"model","killed":true}"#.into()), // the barrier
     ];
     for (channel, payload) in &sent {
-        redis::cmd("PUBLISH")
-            .arg(channel)
-            .arg(payload)
-            .query_async::<()>(&mut raw)
-            .await
-            .unwrap();
+        publish(&mut raw, channel, payload).await;
     }
     // Delivered in order: once the barrier is applied, all before it were read.
     event(&mut events, BOUND, "the barrier kill", killed(true)).await;
@@ -519,23 +531,13 @@ async fn a_published_open_until_far_off_is_capped() {
     let members = members(&redis.url, &prefix, 1).await;
     let member = &members[0];
     let mut events = member.fleet.events();
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
-    let ten_days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 10 * 24 * 3600 * 1000;
+    let mut raw = by_hand(&redis.url).await;
+    let ten_days = wall_ms() + 10 * 24 * 3600 * 1000;
     let hint = format!(
         r#"{{"v":1,"replica":"liar","run":"r","seq":1,"name":"model","state":"open","cause":"tripped","at_ms":0,"until_ms":{ten_days}}}"#
     );
     let before = Instant::now();
-    redis::cmd("PUBLISH")
-        .arg(format!("{prefix}:hints"))
-        .arg(hint)
-        .query_async::<()>(&mut raw)
-        .await
-        .unwrap();
+    publish(&mut raw, &format!("{prefix}:hints"), &hint).await;
     let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", |e| {
         matches!(e, FleetEvent::Held { .. })
     })
