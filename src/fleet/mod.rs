@@ -85,9 +85,10 @@
 //!
 //! The `redis` crate (0.32, tokio, multiplexed connections): the most used Rust client,
 //! with the lightest dependency tree of the two candidates, and 0.32 is its newest
-//! release within this crate's MSRV (1.85; redis 1.x needs 1.88). `fred` fits the MSRV
-//! too, but brings twice the new dependencies, and its automatic reconnection would hide
-//! what this layer must report. Its connection manager is not used for the same reason:
+//! release within this crate's MSRV (1.85; redis 1.x needs 1.88). `fred` (10, MSRV 1.75) fits
+//! too, but adds about three times the crates (11 new to this crate's tree, against 4),
+//! and its automatic reconnection and resubscription would hide what this layer must
+//! report and order. Its connection manager is not used for the same reason:
 //! the fleet supervises its own two connections (one for commands, one subscribed), so
 //! it knows when the link is down, reads the kill keys in the right order on
 //! reconnection, and backs off its own way. The feature's MSRV is the crate's, 1.85.

@@ -130,7 +130,7 @@ fn killed(killed: bool) -> impl Fn(&FleetEvent) -> bool {
 }
 
 /// Polls `done` until it holds, at most `within` (for states no event announces).
-async fn until(within: Duration, what: &str, done: impl Fn() -> bool) {
+async fn poll_until(within: Duration, what: &str, done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
     while !done() {
         assert!(
@@ -351,6 +351,11 @@ async fn a_followed_open_reaches_peers_and_expires() {
     assert_eq!((snapshot.state, snapshot.counts.probes), (State::Closed, 1));
     // Replica 0 stays open on its own: nothing it heard closes it.
     assert_eq!(a.model.handle().state(), State::Open);
+    // Replica 1 published its probe's success, never its hold (it would have come
+    // first, on the same connection): replica 0 heard exactly one hint.
+    poll_until(BOUND, "the closing heard", || a.fleet.counts().hints >= 1).await;
+    assert_eq!(a.fleet.counts().hints, 1);
+    assert_eq!(b.fleet.counts().published, 1);
 }
 
 /// `next_probe`'s time, for the tests.
@@ -388,7 +393,7 @@ async fn a_quorum_needs_n_replicas() {
     for _ in 0..3 {
         call(&members[0].model, false).await;
     }
-    until(BOUND, "one peer reported", || {
+    poll_until(BOUND, "one peer reported", || {
         judge.snapshot().breakers[0].peers_open == 1
     })
     .await;
