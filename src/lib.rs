@@ -43,6 +43,8 @@
 //!   [`Answer`] / [`Source`] for where every answer came from.
 //! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
 //!   bounded registry ([`KeyedCircuitBreakerLayer`]).
+//! - `fleet` (feature `fleet`): kill switches and breaker transitions shared by a fleet
+//!   of replicas through Redis, off the call path.
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -58,6 +60,8 @@ pub mod error;
 mod event;
 pub mod expediter;
 mod fallback;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 pub mod future;
 mod handle;
 #[cfg(feature = "http")]

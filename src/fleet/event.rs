@@ -1,0 +1,61 @@
+//! What a replica's fleet link did, as [`Fleet::events`](super::Fleet::events) tells it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::link::LinkStatus;
+use super::wire::Rejection;
+
+/// Where a kill switch's new state came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KillOrigin {
+    /// A kill message on the channel (from an operator or a replica).
+    Message,
+    /// The kill key, read when the link came up, when the switch was shared, or at a
+    /// periodic re-read.
+    Key,
+    /// This replica's own [`Fleet::kill`](super::Fleet::kill) or
+    /// [`Fleet::revive`](super::Fleet::revive).
+    Command,
+}
+
+/// One thing a replica's fleet link did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FleetEvent {
+    /// A shared kill switch was flipped by the fleet.
+    KillSwitch {
+        /// Its name.
+        name: Arc<str>,
+        /// Whether it is now on.
+        killed: bool,
+        /// Where the change came from.
+        origin: KillOrigin,
+    },
+    /// A breaker is held open by its peers' hints (a new hold, or one moved).
+    Held {
+        /// The breaker.
+        breaker: Arc<str>,
+        /// Until when (on the breaker's clock); after it the next call is the probe.
+        until: Instant,
+        /// The peer whose hint caused it.
+        replica: Arc<str>,
+        /// Whether it was cut to the fleet's longest hold.
+        capped: bool,
+    },
+    /// A hold ended early: the peers stopped reporting open. The next call probes.
+    Released {
+        /// The breaker.
+        breaker: Arc<str>,
+    },
+    /// A message was refused.
+    Rejected {
+        /// The channel (or key) it came from.
+        channel: Arc<str>,
+        /// Why.
+        why: Rejection,
+    },
+    /// The link went up or down.
+    Link(LinkStatus),
+}

@@ -1,0 +1,453 @@
+//! A fleet of replicas: kill switches and breaker transitions shared through Redis,
+//! while every call is still decided locally, with no network I/O on its path.
+//!
+//! Each replica starts a [`Fleet`] and shares its kill switches (by name) and breakers
+//! with it. A task beside the service then keeps them in step with the other replicas:
+//!
+//! - a **kill switch** shared as `NAME` is the Redis key `PREFIX:kill:NAME`; a change
+//!   is written there and published on `PREFIX:kills`, so every replica applies it at
+//!   once and a replica that starts later reads the key and starts killed;
+//! - a shared **breaker** publishes its own openings and closings on `PREFIX:hints`
+//!   (name, new state, cause, until when, which replica, a sequence number); peers read
+//!   them as hints under a [`HintPolicy`] chosen per breaker: ignore, follow (hold open
+//!   until the published time), or quorum (hold open while N peers report open within a
+//!   window). A hold is bounded by [`FleetBuilder::max_hold`], and the replica's own
+//!   calls decide its state once the hold ends (see [`HintPolicy`]).
+//!
+//! ```
+//! use tower_circuit_breaker::fleet::{Fleet, FleetError, HintPolicy};
+//! use tower_circuit_breaker::{CircuitBreakerLayer, KillSwitch};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Nothing listens on port 1: the replica works alone, and says so.
+//! let fleet = Fleet::builder().address("redis://127.0.0.1:1").replica("api-1").start()?;
+//! let stop = KillSwitch::new();
+//! fleet.share_kill_switch("openai", &stop)?;
+//! let openai = CircuitBreakerLayer::builder().name("openai").kill_switch(stop.clone()).build()?;
+//! fleet.share_breaker(&openai.handle(), HintPolicy::Follow)?;
+//!
+//! // An operator's kill reaches every replica through Redis; without it, this one only.
+//! let err = fleet.kill("openai").await.unwrap_err();
+//! assert!(matches!(err, FleetError::LinkDown { .. }));
+//! assert!(stop.is_killed() && !fleet.link().is_up());
+//! # Ok(()) }
+//! ```
+//!
+//! # What is shared, and what never is
+//!
+//! Shared: the state of each shared kill switch, and the transitions of each shared
+//! breaker that its own calls caused (opened, closed). Never shared: calls, their
+//! outcomes and counts, a breaker's failure count, a hold (peers' hints, or a person's
+//! force-open: not republished, so holds never echo and a quorum counts only replicas
+//! that saw failures themselves), and anything on a call's path. A call reads the kill
+//! switch's flag and the breaker's state as it does without a fleet; the task changes
+//! them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill) and
+//! [`CircuitBreakerHandle::open_until`](crate::CircuitBreakerHandle::open_until).
+//!
+//! # The format, for operators
+//!
+//! With the default prefix `tcb`, from `redis-cli`:
+//!
+//! ```text
+//! SET tcb:kill:openai 1
+//! PUBLISH tcb:kills '{"v":1,"name":"openai","killed":true}'
+//! DEL tcb:kill:openai
+//! PUBLISH tcb:kills '{"v":1,"name":"openai","killed":false}'
+//! ```
+//!
+//! The key is the truth (`1`: killed; absent or `0`: not): it is read on every
+//! (re)connection and every [`resync_every`](FleetBuilder::resync_every), and wins over
+//! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`]
+//! writes both in one transaction. Hints are JSON too:
+//!
+//! ```text
+//! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
+//!  "state":"open","cause":"tripped","at_ms":1764580000000,"until_ms":1764580030000}
+//! ```
+//!
+//! A message that is not JSON of this form, longer than
+//! [`max_message_bytes`](FleetBuilder::max_message_bytes), or of another version `v`,
+//! is ignored and counted ([`FleetCounts`]); so is a replayed or older hint (by its
+//! replica's `run` and `seq`). A published time further off than the longest hold is
+//! cut to it.
+//!
+//! # When Redis is down
+//!
+//! Breakers and kill switches go on working locally: calls never wait on Redis.
+//! [`Fleet::link`] and [`Fleet::snapshot`] say the link is down and since when; the task
+//! reconnects with backoff ([`FleetBuilder::reconnect_backoff`]); [`Fleet::kill`] applies
+//! on this replica only and says so; the breakers' latest transitions are published
+//! when the link is back. On reconnection the kill keys are read again, and they win
+//! over what the replica did meanwhile.
+//!
+//! # The client
+//!
+//! The `redis` crate (0.32, tokio, multiplexed connections): the most used Rust client,
+//! with the lightest dependency tree of the two candidates, and 0.32 is its newest
+//! release within this crate's MSRV (1.85; redis 1.x needs 1.88). `fred` (10, MSRV 1.75) fits
+//! too, but adds about three times the crates (11 new to this crate's tree, against 4),
+//! and its automatic reconnection and resubscription would hide what this layer must
+//! report and order. Its connection manager is not used for the same reason:
+//! the fleet supervises its own two connections (one for commands, one subscribed), so
+//! it knows when the link is down, reads the kill keys in the right order on
+//! reconnection, and backs off its own way. The feature's MSRV is the crate's, 1.85.
+//! TLS is the `fleet-tls` feature (rustls).
+
+mod backoff;
+mod clock;
+mod config;
+mod counts;
+mod error;
+mod event;
+mod expediter;
+mod hold;
+mod keys;
+mod link;
+mod policy;
+mod registry;
+mod replica;
+mod sequence;
+mod snapshot;
+mod supervisor;
+mod wire;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+
+pub use self::config::{FleetBuilder, Tls};
+pub use self::counts::FleetCounts;
+pub use self::error::FleetError;
+pub use self::event::{FleetEvent, KillOrigin};
+pub use self::link::LinkStatus;
+pub use self::policy::HintPolicy;
+pub use self::snapshot::{FleetSnapshot, SharedBreakerView, SharedKillSwitch};
+pub use self::wire::Rejection;
+
+use self::config::Settings;
+use self::keys::check_name;
+use self::registry::SharedBreaker;
+use self::replica::Replica;
+use self::supervisor::{Command, Supervisor};
+use crate::{CircuitBreakerHandle, KillSwitch};
+
+/// One replica's link to its fleet. See the [module docs](self).
+///
+/// # Clone
+///
+/// Clones share one link: one task, one pair of connections, one set of shared kill
+/// switches and breakers. When the last clone is dropped the task stops; the kill
+/// switches and breakers go on as they are, alone.
+#[derive(Clone)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    replica: Arc<Replica>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// The runtime the link was started on: its tasks run there, whichever thread
+    /// shares a breaker.
+    runtime: tokio::runtime::Handle,
+    /// The link's task and each shared breaker's listener.
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(|p| p.into_inner());
+        for task in tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Fleet {
+    /// Settings for a replica's link, with defaults.
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder::new()
+    }
+
+    fn start(settings: Settings) -> Result<Fleet, FleetError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| FleetError::NoRuntime)?;
+        let replica = Arc::new(Replica::new(settings));
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let supervisor = Supervisor::new(replica.clone(), receiver)?;
+        let task = runtime.spawn(supervisor.run()).abort_handle();
+        Ok(Fleet {
+            inner: Arc::new(Inner {
+                replica,
+                commands,
+                runtime,
+                tasks: Mutex::new(vec![task]),
+            }),
+        })
+    }
+
+    /// This replica's name in the fleet.
+    pub fn replica(&self) -> &str {
+        &self.inner.replica.settings.replica
+    }
+
+    /// Shares a kill switch under `name`: its key is read as soon as the link is up
+    /// (at once if it is), and every change published for that name flips it. A switch
+    /// shared with several breakers stops them all.
+    ///
+    /// From now on the key decides the switch: flip it for the fleet with
+    /// [`kill`](Fleet::kill) and [`revive`](Fleet::revive) (or in Redis). Flipping the
+    /// switch directly changes this replica only, until the key is read again.
+    ///
+    /// # Errors
+    ///
+    /// A name that cannot be used in keys, or another switch already shared under it
+    /// (sharing the same one again is fine).
+    pub fn share_kill_switch(&self, name: &str, switch: &KillSwitch) -> Result<(), FleetError> {
+        check_name("kill switch", name)?;
+        {
+            let mut registry = self.inner.replica.registry();
+            match registry.switches.get(name) {
+                Some(shared) if shared.same_as(switch) => return Ok(()),
+                Some(_) => {
+                    return Err(FleetError::NameTaken {
+                        what: "kill switch",
+                        name: name.into(),
+                    })
+                }
+                None => {
+                    registry.switches.insert(name.into(), switch.clone());
+                }
+            }
+        }
+        let _ = self.inner.commands.send(Command::ReadKey(name.into()));
+        Ok(())
+    }
+
+    /// Shares a breaker, by its name: its own transitions are published as hints, and
+    /// its peers' hints for the same name are read under `policy`. Sharing it again
+    /// changes its policy.
+    ///
+    /// # Errors
+    ///
+    /// A bad policy (a quorum of 0, an empty window), a breaker name that cannot be
+    /// used in messages, or a different breaker already shared under that name.
+    pub fn share_breaker(
+        &self,
+        handle: &CircuitBreakerHandle,
+        policy: HintPolicy,
+    ) -> Result<(), FleetError> {
+        policy.check()?;
+        let name: Arc<str> = handle.name().into();
+        check_name("breaker", &name)?;
+        let mut registry = self.inner.replica.registry();
+        if let Some(shared) = registry.breakers.get_mut(&name) {
+            if !shared.handle.same_as(handle) {
+                return Err(FleetError::NameTaken {
+                    what: "breaker",
+                    name: name.to_string(),
+                });
+            }
+            shared.policy = policy;
+            return Ok(());
+        }
+        // Listening before it is registered: no transition is missed.
+        let transitions = handle.subscribe();
+        registry.breakers.insert(
+            name.clone(),
+            SharedBreaker {
+                handle: handle.clone(),
+                policy,
+                reports: Default::default(),
+                hold: Default::default(),
+            },
+        );
+        drop(registry);
+        let task = self.inner.runtime.spawn(forward(
+            name,
+            transitions,
+            self.inner.commands.clone(),
+            self.inner.replica.clone(),
+        ));
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task.abort_handle());
+        Ok(())
+    }
+
+    /// Turns kill switch `name` on for the whole fleet: on this replica at once, then
+    /// in its key and on the channel, in one transaction. The name need not be shared
+    /// here (an operator's tool).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::LinkDown`]: applied on this replica only, and its key, when read
+    /// again on reconnection, wins; [`FleetError::Redis`]: Redis refused or did not
+    /// answer; a bad name.
+    pub async fn kill(&self, name: &str) -> Result<(), FleetError> {
+        self.flip(name, true).await
+    }
+
+    /// Turns kill switch `name` off for the whole fleet, as [`kill`](Fleet::kill)
+    /// turns it on (its key is deleted).
+    ///
+    /// # Errors
+    ///
+    /// As [`kill`](Fleet::kill).
+    pub async fn revive(&self, name: &str) -> Result<(), FleetError> {
+        self.flip(name, false).await
+    }
+
+    async fn flip(&self, name: &str, killed: bool) -> Result<(), FleetError> {
+        check_name("kill switch", name)?;
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Flip {
+            name: name.into(),
+            killed,
+            reply,
+        };
+        self.ask(command, answer).await
+    }
+
+    /// Reads every shared kill switch's key now, and applies it; returns once done. A
+    /// replica that must not serve before it knows its kill switches calls this (or
+    /// [`wait_for_link`](Fleet::wait_for_link)) first.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::LinkDown`], or [`FleetError::Redis`].
+    pub async fn sync(&self) -> Result<(), FleetError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(Command::Sync { reply }, answer).await
+    }
+
+    async fn ask(
+        &self,
+        command: Command,
+        answer: oneshot::Receiver<Result<(), FleetError>>,
+    ) -> Result<(), FleetError> {
+        let stopped = || FleetError::Redis("the fleet's task has stopped".into());
+        self.inner.commands.send(command).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Waits until the link is up (connected, subscribed, kill keys read), at most
+    /// `within`.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::NotConnected`], with the last error, if it is not up in time.
+    pub async fn wait_for_link(&self, within: Duration) -> Result<(), FleetError> {
+        let mut link = self.inner.replica.watch_link();
+        let up = tokio::time::timeout(within, link.wait_for(LinkStatus::is_up)).await;
+        if let Ok(Ok(_)) = up {
+            return Ok(());
+        }
+        let error = match self.link() {
+            LinkStatus::Down { error, .. } => error,
+            LinkStatus::Up { .. } => return Ok(()),
+        };
+        Err(FleetError::NotConnected { error })
+    }
+
+    /// The link's status now.
+    pub fn link(&self) -> LinkStatus {
+        self.inner.replica.link()
+    }
+
+    /// The link's status, as it changes.
+    pub fn watch_link(&self) -> watch::Receiver<LinkStatus> {
+        self.inner.replica.watch_link()
+    }
+
+    /// What the link does from now on: kill switches flipped, holds applied and ended,
+    /// messages refused, the link going up and down. A receiver more than 256 events
+    /// behind loses the oldest.
+    pub fn events(&self) -> broadcast::Receiver<FleetEvent> {
+        self.inner.replica.events()
+    }
+
+    /// Running totals.
+    pub fn counts(&self) -> FleetCounts {
+        self.inner.replica.counters.read()
+    }
+
+    /// The link, what is shared, and the totals, now.
+    pub fn snapshot(&self) -> FleetSnapshot {
+        let replica = &self.inner.replica;
+        let now = clock::now();
+        let (switches, breakers) = {
+            let registry = replica.registry();
+            let switches: Vec<(Arc<str>, KillSwitch)> = registry
+                .switches
+                .iter()
+                .map(|(name, switch)| (name.clone(), switch.clone()))
+                .collect();
+            let breakers = registry
+                .breakers
+                .iter()
+                .map(|(name, shared)| SharedBreakerView {
+                    name: name.clone(),
+                    policy: shared.policy,
+                    held_until: shared.hold.until(now),
+                    peers_open: shared.reports.open_count(now),
+                })
+                .collect();
+            (switches, breakers)
+        };
+        FleetSnapshot {
+            replica: replica.settings.replica.clone(),
+            link: replica.link(),
+            kill_switches: switches
+                .into_iter()
+                .map(|(name, switch)| SharedKillSwitch {
+                    killed: switch.is_killed(),
+                    name,
+                })
+                .collect(),
+            breakers,
+            counts: replica.counters.read(),
+            taken_at: now,
+        }
+    }
+}
+
+/// Passes a shared breaker's transitions to the link's task, in order.
+async fn forward(
+    breaker: Arc<str>,
+    mut transitions: broadcast::Receiver<crate::Transition>,
+    commands: mpsc::UnboundedSender<Command>,
+    replica: Arc<Replica>,
+) {
+    loop {
+        match transitions.recv().await {
+            Ok(transition) => {
+                let command = Command::Transition {
+                    breaker: breaker.clone(),
+                    transition,
+                };
+                if commands.send(command).is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                counts::add(&replica.counters.lagged, missed);
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Shows the replica and the link.
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("replica", &self.replica())
+            .field("link", &self.link())
+            .finish_non_exhaustive()
+    }
+}

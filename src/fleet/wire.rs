@@ -1,0 +1,260 @@
+//! The messages on the fleet's channels, version 1, and how a received one is checked
+//! before it is believed.
+//!
+//! A kill message, on `PREFIX:kills`:
+//!
+//! ```json
+//! {"v":1,"name":"openai","killed":true}
+//! ```
+//!
+//! with optional `"replica"` and `"run"` (which replica sent it: a replica skips its
+//! own) and `"by"` (who, for the logs). A hint message, on `PREFIX:hints`:
+//!
+//! ```json
+//! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
+//!  "state":"open","cause":"tripped","at_ms":1764580000000,"until_ms":1764580030000}
+//! ```
+//!
+//! `state` is `open` or `closed`; `until_ms` (Unix milliseconds, or `null` when the
+//! breaker waits for calls or a person rather than a time) is when the publishing
+//! breaker will next probe. Unknown fields are ignored, so later minor additions stay
+//! readable; a different `v` is not.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::check_name;
+
+/// The version this crate writes and reads.
+pub(crate) const VERSION: u64 = 1;
+
+/// Why a received message was not believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Not a message of the format: not JSON, a missing or mistyped field, a bad name.
+    Malformed,
+    /// Longer than the fleet's message limit; not parsed.
+    Oversized,
+    /// A version this crate does not read.
+    UnknownVersion,
+}
+
+impl Rejection {
+    /// `malformed`, `oversized` or `unknown_version`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Rejection::Malformed => "malformed",
+            Rejection::Oversized => "oversized",
+            Rejection::UnknownVersion => "unknown_version",
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kill switch changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KillMessage {
+    pub(crate) v: u64,
+    pub(crate) name: String,
+    pub(crate) killed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) replica: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) by: Option<String>,
+}
+
+/// What a hint says of the publishing replica's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum HintState {
+    /// Its own calls opened it.
+    Open,
+    /// It closed (a probe succeeded, or a person reset it).
+    Closed,
+}
+
+/// A breaker on another replica changed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HintMessage {
+    pub(crate) v: u64,
+    pub(crate) replica: String,
+    pub(crate) run: String,
+    pub(crate) seq: u64,
+    pub(crate) name: String,
+    pub(crate) state: HintState,
+    pub(crate) cause: String,
+    pub(crate) at_ms: u64,
+    pub(crate) until_ms: Option<u64>,
+}
+
+/// Only the version, read before the rest so that a later format is told from a broken
+/// one.
+#[derive(Deserialize)]
+struct Versioned {
+    v: u64,
+}
+
+/// The longest `cause` or `by` a message may carry.
+const MAX_NOTE: usize = 64;
+
+/// Parses a received payload of at most `limit` bytes as a `T`, version first.
+fn decode<T: for<'de> Deserialize<'de>>(payload: &[u8], limit: usize) -> Result<T, Rejection> {
+    if payload.len() > limit {
+        return Err(Rejection::Oversized);
+    }
+    let version: Versioned = serde_json::from_slice(payload).map_err(|_| Rejection::Malformed)?;
+    if version.v != VERSION {
+        return Err(Rejection::UnknownVersion);
+    }
+    serde_json::from_slice(payload).map_err(|_| Rejection::Malformed)
+}
+
+fn short(note: Option<&str>) -> Result<(), Rejection> {
+    match note {
+        Some(note) if note.len() > MAX_NOTE || note.chars().any(char::is_control) => {
+            Err(Rejection::Malformed)
+        }
+        _ => Ok(()),
+    }
+}
+
+impl KillMessage {
+    pub(crate) fn new(name: &str, killed: bool, replica: &str, run: &str) -> KillMessage {
+        KillMessage {
+            v: VERSION,
+            name: name.into(),
+            killed,
+            replica: Some(replica.into()),
+            run: Some(run.into()),
+            by: None,
+        }
+    }
+
+    /// Checks a received kill message.
+    pub(crate) fn decode(payload: &[u8], limit: usize) -> Result<KillMessage, Rejection> {
+        let message: KillMessage = decode(payload, limit)?;
+        check_name("kill switch", &message.name).map_err(|_| Rejection::Malformed)?;
+        if let Some(replica) = &message.replica {
+            check_name("replica", replica).map_err(|_| Rejection::Malformed)?;
+        }
+        short(message.run.as_deref())?;
+        short(message.by.as_deref())?;
+        Ok(message)
+    }
+}
+
+impl HintMessage {
+    /// Checks a received hint message.
+    pub(crate) fn decode(payload: &[u8], limit: usize) -> Result<HintMessage, Rejection> {
+        let message: HintMessage = decode(payload, limit)?;
+        check_name("breaker", &message.name).map_err(|_| Rejection::Malformed)?;
+        check_name("replica", &message.replica).map_err(|_| Rejection::Malformed)?;
+        short(Some(&message.run))?;
+        short(Some(&message.cause))?;
+        Ok(message)
+    }
+}
+
+/// Writes a message.
+pub(crate) fn encode<T: Serialize>(message: &T) -> String {
+    serde_json::to_string(message).expect("the fleet's messages are always serializable")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint() -> HintMessage {
+        HintMessage {
+            v: 1,
+            replica: "api-7".into(),
+            run: "5f0c".into(),
+            seq: 42,
+            name: "openai".into(),
+            state: HintState::Open,
+            cause: "tripped".into(),
+            at_ms: 1_764_580_000_000,
+            until_ms: Some(1_764_580_030_000),
+        }
+    }
+
+    #[test]
+    fn a_hint_reads_back_as_written() {
+        let text = encode(&hint());
+        assert_eq!(HintMessage::decode(text.as_bytes(), 4096), Ok(hint()));
+        assert!(text.contains(r#""state":"open""#), "{text}");
+    }
+
+    #[test]
+    fn an_operators_kill_message_needs_only_three_fields() {
+        let message =
+            KillMessage::decode(br#"{"v":1,"name":"openai","killed":true}"#, 4096).unwrap();
+        assert!(message.killed && message.replica.is_none());
+        let with_extra = br#"{"v":1,"name":"openai","killed":false,"by":"alice","later":[1,2]}"#;
+        assert!(!KillMessage::decode(with_extra, 4096).unwrap().killed);
+    }
+
+    #[test]
+    fn bad_messages_are_told_apart() {
+        let cases: &[(&[u8], Rejection)] = &[
+            (b"kill openai", Rejection::Malformed),
+            (b"", Rejection::Malformed),
+            (
+                br#"{"v":"1","name":"openai","killed":true}"#,
+                Rejection::Malformed,
+            ),
+            (br#"{"v":1,"name":"openai"}"#, Rejection::Malformed),
+            (br#"{"v":1,"name":"","killed":true}"#, Rejection::Malformed),
+            (
+                br#"{"v":1,"name":"a\u0000b","killed":true}"#,
+                Rejection::Malformed,
+            ),
+            (
+                br#"{"v":2,"name":"openai","killed":true}"#,
+                Rejection::UnknownVersion,
+            ),
+            (br#"{"v":2}"#, Rejection::UnknownVersion),
+            (b"\xff\xfe", Rejection::Malformed),
+        ];
+        for (payload, want) in cases {
+            assert_eq!(
+                KillMessage::decode(payload, 4096),
+                Err(*want),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        let big = format!(
+            r#"{{"v":1,"name":"openai","killed":true,"by":"{}"}}"#,
+            "x".repeat(5000)
+        );
+        assert_eq!(
+            KillMessage::decode(big.as_bytes(), 4096),
+            Err(Rejection::Oversized)
+        );
+        let mut long_cause = hint();
+        long_cause.cause = "c".repeat(65);
+        let text = encode(&long_cause);
+        assert_eq!(
+            HintMessage::decode(text.as_bytes(), 4096),
+            Err(Rejection::Malformed)
+        );
+        let bad_state = encode(&hint()).replace(r#""open""#, r#""ajar""#);
+        assert_eq!(
+            HintMessage::decode(bad_state.as_bytes(), 4096),
+            Err(Rejection::Malformed)
+        );
+        let negative = encode(&hint()).replace("42", "-1");
+        assert_eq!(
+            HintMessage::decode(negative.as_bytes(), 4096),
+            Err(Rejection::Malformed)
+        );
+    }
+}

@@ -1,0 +1,732 @@
+//! The fleet against a real redis-server: several replicas in one process, each a
+//! `Fleet` with its own connections, sharing kill switches and breaker hints.
+//!
+//! Waits on Redis are bounded: a propagation within `BOUND`, a link within `LINK`. No
+//! test sleeps on the wall clock: a hold's end is reached by running the call on a
+//! runtime whose paused clock is moved past it.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod server;
+
+use std::future::Future;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::Rejected;
+use tower_circuit_breaker::expediter::{Action, Expediter, Route, SkipReason};
+use tower_circuit_breaker::fleet::{
+    Fleet, FleetError, FleetEvent, HintPolicy, KillOrigin, LinkStatus,
+};
+use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, KillSwitch, Reason, State};
+
+use server::{unique_prefix, Redis, RedisServer};
+
+/// Every replica must apply a kill within this (the issue's "within a second").
+const BOUND: Duration = Duration::from_secs(1);
+/// How long a link may take to come up on loopback.
+const LINK: Duration = Duration::from_secs(10);
+
+fn replica(url: &str, prefix: &str, name: &str) -> Fleet {
+    Fleet::builder()
+        .address(url)
+        .prefix(prefix)
+        .replica(name)
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .max_hold(Duration::from_secs(60))
+        .start()
+        .expect("fleet settings")
+}
+
+async fn up(fleet: &Fleet) {
+    fleet.wait_for_link(LINK).await.expect("the link comes up");
+}
+
+/// A breaker named `name` that trips after 3 failures and cools down for 20 s.
+fn breaker(name: &str, kill: &KillSwitch) -> CircuitBreakerLayer {
+    CircuitBreakerLayer::builder()
+        .name(name)
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(Duration::from_secs(20)))
+        .kill_switch(kill.clone())
+        .build()
+        .unwrap()
+}
+
+/// What a call through a breaker got.
+#[derive(Debug, PartialEq, Eq)]
+enum Got {
+    Made,
+    Failed,
+    Skipped(Reason),
+}
+
+/// One call through `layer`'s breaker to a service that succeeds or fails.
+async fn call(layer: &CircuitBreakerLayer, succeed: bool) -> Got {
+    let mut svc = layer.layer(service_fn(move |_: ()| async move {
+        if succeed {
+            Ok(())
+        } else {
+            Err(io::Error::other("429 insufficient_quota"))
+        }
+    }));
+    match svc.ready().await.unwrap().call(()).await {
+        Ok(_) => Got::Made,
+        Err(error) => match error.downcast_ref::<Rejected>() {
+            Some(rejected) => Got::Skipped(rejected.reason()),
+            None => Got::Failed,
+        },
+    }
+}
+
+/// Runs `work` on a runtime of its own whose paused clock is moved on to `at`: the
+/// breaker's clock (`tokio::time`) jumps past a hold without the test waiting for it.
+async fn at_time<F, T>(at: Instant, work: impl FnOnce() -> F + Send + 'static) -> T
+where
+    F: Future<Output = T>,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let now = tokio::time::Instant::now().into_std();
+            tokio::time::advance(at.saturating_duration_since(now)).await;
+            work().await
+        })
+    })
+    .await
+    .unwrap()
+}
+
+/// The next event that matches, within `within`.
+async fn event(
+    events: &mut broadcast::Receiver<FleetEvent>,
+    within: Duration,
+    what: &str,
+    matches: impl Fn(&FleetEvent) -> bool,
+) -> FleetEvent {
+    let wait = async {
+        loop {
+            match events.recv().await {
+                Ok(event) if matches(&event) => return event,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("events closed"),
+            }
+        }
+    };
+    tokio::time::timeout(within, wait)
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {within:?}"))
+}
+
+fn killed(killed: bool) -> impl Fn(&FleetEvent) -> bool {
+    move |e| matches!(e, FleetEvent::KillSwitch { killed: k, .. } if *k == killed)
+}
+
+/// Polls `done` until it holds, at most `within` (for states no event announces).
+async fn poll_until(within: Duration, what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not {what} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A plain connection, for what an operator or an attacker sends by hand.
+async fn by_hand(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+async fn publish(conn: &mut redis::aio::MultiplexedConnection, channel: &str, payload: &str) {
+    redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg(payload)
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+/// Now, in Unix milliseconds, as hints carry times.
+fn wall_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap().as_millis() as u64
+}
+
+struct Member {
+    fleet: Fleet,
+    stop: KillSwitch,
+    model: CircuitBreakerLayer,
+}
+
+/// `n` replicas, each sharing kill switch `model` and breaker `model` (following).
+async fn members(url: &str, prefix: &str, n: usize) -> Vec<Member> {
+    members_with(url, prefix, n, HintPolicy::Follow).await
+}
+
+/// `n` replicas, each sharing kill switch `model` and breaker `model` under `policy`.
+async fn members_with(url: &str, prefix: &str, n: usize, policy: HintPolicy) -> Vec<Member> {
+    let mut members = Vec::new();
+    for i in 0..n {
+        let fleet = replica(url, prefix, &format!("replica-{i}"));
+        let stop = KillSwitch::new();
+        fleet.share_kill_switch("model", &stop).unwrap();
+        let model = breaker("model", &stop);
+        fleet.share_breaker(&model.handle(), policy).unwrap();
+        up(&fleet).await;
+        fleet.sync().await.unwrap();
+        members.push(Member { fleet, stop, model });
+    }
+    members
+}
+
+#[tokio::test]
+async fn a_kill_reaches_every_replica_within_the_propagation_bound() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("kill");
+    let members = members(&redis.url, &prefix, 3).await;
+    for member in &members {
+        assert_eq!(call(&member.model, true).await, Got::Made);
+    }
+    let operator = replica(&redis.url, &prefix, "operator");
+    up(&operator).await;
+    let mut events: Vec<_> = members.iter().map(|m| m.fleet.events()).collect();
+
+    operator.kill("model").await.unwrap();
+    let deadline = tokio::time::Instant::now() + BOUND;
+    for events in &mut events {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let got = event(events, left, "kill", killed(true)).await;
+        assert!(matches!(
+            got,
+            FleetEvent::KillSwitch {
+                origin: KillOrigin::Message,
+                ..
+            }
+        ));
+    }
+    for member in &members {
+        assert!(member.stop.is_killed());
+        assert_eq!(
+            call(&member.model, true).await,
+            Got::Skipped(Reason::Killed)
+        );
+        // The kill switch leaves the breaker as it was.
+        assert_eq!(member.model.handle().state(), State::Closed);
+    }
+}
+
+#[tokio::test]
+async fn a_replica_started_after_the_kill_starts_killed() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("late");
+    let operator = replica(&redis.url, &prefix, "operator");
+    up(&operator).await;
+    operator.kill("model").await.unwrap();
+
+    let late = replica(&redis.url, &prefix, "late");
+    let stop = KillSwitch::new();
+    let mut events = late.events();
+    late.share_kill_switch("model", &stop).unwrap();
+    let got = event(&mut events, LINK, "the kill key read", killed(true)).await;
+    assert!(matches!(
+        got,
+        FleetEvent::KillSwitch {
+            origin: KillOrigin::Key,
+            ..
+        }
+    ));
+    assert!(stop.is_killed());
+    let model = breaker("model", &stop);
+    assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
+}
+
+#[tokio::test]
+async fn revive_reaches_every_replica() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("revive");
+    let members = members(&redis.url, &prefix, 3).await;
+    let mut events: Vec<_> = members.iter().map(|m| m.fleet.events()).collect();
+    // One replica kills for all, then revives for all.
+    members[0].fleet.kill("model").await.unwrap();
+    for events in &mut events[1..] {
+        event(events, BOUND, "kill", killed(true)).await;
+    }
+    members[0].fleet.revive("model").await.unwrap();
+    assert!(
+        !members[0].stop.is_killed(),
+        "applied at once where it was made"
+    );
+    for events in &mut events[1..] {
+        event(events, BOUND, "revive", killed(false)).await;
+    }
+    for member in &members {
+        assert!(!member.stop.is_killed());
+        assert_eq!(call(&member.model, true).await, Got::Made);
+    }
+    // The key is gone: a replica starting now is not killed.
+    let late = members_late(&redis.url, &prefix).await;
+    assert!(!late.1.is_killed());
+}
+
+async fn members_late(url: &str, prefix: &str) -> (Fleet, KillSwitch) {
+    let fleet = replica(url, prefix, "late");
+    let stop = KillSwitch::new();
+    stop.kill(); // what it remembers; the key says otherwise
+    fleet.share_kill_switch("model", &stop).unwrap();
+    up(&fleet).await;
+    fleet.sync().await.unwrap();
+    (fleet, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_open_reaches_peers_and_expires() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("follow");
+    let members = members(&redis.url, &prefix, 2).await;
+    let (a, b) = (&members[0], &members[1]);
+    let mut events = b.fleet.events();
+
+    // Replica 0 learns the quota is exhausted: three failures open its breaker.
+    for _ in 0..3 {
+        assert_eq!(call(&a.model, false).await, Got::Failed);
+    }
+    let a_snapshot = a.model.handle().snapshot();
+    assert_eq!(a_snapshot.state, State::Open);
+    let a_probe_at = a_snapshot.next_probe_at().unwrap();
+
+    let FleetEvent::Held {
+        until,
+        replica,
+        capped,
+        ..
+    } = event(&mut events, BOUND, "a hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await
+    else {
+        unreachable!()
+    };
+    assert_eq!((&*replica, capped), ("replica-0", false));
+    // Held until replica 0's own next probe (published in milliseconds).
+    let gap = if until > a_probe_at {
+        until - a_probe_at
+    } else {
+        a_probe_at - until
+    };
+    assert!(
+        gap < Duration::from_millis(50),
+        "held until {until:?}, probe at {a_probe_at:?}"
+    );
+    // Replica 1 spends none of its own failures: its calls are skipped at once.
+    assert_eq!(b.model.handle().state(), State::ForcedOpen);
+    assert_eq!(call(&b.model, true).await, Got::Skipped(Reason::ForcedOpen));
+    assert_eq!(b.model.handle().snapshot().counts.failures, 0);
+    let view = &b.fleet.snapshot().breakers[0];
+    assert_eq!((view.held_until, view.peers_open), (Some(until), 1));
+
+    // Just before the hold ends, still skipped; just after, replica 1's own probe.
+    let model = b.model.clone();
+    let early = at_time(until - Duration::from_millis(1), move || async move {
+        call(&model, true).await
+    })
+    .await;
+    assert_eq!(early, Got::Skipped(Reason::ForcedOpen));
+    let model = b.model.clone();
+    let late = at_time(until + Duration::from_millis(1), move || async move {
+        call(&model, true).await
+    })
+    .await;
+    assert_eq!(late, Got::Made);
+    let snapshot = b.model.handle().snapshot();
+    assert_eq!((snapshot.state, snapshot.counts.probes), (State::Closed, 1));
+    // Replica 0 stays open on its own: nothing it heard closes it.
+    assert_eq!(a.model.handle().state(), State::Open);
+    // Replica 1 published its probe's success, never its hold (it would have come
+    // first, on the same connection): replica 0 heard exactly one hint.
+    poll_until(BOUND, "the closing heard", || a.fleet.counts().hints >= 1).await;
+    assert_eq!(a.fleet.counts().hints, 1);
+    assert_eq!(b.fleet.counts().published, 1);
+}
+
+/// `next_probe`'s time, for the tests.
+trait ProbeAt {
+    fn next_probe_at(&self) -> Option<Instant>;
+}
+
+impl ProbeAt for tower_circuit_breaker::Snapshot {
+    fn next_probe_at(&self) -> Option<Instant> {
+        match self.next_probe {
+            tower_circuit_breaker::NextProbe::After { at, .. } => at,
+            _ => None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_quorum_needs_n_replicas() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("quorum");
+    // The two that fail see for themselves: they ignore each other.
+    let members = members_with(&redis.url, &prefix, 2, HintPolicy::Ignore).await;
+    let judge = replica(&redis.url, &prefix, "judge");
+    let stop = KillSwitch::new();
+    let model = breaker("model", &stop);
+    judge
+        .share_breaker(
+            &model.handle(),
+            HintPolicy::quorum(2, Duration::from_secs(30)),
+        )
+        .unwrap();
+    up(&judge).await;
+    let mut events = judge.events();
+
+    for _ in 0..3 {
+        call(&members[0].model, false).await;
+    }
+    poll_until(BOUND, "one peer reported", || {
+        judge.snapshot().breakers[0].peers_open == 1
+    })
+    .await;
+    // One replica is not a quorum: the judge goes on calling.
+    assert_eq!(model.handle().state(), State::Closed);
+    assert_eq!(call(&model, true).await, Got::Made);
+
+    for _ in 0..3 {
+        call(&members[1].model, false).await;
+    }
+    event(&mut events, BOUND, "a quorum hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await;
+    assert_eq!(model.handle().state(), State::ForcedOpen);
+    assert_eq!(call(&model, true).await, Got::Skipped(Reason::ForcedOpen));
+    assert_eq!(judge.snapshot().breakers[0].peers_open, 2);
+}
+
+#[tokio::test]
+async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_kill_key() {
+    let mut server = RedisServer::start(&[]).await;
+    let url = server.url();
+    let prefix = unique_prefix("restart");
+    let fleet = replica(&url, &prefix, "alone");
+    let stop = KillSwitch::new();
+    fleet.share_kill_switch("model", &stop).unwrap();
+    let model = breaker("model", &stop);
+    fleet
+        .share_breaker(&model.handle(), HintPolicy::Follow)
+        .unwrap();
+    let search = breaker("search", &KillSwitch::new());
+    fleet
+        .share_breaker(&search.handle(), HintPolicy::Follow)
+        .unwrap();
+    up(&fleet).await;
+    fleet.kill("model").await.unwrap();
+    let mut link = fleet.watch_link();
+
+    server.stop(None).await;
+    tokio::time::timeout(LINK, link.wait_for(|l| !l.is_up()))
+        .await
+        .expect("the link is reported down")
+        .unwrap();
+    let LinkStatus::Down { since, .. } = fleet.link() else {
+        unreachable!()
+    };
+    assert_eq!(fleet.snapshot().link.since(), since);
+
+    // Calls go on, decided here: killed, then revived here only.
+    assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
+    let revived = fleet.revive("model").await;
+    assert!(matches!(revived, Err(FleetError::LinkDown { since: s, .. }) if s == since));
+    assert!(!stop.is_killed());
+    assert_eq!(call(&model, true).await, Got::Made);
+    // A breaker opens while alone: it works as ever, and is told to the fleet later.
+    for _ in 0..3 {
+        call(&search, false).await;
+    }
+    assert_eq!(search.handle().state(), State::Open);
+    assert_eq!(fleet.counts().published, 0);
+
+    server.restart().await;
+    tokio::time::timeout(LINK, link.wait_for(LinkStatus::is_up))
+        .await
+        .expect("the link comes back")
+        .unwrap();
+    // The key, saved before the stop, wins over what the replica did alone.
+    assert!(stop.is_killed());
+    assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
+    let counts = fleet.counts();
+    assert_eq!((counts.reconnects, counts.published), (1, 1));
+}
+
+#[tokio::test]
+async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("malformed");
+    let members = members(&redis.url, &prefix, 1).await;
+    let member = &members[0];
+    let mut events = member.fleet.events();
+    let mut raw = by_hand(&redis.url).await;
+    let kills = format!("{prefix}:kills");
+    let hints = format!("{prefix}:hints");
+    let oversized = format!(
+        r#"{{"v":1,"name":"model","killed":true,"by":"{}"}}"#,
+        "x".repeat(10_000)
+    );
+    let now_ms = wall_ms();
+    let hint = |seq: u64| {
+        format!(
+            r#"{{"v":1,"replica":"peer","run":"r1","seq":{seq},"name":"other","state":"closed","cause":"reset","at_ms":{now_ms},"until_ms":null}}"#
+        )
+    };
+    let sent: Vec<(&str, String)> = vec![
+        (&kills, "kill model".into()),                              // malformed
+        (&kills, r#"{"v":1,"name":"model"}"#.into()),               // malformed
+        (&kills, r#"{"v":1,"name":"","killed":true}"#.into()),      // malformed
+        (&kills, oversized),                                        // oversized
+        (&kills, r#"{"v":2,"name":"model","killed":true}"#.into()), // unknown version
+        (&hints, "[1,2,3]".into()),                                 // malformed
+        (&hints, hint(5).replace(r#""closed""#, r#""ajar""#)),      // malformed
+        (&hints, r#"{"v":9}"#.into()),                              // unknown version
+        (&hints, hint(5)),                                          // believed
+        (&hints, hint(5)),                                          // stale (replayed)
+        (&hints, hint(9)),                                          // believed, 3 missed
+        (&kills, r#"{"v":1,"name":"model","killed":true}"#.into()), // the barrier
+    ];
+    for (channel, payload) in &sent {
+        publish(&mut raw, channel, payload).await;
+    }
+    // Delivered in order: once the barrier is applied, all before it were read.
+    event(&mut events, BOUND, "the barrier kill", killed(true)).await;
+    let counts = member.fleet.counts();
+    assert_eq!(
+        (counts.malformed, counts.oversized, counts.unknown_version),
+        (5, 1, 2)
+    );
+    assert_eq!((counts.hints, counts.stale, counts.missed), (2, 1, 3));
+    assert_eq!(counts.kill_messages, 1);
+    // A kill key holding something else is refused too, and changes nothing.
+    redis::cmd("SET")
+        .arg(format!("{prefix}:kill:model"))
+        .arg("maybe")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    member.fleet.sync().await.unwrap();
+    assert!(member.stop.is_killed());
+    assert_eq!(member.fleet.counts().malformed, 6);
+    // The replica works on: its breaker still calls the service once revived.
+    member.fleet.revive("model").await.unwrap();
+    assert_eq!(call(&member.model, true).await, Got::Made);
+}
+
+#[tokio::test]
+async fn a_published_open_until_far_off_is_capped() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("cap");
+    let members = members(&redis.url, &prefix, 1).await;
+    let member = &members[0];
+    let mut events = member.fleet.events();
+    let mut raw = by_hand(&redis.url).await;
+    let ten_days = wall_ms() + 10 * 24 * 3600 * 1000;
+    let hint = format!(
+        r#"{{"v":1,"replica":"liar","run":"r","seq":1,"name":"model","state":"open","cause":"tripped","at_ms":0,"until_ms":{ten_days}}}"#
+    );
+    let before = Instant::now();
+    publish(&mut raw, &format!("{prefix}:hints"), &hint).await;
+    let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await
+    else {
+        unreachable!()
+    };
+    assert!(capped);
+    // The fleet's longest hold here is 60 s.
+    assert!(until <= Instant::now() + Duration::from_secs(60) && until >= before);
+    assert_eq!(member.fleet.counts().capped, 1);
+}
+
+#[tokio::test]
+async fn tool_health_learned_by_one_replica_reaches_the_others() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("expediter");
+    let mut replicas = Vec::new();
+    for name in ["agent-a", "agent-b"] {
+        let expediter = Expediter::builder()
+            .tools([
+                common::grep_spec(),
+                common::bash_spec(),
+                common::read_spec(),
+            ])
+            .build()
+            .unwrap();
+        let fleet = replica(&redis.url, &prefix, name);
+        fleet
+            .share_expediter(&expediter, HintPolicy::Follow)
+            .unwrap();
+        up(&fleet).await;
+        replicas.push((fleet, expediter));
+    }
+    let (a, b) = (&replicas[0], &replicas[1]);
+    let mut events = b.0.events();
+
+    // Agent A's Grep fails three times: its breaker opens.
+    let grep = a.1.layer("Grep").unwrap();
+    for _ in 0..3 {
+        assert_eq!(a.1.decide("Grep").await.unwrap().action, Action::Call);
+        assert_eq!(call(&grep, false).await, Got::Failed);
+    }
+    event(&mut events, BOUND, "a hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await;
+
+    // Agent B routes around Grep without spending a failure of its own.
+    let decision = b.1.decide("Grep").await.unwrap();
+    assert!(
+        matches!(
+            decision.action,
+            Action::Skip {
+                reason: SkipReason::Breaker(Reason::ForcedOpen),
+                route: Route::Alternative { .. },
+            }
+        ),
+        "{decision:?}"
+    );
+    assert_eq!(b.1.report().budget.used, 0);
+}
+
+#[tokio::test]
+async fn a_password_protected_redis_is_reached_with_the_password_only() {
+    let server = RedisServer::start(&["--requirepass", "s3cret"]).await;
+    let prefix = unique_prefix("auth");
+    let refused = replica(&server.url(), &prefix, "no-password");
+    let error = refused
+        .wait_for_link(Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FleetError::NotConnected { .. }), "{error}");
+    assert!(error.to_string().to_lowercase().contains("auth"), "{error}");
+
+    let admitted = Fleet::builder()
+        .address(server.url())
+        .password("s3cret")
+        .prefix(&prefix)
+        .start()
+        .unwrap();
+    up(&admitted).await;
+    admitted.kill("model").await.unwrap();
+}
+
+#[tokio::test]
+async fn prefixes_keep_fleets_apart() {
+    let redis = Redis::get().await;
+    let ours = members(&redis.url, &unique_prefix("ours"), 1).await;
+    let theirs = members(&redis.url, &unique_prefix("theirs"), 1).await;
+    let mut events = ours[0].fleet.events();
+    theirs[0].fleet.kill("model").await.unwrap();
+    // Ours hears nothing of it: a kill of its own arrives first.
+    ours[0].fleet.kill("model").await.unwrap();
+    let got = event(&mut events, BOUND, "our kill", killed(true)).await;
+    assert!(matches!(
+        got,
+        FleetEvent::KillSwitch {
+            origin: KillOrigin::Command,
+            ..
+        }
+    ));
+    assert_eq!(ours[0].fleet.counts().kill_messages, 1);
+}
+
+#[test]
+fn a_fleet_needs_a_runtime_but_shares_from_any_thread() {
+    let outside = Fleet::builder().address("redis://127.0.0.1:1").start();
+    assert_eq!(outside.unwrap_err(), FleetError::NoRuntime);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fleet = runtime.block_on(async { Fleet::builder().address("redis://127.0.0.1:1").start() });
+    let fleet = fleet.unwrap();
+    // From a thread with no runtime: the listener runs on the fleet's.
+    std::thread::spawn(move || {
+        let stop = KillSwitch::new();
+        fleet.share_kill_switch("model", &stop).unwrap();
+        fleet
+            .share_breaker(&breaker("model", &stop).handle(), HintPolicy::Follow)
+            .unwrap();
+        let other = breaker("model", &KillSwitch::new());
+        let taken = fleet.share_breaker(&other.handle(), HintPolicy::Follow);
+        assert!(matches!(taken, Err(FleetError::NameTaken { .. })));
+        let taken = fleet.share_kill_switch("model", &KillSwitch::new());
+        assert!(matches!(taken, Err(FleetError::NameTaken { .. })));
+        let bad = fleet.share_breaker(
+            &breaker("search", &stop).handle(),
+            HintPolicy::quorum(0, Duration::from_secs(1)),
+        );
+        assert!(matches!(bad, Err(FleetError::BadSetting { .. })));
+    })
+    .join()
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("observer");
+    let source = members_with(&redis.url, &prefix, 1, HintPolicy::Ignore).await;
+    let fleet = replica(&redis.url, &prefix, "observed");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (fleet_for_observer, seen_by_observer) = (fleet.clone(), seen.clone());
+    let model = CircuitBreakerLayer::builder()
+        .name("model")
+        .on_transition(move |t| {
+            // Runs on the task that applied the hold: the fleet's own.
+            let snapshot = fleet_for_observer.snapshot();
+            seen_by_observer
+                .lock()
+                .unwrap()
+                .push((t.to, snapshot.counts.hints));
+        })
+        .build()
+        .unwrap();
+    fleet
+        .share_breaker(&model.handle(), HintPolicy::Follow)
+        .unwrap();
+    up(&fleet).await;
+    let mut events = fleet.events();
+    for _ in 0..3 {
+        call(&source[0].model, false).await;
+    }
+    event(&mut events, BOUND, "a hold", |e| {
+        matches!(e, FleetEvent::Held { .. })
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), vec![(State::ForcedOpen, 1)]);
+}
+
+#[tokio::test]
+async fn breakers_and_switches_go_on_alone_when_the_fleet_is_dropped() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("dropped");
+    let mut members = members(&redis.url, &prefix, 1).await;
+    let member = members.pop().unwrap();
+    member.fleet.kill("model").await.unwrap();
+    let mut link = member.fleet.watch_link();
+    drop(member.fleet);
+    // The link's task stops: its status channel closes.
+    tokio::time::timeout(LINK, async { while link.changed().await.is_ok() {} })
+        .await
+        .expect("the task stops");
+    assert!(member.stop.is_killed());
+    member.stop.revive();
+    assert_eq!(call(&member.model, true).await, Got::Made);
+}
