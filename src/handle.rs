@@ -136,6 +136,37 @@ impl CircuitBreakerHandle {
         self.shared.force_open(Some(until));
     }
 
+    /// Opens the breaker until `until` on a hint from outside it: another replica saw the
+    /// service fail (see the `fleet` feature), a provider's status page announced an
+    /// outage. Unlike [`open_until`](Self::open_until), a person's act, it is the
+    /// breaker's own kind of opening: calls are skipped as open
+    /// ([`Reason::Open`](crate::Reason::Open)) and told when the wait ends, the
+    /// transition's cause is [`Cause::Hint`](crate::Cause::Hint), and the next call after
+    /// `until` is the probe, whose outcome decides. [`allow_probe`](Self::allow_probe)
+    /// ends it early.
+    ///
+    /// A hint never overrides what knows better, and is decided under the breaker's lock,
+    /// so no act slips in between: a breaker a person forced open, one half-open (its
+    /// probe decides), one open until a reset, or one already open until `until` or later
+    /// is left as it is. Returns whether the hint applied.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, State};
+    ///
+    /// let layer = CircuitBreakerLayer::builder().build()?;
+    /// let handle = layer.handle();
+    /// let in_a_minute = tokio::time::Instant::now().into_std() + Duration::from_secs(60);
+    /// assert!(handle.hold_open_until(in_a_minute));
+    /// assert_eq!(handle.state(), State::Open);
+    /// handle.force_open();
+    /// assert!(!handle.hold_open_until(in_a_minute + Duration::from_secs(60)), "a person's act wins");
+    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn hold_open_until(&self, until: Instant) -> bool {
+        self.shared.hold_open(until)
+    }
+
     /// Lets the next call through as the probe, whatever is left of the cooldown (an
     /// operator who knows the service is back, or an orchestrator with a schedule of its
     /// own). Only an open breaker is affected: forced open and permanent failures wait

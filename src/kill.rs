@@ -2,7 +2,9 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::watch;
 
 use crate::sync::AtomicBool;
 
@@ -41,14 +43,21 @@ pub struct KillSwitch {
 /// The flag, alone on its cache lines. Every call of every breaker on this switch reads
 /// it; were it allocated next to something calls write (the breaker's own reference
 /// counts, made right after it), each of those writes would evict it from the other
-/// cores' caches: measured at four times the cost of a contended closed call.
+/// cores' caches: measured at four times the cost of a contended closed call. Beside it,
+/// read only when the switch flips, the channel that tells watchers.
 #[repr(align(128))]
-struct Alone(AtomicBool);
+struct Alone {
+    flag: AtomicBool,
+    watchers: OnceLock<watch::Sender<bool>>,
+}
 
 impl Default for KillSwitch {
     fn default() -> Self {
         KillSwitch {
-            killed: Arc::new(Alone(AtomicBool::new(false))),
+            killed: Arc::new(Alone {
+                flag: AtomicBool::new(false),
+                watchers: OnceLock::new(),
+            }),
         }
     }
 }
@@ -61,22 +70,62 @@ impl KillSwitch {
 
     /// Turns the switch on: from now on every call skips to the fallback.
     pub fn kill(&self) {
-        if !self.killed.0.swap(true, Ordering::SeqCst) {
+        if !self.killed.flag.swap(true, Ordering::SeqCst) {
             tracing::warn!(target: "tower_circuit_breaker", "kill switch on: calls skip to the fallback");
+            self.tell();
         }
     }
 
     /// Turns the switch off: breakers decide again.
     pub fn revive(&self) {
-        if self.killed.0.swap(false, Ordering::SeqCst) {
+        if self.killed.flag.swap(false, Ordering::SeqCst) {
             tracing::info!(target: "tower_circuit_breaker", "kill switch off: breakers decide again");
+            self.tell();
         }
     }
 
     /// Whether the switch is on.
     #[inline]
     pub fn is_killed(&self) -> bool {
-        self.killed.0.load(Ordering::SeqCst)
+        self.killed.flag.load(Ordering::SeqCst)
+    }
+
+    /// Every flip from now on, as it happens: a receiver whose value is whether the switch
+    /// is on (it starts with the switch as it is). For what must follow a person's
+    /// decision elsewhere: a fleet of replicas, a dashboard. The switch never waits for a
+    /// watcher; one that falls behind sees the latest value.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::KillSwitch;
+    ///
+    /// let stop = KillSwitch::new();
+    /// let mut watching = stop.watch();
+    /// assert!(!*watching.borrow());
+    /// stop.kill();
+    /// assert!(watching.has_changed().unwrap());
+    /// assert!(*watching.borrow_and_update());
+    /// ```
+    pub fn watch(&self) -> watch::Receiver<bool> {
+        let watchers = self
+            .killed
+            .watchers
+            .get_or_init(|| watch::channel(self.is_killed()).0);
+        // A flip while the channel was being made found no channel to tell.
+        Self::tell_now(watchers, self.is_killed());
+        watchers.subscribe()
+    }
+
+    /// Tells the watchers, if there are any, what the switch now is. Flips racing each
+    /// other are told in some order, but what is told is read from the flag, so the last
+    /// value a watcher sees is the switch's.
+    fn tell(&self) {
+        if let Some(watchers) = self.killed.watchers.get() {
+            Self::tell_now(watchers, self.is_killed());
+        }
+    }
+
+    fn tell_now(watchers: &watch::Sender<bool>, killed: bool) {
+        watchers.send_if_modified(|told| std::mem::replace(told, killed) != killed);
     }
 
     /// Whether two handles are the same switch.

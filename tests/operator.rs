@@ -361,3 +361,91 @@ async fn a_hold_of_any_length_does_not_panic() {
     handle.open_for(Duration::ZERO);
     assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
 }
+
+// ---------------------------------------------------------------------------------
+// Opening on a hint from outside.
+// ---------------------------------------------------------------------------------
+
+/// A hint opens a closed breaker as its own opening would: skipped as open, told when
+/// the wait ends, and the next call after it is the probe.
+#[tokio::test(start_paused = true)]
+async fn a_hint_opens_the_breaker_as_open_until_its_time_then_probes() {
+    let (mut svc, handle) = breaker(Builder::new());
+    let mut events = handle.subscribe();
+    let until = now() + secs(60);
+    assert!(handle.hold_open_until(until));
+    let t = events.try_recv().unwrap();
+    assert_eq!(
+        (t.from, t.to, t.cause),
+        (State::Closed, State::Open, Cause::Hint)
+    );
+    let rejected = call(&mut svc, true).await.unwrap_err();
+    assert_eq!(
+        (rejected.reason(), rejected.state()),
+        (Reason::Open, State::Open)
+    );
+    assert_eq!(rejected.retry_after_from(now()), Some(secs(60)));
+    tokio::time::advance(secs(60)).await;
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+/// A hint never overrides what knows better: a person's hold, a probe under way, an
+/// opening until a reset, or a longer wait of the breaker's own. It only lengthens a
+/// shorter one.
+#[tokio::test(start_paused = true)]
+async fn a_hint_never_overrides_a_person_a_probe_or_a_longer_wait() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(30))),
+    );
+    handle.force_open();
+    assert!(
+        !handle.hold_open_until(now() + secs(10)),
+        "a person's act wins"
+    );
+    assert_eq!(handle.state(), State::ForcedOpen);
+    handle.reset();
+
+    trip(&mut svc, &handle).await;
+    assert!(
+        !handle.hold_open_until(now() + secs(10)),
+        "its own wait is longer"
+    );
+    assert!(
+        handle.hold_open_until(now() + secs(90)),
+        "a longer wait applies"
+    );
+    tokio::time::advance(secs(30)).await;
+    assert_eq!(
+        call(&mut svc, true).await.unwrap_err().reason(),
+        Reason::Open
+    );
+    assert!(handle.allow_probe(), "allow_probe ends a hint early");
+
+    let _probe = hold(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert!(
+        !handle.hold_open_until(now() + secs(90)),
+        "the probe decides"
+    );
+}
+
+/// A kill switch's watchers see every flip, from any clone, without waiting.
+#[tokio::test(start_paused = true)]
+async fn a_kill_switch_tells_its_watchers_every_flip() {
+    let (_svc, handle) = breaker(Builder::new());
+    let switch = handle.kill_switch().clone();
+    let mut watching = switch.watch();
+    assert!(!*watching.borrow_and_update());
+    let other = switch.clone();
+    other.kill();
+    watching.changed().await.unwrap();
+    assert!(*watching.borrow_and_update());
+    switch.kill(); // already on: nothing to tell
+    assert!(!watching.has_changed().unwrap());
+    other.revive();
+    watching.changed().await.unwrap();
+    assert!(!*watching.borrow_and_update());
+}

@@ -420,6 +420,33 @@ impl Machine {
         Some(self.enter(phase, at, Cause::ForcedOpen))
     }
 
+    /// Opens the breaker until `until` on a hint from outside it (another replica saw
+    /// the service fail, a provider announced an outage): the breaker's own kind of
+    /// opening, so its calls are skipped as open and the next one after `until` is the
+    /// probe. A hint never overrides what knows better: a breaker a person forced open,
+    /// one half-open (its probe decides), one open until a reset, or one already open
+    /// until `until` or later is left as it is. Returns whether it applied.
+    pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
+        match &mut self.phase {
+            Phase::Closed => {
+                let due = Due::At {
+                    step: None,
+                    time: Some(until),
+                };
+                let phase = Phase::Open { due, forced: false };
+                (true, Some(self.enter(phase, at, Cause::Hint)))
+            }
+            Phase::Open {
+                due: Due::At { time, .. },
+                forced: false,
+            } if time.is_none_or(|time| time < until) => {
+                *time = Some(until);
+                (true, None)
+            }
+            _ => (false, None),
+        }
+    }
+
     /// Lets the next call be the probe, whatever is left of the cooldown: for an
     /// orchestrator whose own schedule says it is time, or an operator. Only a breaker
     /// the breaker itself opened is affected; one a person forced open or a permanent

@@ -288,13 +288,16 @@ pub enum Cause {
     DwellExceeded,
     /// A person forced the breaker open, until a reset or for a time.
     ForcedOpen,
+    /// A hint from outside the breaker opened it for a time
+    /// ([`CircuitBreakerHandle::hold_open_until`](crate::CircuitBreakerHandle::hold_open_until)).
+    Hint,
     /// A person reset the breaker.
     Reset,
 }
 
 impl Cause {
     /// `tripped`, `permanent_failure`, `cooldown_elapsed`, `probe_succeeded`,
-    /// `probe_failed`, `dwell_exceeded`, `forced_open` or `reset`.
+    /// `probe_failed`, `dwell_exceeded`, `forced_open`, `hint` or `reset`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Cause::Tripped => "tripped",
@@ -304,6 +307,7 @@ impl Cause {
             Cause::ProbeFailed => "probe_failed",
             Cause::DwellExceeded => "dwell_exceeded",
             Cause::ForcedOpen => "forced_open",
+            Cause::Hint => "hint",
             Cause::Reset => "reset",
         }
     }
@@ -317,6 +321,7 @@ impl Cause {
                 | Cause::ProbeFailed
                 | Cause::DwellExceeded
                 | Cause::ForcedOpen
+                | Cause::Hint
         )
     }
 }

@@ -390,6 +390,10 @@ impl Shared {
         self.with(|machine, at| ((), machine.force_open(until, at)));
     }
 
+    pub(crate) fn hold_open(&self, until: Instant) -> bool {
+        self.with(|machine, at| machine.hold_open(until, at))
+    }
+
     pub(crate) fn allow_probe(&self) -> bool {
         self.with(|machine, _| (machine.allow_probe(), None))
     }
