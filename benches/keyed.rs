@@ -13,44 +13,17 @@
 //! - `keyed_10k_keys_open_fallback`: 10,000 live keys, the called one forced open, a
 //!   fallback answering.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tower::{service_fn, Layer, Service};
+use tower::Layer;
 use tower_circuit_breaker::{Builder, CircuitBreakerLayer, KeyedCircuitBreakerLayer};
 
+mod common;
+use common::{call_once, noop};
+
 const KEYS: u64 = 10_000;
-
-/// One call through `svc`, driven by hand; the service and fallback are always ready.
-fn call_once<S: Service<u64>>(
-    svc: &mut S,
-    cx: &mut Context<'_>,
-    request: u64,
-) -> Option<S::Response> {
-    match svc.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => unreachable!("the benchmark's services are always ready"),
-    }
-    let future = pin!(svc.call(request));
-    match future.poll(cx) {
-        Poll::Ready(Ok(response)) => Some(response),
-        Poll::Ready(Err(_)) => None,
-        Poll::Pending => unreachable!("the benchmark's futures are ready at once"),
-    }
-}
-
-fn noop() -> impl Service<
-    u64,
-    Response = u64,
-    Error = Infallible,
-    Future = std::future::Ready<Result<u64, Infallible>>,
-> + Clone {
-    service_fn(|x: u64| std::future::ready(Ok::<_, Infallible>(x)))
-}
 
 fn keyed(c: &mut Criterion) {
     let mut cx = Context::from_waker(Waker::noop());

@@ -14,7 +14,7 @@
 //! same breakers as `per_call`, but for the floor's open path (it never probes).
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Future};
 use std::hint::black_box;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -24,28 +24,17 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use failsafe::futures::CircuitBreaker as _;
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 use tower_circuit_breaker::{
-    Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Fallback, Outcome,
+    Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Fallback, NoFallback, Outcome,
 };
 
-type Noop = tower::util::ServiceFn<fn(u64) -> Ready<Result<u64, Infallible>>>;
+mod common;
+use common::{noop, Noop};
 
-fn noop() -> Noop {
-    service_fn(|x: u64| ready(Ok(x)))
-}
-
-/// One call through `svc`, driven by hand; the services here are always ready.
+/// One call through `svc`, driven by hand; whether it answered `Ok`.
 fn call_once<S: Service<u64>>(svc: &mut S, cx: &mut Context<'_>, request: u64) -> bool {
-    match svc.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => unreachable!("the benchmark's services are always ready"),
-    }
-    let future = pin!(svc.call(request));
-    match future.poll(cx) {
-        Poll::Ready(result) => result.is_ok(),
-        Poll::Pending => unreachable!("the benchmark's futures are ready at once"),
-    }
+    common::call_once(svc, cx, request).is_some()
 }
 
 /// The floor for a breaker: a lock-free consecutive-failure breaker written by hand,
@@ -161,14 +150,23 @@ type Classifier = fn(&Result<u64, Infallible>) -> Outcome;
 
 /// A breaker of `settings` that one failure (request 0) opens, with a no-op fallback.
 fn tripping(settings: Builder) -> CircuitBreaker<Noop, Fallback<Noop>, Classifier> {
+    tripping_layer(settings).with_fallback(noop()).layer(noop())
+}
+
+/// The same with no fallback: a skipped call fails with a boxed `Rejected`; tripped.
+fn tripped_without_fallback(cx: &mut Context<'_>) -> CircuitBreaker<Noop, NoFallback, Classifier> {
+    let mut breaker = tripping_layer(Builder::new()).layer(noop());
+    call_once(&mut breaker, cx, 0);
+    breaker
+}
+
+fn tripping_layer(settings: Builder) -> CircuitBreakerLayer<NoFallback, Classifier> {
     let classify: Classifier = zero_fails;
     settings
         .failure_threshold(1)
         .build()
         .expect("valid settings")
         .with_classifier(classify)
-        .with_fallback(noop())
-        .layer(noop())
 }
 
 fn resilience() -> tower_resilience::circuitbreaker::CircuitBreakerLayer {
@@ -268,14 +266,7 @@ fn per_call(c: &mut Criterion) {
 
     // The same, with no fallback: each skipped call reads the clock and fails with a
     // boxed `Rejected` (tower's `BoxError`), an allocation.
-    let classify: Classifier = zero_fails;
-    let mut open_time_error = Builder::new()
-        .failure_threshold(1)
-        .build()
-        .expect("valid settings")
-        .with_classifier(classify)
-        .layer(noop());
-    call_once(&mut open_time_error, &mut cx, 0);
+    let mut open_time_error = tripped_without_fallback(&mut cx);
     bench("ours/open_time_typed_error", &mut |cx, r| {
         call_once(&mut open_time_error, cx, r)
     });
@@ -416,14 +407,7 @@ fn under_contention(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("ours/open_time_cooldown", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open_time, iters))
     });
-    let classify: Classifier = zero_fails;
-    let mut open_time_error = Builder::new()
-        .failure_threshold(1)
-        .build()
-        .expect("valid settings")
-        .with_classifier(classify)
-        .layer(noop());
-    call_once(&mut open_time_error, &mut cx, 0);
+    let open_time_error = tripped_without_fallback(&mut cx);
     group.bench_function(BenchmarkId::new("ours/open_time_typed_error", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open_time_error, iters))
     });
