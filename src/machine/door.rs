@@ -71,20 +71,6 @@ pub(crate) enum Due {
     },
 }
 
-/// What a door says, spelled out: how the machine makes a door, and reads one back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Entry {
-    /// Calls go through. `quiet`: a success changes nothing but the counts (no failure
-    /// counted, consecutive failures the policy, no slow-call rule).
-    Closed { quiet: bool },
-    /// Calls are skipped until `due`; then the next one is the probe. `forced`: a
-    /// person opened it.
-    Open { due: Due, forced: bool },
-    /// Probes go while a slot is `free`; everyone else is skipped. At `until` (a dwell
-    /// limit) the machine must look again.
-    HalfOpen { free: bool, until: Option<Instant> },
-}
-
 /// Everything an arriving call is decided on. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Door {
@@ -171,39 +157,54 @@ impl Door {
     pub(crate) const TIMED: u64 = 1 << 6;
     const EPOCH_SHIFT: u32 = 8;
 
-    /// The door for `entry` in `epoch`; `timed`: calls are timed, for a slow-call rule.
-    pub(crate) fn new(epoch: Epoch, entry: Entry, timed: bool) -> Door {
-        let flag = |on: bool| if on { Self::FLAG } else { 0 };
-        let time = |at: Option<Instant>| at.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
-        let (flags, step, time) = match entry {
-            Entry::Closed { quiet } => (Self::CLOSED | flag(quiet), 0, 0),
-            Entry::Open {
-                due: Due::Never,
-                forced,
-            } => (Self::OPEN | flag(forced) | Self::NEVER, 0, 0),
-            Entry::Open {
-                due: Due::At { step, time: at },
-                forced,
-            } => {
-                let (has_time, at) = time(at);
-                let has_step = if step.is_some() { Self::HAS_STEP } else { 0 };
-                (
-                    Self::OPEN | flag(forced) | has_step | has_time,
-                    step.unwrap_or(0),
-                    at,
-                )
-            }
-            Entry::HalfOpen { free, until } => {
-                let (has_time, at) = time(until);
-                (Self::HALF_OPEN | flag(free) | has_time, 0, at)
-            }
-        };
-        let timed = if timed { Self::TIMED } else { 0 };
+    fn made(epoch: Epoch, flags: u64, step: u64, time: Option<Instant>) -> Door {
+        let (has_time, time) = time.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
         Door {
-            word: epoch.bits() << Self::EPOCH_SHIFT | flags | timed,
+            word: epoch.bits() << Self::EPOCH_SHIFT | flags | has_time,
             step,
             time,
         }
+    }
+
+    fn flag_if(on: bool) -> u64 {
+        if on {
+            Self::FLAG
+        } else {
+            0
+        }
+    }
+
+    /// A closed door: calls go through. `quiet`: a success changes nothing but the
+    /// counts (no failure counted, consecutive failures the policy, no slow-call rule).
+    pub(crate) fn closed(epoch: Epoch, quiet: bool) -> Door {
+        Self::made(epoch, Self::CLOSED | Self::flag_if(quiet), 0, None)
+    }
+
+    /// An open door: calls are skipped until `due`, then the next one is the probe.
+    /// `forced`: a person opened it.
+    pub(crate) fn open(epoch: Epoch, due: Due, forced: bool) -> Door {
+        let flags = Self::OPEN | Self::flag_if(forced);
+        match due {
+            Due::Never => Self::made(epoch, flags | Self::NEVER, 0, None),
+            Due::At { step, time } => {
+                let has_step = if step.is_some() { Self::HAS_STEP } else { 0 };
+                Self::made(epoch, flags | has_step, step.unwrap_or(0), time)
+            }
+        }
+    }
+
+    /// A half-open door: probes go while a slot is `free`, everyone else is skipped; at
+    /// `until` (a dwell limit) the machine must look again.
+    pub(crate) fn half_open(epoch: Epoch, free: bool, until: Option<Instant>) -> Door {
+        Self::made(epoch, Self::HALF_OPEN | Self::flag_if(free), 0, until)
+    }
+
+    /// The same door, its calls timed for a slow-call rule (`timed`).
+    pub(crate) fn timed_if(mut self, timed: bool) -> Door {
+        if timed {
+            self.word |= Self::TIMED;
+        }
+        self
     }
 
     /// Whether calls are timed, for a slow-call rule.
@@ -212,27 +213,25 @@ impl Door {
         self.word & Self::TIMED != 0
     }
 
-    /// What this door says, spelled out.
-    pub(crate) fn entry(&self) -> Entry {
-        let flag = self.flag();
-        let time = self.time().map(Nanos::instant);
+    /// An open door's wait.
+    #[cfg(test)]
+    pub(crate) fn due(&self) -> Option<Due> {
         match self.word & Self::KIND {
-            Self::CLOSED => Entry::Closed { quiet: flag },
-            Self::OPEN if self.word & Self::NEVER != 0 => Entry::Open {
-                due: Due::Never,
-                forced: flag,
-            },
-            Self::OPEN => Entry::Open {
-                due: Due::At {
-                    step: self.due_step(),
-                    time,
-                },
-                forced: flag,
-            },
-            _ => Entry::HalfOpen {
-                free: flag,
-                until: time,
-            },
+            Self::OPEN if self.word & Self::NEVER != 0 => Some(Due::Never),
+            Self::OPEN => Some(Due::At {
+                step: self.due_step(),
+                time: self.time().map(Nanos::instant),
+            }),
+            _ => None,
+        }
+    }
+
+    /// A half-open door's deadline.
+    #[cfg(test)]
+    pub(crate) fn until(&self) -> Option<Instant> {
+        match self.word & Self::KIND {
+            Self::HALF_OPEN => self.time().map(Nanos::instant),
+            _ => None,
         }
     }
 
@@ -316,10 +315,16 @@ impl Door {
         }
     }
 
-    /// When the probe may go, as a call skipped at `step` is told.
+    /// When the probe may go, as a call skipped at `step` (the calls counted so far) is
+    /// told.
     pub(crate) fn next_probe(&self, step: u64, now: Instant) -> NextProbe {
-        let mut clock = Fixed { step, now };
-        match self.wait(&mut clock) {
+        match self.word & Self::KIND {
+            Self::CLOSED => return NextProbe::NotNeeded,
+            Self::OPEN => {}
+            _ if self.flag() => return NextProbe::After { calls: 1, at: None },
+            _ => return NextProbe::InFlight,
+        }
+        match self.wait(&mut Fixed { step, now }) {
             Some((0, _)) => NextProbe::Manual,
             Some((calls, at)) => NextProbe::After {
                 calls,
@@ -389,9 +394,7 @@ mod tests {
 
     use super::*;
 
-    fn door(entry: Entry) -> Door {
-        Door::new(Epoch::new(7, Mode::Enabled), entry, false)
-    }
+    const EPOCH: Epoch = Epoch(7 << 2);
 
     /// A clock that counts how often it is asked.
     struct Counting {
@@ -425,7 +428,7 @@ mod tests {
     #[test]
     fn a_closed_door_calls_without_reading_either_clock() {
         let mut clock = counting(1, Instant::now());
-        let verdict = door(Entry::Closed { quiet: true }).admit(false, &mut clock);
+        let verdict = Door::closed(EPOCH, true).admit(false, &mut clock);
         assert_eq!(verdict, Verdict::Call);
         assert_eq!((clock.steps, clock.reads), (0, 0));
     }
@@ -433,13 +436,11 @@ mod tests {
     #[test]
     fn an_open_door_counts_calls_until_the_probe() {
         let now = Instant::now();
-        let open = door(Entry::Open {
-            due: Due::At {
-                step: Some(9),
-                time: None,
-            },
-            forced: false,
-        });
+        let due = Due::At {
+            step: Some(9),
+            time: None,
+        };
+        let open = Door::open(EPOCH, due, false);
         let mut clock = counting(6, now);
         let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
@@ -459,13 +460,11 @@ mod tests {
     fn an_open_door_in_time_reads_the_clock_once() {
         let now = Instant::now();
         let due = now + Duration::from_secs(30);
-        let open = door(Entry::Open {
-            due: Due::At {
-                step: None,
-                time: Some(due),
-            },
-            forced: false,
-        });
+        let at = Due::At {
+            step: None,
+            time: Some(due),
+        };
+        let open = Door::open(EPOCH, at, false);
         let mut clock = counting(1, now);
         let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
@@ -483,14 +482,7 @@ mod tests {
 
     #[test]
     fn observe_only_turns_a_skip_into_a_shadow_call_but_not_a_kill() {
-        let open = Door::new(
-            Epoch::new(1, Mode::ObserveOnly),
-            Entry::Open {
-                due: Due::Never,
-                forced: true,
-            },
-            false,
-        );
+        let open = Door::open(Epoch::new(1, Mode::ObserveOnly), Due::Never, true);
         let mut clock = counting(1, Instant::now());
         assert_eq!(
             open.admit(false, &mut clock),
@@ -502,10 +494,7 @@ mod tests {
     #[test]
     fn a_half_open_door_past_its_dwell_limit_goes_to_the_machine() {
         let now = Instant::now();
-        let half_open = door(Entry::HalfOpen {
-            free: false,
-            until: Some(now),
-        });
+        let half_open = Door::half_open(EPOCH, false, Some(now));
         assert_eq!(
             half_open.admit(false, &mut counting(1, now)),
             Verdict::Expired
@@ -526,51 +515,45 @@ mod tests {
         assert_eq!(Epoch::from_bits(epoch.bits()), epoch);
     }
 
-    fn entries() -> impl proptest::strategy::Strategy<Value = (Epoch, Entry)> {
-        use proptest::prelude::*;
-        let base = Instant::now();
-        let time =
-            proptest::option::of((0u64..1 << 62, any::<bool>()).prop_map(move |(n, ahead)| {
-                let by = Duration::from_nanos(n);
-                if ahead {
-                    base + by
-                } else {
-                    base.checked_sub(by).unwrap_or(base)
-                }
-            }));
-        let entry = prop_oneof![
-            any::<bool>().prop_map(|quiet| Entry::Closed { quiet }),
-            any::<bool>().prop_map(|forced| Entry::Open {
-                due: Due::Never,
-                forced
-            }),
-            (
-                proptest::option::of(any::<u64>()),
-                time.clone(),
-                any::<bool>()
-            )
-                .prop_map(|(step, time, forced)| Entry::Open {
-                    due: Due::At { step, time },
-                    forced
-                }),
-            (any::<bool>(), time).prop_map(|(free, until)| Entry::HalfOpen { free, until }),
-        ];
-        let mode = prop_oneof![
-            Just(Mode::Enabled),
-            Just(Mode::ObserveOnly),
-            Just(Mode::Disabled)
-        ];
-        (0u64..1 << 54, mode, entry)
-            .prop_map(|(generation, mode, entry)| (Epoch::new(generation, mode), entry))
-    }
-
     proptest::proptest! {
         #[test]
-        fn a_door_says_exactly_what_it_was_made_from((epoch, entry) in entries(), timed in proptest::bool::ANY) {
-            let door = Door::new(epoch, entry, timed);
+        fn a_door_says_exactly_what_it_was_made_from(
+            generation in 0u64..1 << 54,
+            mode in proptest::sample::select(vec![Mode::Enabled, Mode::ObserveOnly, Mode::Disabled]),
+            kind in 0u8..3,
+            flag in proptest::bool::ANY,
+            never in proptest::bool::ANY,
+            step in proptest::option::of(proptest::num::u64::ANY),
+            nanos in proptest::option::of(0u64..1 << 62),
+            timed in proptest::bool::ANY,
+        ) {
+            let epoch = Epoch::new(generation, mode);
+            let time = nanos.map(|n| Instant::now() + Duration::from_nanos(n));
+            let due = if never { Due::Never } else { Due::At { step, time } };
+            let door = match kind {
+                0 => Door::closed(epoch, flag),
+                1 => Door::open(epoch, due, flag),
+                _ => Door::half_open(epoch, flag, time),
+            }
+            .timed_if(timed);
             proptest::prop_assert_eq!(door.epoch(), epoch);
-            proptest::prop_assert_eq!(door.entry(), entry);
+            proptest::prop_assert_eq!(door.mode(), mode);
             proptest::prop_assert_eq!(door.timed(), timed);
+            match kind {
+                0 => {
+                    proptest::prop_assert_eq!(door.state(), State::Closed);
+                    proptest::prop_assert_eq!(Door::quiet_in(door.word, epoch), flag && !timed);
+                }
+                1 => {
+                    let state = if flag { State::ForcedOpen } else { State::Open };
+                    proptest::prop_assert_eq!(door.state(), state);
+                    proptest::prop_assert_eq!(door.due(), Some(due));
+                }
+                _ => {
+                    proptest::prop_assert_eq!(door.state(), State::HalfOpen);
+                    proptest::prop_assert_eq!(door.until(), time);
+                }
+            }
         }
     }
 }

@@ -22,7 +22,7 @@ mod window;
 use std::time::{Duration, Instant};
 
 pub use self::config::{Backoff, Config, ConfigError, Cooldown, Mode, RateWindow, TripPolicy};
-use self::door::{Clock, Door, Due, Entry, Epoch, Fixed, Verdict};
+use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
 pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
 use crate::outcome::{Failure, Outcome};
@@ -161,26 +161,28 @@ impl Machine {
 
     /// What an arriving call is decided on, derived from the state.
     pub(crate) fn door(&self) -> Door {
-        let entry = match self.phase {
-            Phase::Closed => Entry::Closed {
-                quiet: self.consecutive == 0
+        let epoch = self.epoch();
+        let door = match self.phase {
+            Phase::Closed => Door::closed(
+                epoch,
+                self.consecutive == 0
                     && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
                     && self.config.slow_call.is_none(),
-            },
-            Phase::Open { due, forced } => Entry::Open { due, forced },
-            Phase::HalfOpen { entered_at, .. } => Entry::HalfOpen {
-                free: self.probes_in_flight() < self.config.half_open_probes,
+            ),
+            Phase::Open { due, forced } => Door::open(epoch, due, forced),
+            Phase::HalfOpen { entered_at, .. } => Door::half_open(
+                epoch,
+                self.probes_in_flight() < self.config.half_open_probes,
                 // The first deadline: this half-open's dwell limit, or an earlier one's
                 // whose probes still hold slots.
-                until: self
-                    .lingering
+                self.lingering
                     .iter()
                     .filter_map(|l| l.until)
                     .chain(self.dwell_limit(entered_at))
                     .min(),
-            },
+            ),
         };
-        Door::new(self.epoch(), entry, self.config.slow_call.is_some())
+        door.timed_if(self.config.slow_call.is_some())
     }
 
     /// Decides an arriving call on the door, and carries out a decision that changes
@@ -387,13 +389,7 @@ impl Machine {
         if self.mode == Mode::Disabled {
             return NextProbe::NotNeeded;
         }
-        let door = self.door();
-        match door.entry() {
-            Entry::Closed { .. } => NextProbe::NotNeeded,
-            Entry::Open { .. } => door.next_probe(at.step, at.now),
-            Entry::HalfOpen { free: true, .. } => NextProbe::After { calls: 1, at: None },
-            Entry::HalfOpen { free: false, .. } => NextProbe::InFlight,
-        }
+        self.door().next_probe(at.step, at.now)
     }
 
     /// Opens the breaker until [`Machine::reset`] (`until: None`) or until a time, after

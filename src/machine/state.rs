@@ -28,6 +28,25 @@ pub enum State {
 }
 
 impl State {
+    const ALL: [State; 4] = [
+        State::Closed,
+        State::Open,
+        State::HalfOpen,
+        State::ForcedOpen,
+    ];
+
+    /// Two bits, where a state is packed into a word.
+    #[inline(always)]
+    pub(crate) fn code(self) -> u64 {
+        self as u64
+    }
+
+    /// The state of [`State::code`]'s two bits.
+    #[inline(always)]
+    pub(crate) fn from_code(code: u64) -> State {
+        Self::ALL[(code & 3) as usize]
+    }
+
     /// `closed`, `open`, `half_open` or `forced_open`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -62,6 +81,25 @@ pub enum Reason {
 }
 
 impl Reason {
+    const ALL: [Reason; 4] = [
+        Reason::Open,
+        Reason::HalfOpenFull,
+        Reason::Killed,
+        Reason::ForcedOpen,
+    ];
+
+    /// Two bits, where a reason is packed into a word.
+    #[inline(always)]
+    pub(crate) fn code(self) -> u64 {
+        self as u64
+    }
+
+    /// The reason of [`Reason::code`]'s two bits.
+    #[inline(always)]
+    pub(crate) fn from_code(code: u64) -> Reason {
+        Self::ALL[(code & 3) as usize]
+    }
+
     /// `open`, `half_open_full`, `killed` or `forced_open`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -155,19 +193,8 @@ impl Skip {
 
     #[inline(always)]
     fn pack(reason: Reason, state: State, kind: u64, calls: u64, at: Option<Nanos>) -> Skip {
-        let reason = match reason {
-            Reason::Open => 0,
-            Reason::HalfOpenFull => 1,
-            Reason::Killed => 2,
-            Reason::ForcedOpen => 3,
-        };
-        let state = match state {
-            State::Closed => 0,
-            State::Open => 1,
-            State::HalfOpen => 2,
-            State::ForcedOpen => 3,
-        };
-        let bits = 1 | reason << 1 | state << 3 | kind << 5 | calls.min(Self::CALLS) << 8;
+        let bits =
+            1 | reason.code() << 1 | state.code() << 3 | kind << 5 | calls.min(Self::CALLS) << 8;
         Skip {
             bits: NonZeroU64::MIN.saturating_add(bits - 1),
             at: at.map_or(Self::NO_TIME, |at| at.0),
@@ -207,23 +234,13 @@ impl Skip {
     /// Why.
     #[inline]
     pub fn reason(&self) -> Reason {
-        match self.bits.get() >> 1 & 3 {
-            0 => Reason::Open,
-            1 => Reason::HalfOpenFull,
-            2 => Reason::Killed,
-            _ => Reason::ForcedOpen,
-        }
+        Reason::from_code(self.bits.get() >> 1)
     }
 
     /// The state the call found.
     #[inline]
     pub fn state(&self) -> State {
-        match self.bits.get() >> 3 & 3 {
-            0 => State::Closed,
-            1 => State::Open,
-            2 => State::HalfOpen,
-            _ => State::ForcedOpen,
-        }
+        State::from_code(self.bits.get() >> 3)
     }
 
     /// When to come back.

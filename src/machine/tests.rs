@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::door::{Clock, Entry, Epoch, Fixed, Verdict};
+use super::door::{Clock, Epoch, Fixed, Verdict};
 use super::*;
 use crate::builder::Builder;
 
@@ -270,10 +270,7 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
         // After a look at the clock, no deadline stands at this instant.
         machine.tick(Fixed { step: steps, now });
-        if let Entry::HalfOpen {
-            until: Some(until), ..
-        } = machine.door().entry()
-        {
+        if let Some(until) = machine.door().until() {
             prop_assert!(
                 now < until,
                 "a deadline stands after a look: {until:?} <= {now:?}"

@@ -29,12 +29,7 @@ impl Ticket {
             Kind::Probe => 1,
             Kind::Shadow => 2,
         };
-        let reason = match shadowed {
-            None | Some(Reason::Open) => 0,
-            Some(Reason::HalfOpenFull) => 1,
-            Some(Reason::ForcedOpen) => 2,
-            Some(Reason::Killed) => 3,
-        };
+        let reason = shadowed.map_or(0, Reason::code);
         let timed = if door.timed() { Self::TIMED } else { 0 };
         Ticket(door.epoch().bits() << 8 | timed | reason << 2 | kind)
     }
@@ -43,13 +38,7 @@ impl Ticket {
     /// shadow call keeps its reason.
     #[inline(always)]
     pub(super) fn pass(door: &Door) -> Ticket {
-        let state = match door.state() {
-            State::Closed => 0,
-            State::Open => 1,
-            State::HalfOpen => 2,
-            State::ForcedOpen => 3,
-        };
-        Ticket(door.epoch().bits() << 8 | state << 2 | Self::PASS)
+        Ticket(door.epoch().bits() << 8 | door.state().code() << 2 | Self::PASS)
     }
 
     #[inline(always)]
@@ -70,12 +59,7 @@ impl Ticket {
 
     #[inline(always)]
     fn reason(self) -> Reason {
-        match self.0 >> 2 & 3 {
-            0 => Reason::Open,
-            1 => Reason::HalfOpenFull,
-            2 => Reason::ForcedOpen,
-            _ => Reason::Killed,
-        }
+        Reason::from_code(self.0 >> 2)
     }
 
     #[inline(always)]
@@ -110,12 +94,7 @@ impl Ticket {
                 Reason::ForcedOpen => State::ForcedOpen,
             },
             // Disabled: the state found, as `pass` keeps it.
-            None => match self.0 >> 2 & 3 {
-                0 => State::Closed,
-                1 => State::Open,
-                2 => State::HalfOpen,
-                _ => State::ForcedOpen,
-            },
+            None => State::from_code(self.0 >> 2),
         }
     }
 }
