@@ -1,11 +1,10 @@
 //! Replays an outcome sequence through the real breaker layer, one call a step, to see
-//! what a threshold and a cooldown would have done (the `replay` example is a thin
-//! command line over this module).
+//! what a threshold and a cooldown would have done (the `replay` example is a command
+//! line over this module).
 //!
-//! The input is what the command line takes: a consecutive-failure threshold, a
-//! cooldown counted in calls, one digit a step (`1`: the service would succeed, `0`: it
-//! would fail) and, optionally, the steps at which the kill switch is on.
-//! [`ReplayInput::new`] and [`ReplayInput::from_args`] check it and say what is wrong
+//! The input: a consecutive-failure threshold, a cooldown counted in calls, one digit a
+//! step (`1`: the service would succeed, `0`: it would fail) and, optionally, the steps
+//! at which the kill switch is on. [`ReplayInput::new`] checks it and says what is wrong
 //! with a typed [`ReplayError`]; [`run`] drives a real [`CircuitBreakerLayer`] (a
 //! scripted inner service, a classifier, a fallback, the kill switch flipped per step)
 //! and returns the [`Trace`]: for each step the state found when the call arrived and
@@ -17,9 +16,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), ReplayError> {
-//! let input = ReplayInput::from_args([
-//!     "--threshold", "3", "--cooldown", "4", "--outcomes", "11000111101100001111", "--kill", "9,10",
-//! ])?;
+//! let input = ReplayInput::new(3, 4, "11000111101100001111", [9, 10])?;
 //! let trace = replay::run(&input).await?;
 //! let lines = trace.lines();
 //! assert_eq!(lines[4], "5 closed:failed");
@@ -57,45 +54,22 @@ const NAME: &str = "replay";
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
-    /// A flag was given without its value.
-    #[error("{flag} needs a value")]
-    MissingValue {
-        /// The flag.
-        flag: String,
-    },
-    /// A flag the replay does not know.
-    #[error("unknown flag {0}")]
-    UnknownFlag(String),
-    /// `--threshold` or `--cooldown` is not a number (of its type).
-    #[error("{flag}: not a number: {value}")]
-    NotANumber {
-        /// The flag.
-        flag: &'static str,
-        /// What was given.
-        value: String,
-    },
-    /// No `--outcomes` was given.
-    #[error("--outcomes is required, for example --outcomes 11000111101100001111")]
-    MissingOutcomes,
     /// The outcomes are empty: there is nothing to replay.
-    #[error("--outcomes: at least one step is needed")]
+    #[error("outcomes: at least one step is needed")]
     EmptyOutcomes,
     /// A step's outcome is neither `0` nor `1`.
-    #[error("--outcomes: each step is 0 or 1, got {found:?} at step {step}")]
+    #[error("outcomes: each step is 0 or 1, got {found:?} at step {step}")]
     BadOutcome {
         /// The step (from 1).
         step: usize,
         /// The character found there.
         found: char,
     },
-    /// A `--kill` item is not a step number.
-    #[error("--kill: not a step number: {0}")]
-    BadKillStep(String),
     /// Steps count from 1.
-    #[error("--kill: steps count from 1, got 0")]
+    #[error("kill steps count from 1, got 0")]
     KillStepZero,
     /// A kill step after the last outcome.
-    #[error("--kill: step {step} is after the last of the {steps} steps")]
+    #[error("kill step {step} is after the last of the {steps} steps")]
     KillStepBeyond {
         /// The kill step.
         step: usize,
@@ -127,11 +101,6 @@ pub struct ReplayInput {
 }
 
 impl ReplayInput {
-    /// The default threshold of the command line.
-    pub const DEFAULT_THRESHOLD: u32 = 3;
-    /// The default cooldown (in calls) of the command line.
-    pub const DEFAULT_COOLDOWN: u64 = 4;
-
     /// Checks an input. `outcomes` has one character a step, `1` or `0`; `kill` lists
     /// the steps (from 1) at which the kill switch is on, in any order, repeats allowed.
     ///
@@ -178,51 +147,6 @@ impl ReplayInput {
         })
     }
 
-    /// Parses and checks the command line's arguments (without the program name):
-    /// `--threshold N` (default 3), `--cooldown N` in calls (default 4), `--outcomes
-    /// 0101...` (required) and `--kill 9,10` (optional: comma-separated steps; empty
-    /// items are skipped; the flag may be repeated).
-    ///
-    /// # Errors
-    ///
-    /// [`ReplayError::MissingValue`], [`ReplayError::UnknownFlag`],
-    /// [`ReplayError::NotANumber`], [`ReplayError::BadKillStep`] and
-    /// [`ReplayError::MissingOutcomes`] while parsing, in the order met; then what
-    /// [`ReplayInput::new`] finds.
-    pub fn from_args<I>(args: I) -> Result<Self, ReplayError>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        let mut args = args.into_iter();
-        let (mut threshold, mut cooldown) = (Self::DEFAULT_THRESHOLD, Self::DEFAULT_COOLDOWN);
-        let (mut outcomes, mut kill) = (None::<String>, Vec::new());
-        while let Some(flag) = args.next() {
-            let flag = flag.as_ref();
-            let value = args.next().ok_or_else(|| ReplayError::MissingValue {
-                flag: flag.to_string(),
-            })?;
-            let value = value.as_ref();
-            match flag {
-                "--threshold" => threshold = number("--threshold", value)?,
-                "--cooldown" => cooldown = number("--cooldown", value)?,
-                "--outcomes" => outcomes = Some(value.to_string()),
-                "--kill" => {
-                    for step in value.split(',').filter(|s| !s.is_empty()) {
-                        kill.push(
-                            step.trim()
-                                .parse()
-                                .map_err(|_| ReplayError::BadKillStep(step.to_string()))?,
-                        );
-                    }
-                }
-                other => return Err(ReplayError::UnknownFlag(other.to_string())),
-            }
-        }
-        let outcomes = outcomes.ok_or(ReplayError::MissingOutcomes)?;
-        ReplayInput::new(threshold, cooldown, &outcomes, kill)
-    }
-
     /// The consecutive-failure threshold.
     pub fn threshold(&self) -> u32 {
         self.threshold
@@ -242,13 +166,6 @@ impl ReplayInput {
     pub fn kill_steps(&self) -> impl Iterator<Item = usize> + '_ {
         self.kill.iter().copied()
     }
-}
-
-fn number<T: std::str::FromStr>(flag: &'static str, value: &str) -> Result<T, ReplayError> {
-    value.parse().map_err(|_| ReplayError::NotANumber {
-        flag,
-        value: value.to_string(),
-    })
 }
 
 fn builder(threshold: u32, cooldown: u64) -> Builder {
