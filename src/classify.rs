@@ -48,8 +48,8 @@ pub trait Classify<Response, Error> {
     /// return `Ok(())`. The breaker then records nothing now. The default gives the
     /// settlement back, and the success is recorded at once.
     ///
-    /// [`http::StreamClassifier`](crate::http) does this for HTTP bodies (feature
-    /// `http`). A panic here drops the settlement: the call counts as cancelled.
+    /// `http::StreamClassifier` (feature `http`) does this for HTTP bodies. A panic here
+    /// drops the settlement: the call counts as cancelled.
     fn defer(&self, response: &mut Response, settlement: Settlement) -> Result<(), Settlement> {
         let _ = response;
         Err(settlement)

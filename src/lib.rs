@@ -52,6 +52,8 @@
     unreachable_pub
 )]
 #![forbid(unsafe_code)]
+// On docs.rs, every item that needs a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
 mod builder;
@@ -61,16 +63,19 @@ mod event;
 pub mod expediter;
 mod fallback;
 #[cfg(feature = "fleet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub mod fleet;
 pub mod future;
 mod handle;
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod keyed;
 mod kill;
 mod layer;
 mod machine;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod outcome;
 pub mod replay;

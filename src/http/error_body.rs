@@ -10,8 +10,8 @@
 //!
 //! It serves any client whose response is a [`ReadAhead`]: `http::Response<B>` (hyper,
 //! most tower stacks), whose body becomes a [`ResponseBody<B>`], and, with the feature
-//! `reqwest`, `reqwest::Response`, which stays a `reqwest::Response` (see
-//! [`http::reqwest`](super::reqwest) for what rebuilding one keeps).
+//! `reqwest`, `reqwest::Response`, which stays a `reqwest::Response` (see the module
+//! `http::reqwest` for what rebuilding one keeps).
 //!
 //! ```
 //! use bytes::Bytes;

@@ -91,6 +91,7 @@ mod classify;
 pub mod error_body;
 pub mod provenance;
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 pub mod stream;
 
