@@ -11,8 +11,10 @@
 //!   (name, new state, cause, until when, which replica, a sequence number); peers read
 //!   them as hints under a [`HintPolicy`] chosen per breaker: ignore, follow (hold open
 //!   until the published time), or quorum (hold open while N peers report open within a
-//!   window). A hold is bounded by [`FleetBuilder::max_hold`], and the replica's own
-//!   calls decide its state once the hold ends (see [`HintPolicy`]).
+//!   window). A hold is the breaker's own kind of opening (skipped calls say
+//!   [`Reason::Open`](crate::Reason::Open) and when it ends), bounded by
+//!   [`FleetBuilder::max_hold`], and the replica's own calls decide its state once the
+//!   hold ends (see [`HintPolicy`]).
 //!
 //! ```
 //! use tower_circuit_breaker::fleet::{Fleet, FleetError, HintPolicy};
@@ -38,12 +40,14 @@
 //!
 //! Shared: the state of each shared kill switch, and the transitions of each shared
 //! breaker that its own calls caused (opened, closed). Never shared: calls, their
-//! outcomes and counts, a breaker's failure count, a hold (peers' hints, or a person's
+//! outcomes and counts, a breaker's failure count, a hold (a hold on peers' hints,
+//! whose transition's cause is [`Cause::Hint`](crate::Cause::Hint), or a person's
 //! force-open: not republished, so holds never echo and a quorum counts only replicas
 //! that saw failures themselves), and anything on a call's path. A call reads the kill
 //! switch's flag and the breaker's state as it does without a fleet; the task changes
-//! them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill) and
-//! [`CircuitBreakerHandle::open_until`](crate::CircuitBreakerHandle::open_until).
+//! them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill),
+//! [`CircuitBreakerHandle::hold_open_until`](crate::CircuitBreakerHandle::hold_open_until)
+//! and [`CircuitBreakerHandle::allow_probe`](crate::CircuitBreakerHandle::allow_probe).
 //!
 //! # The format, for operators
 //!

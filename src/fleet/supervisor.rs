@@ -3,13 +3,19 @@
 //! lost it works alone, keeps every command's local effect, and reconnects with backoff.
 //!
 //! Nothing here runs on a call's path: calls read the kill switch's flag and the
-//! breaker's own state, and this task changes them from the side, with the same
-//! handle methods a person would use.
+//! breaker's own state, and this task changes them from the side, through the switch
+//! ([`KillSwitch::kill`](crate::KillSwitch::kill) and `revive`) and the breaker's handle
+//! ([`hold_open_until`](crate::CircuitBreakerHandle::hold_open_until) and
+//! [`allow_probe`](crate::CircuitBreakerHandle::allow_probe)).
 //!
 //! Order on (re)connection: subscribe first, then read the kill keys, then apply the
 //! messages that arrived meanwhile, in order. A change is written to its key and
 //! published in one transaction, so a change made before the read is in the key, and
 //! one made after it is in a message applied after the key: the last change wins.
+//!
+//! Commands go before messages: a breaker's transition already passed to this task is
+//! taken into account (an episode of holds ended by its own probe, say) before the next
+//! hint is weighed.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,12 +32,12 @@ use super::clock;
 use super::counts::add;
 use super::error::FleetError;
 use super::event::{FleetEvent, KillOrigin};
-use super::hold::{Act, Kept, Local};
+use super::hold::{Act, Kept};
 use super::policy::HintPolicy;
 use super::replica::Replica;
 use super::sequence::{Order, Sequences};
 use super::wire::{encode, HintMessage, HintState, KillMessage, Rejection, VERSION};
-use crate::{CircuitBreakerHandle, Mode, NextProbe, State, Transition};
+use crate::{Cause, CircuitBreakerHandle, Mode, NextProbe, State, Transition};
 
 /// Further off than any hold: a published time beyond it is taken as it.
 const FAR: time::Duration = time::Duration::from_secs(10 * 365 * 24 * 3600);
@@ -198,10 +204,7 @@ impl Supervisor {
         resync.set_missed_tick_behavior(time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                message = session.stream.next() => match message {
-                    Some(message) => self.on_message(&message),
-                    None => return End::Lost("the connection to redis closed".into()),
-                },
+                biased;
                 command = self.commands.recv() => match command {
                     Some(command) => {
                         if let Err(error) = self.on_command(command, Some(session)).await {
@@ -209,6 +212,10 @@ impl Supervisor {
                         }
                     }
                     None => return End::Stopped,
+                },
+                message = session.stream.next() => match message {
+                    Some(message) => self.on_message(&message),
+                    None => return End::Lost("the connection to redis closed".into()),
                 },
                 _ = resync.tick() => {
                     let names: Vec<Arc<str>> =
@@ -309,11 +316,11 @@ impl Supervisor {
     }
 
     /// The hint a transition publishes: the breaker's own calls opened or closed it
-    /// (enabled mode only). Holds, a person's included, are never published, so a hold
-    /// never echoes around the fleet and a quorum counts only replicas that saw
-    /// failures themselves.
+    /// (enabled mode only). Holds are never published, neither a hint's
+    /// ([`Cause::Hint`]) nor a person's force-open, so a hold never echoes around the
+    /// fleet and a quorum counts only replicas that saw failures themselves.
     fn hint_of(&self, transition: &Transition) -> Option<HintMessage> {
-        if transition.mode != Mode::Enabled {
+        if transition.mode != Mode::Enabled || transition.cause == Cause::Hint {
             return None;
         }
         let state = match transition.to {
@@ -521,7 +528,6 @@ impl Supervisor {
             HintState::Closed => None,
         };
         let replica: Arc<str> = hint.replica.as_str().into();
-        let local = Local::of(&handle.snapshot());
         let act = {
             let mut registry = self.replica.registry();
             let Some(shared) = registry.breakers.get_mut(&name) else {
@@ -534,12 +540,14 @@ impl Supervisor {
                 None => shared.reports.closed(&replica),
             }
             let wanted = shared.reports.wanted(policy, now);
-            shared.hold.decide(local, wanted, now, settings.max_hold)
+            shared.hold.decide(wanted, now, settings.max_hold)
         };
         self.act(&name, &handle, act, replica, now);
     }
 
-    /// Carries out a hold decision on the breaker, then records what it became.
+    /// Carries out a hold decision on the breaker (which may refuse it: see
+    /// [`hold`](super::hold)), then records what it took. Never under the registry's
+    /// lock: the breaker tells its observers of the hold on this task.
     fn act(
         &self,
         name: &Arc<str>,
@@ -549,39 +557,45 @@ impl Supervisor {
         now: std::time::Instant,
     ) {
         let counters = &self.replica.counters;
-        let (until, event) = match act {
+        let max_hold = self.replica.settings.max_hold;
+        let event = match act {
             Act::Hold { until, capped } => {
-                handle.open_until(until);
+                if !handle.hold_open_until(until) {
+                    return;
+                }
                 add(&counters.holds, 1);
                 if capped {
                     add(&counters.capped, 1);
                 }
-                let event = FleetEvent::Held {
+                if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
+                    shared.hold.held(until, now, max_hold);
+                }
+                FleetEvent::Held {
                     breaker: name.clone(),
                     until,
                     replica,
                     capped,
-                };
-                (until, event)
+                }
             }
             Act::Release => {
-                handle.open_until(now);
+                let released = handle.allow_probe();
+                if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
+                    shared.hold.released();
+                }
+                if !released {
+                    return;
+                }
                 add(&counters.releases, 1);
-                let event = FleetEvent::Released {
+                FleetEvent::Released {
                     breaker: name.clone(),
-                };
-                (now, event)
+                }
             }
             Act::Keep(Kept::Capped) => {
                 add(&counters.capped, 1);
                 return;
             }
-            Act::Keep(_) => return,
+            Act::Keep(Kept::Nothing | Kept::Held) => return,
         };
-        let after = Local::of(&handle.snapshot());
-        if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
-            shared.hold.applied(until, after);
-        }
         // Told once recorded: a listener that looks at the snapshot sees the hold.
         self.replica.emit(event);
     }
