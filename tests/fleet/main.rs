@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod flips;
 mod holds;
 mod server;
 
@@ -519,7 +520,9 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     fleet
         .share_breaker(&model.handle(), HintPolicy::Follow)
         .unwrap();
-    let search = breaker("search", &KillSwitch::new());
+    let search_stop = KillSwitch::new();
+    fleet.share_kill_switch("search", &search_stop).unwrap();
+    let search = breaker("search", &search_stop);
     fleet
         .share_breaker(&search.handle(), HintPolicy::Follow)
         .unwrap();
@@ -543,23 +546,34 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     assert!(matches!(revived, Err(FleetError::LinkDown { since: s, .. }) if s == since));
     assert!(!stop.is_killed());
     assert_eq!(call(&model, true).await, Got::Made);
+    // A switch flipped in code while alone stays on this replica.
+    search_stop.kill();
+    assert_eq!(call(&search, true).await, Got::Skipped(Reason::Killed));
+    search_stop.revive();
     // A breaker opens while alone: it works as ever, and is told to the fleet later.
     for _ in 0..3 {
         call(&search, false).await;
     }
     assert_eq!(search.handle().state(), State::Open);
     assert_eq!(fleet.counts().published, 0);
+    search_stop.kill(); // no key says so: undone when the link is back
 
     server.restart().await;
     tokio::time::timeout(LINK, link.wait_for(LinkStatus::is_up))
         .await
         .expect("the link comes back")
         .unwrap();
-    // The key, saved before the stop, wins over what the replica did alone.
+    // The keys win over what the replica did alone: the one saved before the stop, and
+    // the one never written, whatever was flipped in code meanwhile.
     assert!(stop.is_killed());
     assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
+    assert!(!search_stop.is_killed());
     let counts = fleet.counts();
     assert_eq!((counts.reconnects, counts.published), (1, 1));
+    // Nothing flipped while alone was published on the way back, nor the keys' own
+    // flips: only the kill made before the stop.
+    fleet.sync().await.unwrap();
+    assert_eq!(fleet.counts().kills_published, 1);
 }
 
 #[tokio::test]
