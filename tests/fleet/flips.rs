@@ -100,10 +100,7 @@ async fn flips_and_holds_are_published_once_and_never_echoed() {
         call(&members[0].model, false).await;
     }
     for events in &mut events[1..] {
-        event(events, BOUND, "a hold", |e| {
-            matches!(e, FleetEvent::Held { .. })
-        })
-        .await;
+        event(events, BOUND, "a hold", is_held).await;
     }
     // Each replica's task has handled what its switch and breaker told it by now (they
     // were told before the events above); a round trip through it publishes anything

@@ -65,6 +65,35 @@ impl Peer {
     }
 }
 
+/// One replica sharing breaker `model` under `Follow`, and a peer sending its hints.
+struct Scene {
+    _redis: Redis,
+    member: Member,
+    events: broadcast::Receiver<FleetEvent>,
+    peer: Peer,
+}
+
+impl Scene {
+    async fn new(test: &str) -> Scene {
+        let redis = Redis::get().await;
+        let prefix = unique_prefix(test);
+        let member = members(&redis.url, &prefix, 1).await.pop().unwrap();
+        let events = member.fleet.events();
+        let peer = Peer::new(&redis.url, &prefix).await;
+        Scene {
+            _redis: redis,
+            member,
+            events,
+            peer,
+        }
+    }
+
+    /// What the replica did with what the peer sent: see [`Peer::barrier`].
+    async fn barrier(&mut self) -> Vec<FleetEvent> {
+        self.peer.barrier(&mut self.events).await
+    }
+}
+
 fn held(events: &[FleetEvent]) -> bool {
     events
         .iter()
@@ -85,71 +114,56 @@ async fn persons(member: &Member, until: Option<Instant>) {
 
 #[tokio::test]
 async fn a_hint_arriving_after_a_persons_force_open_leaves_it_alone() {
-    let redis = Redis::get().await;
-    let prefix = unique_prefix("person-first");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let handle = member.model.handle();
-    let mut events = member.fleet.events();
-    let mut peer = Peer::new(&redis.url, &prefix).await;
+    let mut scene = Scene::new("person-first").await;
+    let handle = scene.member.model.handle();
 
     // Forced open right before the hint arrives: the hint finds it forced.
     handle.force_open();
-    peer.open_for(Duration::from_secs(30)).await;
-    assert!(!held(&peer.barrier(&mut events).await));
-    persons(member, None).await;
+    scene.peer.open_for(Duration::from_secs(30)).await;
+    assert!(!held(&scene.barrier().await));
+    persons(&scene.member, None).await;
 
     // A person's short hold, shorter than the hint's: still the person's, to its end.
     handle.reset();
     handle.open_for(Duration::from_secs(5));
     let person_until = handle.snapshot().next_probe.at();
-    peer.open_for(Duration::from_secs(60)).await;
-    assert!(!held(&peer.barrier(&mut events).await));
-    persons(member, person_until).await;
-    assert_eq!(member.fleet.counts().holds, 0);
+    scene.peer.open_for(Duration::from_secs(60)).await;
+    assert!(!held(&scene.barrier().await));
+    persons(&scene.member, person_until).await;
+    assert_eq!(scene.member.fleet.counts().holds, 0);
 }
 
 #[tokio::test]
 async fn a_person_forcing_a_held_breaker_open_keeps_it_through_later_hints() {
-    let redis = Redis::get().await;
-    let prefix = unique_prefix("person-after");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let handle = member.model.handle();
-    let mut events = member.fleet.events();
-    let mut peer = Peer::new(&redis.url, &prefix).await;
+    let mut scene = Scene::new("person-after").await;
+    let handle = scene.member.model.handle();
 
-    peer.open_for(Duration::from_secs(30)).await;
-    assert!(held(&peer.barrier(&mut events).await));
+    scene.peer.open_for(Duration::from_secs(30)).await;
+    assert!(held(&scene.barrier().await));
     assert_eq!(handle.state(), State::Open);
 
     // A person takes over: their act replaces the hold.
     handle.force_open();
     // A longer hint does not lengthen the hold it replaced...
-    peer.open_for(Duration::from_secs(60)).await;
-    assert!(!held(&peer.barrier(&mut events).await));
-    persons(member, None).await;
+    scene.peer.open_for(Duration::from_secs(60)).await;
+    assert!(!held(&scene.barrier().await));
+    persons(&scene.member, None).await;
     // ...and the peer closing releases nothing: the next call is not a probe.
-    peer.closed().await;
-    assert!(!held(&peer.barrier(&mut events).await));
-    persons(member, None).await;
-    let counts = member.fleet.counts();
+    scene.peer.closed().await;
+    assert!(!held(&scene.barrier().await));
+    persons(&scene.member, None).await;
+    let counts = scene.member.fleet.counts();
     assert_eq!((counts.holds, counts.releases), (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_racing_a_hint_always_wins() {
-    let redis = Redis::get().await;
-    let prefix = unique_prefix("person-race");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut peer = Peer::new(&redis.url, &prefix).await;
+    let mut scene = Scene::new("person-race").await;
 
     // The person acts a little later each round, so that the hint is applied before,
     // while or after they act; whichever comes first, the breaker is the person's.
     for round in 0..40u64 {
-        let handle = member.model.handle();
+        let handle = scene.member.model.handle();
         handle.reset();
         let person = tokio::task::spawn_blocking(move || {
             let until = Instant::now() + Duration::from_micros(round * 20);
@@ -158,27 +172,23 @@ async fn a_person_racing_a_hint_always_wins() {
             }
             handle.force_open();
         });
-        peer.open_for(Duration::from_secs(30)).await;
+        scene.peer.open_for(Duration::from_secs(30)).await;
         person.await.unwrap();
-        peer.barrier(&mut events).await;
-        persons(member, None).await;
+        scene.barrier().await;
+        persons(&scene.member, None).await;
     }
 }
 
 #[tokio::test]
 async fn a_release_lets_the_next_call_probe_when_the_peers_close() {
-    let redis = Redis::get().await;
-    let prefix = unique_prefix("release");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut peer = Peer::new(&redis.url, &prefix).await;
+    let mut scene = Scene::new("release").await;
 
-    peer.open_for(Duration::from_secs(30)).await;
-    assert!(held(&peer.barrier(&mut events).await));
-    assert_eq!(skipped(&member.model).await.0, Reason::Open);
-    peer.closed().await;
-    let seen = peer.barrier(&mut events).await;
+    scene.peer.open_for(Duration::from_secs(30)).await;
+    assert!(held(&scene.barrier().await));
+    assert_eq!(skipped(&scene.member.model).await.0, Reason::Open);
+    scene.peer.closed().await;
+    let seen = scene.barrier().await;
+    let member = &scene.member;
     assert!(seen
         .iter()
         .any(|e| matches!(e, FleetEvent::Released { .. })));

@@ -140,6 +140,10 @@ async fn event(
         .unwrap_or_else(|_| panic!("no {what} within {within:?}"))
 }
 
+fn is_held(event: &FleetEvent) -> bool {
+    matches!(event, FleetEvent::Held { .. })
+}
+
 fn killed(killed: bool) -> impl Fn(&FleetEvent) -> bool {
     move |e| matches!(e, FleetEvent::KillSwitch { killed: k, .. } if *k == killed)
 }
@@ -367,10 +371,7 @@ async fn a_followed_open_reaches_peers_and_expires() {
         replica,
         capped,
         ..
-    } = event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await
+    } = event(&mut events, BOUND, "a hold", is_held).await
     else {
         unreachable!()
     };
@@ -499,10 +500,7 @@ async fn a_quorum_needs_n_replicas() {
     for _ in 0..3 {
         call(&members[1].model, false).await;
     }
-    event(&mut events, BOUND, "a quorum hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
+    event(&mut events, BOUND, "a quorum hold", is_held).await;
     assert_eq!(model.handle().state(), State::Open);
     assert_eq!(call(&model, true).await, Got::Skipped(Reason::Open));
     assert_eq!(judge.snapshot().breakers[0].peers_open, 2);
@@ -651,10 +649,7 @@ async fn a_published_open_until_far_off_is_capped() {
     );
     let before = Instant::now();
     publish(&mut raw, &format!("{prefix}:hints"), &hint).await;
-    let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await
+    let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", is_held).await
     else {
         unreachable!()
     };
@@ -686,6 +681,19 @@ async fn agents(url: &str, prefix: &str) -> [(Fleet, Expediter); 2] {
     agents.try_into().ok().unwrap()
 }
 
+/// The expediter's decision for `tool`, which must skip it as open (held on a hint);
+/// where it routes.
+async fn skipped_as_open(expediter: &Expediter, tool: &str) -> Route {
+    let decision = expediter.decide(tool).await.unwrap();
+    match decision.action {
+        Action::Skip {
+            reason: SkipReason::Breaker(Reason::Open),
+            route,
+        } => route,
+        _ => panic!("{decision:?}"),
+    }
+}
+
 #[tokio::test]
 async fn tool_health_learned_by_one_replica_reaches_the_others() {
     let redis = Redis::get().await;
@@ -700,23 +708,11 @@ async fn tool_health_learned_by_one_replica_reaches_the_others() {
         assert_eq!(a.1.decide("Grep").await.unwrap().action, Action::Call);
         assert_eq!(call(&grep, false).await, Got::Failed);
     }
-    event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
+    event(&mut events, BOUND, "a hold", is_held).await;
 
     // Agent B routes around Grep without spending a failure of its own.
-    let decision = b.1.decide("Grep").await.unwrap();
-    assert!(
-        matches!(
-            decision.action,
-            Action::Skip {
-                reason: SkipReason::Breaker(Reason::Open),
-                route: Route::Alternative { .. },
-            }
-        ),
-        "{decision:?}"
-    );
+    let route = skipped_as_open(&b.1, "Grep").await;
+    assert!(matches!(route, Route::Alternative { .. }), "{route:?}");
     assert_eq!(b.1.report().budget.used, 0);
 }
 
@@ -738,24 +734,11 @@ async fn tools_held_on_a_peers_hints_are_no_systemic_event_here() {
         }
     }
     for _ in 0..3 {
-        event(&mut events, BOUND, "a hold", |e| {
-            matches!(e, FleetEvent::Held { .. })
-        })
-        .await;
+        event(&mut events, BOUND, "a hold", is_held).await;
     }
     // Agent B saw no failure: one bad node must not pause the others, nor spend their
     // budgets. Its tools are skipped as open until the holds end.
-    let decision = b.1.decide("Grep").await.unwrap();
-    assert!(
-        matches!(
-            decision.action,
-            Action::Skip {
-                reason: SkipReason::Breaker(Reason::Open),
-                ..
-            }
-        ),
-        "{decision:?}"
-    );
+    skipped_as_open(&b.1, "Grep").await;
     assert_eq!(b.1.report().budget.used, 0);
     assert!(b.1.report().systemic.is_none());
 }
@@ -860,10 +843,7 @@ async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock
     for _ in 0..3 {
         call(&source[0].model, false).await;
     }
-    event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
+    event(&mut events, BOUND, "a hold", is_held).await;
     assert_eq!(*seen.lock().unwrap(), vec![(State::Open, 1)]);
 }
 
