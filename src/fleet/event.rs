@@ -39,7 +39,8 @@ pub enum FleetEvent {
         /// Where the change came from.
         origin: KillOrigin,
     },
-    /// A breaker is held open by its peers' hints (a new hold, or one moved).
+    /// A breaker is held open by its peers' hints (a new hold, or one lengthened): as
+    /// its own kind of opening, so its calls are skipped as open.
     Held {
         /// The breaker.
         breaker: Arc<str>,
