@@ -14,9 +14,12 @@
 //!
 //! The demo: all three call the model; the operator kills it (each replica skips it from
 //! then on, within one network hop); a replica started after the kill starts killed; the
-//! operator revives it. Then replica `api-2` finds the account's quota exhausted: its
-//! breaker opens after three failures, and the other two, following its hint, hold the
-//! model open until `api-2`'s next probe without spending failures of their own.
+//! operator revives it. Then `api-3`'s own code stops the model (`stop.kill()` on its
+//! switch, as a cost guard would): the fleet shares that too, and the operator revives it
+//! again. Last, replica `api-2` finds the account's quota exhausted: its breaker opens
+//! after three failures, and the other two, following its hint, hold the model open
+//! until `api-2`'s next probe without spending failures of their own (their calls are
+//! skipped as open).
 
 use std::io;
 use std::process::ExitCode;
@@ -226,6 +229,14 @@ async fn demo() -> ExitCode {
     settle(&mut replicas, "revive", revived).await;
     round(3, &replicas, &quota).await;
 
+    println!("api-3's cost guard stops the model in its own code: stop.kill() on its switch");
+    replicas[2].stop.kill();
+    settle(&mut replicas, "kill", killed).await;
+    round(4, &replicas, &quota).await;
+    println!("operator: revive {MODEL}");
+    operator.revive(MODEL).await.expect("Redis answers");
+    settle(&mut replicas, "revive", revived).await;
+
     println!("the account's quota runs out; api-2 is the first to call");
     quota.store(true, Ordering::SeqCst);
     for _ in 0..3 {
@@ -235,16 +246,17 @@ async fn demo() -> ExitCode {
     let (first, rest) = replicas.split_at_mut(1);
     settle(first, "hold", held).await;
     settle(&mut rest[1..], "hold", held).await;
-    round(4, &replicas, &quota).await;
+    round(5, &replicas, &quota).await;
     for replica in &replicas {
         let snapshot = replica.fleet.snapshot();
         let counts = snapshot.counts;
         println!(
-            "{}: link {}, model {}, {} kill messages, {} hints heard, {} published, {} holds",
+            "{}: link {}, model {}, kill messages {} heard {} published, hints {} heard {} published, {} holds",
             replica.name,
             snapshot.link,
             replica.model.handle().state(),
             counts.kill_messages,
+            counts.kills_published,
             counts.hints,
             counts.published,
             counts.holds

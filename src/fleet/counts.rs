@@ -31,6 +31,10 @@ pub struct FleetCounts {
     pub missed: u64,
     /// Hints published by this replica.
     pub published: u64,
+    /// Kill messages published by this replica: its [`Fleet::kill`](super::Fleet::kill)
+    /// and [`Fleet::revive`](super::Fleet::revive), and flips made on its shared
+    /// switches themselves. A flip applied on the fleet's word is never published again.
+    pub kills_published: u64,
     /// Transitions of a shared breaker this replica could not read in time (its
     /// channel overflowed), so never published.
     pub lagged: u64,
@@ -59,6 +63,7 @@ pub(crate) struct Counters {
     pub(crate) stale: AtomicU64,
     pub(crate) missed: AtomicU64,
     pub(crate) published: AtomicU64,
+    pub(crate) kills_published: AtomicU64,
     pub(crate) lagged: AtomicU64,
     pub(crate) reconnects: AtomicU64,
 }
@@ -94,6 +99,7 @@ impl Counters {
             stale: get(&self.stale),
             missed: get(&self.missed),
             published: get(&self.published),
+            kills_published: get(&self.kills_published),
             lagged: get(&self.lagged),
             reconnects: get(&self.reconnects),
         }

@@ -18,13 +18,19 @@ pub enum KillOrigin {
     /// This replica's own [`Fleet::kill`](super::Fleet::kill) or
     /// [`Fleet::revive`](super::Fleet::revive).
     Command,
+    /// The switch itself, flipped on this replica
+    /// ([`KillSwitch::kill`](crate::KillSwitch::kill) or
+    /// [`revive`](crate::KillSwitch::revive)): the fleet wrote it to the key and
+    /// published it.
+    Switch,
 }
 
 /// One thing a replica's fleet link did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FleetEvent {
-    /// A shared kill switch was flipped by the fleet.
+    /// A shared kill switch changed: the fleet flipped it, or shared a flip made on it
+    /// here ([`KillOrigin::Switch`]).
     KillSwitch {
         /// Its name.
         name: Arc<str>,
@@ -33,7 +39,8 @@ pub enum FleetEvent {
         /// Where the change came from.
         origin: KillOrigin,
     },
-    /// A breaker is held open by its peers' hints (a new hold, or one moved).
+    /// A breaker is held open by its peers' hints (a new hold, or one lengthened): as
+    /// its own kind of opening, so its calls are skipped as open.
     Held {
         /// The breaker.
         breaker: Arc<str>,

@@ -8,10 +8,10 @@ use crate::expediter::Expediter;
 impl Fleet {
     /// Shares the breaker of every tool the expediter has now, under `policy`: what one
     /// replica learns of a tool's health (its breaker opened or closed) reaches the
-    /// others as hints, and a hold shows in their expediters as the tool forced open
-    /// (skipped and routed, like any open tool; a hold feeds no failure budget and no
-    /// cascade). Tools added later with [`Expediter::add_tool`] are shared by calling
-    /// this again; sharing a tool twice changes only its policy.
+    /// others as hints, and a hold shows in their expediters as the tool open, until
+    /// the hold's end: skipped and routed like any open tool, with no failure of its
+    /// own. Tools added later with [`Expediter::add_tool`] are shared by calling this
+    /// again; sharing a tool twice changes only its policy.
     ///
     /// The expediter's kill switch is shared separately, under a name of your choice,
     /// with [`share_kill_switch`](Fleet::share_kill_switch).

@@ -1,53 +1,33 @@
-//! A hold: a breaker kept open by its peers' hints, bounded in time, and never in the way
-//! of the breaker's own decisions or a person's.
+//! A hold: a breaker kept open by its peers' hints, for a bounded time.
 //!
-//! A hold is applied with [`CircuitBreakerHandle::open_until`](crate::CircuitBreakerHandle::open_until),
-//! so calls are skipped as forced open until the time, and the next call after it is the
-//! probe. The rules, decided here and nowhere else:
+//! A hold is applied with
+//! [`CircuitBreakerHandle::hold_open_until`](crate::CircuitBreakerHandle::hold_open_until):
+//! the breaker's own kind of opening (calls skipped as open and told when the hold ends,
+//! the transition's cause [`Cause::Hint`]), and the next call after it is the probe. The
+//! breaker decides under its own lock whether a hold applies, so nothing slips in between:
+//! never over a breaker a person forced open, a probe under way, an opening until a reset,
+//! or a wait at least as long (a hold only lengthens one). What the breaker does not know,
+//! the fleet's own rules, are decided here and nowhere else:
 //!
-//! - a breaker a person holds (forced open by anyone but this fleet) is left alone;
-//! - a half-open breaker is left alone: its probe decides;
-//! - a breaker its own calls opened for longer than the hint (or until a reset) is left
-//!   alone: a hint never shortens a wait;
 //! - an episode of holds lasts at most the fleet's longest hold from its first hold,
 //!   whatever peers publish meanwhile; it ends when the breaker's own calls decide (its
-//!   probe succeeds or fails) or a person resets it, and only then can another start. So
-//!   a peer can cost this replica at most one longest hold between two of its own probes;
-//! - when the peers stop reporting open, the hold ends early: the next call probes.
+//!   probe succeeds or fails) or a person acts (forces it open, resets it), and only then
+//!   can another start. So a peer can cost this replica at most one longest hold between
+//!   two of its own decisions;
+//! - fresher reports lengthen a hold, never shorten it;
+//! - when the peers stop reporting open, a hold still in force ends early
+//!   ([`allow_probe`](crate::CircuitBreakerHandle::allow_probe)): the next call probes.
+//!   The breaker refuses that too when a person holds it.
 
 use std::time::{Duration, Instant};
 
-use crate::{Cause, NextProbe, Snapshot, State};
-
-/// The breaker as a hold reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Local {
-    state: State,
-    generation: u64,
-    next_probe: NextProbe,
-}
-
-impl Local {
-    pub(crate) fn of(snapshot: &Snapshot) -> Local {
-        Local {
-            state: snapshot.state,
-            generation: snapshot.generation,
-            next_probe: snapshot.next_probe,
-        }
-    }
-
-    fn probe_at(&self) -> Option<Instant> {
-        match self.next_probe {
-            NextProbe::After { at, .. } => at,
-            _ => None,
-        }
-    }
-}
+use crate::Cause;
 
 /// What to do to the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Act {
-    /// Hold it open until this time; `capped`: the peers asked for longer.
+    /// Hold it open until this time, if the breaker agrees; `capped`: the peers asked for
+    /// longer.
     Hold { until: Instant, capped: bool },
     /// End this fleet's hold now: the next call is the probe.
     Release,
@@ -55,35 +35,23 @@ pub(crate) enum Act {
     Keep(Kept),
 }
 
-/// Why a hold was not applied.
+/// Why nothing is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kept {
     /// No hold is wanted and none is in force.
     Nothing,
-    /// The hold in force is the one wanted.
-    Same,
-    /// A person holds the breaker open.
-    PersonHolds,
-    /// A probe is under way.
-    ProbeDecides,
-    /// The breaker's own opening lasts at least as long.
-    LongerOwnOpen,
+    /// The hold in force lasts at least as long as the one wanted.
+    Held,
     /// This episode has used up the longest hold.
     Capped,
-}
-
-/// A hold this fleet applied: the breaker's generation after it, and its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Applied {
-    until: Instant,
-    generation: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Episode {
     /// No hold of this episode goes past it.
     cap: Instant,
-    applied: Option<Applied>,
+    /// The end of the latest hold the breaker took; `None` once released.
+    until: Option<Instant>,
 }
 
 /// One breaker's holds. See the [module docs](self).
@@ -95,83 +63,59 @@ pub(crate) struct Hold {
 impl Hold {
     /// The hold in force, if this fleet holds the breaker open after `now`.
     pub(crate) fn until(&self, now: Instant) -> Option<Instant> {
-        let applied = self.episode?.applied?;
-        (applied.until > now).then_some(applied.until)
+        self.episode?.until.filter(|&until| until > now)
     }
 
-    /// Whether the breaker is held by this fleet: forced open, by the hold applied last,
-    /// and not moved since.
-    fn ours(&self, local: Local) -> bool {
-        let Some(applied) = self.episode.and_then(|e| e.applied) else {
-            return false;
-        };
-        local.state == State::ForcedOpen
-            && local.generation == applied.generation
-            && local.probe_at() == Some(applied.until)
+    /// No hold of the episode under way (or of one starting `now`) goes past it.
+    fn cap(&self, now: Instant, max_hold: Duration) -> Instant {
+        self.episode.map_or(now + max_hold, |e| e.cap)
     }
 
-    /// What to do, given the breaker now and the hold the policy wants (`None`: none).
-    pub(crate) fn decide(
-        &mut self,
-        local: Local,
-        wanted: Option<Instant>,
-        now: Instant,
-        max_hold: Duration,
-    ) -> Act {
-        let ours = self.ours(local);
-        match local.state {
-            State::ForcedOpen if !ours => return Act::Keep(Kept::PersonHolds),
-            State::HalfOpen => return Act::Keep(Kept::ProbeDecides),
-            _ => {}
-        }
+    /// What to do, given the hold the policy wants (`None`: none).
+    pub(crate) fn decide(&self, wanted: Option<Instant>, now: Instant, max_hold: Duration) -> Act {
+        let held = self.until(now);
         let Some(wanted) = wanted else {
-            let running = ours && local.probe_at().is_some_and(|at| at > now);
-            return if running {
-                Act::Release
-            } else {
-                Act::Keep(Kept::Nothing)
+            return match held {
+                Some(_) => Act::Release,
+                None => Act::Keep(Kept::Nothing),
             };
         };
-        let cap = self.episode.map_or(now + max_hold, |e| e.cap);
+        let cap = self.cap(now, max_hold);
         let until = wanted.min(cap);
         if until <= now {
             return Act::Keep(Kept::Capped);
         }
-        if local.state == State::Open {
-            let longer = match local.next_probe {
-                NextProbe::Manual => true,
-                NextProbe::After { at: Some(at), .. } => at >= until,
-                _ => false,
-            };
-            if longer {
-                return Act::Keep(Kept::LongerOwnOpen);
-            }
+        if held.is_some_and(|held| held >= until) {
+            return Act::Keep(Kept::Held);
         }
-        if ours && self.episode.and_then(|e| e.applied).map(|a| a.until) == Some(until) {
-            return Act::Keep(Kept::Same);
-        }
-        self.episode.get_or_insert(Episode { cap, applied: None });
         Act::Hold {
             until,
             capped: wanted > cap,
         }
     }
 
-    /// The breaker after this fleet applied a hold (or a release, which is a hold until
-    /// now).
-    pub(crate) fn applied(&mut self, until: Instant, after: Local) {
+    /// The breaker took a hold until `until`, decided at `now`: the episode starts if
+    /// none is under way.
+    pub(crate) fn held(&mut self, until: Instant, now: Instant, max_hold: Duration) {
+        let cap = self.cap(now, max_hold);
+        self.episode = Some(Episode {
+            cap,
+            until: Some(until),
+        });
+    }
+
+    /// The hold was ended early. The episode goes on: its cap still bounds any later
+    /// hold until the breaker's own calls decide.
+    pub(crate) fn released(&mut self) {
         if let Some(episode) = &mut self.episode {
-            episode.applied = (after.state == State::ForcedOpen).then_some(Applied {
-                until,
-                generation: after.generation,
-            });
+            episode.until = None;
         }
     }
 
-    /// The breaker made a transition. Its own calls deciding (or a person resetting it)
-    /// end the episode; holds (forced open) and the probe starting do not.
+    /// The breaker made a transition. Its own calls deciding, or a person acting, end the
+    /// episode; a hold opening it and the probe starting do not.
     pub(crate) fn on_transition(&mut self, cause: Cause) {
-        if !matches!(cause, Cause::ForcedOpen | Cause::CooldownElapsed) {
+        if !matches!(cause, Cause::Hint | Cause::CooldownElapsed) {
             self.episode = None;
         }
     }
@@ -183,35 +127,15 @@ mod tests {
 
     const MAX: Duration = Duration::from_secs(300);
 
-    fn local(state: State, generation: u64, next_probe: NextProbe) -> Local {
-        Local {
-            state,
-            generation,
-            next_probe,
-        }
-    }
-
-    fn held(until: Instant, generation: u64) -> Local {
-        local(
-            State::ForcedOpen,
-            generation,
-            NextProbe::After {
-                calls: 1,
-                at: Some(until),
-            },
-        )
-    }
-
-    fn closed() -> Local {
-        local(State::Closed, 0, NextProbe::NotNeeded)
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
     }
 
     #[test]
-    fn a_hold_is_applied_extended_and_released() {
+    fn a_hold_is_applied_lengthened_and_released() {
         let t0 = Instant::now();
-        let s = Duration::from_secs;
         let mut hold = Hold::default();
-        let act = hold.decide(closed(), Some(t0 + s(30)), t0, MAX);
+        let act = hold.decide(Some(t0 + s(30)), t0, MAX);
         assert_eq!(
             act,
             Act::Hold {
@@ -219,11 +143,18 @@ mod tests {
                 capped: false
             }
         );
-        hold.applied(t0 + s(30), held(t0 + s(30), 1));
+        hold.held(t0 + s(30), t0, MAX);
         assert_eq!(hold.until(t0), Some(t0 + s(30)));
-        let same = hold.decide(held(t0 + s(30), 1), Some(t0 + s(30)), t0, MAX);
-        assert_eq!(same, Act::Keep(Kept::Same));
-        let act = hold.decide(held(t0 + s(30), 1), Some(t0 + s(60)), t0 + s(1), MAX);
+        assert_eq!(
+            hold.decide(Some(t0 + s(30)), t0, MAX),
+            Act::Keep(Kept::Held)
+        );
+        assert_eq!(
+            hold.decide(Some(t0 + s(10)), t0, MAX),
+            Act::Keep(Kept::Held),
+            "a fresher, shorter report never shortens it"
+        );
+        let act = hold.decide(Some(t0 + s(60)), t0 + s(1), MAX);
         assert_eq!(
             act,
             Act::Hold {
@@ -231,17 +162,26 @@ mod tests {
                 capped: false
             }
         );
-        hold.applied(t0 + s(60), held(t0 + s(60), 1));
-        let act = hold.decide(held(t0 + s(60), 1), None, t0 + s(2), MAX);
-        assert_eq!(act, Act::Release);
+        hold.held(t0 + s(60), t0 + s(1), MAX);
+        assert_eq!(hold.decide(None, t0 + s(2), MAX), Act::Release);
+        hold.released();
+        assert_eq!(hold.until(t0 + s(2)), None);
+        assert_eq!(hold.decide(None, t0 + s(3), MAX), Act::Keep(Kept::Nothing));
+    }
+
+    #[test]
+    fn a_hold_that_ran_out_is_not_released() {
+        let t0 = Instant::now();
+        let mut hold = Hold::default();
+        hold.held(t0 + s(30), t0, MAX);
+        assert_eq!(hold.decide(None, t0 + s(30), MAX), Act::Keep(Kept::Nothing));
     }
 
     #[test]
     fn an_episode_never_holds_past_the_longest_hold() {
         let t0 = Instant::now();
-        let s = Duration::from_secs;
         let mut hold = Hold::default();
-        let act = hold.decide(closed(), Some(t0 + s(100_000)), t0, MAX);
+        let act = hold.decide(Some(t0 + s(100_000)), t0, MAX);
         assert_eq!(
             act,
             Act::Hold {
@@ -249,20 +189,35 @@ mod tests {
                 capped: true
             }
         );
-        hold.applied(t0 + MAX, held(t0 + MAX, 1));
+        hold.held(t0 + MAX, t0, MAX);
         // Fresh hints later in the episode cannot push the end out.
         let later = t0 + s(200);
-        let act = hold.decide(held(t0 + MAX, 1), Some(later + s(250)), later, MAX);
-        assert_eq!(act, Act::Keep(Kept::Same));
-        let after = t0 + MAX + s(1);
-        let act = hold.decide(held(t0 + MAX, 1), Some(after + s(60)), after, MAX);
-        assert_eq!(act, Act::Keep(Kept::Capped));
-        // The breaker's own probe decides: a new episode may start.
-        hold.on_transition(Cause::CooldownElapsed);
-        hold.on_transition(Cause::ProbeSucceeded);
-        let act = hold.decide(closed(), Some(after + s(60)), after, MAX);
         assert_eq!(
-            act,
+            hold.decide(Some(later + s(250)), later, MAX),
+            Act::Keep(Kept::Held)
+        );
+        let after = t0 + MAX + s(1);
+        assert_eq!(
+            hold.decide(Some(after + s(60)), after, MAX),
+            Act::Keep(Kept::Capped)
+        );
+        // A release does not end the episode: its cap still holds.
+        hold.released();
+        assert_eq!(
+            hold.decide(Some(after + s(60)), after, MAX),
+            Act::Keep(Kept::Capped)
+        );
+        // The hold's own opening and the probe starting do not end it either.
+        hold.on_transition(Cause::Hint);
+        hold.on_transition(Cause::CooldownElapsed);
+        assert_eq!(
+            hold.decide(Some(after + s(60)), after, MAX),
+            Act::Keep(Kept::Capped)
+        );
+        // The breaker's own probe decides: a new episode may start.
+        hold.on_transition(Cause::ProbeSucceeded);
+        assert_eq!(
+            hold.decide(Some(after + s(60)), after, MAX),
             Act::Hold {
                 until: after + s(60),
                 capped: false
@@ -271,50 +226,15 @@ mod tests {
     }
 
     #[test]
-    fn a_persons_hold_a_probe_and_a_longer_own_opening_are_left_alone() {
+    fn a_persons_act_ends_the_episode_and_forgets_the_hold() {
         let t0 = Instant::now();
-        let s = Duration::from_secs;
-        let mut hold = Hold::default();
-        let person = local(State::ForcedOpen, 4, NextProbe::Manual);
-        assert_eq!(
-            hold.decide(person, Some(t0 + s(9)), t0, MAX),
-            Act::Keep(Kept::PersonHolds)
-        );
-        let probing = local(State::HalfOpen, 5, NextProbe::InFlight);
-        assert_eq!(
-            hold.decide(probing, Some(t0 + s(9)), t0, MAX),
-            Act::Keep(Kept::ProbeDecides)
-        );
-        let until_reset = local(State::Open, 6, NextProbe::Manual);
-        assert_eq!(
-            hold.decide(until_reset, Some(t0 + s(9)), t0, MAX),
-            Act::Keep(Kept::LongerOwnOpen)
-        );
-        let own = local(
-            State::Open,
-            6,
-            NextProbe::After {
-                calls: 1,
-                at: Some(t0 + s(20)),
-            },
-        );
-        assert_eq!(
-            hold.decide(own, Some(t0 + s(9)), t0, MAX),
-            Act::Keep(Kept::LongerOwnOpen)
-        );
-        assert_eq!(
-            hold.decide(own, Some(t0 + s(40)), t0, MAX),
-            Act::Hold {
-                until: t0 + s(40),
-                capped: false
-            }
-        );
-        // Our hold, then a person forced it open on top: the person's now.
-        hold.applied(t0 + s(40), held(t0 + s(40), 7));
-        let person_on_top = local(State::ForcedOpen, 7, NextProbe::Manual);
-        assert_eq!(
-            hold.decide(person_on_top, None, t0, MAX),
-            Act::Keep(Kept::PersonHolds)
-        );
+        for cause in [Cause::ForcedOpen, Cause::Reset] {
+            let mut hold = Hold::default();
+            hold.held(t0 + s(30), t0, MAX);
+            hold.on_transition(cause);
+            assert_eq!(hold.until(t0), None, "{cause}");
+            // Nothing of the fleet's to release: a person's hold is left to the person.
+            assert_eq!(hold.decide(None, t0, MAX), Act::Keep(Kept::Nothing));
+        }
     }
 }

@@ -5,14 +5,18 @@
 //! with it. A task beside the service then keeps them in step with the other replicas:
 //!
 //! - a **kill switch** shared as `NAME` is the Redis key `PREFIX:kill:NAME`; a change
-//!   is written there and published on `PREFIX:kills`, so every replica applies it at
-//!   once and a replica that starts later reads the key and starts killed;
+//!   ([`Fleet::kill`], or the switch flipped in code with
+//!   [`KillSwitch::kill`](crate::KillSwitch::kill)) is written there and published on
+//!   `PREFIX:kills`, so every replica applies it at once and a replica that starts later
+//!   reads the key and starts killed;
 //! - a shared **breaker** publishes its own openings and closings on `PREFIX:hints`
 //!   (name, new state, cause, until when, which replica, a sequence number); peers read
 //!   them as hints under a [`HintPolicy`] chosen per breaker: ignore, follow (hold open
 //!   until the published time), or quorum (hold open while N peers report open within a
-//!   window). A hold is bounded by [`FleetBuilder::max_hold`], and the replica's own
-//!   calls decide its state once the hold ends (see [`HintPolicy`]).
+//!   window). A hold is the breaker's own kind of opening (skipped calls say
+//!   [`Reason::Open`](crate::Reason::Open) and when it ends), bounded by
+//!   [`FleetBuilder::max_hold`], and the replica's own calls decide its state once the
+//!   hold ends (see [`HintPolicy`]).
 //!
 //! ```
 //! use tower_circuit_breaker::fleet::{Fleet, FleetError, HintPolicy};
@@ -38,12 +42,17 @@
 //!
 //! Shared: the state of each shared kill switch, and the transitions of each shared
 //! breaker that its own calls caused (opened, closed). Never shared: calls, their
-//! outcomes and counts, a breaker's failure count, a hold (peers' hints, or a person's
+//! outcomes and counts, a breaker's failure count, a hold (a hold on peers' hints,
+//! whose transition's cause is [`Cause::Hint`](crate::Cause::Hint), or a person's
 //! force-open: not republished, so holds never echo and a quorum counts only replicas
-//! that saw failures themselves), and anything on a call's path. A call reads the kill
-//! switch's flag and the breaker's state as it does without a fleet; the task changes
-//! them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill) and
-//! [`CircuitBreakerHandle::open_until`](crate::CircuitBreakerHandle::open_until).
+//! that saw failures themselves), a kill switch's flip made on the fleet's word (not
+//! published again, so flips never echo either), and anything on a call's path. A call
+//! reads the kill switch's flag and the breaker's state as it does without a fleet; the
+//! task changes them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill),
+//! [`CircuitBreakerHandle::hold_open_until`](crate::CircuitBreakerHandle::hold_open_until)
+//! and [`CircuitBreakerHandle::allow_probe`](crate::CircuitBreakerHandle::allow_probe),
+//! and hears of flips made in code through
+//! [`KillSwitch::watch`](crate::KillSwitch::watch).
 //!
 //! # The format, for operators
 //!
@@ -58,8 +67,10 @@
 //!
 //! The key is the truth (`1`: killed; absent or `0`: not): it is read on every
 //! (re)connection and every [`resync_every`](FleetBuilder::resync_every), and wins over
-//! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`]
-//! writes both in one transaction. Hints are JSON too:
+//! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`],
+//! and a shared switch flipped in code, write both in one transaction, with the
+//! replica's name and run in the message (`"replica"`, `"run"`: a replica skips its own
+//! messages). Hints are JSON too:
 //!
 //! ```text
 //! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
@@ -77,9 +88,9 @@
 //! Breakers and kill switches go on working locally: calls never wait on Redis.
 //! [`Fleet::link`] and [`Fleet::snapshot`] say the link is down and since when; the task
 //! reconnects with backoff ([`FleetBuilder::reconnect_backoff`]); [`Fleet::kill`] applies
-//! on this replica only and says so; the breakers' latest transitions are published
-//! when the link is back. On reconnection the kill keys are read again, and they win
-//! over what the replica did meanwhile.
+//! on this replica only and says so, and so does a shared switch flipped in code; the
+//! breakers' latest transitions are published when the link is back. On reconnection
+//! the kill keys are read again, and they win over what the replica did meanwhile.
 //!
 //! # The client
 //!
@@ -94,6 +105,7 @@
 //! reconnection, and backs off its own way. The feature's MSRV is the crate's, 1.85.
 //! TLS is the `fleet-tls` feature (rustls).
 
+mod agreed;
 mod backoff;
 mod clock;
 mod config;
@@ -198,8 +210,11 @@ impl Fleet {
     /// shared with several breakers stops them all.
     ///
     /// From now on the key decides the switch: flip it for the fleet with
-    /// [`kill`](Fleet::kill) and [`revive`](Fleet::revive) (or in Redis). Flipping the
-    /// switch directly changes this replica only, until the key is read again.
+    /// [`kill`](Fleet::kill) and [`revive`](Fleet::revive), in Redis, or on the switch
+    /// itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone): such a flip
+    /// is written to the key and published as `kill` would, a moment later, from the
+    /// link's task (the switch itself changes at once). Made while the link is down, it
+    /// stays on this replica, and the key wins when the link is back.
     ///
     /// # Errors
     ///
@@ -222,7 +237,19 @@ impl Fleet {
                 }
             }
         }
-        let _ = self.inner.commands.send(Command::ReadKey(name.into()));
+        let name: Arc<str> = name.into();
+        // Watching before the key is read: no flip after it is missed.
+        let flips = switch.watch();
+        let _ = self.inner.commands.send(Command::ReadKey(name.clone()));
+        let task = self
+            .inner
+            .runtime
+            .spawn(watch_switch(name, flips, self.inner.commands.clone()));
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task.abort_handle());
         Ok(())
     }
 
@@ -438,6 +465,20 @@ async fn forward(
                 counts::add(&replica.counters.lagged, missed);
             }
             Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Tells the link's task of every flip of a shared kill switch; the task sorts those it
+/// made itself from those to share.
+async fn watch_switch(
+    name: Arc<str>,
+    mut flips: watch::Receiver<bool>,
+    commands: mpsc::UnboundedSender<Command>,
+) {
+    while flips.changed().await.is_ok() {
+        if commands.send(Command::Flipped(name.clone())).is_err() {
+            return;
         }
     }
 }

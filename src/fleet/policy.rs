@@ -9,7 +9,9 @@ use super::error::FleetError;
 /// What a replica does with the transitions its peers publish for a breaker of the same
 /// name. Whatever the policy, the replica's own breaker publishes its own transitions,
 /// and its own calls decide its own state: a hint only holds it open, never past the
-/// fleet's longest hold, and never closes it.
+/// fleet's longest hold, and never closes it. Fresher reports lengthen a hold and never
+/// shorten it; the hold ends early only once the policy no longer holds the breaker open
+/// at all (the next call is then the probe).
 ///
 /// ```
 /// use std::time::Duration;

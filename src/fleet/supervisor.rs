@@ -3,13 +3,25 @@
 //! lost it works alone, keeps every command's local effect, and reconnects with backoff.
 //!
 //! Nothing here runs on a call's path: calls read the kill switch's flag and the
-//! breaker's own state, and this task changes them from the side, with the same
-//! handle methods a person would use.
+//! breaker's own state, and this task changes them from the side, through the switch
+//! ([`KillSwitch::kill`](crate::KillSwitch::kill) and `revive`) and the breaker's handle
+//! ([`hold_open_until`](crate::CircuitBreakerHandle::hold_open_until) and
+//! [`allow_probe`](crate::CircuitBreakerHandle::allow_probe)).
 //!
 //! Order on (re)connection: subscribe first, then read the kill keys, then apply the
 //! messages that arrived meanwhile, in order. A change is written to its key and
 //! published in one transaction, so a change made before the read is in the key, and
 //! one made after it is in a message applied after the key: the last change wins.
+//!
+//! A shared kill switch flipped on this replica, by any code, is told to this task (its
+//! watch); the task writes and publishes the flip unless it made it itself on the
+//! fleet's word ([`agreed`](super::agreed)). Alone, such a flip stays local, and the key
+//! read on reconnection wins over it; up, a flip not yet shared wins over what is heard
+//! meanwhile (it is newer, and is published next).
+//!
+//! Commands go before messages: a breaker's transition already passed to this task is
+//! taken into account (an episode of holds ended by its own probe, say) before the next
+//! hint is weighed.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,17 +33,18 @@ use redis::{AsyncConnectionConfig, Client, Msg};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time;
 
+use super::agreed::{Agreed, Unshared};
 use super::backoff::Backoff;
 use super::clock;
 use super::counts::add;
 use super::error::FleetError;
 use super::event::{FleetEvent, KillOrigin};
-use super::hold::{Act, Kept, Local};
+use super::hold::{Act, Kept};
 use super::policy::HintPolicy;
 use super::replica::Replica;
 use super::sequence::{Order, Sequences};
 use super::wire::{encode, HintMessage, HintState, KillMessage, Rejection, VERSION};
-use crate::{CircuitBreakerHandle, Mode, NextProbe, State, Transition};
+use crate::{Cause, CircuitBreakerHandle, KillSwitch, Mode, NextProbe, State, Transition};
 
 /// Further off than any hold: a published time beyond it is taken as it.
 const FAR: time::Duration = time::Duration::from_secs(10 * 365 * 24 * 3600);
@@ -46,6 +59,9 @@ pub(crate) enum Command {
         breaker: Arc<str>,
         transition: Transition,
     },
+    /// A shared kill switch flipped: by this task on the fleet's word, or on the switch
+    /// itself, to be shared.
+    Flipped(Arc<str>),
     /// Kill or revive a switch for the whole fleet.
     Flip {
         name: Arc<str>,
@@ -102,6 +118,8 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     client: Client,
     sequences: Sequences,
+    /// What each shared kill switch was last agreed to be with the fleet.
+    agreed: Agreed,
     /// The last sequence number published.
     seq: u64,
     /// Hints not yet published because the link was down: the latest per breaker.
@@ -131,6 +149,7 @@ impl Supervisor {
             client,
             commands,
             replica,
+            agreed: Agreed::default(),
             seq: 0,
             pending: BTreeMap::new(),
             was_up: false,
@@ -174,7 +193,9 @@ impl Supervisor {
         // itself: a PING on each connection is.
         session.check(wait).await?;
         let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
-        self.read_kill_keys(&mut session.conn, names).await?;
+        // The keys win over what this replica did while alone.
+        self.read_kill_keys(&mut session.conn, names, Unshared::Loses)
+            .await?;
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -198,10 +219,7 @@ impl Supervisor {
         resync.set_missed_tick_behavior(time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                message = session.stream.next() => match message {
-                    Some(message) => self.on_message(&message),
-                    None => return End::Lost("the connection to redis closed".into()),
-                },
+                biased;
                 command = self.commands.recv() => match command {
                     Some(command) => {
                         if let Err(error) = self.on_command(command, Some(session)).await {
@@ -210,11 +228,17 @@ impl Supervisor {
                     }
                     None => return End::Stopped,
                 },
+                message = session.stream.next() => match message {
+                    Some(message) => self.on_message(&message),
+                    None => return End::Lost("the connection to redis closed".into()),
+                },
                 _ = resync.tick() => {
                     let names: Vec<Arc<str>> =
                         self.replica.registry().switches.keys().cloned().collect();
                     let wait = self.replica.settings.timeout;
-                    let read = self.read_kill_keys(&mut session.conn, names).await;
+                    let read = self
+                        .read_kill_keys(&mut session.conn, names, Unshared::Wins)
+                        .await;
                     if let Err(error) = read.and(session.check(wait).await) {
                         return End::Lost(error);
                     }
@@ -259,7 +283,10 @@ impl Supervisor {
     ) -> Result<(), Failed> {
         match command {
             Command::ReadKey(name) => match session {
-                Some(session) => self.read_kill_keys(&mut session.conn, vec![name]).await,
+                Some(session) => {
+                    self.read_kill_keys(&mut session.conn, vec![name], Unshared::Wins)
+                        .await
+                }
                 None => Ok(()),
             },
             Command::Transition {
@@ -280,12 +307,32 @@ impl Supervisor {
                     }
                 }
             }
+            Command::Flipped(name) => {
+                // Alone, a flip stays on this replica: the key wins when the link is back.
+                let Some(session) = session else {
+                    return Ok(());
+                };
+                let Some((_, switch)) = self.switch(&name) else {
+                    return Ok(());
+                };
+                let killed = switch.is_killed();
+                if !self.agreed.flipped(&name, killed) {
+                    return Ok(());
+                }
+                self.write_kill(session, &name, killed).await?;
+                self.replica.emit(FleetEvent::KillSwitch {
+                    name,
+                    killed,
+                    origin: KillOrigin::Switch,
+                });
+                Ok(())
+            }
             Command::Flip {
                 name,
                 killed,
                 reply,
             } => {
-                self.apply_kill(&name, killed, KillOrigin::Command);
+                self.apply_kill(&name, killed, KillOrigin::Command, Unshared::Loses);
                 let Some(session) = session else {
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
@@ -301,7 +348,9 @@ impl Supervisor {
                 };
                 let names: Vec<Arc<str>> =
                     self.replica.registry().switches.keys().cloned().collect();
-                let result = self.read_kill_keys(&mut session.conn, names).await;
+                let result = self
+                    .read_kill_keys(&mut session.conn, names, Unshared::Wins)
+                    .await;
                 let _ = reply.send(result.clone().map_err(FleetError::Redis));
                 result
             }
@@ -309,11 +358,11 @@ impl Supervisor {
     }
 
     /// The hint a transition publishes: the breaker's own calls opened or closed it
-    /// (enabled mode only). Holds, a person's included, are never published, so a hold
-    /// never echoes around the fleet and a quorum counts only replicas that saw
-    /// failures themselves.
+    /// (enabled mode only). Holds are never published, neither a hint's
+    /// ([`Cause::Hint`]) nor a person's force-open, so a hold never echoes around the
+    /// fleet and a quorum counts only replicas that saw failures themselves.
     fn hint_of(&self, transition: &Transition) -> Option<HintMessage> {
-        if transition.mode != Mode::Enabled {
+        if transition.mode != Mode::Enabled || transition.cause == Cause::Hint {
             return None;
         }
         let state = match transition.to {
@@ -389,15 +438,19 @@ impl Supervisor {
             pipe.del(key).ignore();
         }
         pipe.publish(settings.keys.kill_channel(), message).ignore();
-        within(settings.timeout, pipe.query_async::<()>(&mut session.conn)).await
+        within(settings.timeout, pipe.query_async::<()>(&mut session.conn)).await?;
+        add(&self.replica.counters.kills_published, 1);
+        Ok(())
     }
 
     /// Reads the keys of these kill switches and applies them: the key wins over what
-    /// the replica holds.
+    /// the replica holds, and over a flip made on a switch itself and not shared yet
+    /// when `unshared` loses.
     async fn read_kill_keys(
         &mut self,
         conn: &mut MultiplexedConnection,
         names: Vec<Arc<str>>,
+        unshared: Unshared,
     ) -> Result<(), Failed> {
         if names.is_empty() {
             return Ok(());
@@ -413,8 +466,8 @@ impl Supervisor {
         .await?;
         for ((name, key), value) in names.iter().zip(keys).zip(values) {
             match value.as_deref() {
-                None | Some(b"0") => self.apply_kill(name, false, KillOrigin::Key),
-                Some(b"1") => self.apply_kill(name, true, KillOrigin::Key),
+                None | Some(b"0") => self.apply_kill(name, false, KillOrigin::Key, unshared),
+                Some(b"1") => self.apply_kill(name, true, KillOrigin::Key, unshared),
                 Some(_) => self.rejected(key.into(), Rejection::Malformed),
             }
         }
@@ -427,18 +480,23 @@ impl Supervisor {
         self.replica.emit(FleetEvent::Rejected { channel, why });
     }
 
-    /// Sets a shared kill switch, if this replica shares one by that name.
-    fn apply_kill(&self, name: &str, killed: bool, origin: KillOrigin) {
-        let Some((name, switch)) = self
-            .replica
-            .registry()
-            .switches
-            .get_key_value(name)
-            .map(|(n, s)| (n.clone(), s.clone()))
-        else {
+    /// A shared kill switch by its name, with the name as registered.
+    fn switch(&self, name: &str) -> Option<(Arc<str>, KillSwitch)> {
+        let registry = self.replica.registry();
+        let (name, switch) = registry.switches.get_key_value(name)?;
+        Some((name.clone(), switch.clone()))
+    }
+
+    /// Sets a shared kill switch on the fleet's word, if this replica shares one by that
+    /// name. Its flip is agreed first, so it is not shared again.
+    fn apply_kill(&mut self, name: &str, killed: bool, origin: KillOrigin, unshared: Unshared) {
+        let Some((name, switch)) = self.switch(name) else {
             return;
         };
-        if switch.is_killed() == killed {
+        if !self
+            .agreed
+            .told(&name, killed, switch.is_killed(), unshared)
+        {
             return;
         }
         if killed {
@@ -467,7 +525,8 @@ impl Supervisor {
                     // Our own change was applied when it was made; applying its echo
                     // could undo a later one.
                     if !own {
-                        self.apply_kill(&kill.name, kill.killed, KillOrigin::Message);
+                        let origin = KillOrigin::Message;
+                        self.apply_kill(&kill.name, kill.killed, origin, Unshared::Wins);
                     }
                 }
                 Err(why) => self.rejected(channel.into(), why),
@@ -521,7 +580,6 @@ impl Supervisor {
             HintState::Closed => None,
         };
         let replica: Arc<str> = hint.replica.as_str().into();
-        let local = Local::of(&handle.snapshot());
         let act = {
             let mut registry = self.replica.registry();
             let Some(shared) = registry.breakers.get_mut(&name) else {
@@ -534,12 +592,14 @@ impl Supervisor {
                 None => shared.reports.closed(&replica),
             }
             let wanted = shared.reports.wanted(policy, now);
-            shared.hold.decide(local, wanted, now, settings.max_hold)
+            shared.hold.decide(wanted, now, settings.max_hold)
         };
         self.act(&name, &handle, act, replica, now);
     }
 
-    /// Carries out a hold decision on the breaker, then records what it became.
+    /// Carries out a hold decision on the breaker (which may refuse it: see
+    /// [`hold`](super::hold)), then records what it took. Never under the registry's
+    /// lock: the breaker tells its observers of the hold on this task.
     fn act(
         &self,
         name: &Arc<str>,
@@ -549,39 +609,45 @@ impl Supervisor {
         now: std::time::Instant,
     ) {
         let counters = &self.replica.counters;
-        let (until, event) = match act {
+        let max_hold = self.replica.settings.max_hold;
+        let event = match act {
             Act::Hold { until, capped } => {
-                handle.open_until(until);
+                if !handle.hold_open_until(until) {
+                    return;
+                }
                 add(&counters.holds, 1);
                 if capped {
                     add(&counters.capped, 1);
                 }
-                let event = FleetEvent::Held {
+                if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
+                    shared.hold.held(until, now, max_hold);
+                }
+                FleetEvent::Held {
                     breaker: name.clone(),
                     until,
                     replica,
                     capped,
-                };
-                (until, event)
+                }
             }
             Act::Release => {
-                handle.open_until(now);
+                let released = handle.allow_probe();
+                if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
+                    shared.hold.released();
+                }
+                if !released {
+                    return;
+                }
                 add(&counters.releases, 1);
-                let event = FleetEvent::Released {
+                FleetEvent::Released {
                     breaker: name.clone(),
-                };
-                (now, event)
+                }
             }
             Act::Keep(Kept::Capped) => {
                 add(&counters.capped, 1);
                 return;
             }
-            Act::Keep(_) => return,
+            Act::Keep(Kept::Nothing | Kept::Held) => return,
         };
-        let after = Local::of(&handle.snapshot());
-        if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
-            shared.hold.applied(until, after);
-        }
         // Told once recorded: a listener that looks at the snapshot sees the hold.
         self.replica.emit(event);
     }

@@ -7,12 +7,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod flips;
+mod holds;
 mod server;
 
 use std::future::Future;
 use std::io;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio::sync::broadcast;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::Rejected;
@@ -20,7 +23,9 @@ use tower_circuit_breaker::expediter::{Action, Expediter, Route, SkipReason};
 use tower_circuit_breaker::fleet::{
     Fleet, FleetError, FleetEvent, HintPolicy, KillOrigin, LinkStatus,
 };
-use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, KillSwitch, Reason, State};
+use tower_circuit_breaker::{
+    Cause, CircuitBreakerLayer, Cooldown, KillSwitch, NextProbe, Reason, State,
+};
 
 use server::{unique_prefix, Redis, RedisServer};
 
@@ -81,6 +86,16 @@ async fn call(layer: &CircuitBreakerLayer, succeed: bool) -> Got {
     }
 }
 
+/// A call through `layer`'s breaker that must be skipped: why, and when it was told to
+/// come back.
+async fn skipped(layer: &CircuitBreakerLayer) -> (Reason, NextProbe) {
+    let mut svc = layer.layer(service_fn(|_: ()| async { Ok::<_, io::Error>(()) }));
+    let error = svc.ready().await.unwrap().call(()).await.err();
+    let error = error.expect("the call is skipped");
+    let rejected = error.downcast_ref::<Rejected>().expect("a skip");
+    (rejected.reason(), rejected.next_probe())
+}
+
 /// Runs `work` on a runtime of its own whose paused clock is moved on to `at`: the
 /// breaker's clock (`tokio::time`) jumps past a hold without the test waiting for it.
 async fn at_time<F, T>(at: Instant, work: impl FnOnce() -> F + Send + 'static) -> T
@@ -125,6 +140,10 @@ async fn event(
         .unwrap_or_else(|_| panic!("no {what} within {within:?}"))
 }
 
+fn is_held(event: &FleetEvent) -> bool {
+    matches!(event, FleetEvent::Held { .. })
+}
+
 fn killed(killed: bool) -> impl Fn(&FleetEvent) -> bool {
     move |e| matches!(e, FleetEvent::KillSwitch { killed: k, .. } if *k == killed)
 }
@@ -154,6 +173,47 @@ async fn publish(conn: &mut redis::aio::MultiplexedConnection, channel: &str, pa
         .query_async::<()>(conn)
         .await
         .unwrap();
+}
+
+/// Everything published on some channels, as Redis delivers it: in the one order it
+/// published them in.
+struct Listener {
+    pubsub: redis::aio::PubSub,
+}
+
+/// A message heard: its channel and payload.
+type Heard = (String, String);
+
+impl Listener {
+    async fn new(url: &str, channels: &[&str]) -> Listener {
+        let client = redis::Client::open(url).unwrap();
+        let mut pubsub = client.get_async_pubsub().await.unwrap();
+        for channel in channels {
+            pubsub.subscribe(*channel).await.unwrap();
+        }
+        Listener { pubsub }
+    }
+
+    /// The messages heard until the first that `last` matches (included), within
+    /// `BOUND`.
+    async fn until(&mut self, last: impl Fn(&Heard) -> bool) -> Vec<Heard> {
+        let mut heard = Vec::new();
+        let mut stream = self.pubsub.on_message();
+        let read = async {
+            while let Some(message) = stream.next().await {
+                let payload: String = message.get_payload().unwrap();
+                heard.push((message.get_channel_name().to_string(), payload));
+                if last(heard.last().unwrap()) {
+                    return;
+                }
+            }
+            panic!("the listener's connection closed");
+        };
+        tokio::time::timeout(BOUND, read)
+            .await
+            .expect("the last message within the bound");
+        heard
+    }
 }
 
 /// Now, in Unix milliseconds, as hints carry times.
@@ -295,6 +355,8 @@ async fn a_followed_open_reaches_peers_and_expires() {
     let members = members(&redis.url, &prefix, 2).await;
     let (a, b) = (&members[0], &members[1]);
     let mut events = b.fleet.events();
+    let mut b_transitions = b.model.handle().subscribe();
+    let mut hints = Listener::new(&redis.url, &[&format!("{prefix}:hints")]).await;
 
     // Replica 0 learns the quota is exhausted: three failures open its breaker.
     for _ in 0..3 {
@@ -302,17 +364,14 @@ async fn a_followed_open_reaches_peers_and_expires() {
     }
     let a_snapshot = a.model.handle().snapshot();
     assert_eq!(a_snapshot.state, State::Open);
-    let a_probe_at = a_snapshot.next_probe_at().unwrap();
+    let a_probe_at = a_snapshot.next_probe.at().unwrap();
 
     let FleetEvent::Held {
         until,
         replica,
         capped,
         ..
-    } = event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await
+    } = event(&mut events, BOUND, "a hold", is_held).await
     else {
         unreachable!()
     };
@@ -327,10 +386,30 @@ async fn a_followed_open_reaches_peers_and_expires() {
         gap < Duration::from_millis(50),
         "held until {until:?}, probe at {a_probe_at:?}"
     );
-    // Replica 1 spends none of its own failures: its calls are skipped at once.
-    assert_eq!(b.model.handle().state(), State::ForcedOpen);
-    assert_eq!(call(&b.model, true).await, Got::Skipped(Reason::ForcedOpen));
-    assert_eq!(b.model.handle().snapshot().counts.failures, 0);
+    // Replica 1 spends none of its own failures: its breaker opens on the hint, as its
+    // own kind of opening (no person forced it), until the hold's end.
+    let opened = tokio::time::timeout(BOUND, b_transitions.recv())
+        .await
+        .expect("the hold's transition")
+        .unwrap();
+    assert_eq!(
+        (opened.from, opened.to, opened.cause),
+        (State::Closed, State::Open, Cause::Hint)
+    );
+    assert_eq!(opened.next_probe.at(), Some(until));
+    assert_eq!(b.model.handle().state(), State::Open);
+    // Its calls are skipped at once, told the hold's end as when to come back.
+    let (reason, next_probe) = skipped(&b.model).await;
+    assert_eq!((reason, next_probe.at()), (Reason::Open, Some(until)));
+    let snapshot = b.model.handle().snapshot();
+    assert_eq!(snapshot.counts.failures, 0);
+    assert_eq!(
+        (
+            snapshot.counts.skipped_open,
+            snapshot.counts.skipped_forced_open
+        ),
+        (1, 0)
+    );
     let view = &b.fleet.snapshot().breakers[0];
     assert_eq!((view.held_until, view.peers_open), (Some(until), 1));
 
@@ -340,7 +419,7 @@ async fn a_followed_open_reaches_peers_and_expires() {
         call(&model, true).await
     })
     .await;
-    assert_eq!(early, Got::Skipped(Reason::ForcedOpen));
+    assert_eq!(early, Got::Skipped(Reason::Open));
     let model = b.model.clone();
     let late = at_time(until + Duration::from_millis(1), move || async move {
         call(&model, true).await
@@ -351,22 +430,39 @@ async fn a_followed_open_reaches_peers_and_expires() {
     assert_eq!((snapshot.state, snapshot.counts.probes), (State::Closed, 1));
     // Replica 0 stays open on its own: nothing it heard closes it.
     assert_eq!(a.model.handle().state(), State::Open);
-    // Replica 1 published its probe's success, never its hold (it would have come
-    // first, on the same connection): replica 0 heard exactly one hint.
+    // Replica 1 published its probe's success, never its hold (which would have come
+    // before it): the channel carried replica 0's opening, then replica 1's closing.
+    let heard = hints
+        .until(|(_, hint)| hint.contains(r#""replica":"replica-1""#))
+        .await;
+    let said: Vec<(bool, bool)> = heard
+        .iter()
+        .map(|(_, hint)| {
+            (
+                hint.contains(r#""replica":"replica-0""#),
+                hint.contains(r#""state":"open""#),
+            )
+        })
+        .collect();
+    assert_eq!(said, [(true, true), (false, false)], "{heard:?}");
     poll_until(BOUND, "the closing heard", || a.fleet.counts().hints >= 1).await;
     assert_eq!(a.fleet.counts().hints, 1);
+    poll_until(BOUND, "the closing counted", || {
+        b.fleet.counts().published >= 1
+    })
+    .await;
     assert_eq!(b.fleet.counts().published, 1);
 }
 
 /// `next_probe`'s time, for the tests.
 trait ProbeAt {
-    fn next_probe_at(&self) -> Option<Instant>;
+    fn at(&self) -> Option<Instant>;
 }
 
-impl ProbeAt for tower_circuit_breaker::Snapshot {
-    fn next_probe_at(&self) -> Option<Instant> {
-        match self.next_probe {
-            tower_circuit_breaker::NextProbe::After { at, .. } => at,
+impl ProbeAt for NextProbe {
+    fn at(&self) -> Option<Instant> {
+        match *self {
+            NextProbe::After { at, .. } => at,
             _ => None,
         }
     }
@@ -404,12 +500,9 @@ async fn a_quorum_needs_n_replicas() {
     for _ in 0..3 {
         call(&members[1].model, false).await;
     }
-    event(&mut events, BOUND, "a quorum hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
-    assert_eq!(model.handle().state(), State::ForcedOpen);
-    assert_eq!(call(&model, true).await, Got::Skipped(Reason::ForcedOpen));
+    event(&mut events, BOUND, "a quorum hold", is_held).await;
+    assert_eq!(model.handle().state(), State::Open);
+    assert_eq!(call(&model, true).await, Got::Skipped(Reason::Open));
     assert_eq!(judge.snapshot().breakers[0].peers_open, 2);
 }
 
@@ -425,7 +518,9 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     fleet
         .share_breaker(&model.handle(), HintPolicy::Follow)
         .unwrap();
-    let search = breaker("search", &KillSwitch::new());
+    let search_stop = KillSwitch::new();
+    fleet.share_kill_switch("search", &search_stop).unwrap();
+    let search = breaker("search", &search_stop);
     fleet
         .share_breaker(&search.handle(), HintPolicy::Follow)
         .unwrap();
@@ -449,23 +544,34 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     assert!(matches!(revived, Err(FleetError::LinkDown { since: s, .. }) if s == since));
     assert!(!stop.is_killed());
     assert_eq!(call(&model, true).await, Got::Made);
+    // A switch flipped in code while alone stays on this replica.
+    search_stop.kill();
+    assert_eq!(call(&search, true).await, Got::Skipped(Reason::Killed));
+    search_stop.revive();
     // A breaker opens while alone: it works as ever, and is told to the fleet later.
     for _ in 0..3 {
         call(&search, false).await;
     }
     assert_eq!(search.handle().state(), State::Open);
     assert_eq!(fleet.counts().published, 0);
+    search_stop.kill(); // no key says so: undone when the link is back
 
     server.restart().await;
     tokio::time::timeout(LINK, link.wait_for(LinkStatus::is_up))
         .await
         .expect("the link comes back")
         .unwrap();
-    // The key, saved before the stop, wins over what the replica did alone.
+    // The keys win over what the replica did alone: the one saved before the stop, and
+    // the one never written, whatever was flipped in code meanwhile.
     assert!(stop.is_killed());
     assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
+    assert!(!search_stop.is_killed());
     let counts = fleet.counts();
     assert_eq!((counts.reconnects, counts.published), (1, 1));
+    // Nothing flipped while alone was published on the way back, nor the keys' own
+    // flips: only the kill made before the stop.
+    fleet.sync().await.unwrap();
+    assert_eq!(fleet.counts().kills_published, 1);
 }
 
 #[tokio::test]
@@ -543,10 +649,7 @@ async fn a_published_open_until_far_off_is_capped() {
     );
     let before = Instant::now();
     publish(&mut raw, &format!("{prefix}:hints"), &hint).await;
-    let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await
+    let FleetEvent::Held { until, capped, .. } = event(&mut events, BOUND, "a hold", is_held).await
     else {
         unreachable!()
     };
@@ -556,11 +659,9 @@ async fn a_published_open_until_far_off_is_capped() {
     assert_eq!(member.fleet.counts().capped, 1);
 }
 
-#[tokio::test]
-async fn tool_health_learned_by_one_replica_reaches_the_others() {
-    let redis = Redis::get().await;
-    let prefix = unique_prefix("expediter");
-    let mut replicas = Vec::new();
+/// Two agents, each an expediter with Grep, Bash and Read shared with its own fleet link.
+async fn agents(url: &str, prefix: &str) -> [(Fleet, Expediter); 2] {
+    let mut agents = Vec::new();
     for name in ["agent-a", "agent-b"] {
         let expediter = Expediter::builder()
             .tools([
@@ -570,13 +671,34 @@ async fn tool_health_learned_by_one_replica_reaches_the_others() {
             ])
             .build()
             .unwrap();
-        let fleet = replica(&redis.url, &prefix, name);
+        let fleet = replica(url, prefix, name);
         fleet
             .share_expediter(&expediter, HintPolicy::Follow)
             .unwrap();
         up(&fleet).await;
-        replicas.push((fleet, expediter));
+        agents.push((fleet, expediter));
     }
+    agents.try_into().ok().unwrap()
+}
+
+/// The expediter's decision for `tool`, which must skip it as open (held on a hint);
+/// where it routes.
+async fn skipped_as_open(expediter: &Expediter, tool: &str) -> Route {
+    let decision = expediter.decide(tool).await.unwrap();
+    match decision.action {
+        Action::Skip {
+            reason: SkipReason::Breaker(Reason::Open),
+            route,
+        } => route,
+        _ => panic!("{decision:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tool_health_learned_by_one_replica_reaches_the_others() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("expediter");
+    let replicas = agents(&redis.url, &prefix).await;
     let (a, b) = (&replicas[0], &replicas[1]);
     let mut events = b.0.events();
 
@@ -586,24 +708,39 @@ async fn tool_health_learned_by_one_replica_reaches_the_others() {
         assert_eq!(a.1.decide("Grep").await.unwrap().action, Action::Call);
         assert_eq!(call(&grep, false).await, Got::Failed);
     }
-    event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
+    event(&mut events, BOUND, "a hold", is_held).await;
 
     // Agent B routes around Grep without spending a failure of its own.
-    let decision = b.1.decide("Grep").await.unwrap();
-    assert!(
-        matches!(
-            decision.action,
-            Action::Skip {
-                reason: SkipReason::Breaker(Reason::ForcedOpen),
-                route: Route::Alternative { .. },
-            }
-        ),
-        "{decision:?}"
-    );
+    let route = skipped_as_open(&b.1, "Grep").await;
+    assert!(matches!(route, Route::Alternative { .. }), "{route:?}");
     assert_eq!(b.1.report().budget.used, 0);
+}
+
+#[tokio::test]
+#[ignore = "the expediter reads a hold's opening (Cause::Hint) as a tool opening: three held \
+            together are a systemic pause on the replica that only heard of them"]
+async fn tools_held_on_a_peers_hints_are_no_systemic_event_here() {
+    let redis = Redis::get().await;
+    let prefix = unique_prefix("expediter-cascade");
+    let replicas = agents(&redis.url, &prefix).await;
+    let (a, b) = (&replicas[0], &replicas[1]);
+    let mut events = b.0.events();
+
+    // Agent A's three tools fail together: a systemic event there, rightly.
+    for tool in ["Grep", "Bash", "Read"] {
+        let layer = a.1.layer(tool).unwrap();
+        for _ in 0..3 {
+            call(&layer, false).await;
+        }
+    }
+    for _ in 0..3 {
+        event(&mut events, BOUND, "a hold", is_held).await;
+    }
+    // Agent B saw no failure: one bad node must not pause the others, nor spend their
+    // budgets. Its tools are skipped as open until the holds end.
+    skipped_as_open(&b.1, "Grep").await;
+    assert_eq!(b.1.report().budget.used, 0);
+    assert!(b.1.report().systemic.is_none());
 }
 
 #[tokio::test]
@@ -706,11 +843,8 @@ async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock
     for _ in 0..3 {
         call(&source[0].model, false).await;
     }
-    event(&mut events, BOUND, "a hold", |e| {
-        matches!(e, FleetEvent::Held { .. })
-    })
-    .await;
-    assert_eq!(*seen.lock().unwrap(), vec![(State::ForcedOpen, 1)]);
+    event(&mut events, BOUND, "a hold", is_held).await;
+    assert_eq!(*seen.lock().unwrap(), vec![(State::Open, 1)]);
 }
 
 #[tokio::test]
