@@ -142,7 +142,7 @@ impl CircuitBreakerHandle {
     /// breaker's own kind of opening: calls are skipped as open
     /// ([`Reason::Open`](crate::Reason::Open)) and told when the wait ends, the
     /// transition's cause is [`Cause::Hint`](crate::Cause::Hint), and the next call after
-    /// `until` is the probe, whose outcome decides. [`allow_probe`](Self::allow_probe)
+    /// `until` is the probe, whose outcome decides. [`release_hold`](Self::release_hold)
     /// ends it early.
     ///
     /// A hint never overrides what knows better, and is decided under the breaker's lock,
@@ -165,6 +165,31 @@ impl CircuitBreakerHandle {
     /// ```
     pub fn hold_open_until(&self, until: Instant) -> bool {
         self.shared.hold_open(until)
+    }
+
+    /// Ends a hold made by [`hold_open_until`](Self::hold_open_until) (the hint was
+    /// withdrawn: the peers report the service back). The breaker's own wait underneath
+    /// is back in force: if the hint lengthened a cooldown of its own, the rest of that
+    /// cooldown; if the hint opened a closed breaker, none, so the next call is the probe.
+    /// Nothing else is touched, so a release that races the breaker's own calls is safe: a
+    /// breaker that opened again on its own since (a failed probe), one a person forced
+    /// open, one closed or half-open is left as it is. Returns whether a hold was ended.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Advice, CircuitBreakerLayer};
+    ///
+    /// let layer = CircuitBreakerLayer::builder().build()?;
+    /// let handle = layer.handle();
+    /// let in_a_minute = tokio::time::Instant::now().into_std() + Duration::from_secs(60);
+    /// assert!(handle.hold_open_until(in_a_minute));
+    /// assert!(handle.release_hold());
+    /// assert_eq!(handle.peek(), Advice::Probe, "the next call probes");
+    /// assert!(!handle.release_hold(), "nothing left to release");
+    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn release_hold(&self) -> bool {
+        self.shared.release_hold()
     }
 
     /// Lets the next call through as the probe, whatever is left of the cooldown (an

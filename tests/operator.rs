@@ -10,8 +10,8 @@ use tokio::task::JoinHandle;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::Rejected;
 use tower_circuit_breaker::{
-    Answer, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, Cooldown, Mode, NextProbe,
-    Reason, Source, State,
+    Advice, Answer, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, Cooldown, Mode,
+    NextProbe, Reason, Source, State,
 };
 
 type Request = oneshot::Receiver<bool>;
@@ -430,6 +430,70 @@ async fn a_hint_never_overrides_a_person_a_probe_or_a_longer_wait() {
         !handle.hold_open_until(now() + secs(90)),
         "the probe decides"
     );
+}
+
+/// Releasing a hint's hold puts the breaker's own wait back: the rest of a cooldown the
+/// hint lengthened, or none (the next call probes) if the hint opened it.
+#[tokio::test(start_paused = true)]
+async fn releasing_a_hold_puts_the_breakers_own_wait_back() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(30))),
+    );
+    assert!(handle.hold_open_until(now() + secs(60)));
+    assert!(handle.release_hold());
+    assert_eq!(
+        handle.peek(),
+        Advice::Probe,
+        "opened by the hint: no wait of its own"
+    );
+    assert!(!handle.release_hold(), "nothing left to release");
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
+
+    trip(&mut svc, &handle).await;
+    tokio::time::advance(secs(10)).await;
+    assert!(handle.hold_open_until(now() + secs(600)));
+    assert!(
+        handle.hold_open_until(now() + secs(900)),
+        "a hold lengthens a hold"
+    );
+    assert!(handle.release_hold());
+    let rejected = call(&mut svc, true).await.unwrap_err();
+    assert_eq!(
+        rejected.retry_after_from(now()),
+        Some(secs(20)),
+        "the rest of its own cooldown, not the hold's"
+    );
+    tokio::time::advance(secs(20)).await;
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
+}
+
+/// A release never touches what the hint no longer holds: a breaker that opened again
+/// on its own calls since (its probe failed), a person's hold, a closed breaker.
+#[tokio::test(start_paused = true)]
+async fn a_release_after_the_breaker_reopened_on_its_own_leaves_its_cooldown() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(30))),
+    );
+    assert!(!handle.release_hold(), "closed: nothing to release");
+    assert!(handle.hold_open_until(now() + secs(60)));
+    tokio::time::advance(secs(60)).await;
+    assert_eq!(
+        call(&mut svc, false).await.ok(),
+        Some(Source::Service),
+        "the probe fails"
+    );
+    assert_eq!(handle.state(), State::Open);
+    assert!(!handle.release_hold(), "its own opening now");
+    let rejected = call(&mut svc, true).await.unwrap_err();
+    assert_eq!(rejected.retry_after_from(now()), Some(secs(30)));
+
+    handle.force_open();
+    assert!(!handle.release_hold(), "a person's hold");
+    assert_eq!(handle.state(), State::ForcedOpen);
 }
 
 /// A kill switch's watchers see every flip, from any clone, without waiting.

@@ -21,6 +21,10 @@
 //!   probe: a success closes, a failure opens again
 //! a person: reset closes, force open / hold open replaces any hold, a mode change starts
 //!   a new epoch; each writes off the probes under way
+//! a hint holds a closed or open breaker open until a time (never a person's hold or a
+//!   half-open; only ever longer), the probe then waits for the time and for its own
+//!   cooldown; releasing it puts its own wait back (none, if the hint opened it);
+//!   allowing a probe lets the next call probe
 //! ```
 
 mod common;
@@ -71,6 +75,11 @@ enum Act {
     /// Hold the breaker open for this many seconds.
     OpenFor(u64),
     SetMode(Mode),
+    /// A hint from outside: hold open for this many seconds.
+    Hint(u64),
+    /// The hint withdrawn.
+    ReleaseHint,
+    AllowProbe,
 }
 
 fn act() -> impl Strategy<Value = Act> {
@@ -91,6 +100,9 @@ fn act() -> impl Strategy<Value = Act> {
         1 => (0u64..8).prop_map(Act::OpenFor),
         1 => prop_oneof![Just(Mode::Enabled), Just(Mode::ObserveOnly), Just(Mode::Disabled)]
             .prop_map(Act::SetMode),
+        2 => (0u64..8).prop_map(Act::Hint),
+        1 => Just(Act::ReleaseHint),
+        1 => Just(Act::AllowProbe),
     ]
 }
 
@@ -138,9 +150,14 @@ fn cases() -> impl Strategy<Value = Case> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Closed,
-    /// Calls counted since it opened.
+    /// Open: the probe goes once `since` (calls counted since it opened, when the wait
+    /// counts `calls`) reaches the cooldown and the clock reaches `until`.
     Open {
         since: u64,
+        calls: bool,
+        until: Option<u64>,
+        /// A hint holds it: whether its own wait underneath counts calls.
+        hinted: Option<bool>,
     },
     HalfOpen {
         entered: u64,
@@ -173,6 +190,8 @@ enum Seen {
     },
     /// Still pending (dropped, or held).
     Pending,
+    /// An act on the handle that says whether it applied.
+    Applied(bool),
     /// Reserved and given up.
     Nothing,
 }
@@ -231,7 +250,12 @@ impl Model {
     }
 
     fn open(&mut self) {
-        self.enter(Phase::Open { since: 0 });
+        self.enter(Phase::Open {
+            since: 0,
+            calls: true,
+            until: None,
+            hinted: None,
+        });
     }
 
     /// A look at the clock: a half-open past its dwell limit opens again.
@@ -257,7 +281,13 @@ impl Model {
         self.tick(t);
         let disabled = self.mode == Mode::Disabled;
         if self.killed {
-            if let (Phase::Open { since }, false) = (&mut self.phase, disabled) {
+            if let (
+                Phase::Open {
+                    since, calls: true, ..
+                },
+                false,
+            ) = (&mut self.phase, disabled)
+            {
                 *since += 1;
             }
             if !disabled {
@@ -275,17 +305,30 @@ impl Model {
         let state = self.state();
         let skip = match &mut self.phase {
             Phase::Closed => return Ok(Kind::Call),
-            Phase::Open { since } => {
-                *since += 1;
-                if *since >= self.cooldown {
+            Phase::Open {
+                since,
+                calls,
+                until,
+                ..
+            } => {
+                let mut calls_left = 0;
+                if *calls {
+                    *since += 1;
+                    calls_left = self.cooldown.saturating_sub(*since);
+                }
+                let time_left = until.filter(|&until| t < until);
+                if calls_left == 0 && time_left.is_none() {
                     self.enter(Phase::HalfOpen {
                         entered: t,
                         running: 1,
                     });
                     return Ok(Kind::Probe);
                 }
-                let calls = self.cooldown - *since;
-                (Reason::Open, NextProbe::After { calls, at: None })
+                let next = NextProbe::After {
+                    calls: calls_left.max(1),
+                    at: time_left.map(at),
+                };
+                (Reason::Open, next)
             }
             Phase::HalfOpen { running, .. } if *running == 0 => {
                 *running += 1;
@@ -493,6 +536,66 @@ impl Model {
                 }
                 None
             }
+            Act::Hint(secs) => Some(Seen::Applied(self.hint(t, t + secs))),
+            Act::ReleaseHint => {
+                self.tick(t);
+                Some(Seen::Applied(match &mut self.phase {
+                    Phase::Open {
+                        calls,
+                        until,
+                        hinted: hinted @ Some(_),
+                        ..
+                    } => {
+                        *calls = hinted.take() == Some(true);
+                        *until = None;
+                        true
+                    }
+                    _ => false,
+                }))
+            }
+            Act::AllowProbe => {
+                self.tick(t);
+                Some(Seen::Applied(match &mut self.phase {
+                    Phase::Open {
+                        calls,
+                        until,
+                        hinted,
+                        ..
+                    } => {
+                        (*calls, *until, *hinted) = (false, None, None);
+                        true
+                    }
+                    _ => false,
+                }))
+            }
+        }
+    }
+
+    /// A hint to hold the breaker open until `until`: whether it applied.
+    fn hint(&mut self, t: u64, to: u64) -> bool {
+        self.tick(t);
+        match &mut self.phase {
+            Phase::Closed => {
+                self.enter(Phase::Open {
+                    since: 0,
+                    calls: false,
+                    until: Some(to),
+                    hinted: Some(false),
+                });
+                true
+            }
+            Phase::Open { until, .. } if until.is_some_and(|until| until >= to) => false,
+            Phase::Open {
+                calls,
+                until,
+                hinted,
+                ..
+            } => {
+                hinted.get_or_insert(*calls);
+                *until = Some(to);
+                true
+            }
+            Phase::HalfOpen { .. } | Phase::Forced { .. } => false,
         }
     }
 
@@ -712,6 +815,12 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                     handle.set_mode(mode);
                     None
                 }
+                Act::Hint(secs) => {
+                    let until = tokio::time::Instant::now().into_std() + Duration::from_secs(secs);
+                    Some(Seen::Applied(handle.hold_open_until(until)))
+                }
+                Act::ReleaseHint => Some(Seen::Applied(handle.release_hold())),
+                Act::AllowProbe => Some(Seen::Applied(handle.allow_probe())),
             };
             model = look;
             // A hold's end time is on this run's clock: shift the model's.
@@ -736,10 +845,10 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             });
             prop_assert_eq!(got, want, "t={} {:?}", t, act);
             let made_now = calls.load(Ordering::SeqCst) - before;
-            let want_made = u64::from(matches!(
-                want,
-                Some(Seen::Made { .. }) | Some(Seen::Pending)
-            ));
+            let want_made = u64::from(
+                matches!(want, Some(Seen::Made { .. }) | Some(Seen::Pending))
+                    && matches!(act, Act::Call(_)),
+            );
             prop_assert_eq!(
                 made_now,
                 want_made,
@@ -806,9 +915,10 @@ struct Watch {
     quiet: AtomicBool,
 }
 
-/// Tasks call, hold calls, drop them, kill, revive, reset, force open, hold open and
-/// switch modes at once. A monitor snapshots the breaker throughout. What must hold:
-/// never more probes in flight than the limit; the counts add up at every snapshot;
+/// Tasks call, hold calls, drop them, kill, revive, reset, force open, hold open, hold
+/// open on a hint and release it, allow a probe and switch modes at once. A monitor
+/// snapshots the breaker throughout. What must hold: never more probes in flight than the
+/// limit; the counts add up at every snapshot;
 /// while the kill switch is on (set, and every call decided before it ended), the
 /// wrapped service is not called; once every call has ended, every call made is counted
 /// (or passed through while disabled) and nothing is left in flight or stuck past the
@@ -893,6 +1003,16 @@ fn many_tasks(seed: u64) {
                         }),
                         4 if task == 0 => handle.kill_switch().kill(),
                         5..=6 if task == 0 => handle.kill_switch().revive(),
+                        12 if task == 0 => {
+                            let until = Instant::now() + Duration::from_millis(1);
+                            handle.hold_open_until(until);
+                        }
+                        13 if task == 0 => {
+                            handle.release_hold();
+                        }
+                        14 if task == 0 => {
+                            handle.allow_probe();
+                        }
                         7..=9 => {
                             // Held in flight for a while, then dropped or finished.
                             let future = svc.ready().await.unwrap().call(rng.chance(50));

@@ -16,8 +16,10 @@
 //!   two of its own decisions;
 //! - fresher reports lengthen a hold, never shorten it;
 //! - when the peers stop reporting open, a hold still in force ends early
-//!   ([`allow_probe`](crate::CircuitBreakerHandle::allow_probe)): the next call probes.
-//!   The breaker refuses that too when a person holds it.
+//!   ([`release_hold`](crate::CircuitBreakerHandle::release_hold)): the breaker's own
+//!   wait underneath is back (none, if the hold opened it: the next call probes). The
+//!   breaker ends only the hint's hold: not a person's, not an opening of its own that
+//!   came since (a failed probe).
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +31,7 @@ pub(crate) enum Act {
     /// Hold it open until this time, if the breaker agrees; `capped`: the peers asked for
     /// longer.
     Hold { until: Instant, capped: bool },
-    /// End this fleet's hold now: the next call is the probe.
+    /// End this fleet's hold now: the breaker's own wait underneath is back.
     Release,
     /// Leave it as it is.
     Keep(Kept),

@@ -50,7 +50,7 @@
 //! reads the kill switch's flag and the breaker's state as it does without a fleet; the
 //! task changes them from the side with [`KillSwitch::kill`](crate::KillSwitch::kill),
 //! [`CircuitBreakerHandle::hold_open_until`](crate::CircuitBreakerHandle::hold_open_until)
-//! and [`CircuitBreakerHandle::allow_probe`](crate::CircuitBreakerHandle::allow_probe),
+//! and [`CircuitBreakerHandle::release_hold`](crate::CircuitBreakerHandle::release_hold),
 //! and hears of flips made in code through
 //! [`KillSwitch::watch`](crate::KillSwitch::watch).
 //!

@@ -6,7 +6,7 @@
 //! breaker's own state, and this task changes them from the side, through the switch
 //! ([`KillSwitch::kill`](crate::KillSwitch::kill) and `revive`) and the breaker's handle
 //! ([`hold_open_until`](crate::CircuitBreakerHandle::hold_open_until) and
-//! [`allow_probe`](crate::CircuitBreakerHandle::allow_probe)).
+//! [`release_hold`](crate::CircuitBreakerHandle::release_hold)).
 //!
 //! Order on (re)connection: subscribe first, then read the kill keys, then apply the
 //! messages that arrived meanwhile, in order. A change is written to its key and
@@ -630,7 +630,7 @@ impl Supervisor {
                 }
             }
             Act::Release => {
-                let released = handle.allow_probe();
+                let released = handle.release_hold();
                 if let Some(shared) = self.replica.registry().breakers.get_mut(name) {
                     shared.hold.released();
                 }

@@ -56,10 +56,10 @@ pub(crate) enum Recorded {
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Closed,
-    /// `forced`: a person opened it (until a reset, or until `due`).
+    /// Open until `due`, kept open by `by`.
     Open {
         due: Due,
-        forced: bool,
+        by: Opener,
     },
     /// Probes of this half-open still running, and successes so far.
     HalfOpen {
@@ -67,6 +67,19 @@ enum Phase {
         running: u32,
         successes: u32,
     },
+}
+
+/// Who keeps an open breaker open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opener {
+    /// Its own calls (a trip, a failed probe): `due` is its cooldown.
+    Breaker,
+    /// A hint from outside opened it or lengthened its wait; `own` is the wait of its
+    /// own underneath (the next call, if it had none), back in force when the hint is
+    /// released.
+    Hint { own: Due },
+    /// A person (until a reset, or until `due`).
+    Person,
 }
 
 /// Probes of an earlier half-open still running when another probe of it failed. Until
@@ -169,7 +182,7 @@ impl Machine {
                     && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
                     && self.config.slow_call.is_none(),
             ),
-            Phase::Open { due, forced } => Door::open(epoch, due, forced),
+            Phase::Open { due, by } => Door::open(epoch, due, by == Opener::Person),
             Phase::HalfOpen { entered_at, .. } => Door::half_open(
                 epoch,
                 self.probes_in_flight() < self.config.half_open_probes,
@@ -405,14 +418,17 @@ impl Machine {
         };
         if let Phase::Open {
             due: held,
-            forced: true,
+            by: Opener::Person,
         } = &mut self.phase
         {
             // Already held by a person: the new hold replaces the old, no transition.
             *held = due;
             return None;
         }
-        let phase = Phase::Open { due, forced: true };
+        let phase = Phase::Open {
+            due,
+            by: Opener::Person,
+        };
         Some(self.enter(phase, at, Cause::ForcedOpen))
     }
 
@@ -421,46 +437,92 @@ impl Machine {
     /// opening, so its calls are skipped as open and the next one after `until` is the
     /// probe. A hint never overrides what knows better: a breaker a person forced open,
     /// one half-open (its probe decides), one open until a reset, or one already open
-    /// until `until` or later is left as it is. Returns whether it applied.
+    /// until `until` or later is left as it is. Returns whether it applied. What time
+    /// alone changes applies first: a half-open past its dwell limit is open again, and a
+    /// hint may then lengthen its wait.
     pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
+        if let Some(expired) = self.tick(at) {
+            return (self.hold_open(until, at).0, Some(expired));
+        }
+        let hinted = Due::At {
+            step: None,
+            time: Some(until),
+        };
         match &mut self.phase {
             Phase::Closed => {
-                let due = Due::At {
+                let own = Due::At {
                     step: None,
-                    time: Some(until),
+                    time: None,
                 };
-                let phase = Phase::Open { due, forced: false };
+                let phase = Phase::Open {
+                    due: hinted,
+                    by: Opener::Hint { own },
+                };
                 (true, Some(self.enter(phase, at, Cause::Hint)))
             }
-            Phase::Open {
-                due: Due::At { time, .. },
-                forced: false,
-            } if time.is_none_or(|time| time < until) => {
-                *time = Some(until);
+            Phase::Open { due, by } if *by != Opener::Person => {
+                let Due::At { step, time } = *due else {
+                    return (false, None); // open until a reset
+                };
+                if time.is_some_and(|time| time >= until) {
+                    return (false, None);
+                }
+                if *by == Opener::Breaker {
+                    *by = Opener::Hint { own: *due };
+                }
+                *due = Due::At {
+                    step,
+                    time: Some(until),
+                };
                 (true, None)
             }
             _ => (false, None),
         }
     }
 
+    /// Ends a hold made by [`Machine::hold_open`]: the breaker's own wait underneath is
+    /// back in force (the next call probes if it had none, or it has passed). Nothing
+    /// else is touched: a breaker its own calls opened again since, one a person holds,
+    /// closed or half-open. Returns whether it applied (after what time alone changes,
+    /// as [`Machine::hold_open`]).
+    pub(crate) fn release_hold(&mut self, at: Fixed) -> (bool, Option<Transition>) {
+        let expired = self.tick(at);
+        let released = match &mut self.phase {
+            Phase::Open { due, by } => match *by {
+                Opener::Hint { own } => {
+                    *due = own;
+                    *by = Opener::Breaker;
+                    true
+                }
+                Opener::Breaker | Opener::Person => false,
+            },
+            Phase::Closed | Phase::HalfOpen { .. } => false,
+        };
+        (released, expired)
+    }
+
     /// Lets the next call be the probe, whatever is left of the cooldown: for an
     /// orchestrator whose own schedule says it is time, or an operator. Only a breaker
-    /// the breaker itself opened is affected; one a person forced open or a permanent
-    /// failure holds stays as it is. Returns whether it applied.
-    pub(crate) fn allow_probe(&mut self) -> bool {
-        match &mut self.phase {
+    /// the breaker itself opened (or a hint holds) is affected; one a person forced open
+    /// or a permanent failure holds stays as it is. Returns whether it applied (after what
+    /// time alone changes, as [`Machine::hold_open`]).
+    pub(crate) fn allow_probe(&mut self, at: Fixed) -> (bool, Option<Transition>) {
+        let expired = self.tick(at);
+        let allowed = match &mut self.phase {
             Phase::Open {
                 due: due @ Due::At { .. },
-                forced: false,
+                by: by @ (Opener::Breaker | Opener::Hint { .. }),
             } => {
                 *due = Due::At {
                     step: None,
                     time: None,
                 };
+                *by = Opener::Breaker;
                 true
             }
             _ => false,
-        }
+        };
+        (allowed, expired)
     }
 
     /// Closes the breaker and clears its failure counts and backoff.
@@ -555,7 +617,10 @@ impl Machine {
             due = Due::Never;
         }
         self.window.clear();
-        let phase = Phase::Open { due, forced: false };
+        let phase = Phase::Open {
+            due,
+            by: Opener::Breaker,
+        };
         self.enter(phase, at, cause)
     }
 

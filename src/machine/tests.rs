@@ -36,6 +36,11 @@ enum Op {
     },
     Reset,
     AllowProbe,
+    /// A hint: hold open for this many seconds.
+    Hint {
+        for_secs: u64,
+    },
+    ReleaseHold,
     SetMode(Mode),
     Advance(Duration),
 }
@@ -91,6 +96,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => proptest::option::of(0u64..100).prop_map(|for_secs| Op::ForceOpen { for_secs }),
         1 => Just(Op::Reset),
         1 => Just(Op::AllowProbe),
+        1 => (0u64..120).prop_map(|for_secs| Op::Hint { for_secs }),
+        1 => Just(Op::ReleaseHold),
         1 => mode().prop_map(Op::SetMode),
         4 => prop_oneof![
             Just(Duration::from_millis(1)),
@@ -263,7 +270,13 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 machine.reset(at);
             }
             Op::AllowProbe => {
-                machine.allow_probe();
+                machine.allow_probe(at);
+            }
+            Op::Hint { for_secs } => {
+                machine.hold_open(now + Duration::from_secs(for_secs), at);
+            }
+            Op::ReleaseHold => {
+                machine.release_hold(at);
             }
             Op::SetMode(mode) => machine.set_mode(mode),
             Op::Advance(by) => now += by,

@@ -394,8 +394,12 @@ impl Shared {
         self.with(|machine, at| machine.hold_open(until, at))
     }
 
+    pub(crate) fn release_hold(&self) -> bool {
+        self.with(|machine, at| machine.release_hold(at))
+    }
+
     pub(crate) fn allow_probe(&self) -> bool {
-        self.with(|machine, _| (machine.allow_probe(), None))
+        self.with(|machine, at| machine.allow_probe(at))
     }
 
     pub(crate) fn reset(&self) {
