@@ -12,20 +12,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::advance;
-use tower::util::BoxService;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 mod common;
 
+use common::tool::Tool;
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec, write_spec};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
     ExpediterError, Freshness, FreshnessTracker, Labeled, NextTry, PauseReason, Route, SkipReason,
     SubTask, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{Answer, BoxError, Builder, ConfigError, Cooldown, Reason, State};
+use tower_circuit_breaker::{BoxError, Builder, ConfigError, Cooldown, Reason, State};
 
 type TestResult = Result<(), BoxError>;
-type Svc = BoxService<String, Answer<String>, BoxError>;
 
 // ---------------------------------------------------------------------------------------
 // The seed's capability map (step 1), with Edit declared since Write names it.
@@ -52,149 +50,6 @@ fn seed_expediter() -> Expediter {
 // ---------------------------------------------------------------------------------------
 // Tool services that count their own calls.
 // ---------------------------------------------------------------------------------------
-
-/// What a tool's service saw, and how it behaves.
-#[derive(Clone, Default)]
-struct Ctl {
-    /// `Some(message)`: every call fails with this message.
-    failing: Arc<Mutex<Option<String>>>,
-    calls: Arc<AtomicUsize>,
-    /// Every request that reached the service.
-    seen: Arc<Mutex<Vec<String>>>,
-    /// Calls by the breaker state at the moment the service ran ("killed" if the kill
-    /// switch was on).
-    by_state: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-/// A tool: its counting `service_fn` wrapped with the expediter's layer for it.
-struct Tool {
-    name: &'static str,
-    svc: Svc,
-    ctl: Ctl,
-    requests: usize,
-}
-
-impl Tool {
-    fn new(expediter: &Expediter, name: &'static str) -> Tool {
-        let ctl = Ctl::default();
-        let handle = expediter.handle(name).expect("a known tool");
-        let seen = ctl.clone();
-        let inner = service_fn(move |request: String| {
-            let snapshot = handle.snapshot();
-            let state = if snapshot.killed {
-                "killed"
-            } else {
-                snapshot.state.as_str()
-            };
-            seen.calls.fetch_add(1, SeqCst);
-            seen.seen.lock().unwrap().push(request.clone());
-            *seen.by_state.lock().unwrap().entry(state).or_default() += 1;
-            let failing = seen.failing.lock().unwrap().clone();
-            async move {
-                match failing {
-                    Some(message) => Err(std::io::Error::other(message)),
-                    None => Ok(format!("{name} answered {request}")),
-                }
-            }
-        });
-        let svc = ServiceBuilder::new()
-            .layer(expediter.layer(name).expect("a known tool"))
-            .service(inner);
-        Tool {
-            name,
-            svc: BoxService::new(svc),
-            ctl,
-            requests: 0,
-        }
-    }
-
-    fn fail_with(&self, message: &str) {
-        *self.ctl.failing.lock().unwrap() = Some(message.to_string());
-    }
-
-    fn heal(&self) {
-        *self.ctl.failing.lock().unwrap() = None;
-    }
-
-    fn calls(&self) -> usize {
-        self.ctl.calls.load(SeqCst)
-    }
-
-    fn calls_in(&self, state: &str) -> usize {
-        self.ctl
-            .by_state
-            .lock()
-            .unwrap()
-            .get(state)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn next_request(&mut self) -> String {
-        self.requests += 1;
-        format!("{}-request-{}", self.name, self.requests)
-    }
-
-    /// Calls the service directly (the agent acting on a CALL or PROBE decision).
-    async fn call(&mut self) -> Result<Answer<String>, BoxError> {
-        let request = self.next_request();
-        self.svc.ready().await?.call(request).await
-    }
-
-    /// One agent step for this tool: decide, and call only if the decision says so.
-    async fn attempt(&mut self, expediter: &Expediter) -> Decision {
-        let decision = expediter.decide(self.name).await.expect("a known tool");
-        if decision.should_call() {
-            let _ = self.call().await;
-        }
-        decision
-    }
-
-    /// One agent step through `Expediter::execute`.
-    async fn execute(&mut self, expediter: &Expediter) -> Attempt<String> {
-        let request = self.next_request();
-        expediter
-            .execute(self.name, &mut self.svc, request)
-            .await
-            .expect("a known tool")
-    }
-
-    /// Fails calls, each allowed by a CALL decision, until the expediter sees a
-    /// systemic event (at most 3: then its breaker opens). Returns how many.
-    async fn fail_until_systemic(&mut self, expediter: &Expediter, message: &str) -> usize {
-        self.fail_with(message);
-        for n in 1..=3 {
-            let decision = expediter.decide(self.name).await.expect("a known tool");
-            assert_eq!(
-                decision.action,
-                Action::Call,
-                "{}: failing call {n}",
-                self.name
-            );
-            assert!(self.call().await.is_err());
-            if expediter.report().systemic.is_some() {
-                return n;
-            }
-        }
-        panic!("{}: no systemic event\n{}", self.name, expediter.report());
-    }
-
-    /// Fails `n` calls in a row, each one allowed by a CALL decision.
-    async fn fail_times(&mut self, expediter: &Expediter, n: usize, message: &str) {
-        self.fail_with(message);
-        for i in 0..n {
-            let decision = expediter.decide(self.name).await.expect("a known tool");
-            assert_eq!(
-                decision.action,
-                Action::Call,
-                "{}: failing call {} of {n} should be allowed",
-                self.name,
-                i + 1
-            );
-            assert!(self.call().await.is_err());
-        }
-    }
-}
 
 fn alternative(tool: &str, method: &str, degradation: &str, level: Degradation) -> Route {
     Route::Alternative {
