@@ -164,25 +164,21 @@ impl Cascade {
         self.events.len() - 1
     }
 
-    /// Adds a tool to an event.
-    pub(crate) fn join(&mut self, id: EventId, tool: &Arc<str>) {
-        let event = &mut self.events[id];
-        if !event.tools.contains(tool) {
-            event.tools.push(tool.clone());
-        }
+    /// Sets the tools of an event (a tool joined it).
+    pub(crate) fn set_tools(&mut self, id: EventId, tools: Vec<Arc<str>>) {
+        self.events[id].tools = tools;
     }
 
     /// A person confirmed the shared cause is fixed: the active event is resolved and
-    /// the window starts empty. Returns whether there was one.
+    /// the window starts empty. Returns whether there was one (without, nothing
+    /// changes).
     pub(crate) fn resolve(&mut self) -> bool {
+        let Some(id) = self.active() else {
+            return false;
+        };
+        self.events[id].resolved = true;
         self.openings.clear();
-        match self.active() {
-            Some(id) => {
-                self.events[id].resolved = true;
-                true
-            }
-            None => false,
-        }
+        true
     }
 }
 
@@ -210,5 +206,13 @@ mod tests {
         // Far in both from A's, near B's in steps.
         let together = cascade.note_opening(&c, 51, t0 + Duration::from_secs(100));
         assert_eq!(together, vec![b.clone(), c.clone()]);
+        // A confirmation with no event waiting for it changes nothing.
+        assert!(!cascade.resolve());
+        assert_eq!(
+            cascade
+                .note_opening(&a, 52, t0 + Duration::from_secs(100))
+                .len(),
+            3
+        );
     }
 }

@@ -390,7 +390,7 @@ impl Ledger {
             if self.cascade.event(id).claims(&tool, category.as_ref()) {
                 entry.event = Some(id);
                 self.budget.charge(entry);
-                self.cascade.join(id, &tool);
+                self.join(id, &tool);
                 return;
             }
         }
@@ -459,7 +459,7 @@ impl Ledger {
             return;
         }
         if let Some(id) = self.cascade.active() {
-            self.cascade.join(id, &tool);
+            self.join(id, &tool);
             self.absorb(id, &tool);
             return;
         }
@@ -499,6 +499,18 @@ impl Ledger {
         self.drop_checks();
         let cause = self.cascade.event(id).describe();
         tracing::warn!(target: "tower_circuit_breaker::expediter", ?tools, "systemic failure: {cause}; pausing all calls");
+    }
+
+    /// Adds a tool to an event, keeping the tools in the order they were added.
+    fn join(&mut self, id: EventId, tool: &Arc<str>) {
+        let event = self.cascade.event(id);
+        if event.tools.contains(tool) {
+            return;
+        }
+        let mut tools = event.tools.clone();
+        tools.push(tool.clone());
+        let tools = self.in_order(tools);
+        self.cascade.set_tools(id, tools);
     }
 
     /// Folds a tool's failures into an event: with a signature, its failures of this

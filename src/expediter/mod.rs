@@ -637,7 +637,12 @@ impl Expediter {
         let Some(check) = tool.spec.precheck.clone() else {
             return Availability::Available;
         };
-        let slot = self.lock().check_slot(&tool.spec.name);
+        let slot = {
+            let mut ledger = self.lock();
+            // What the breakers did first: a systemic event drops cached results.
+            ledger.drain(&self.inner.categorizer);
+            ledger.check_slot(&tool.spec.name)
+        };
         let epoch = match slot {
             CheckSlot::Use(found) => return found,
             CheckSlot::Run(epoch) => epoch,
