@@ -487,7 +487,7 @@ impl Expediter {
     /// killed, unavailable, paused) one honest line saying why and when it is tried
     /// again — never an invitation to retry.
     pub fn offered_tools(&self) -> ToolOffer {
-        self.with_views(|ledger, registry, views| report::offer(ledger, registry, views))
+        self.with_views(report::offer)
     }
 
     /// The status report (seed step 7) of every run: completed and incomplete work,

@@ -17,7 +17,7 @@ use super::precheck::Availability;
 use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
-use super::standing::{NextTry, ToolView, Unusable};
+use super::standing::{ordinal, NextTry, ToolView, Unusable};
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,9 +286,9 @@ fn next_steps(
     if let Some(event) = ledger.active_systemic() {
         let backoff = ledger.backoff();
         steps.push(format!(
-            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed from the {}th decision on, the wait doubling after each failed probe up to {}",
+            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed from the {} decision on, the wait doubling after each failed probe up to {} decisions",
             event.describe(),
-            backoff.start,
+            ordinal(backoff.start),
             backoff.cap
         ));
     }

@@ -102,7 +102,8 @@ pub enum NextTry {
     },
 }
 
-fn ordinal(n: u64) -> String {
+/// `1st`, `2nd`, `3rd`, `4th` ... `11th` ... `21st`.
+pub(crate) fn ordinal(n: u64) -> String {
     let suffix = match (n % 10, n % 100) {
         (_, 11..=13) => "th",
         (1, _) => "st",
