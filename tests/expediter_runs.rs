@@ -142,3 +142,27 @@ async fn one_runs_failures_pause_every_run_and_routes_are_recorded_for_the_run_t
         .all(|w| w.run.as_deref() != Some("bob")));
     Ok(())
 }
+
+#[test]
+fn the_expediters_public_types_can_be_shared_across_tasks() {
+    fn shared<T: Send + Sync + 'static>() {}
+    fn sent<T: Send>(_: &T) {}
+    use tower_circuit_breaker::expediter::{
+        Blocker, Decision, NextTry, StatusReport, ToolClassifier, ToolLayer, ToolOffer, ToolSpec,
+        Unusable,
+    };
+    shared::<Expediter>();
+    shared::<tower_circuit_breaker::expediter::Run>();
+    shared::<ToolSpec>();
+    shared::<ToolLayer>();
+    shared::<ToolClassifier>();
+    shared::<StatusReport>();
+    shared::<ToolOffer>();
+    shared::<Decision>();
+    shared::<Blocker>();
+    shared::<NextTry>();
+    shared::<Unusable>();
+    let expediter = expediter();
+    sent(&expediter.decide("Read"));
+    sent(&expediter.run("a").decide("Read"));
+}

@@ -25,7 +25,7 @@ use super::recovery::{Recovery, RecoveryBackoff};
 use super::registry::Registry;
 use super::routing::{self, RouteSearch};
 use super::scope::{Blocker, RunState, SubTask, Work, WorkState};
-use super::standing::{self, Facts, Standing, ToolView};
+use super::standing::{self, Facts, Standing, ToolView, Views};
 
 /// A run's key: 0 is the expediter's own.
 pub(crate) type RunId = u64;
@@ -273,10 +273,10 @@ impl Ledger {
         &self,
         spec: &ToolSpec,
         limit: Degradation,
-        views: &HashMap<Arc<str>, ToolView>,
+        views: &(impl Views + ?Sized),
     ) -> RouteSearch {
         routing::search(spec, limit, self.user_available, |name| {
-            match views.get(name) {
+            match views.view(name) {
                 Some(view) => self.own_standing(name, view).unusable,
                 None => Some(super::standing::Unusable::Open),
             }
@@ -290,12 +290,12 @@ impl Ledger {
         tools: &[Arc<str>],
         limit: Degradation,
         registry: &Registry,
-        views: &HashMap<Arc<str>, ToolView>,
+        views: &(impl Views + ?Sized),
     ) -> (Vec<(Arc<str>, Route)>, Vec<Blocker>) {
         let mut routes = Vec::new();
         let mut blocked = Vec::new();
         for name in tools {
-            let (Some(tool), Some(view)) = (registry.get(name), views.get(name)) else {
+            let (Some(tool), Some(view)) = (registry.get(name), views.view(name)) else {
                 continue;
             };
             let spec = &tool.spec;
@@ -724,7 +724,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::machine::NextProbe;
 
     fn ledger(budget: u32) -> (Ledger, mpsc::Sender<ToolEvent>) {
         let (tx, rx) = mpsc::channel();
@@ -769,8 +768,7 @@ mod tests {
         ToolView {
             state,
             killed: false,
-            next_probe: NextProbe::NotNeeded,
-            taken_at: tokio::time::Instant::now().into_std(),
+            breaker: crate::expediter::NextTry::Now,
             generation,
         }
     }

@@ -134,7 +134,7 @@ use crate::builder::Builder;
 use crate::error::BoxError;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::{Advice, NextProbe, Reason, State};
+use crate::machine::{Advice, NextProbe, Reason};
 
 /// How many times a report or an offer takes the breakers' snapshots again when the
 /// ledger has seen a newer transition than a snapshot shows.
@@ -368,7 +368,7 @@ impl Expediter {
                 let views = self.views_of_alternatives(&registry, tool);
                 let mut ledger = self.lock();
                 ledger.drain(&self.inner.categorizer);
-                let route = ledger.route(&tool.spec, limit, &views).route;
+                let route = ledger.route(&tool.spec, limit, &views[..]).route;
                 Action::Skip { reason, route }
             }
         })
@@ -551,7 +551,7 @@ impl Expediter {
                 let views = self.views_of_alternatives(&registry, tool);
                 let mut ledger = self.lock();
                 ledger.drain(&self.inner.categorizer);
-                let route = ledger.route(&tool.spec, limit, &views).route;
+                let route = ledger.route(&tool.spec, limit, &views[..]).route;
                 let id = Self::run_id(&mut ledger, run);
                 ledger.record_route(id, &tool.spec.name, &route, step);
                 Action::Skip { reason, route }
@@ -602,12 +602,7 @@ impl Expediter {
 
     /// How a tool's alternatives look now: a closed one at the cost of one load, the
     /// others from a snapshot.
-    fn views_of_alternatives(
-        &self,
-        registry: &Registry,
-        tool: &Tool,
-    ) -> HashMap<Arc<str>, ToolView> {
-        let now = tokio::time::Instant::now().into_std();
+    fn views_of_alternatives(&self, registry: &Registry, tool: &Tool) -> Vec<(Arc<str>, ToolView)> {
         let killed = self.inner.kill.is_killed();
         tool.spec
             .alternatives
@@ -615,13 +610,7 @@ impl Expediter {
             .filter_map(|alt| registry.get(&alt.tool))
             .map(|alt| {
                 let view = if alt.handle.is_closed() {
-                    ToolView {
-                        state: State::Closed,
-                        killed,
-                        next_probe: NextProbe::NotNeeded,
-                        taken_at: now,
-                        generation: 0,
-                    }
+                    ToolView::closed(killed)
                 } else {
                     ToolView::of(&alt.handle.snapshot())
                 };

@@ -230,12 +230,12 @@ impl RunState {
 
     /// Notes a route taken for `tool` on the sub-tasks in progress that need it.
     pub(crate) fn note_route(&mut self, tool: &Arc<str>, route: &Route) {
+        let affected = |w: &Work| w.state == WorkState::InProgress && w.tools.contains(tool);
+        if !self.work.iter().any(affected) {
+            return;
+        }
         let line = route.to_string();
-        for work in self
-            .work
-            .iter_mut()
-            .filter(|w| w.state == WorkState::InProgress && w.tools.contains(tool))
-        {
+        for work in self.work.iter_mut().filter(|w| affected(w)) {
             if !work.degradations.contains(&line) {
                 work.degradations.push(line.clone());
             }

@@ -223,12 +223,12 @@ impl fmt::Display for NextTry {
 }
 
 /// A tool's breaker as seen from outside, taken without the expediter's lock.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ToolView {
     pub(crate) state: State,
     pub(crate) killed: bool,
-    pub(crate) next_probe: NextProbe,
-    pub(crate) taken_at: Instant,
+    /// When the breaker itself would let a probe through, as of the look.
+    pub(crate) breaker: NextTry,
     pub(crate) generation: u64,
 }
 
@@ -237,10 +237,43 @@ impl ToolView {
         ToolView {
             state: snapshot.state,
             killed: snapshot.killed,
-            next_probe: snapshot.next_probe,
-            taken_at: snapshot.taken_at,
+            breaker: NextTry::of_breaker(snapshot.killed, snapshot.next_probe, snapshot.taken_at),
             generation: snapshot.generation,
         }
+    }
+
+    /// A closed breaker, seen at the cost of one load (its generation is not read).
+    pub(crate) fn closed(killed: bool) -> Self {
+        ToolView {
+            state: State::Closed,
+            killed,
+            breaker: if killed {
+                NextTry::WhenRevived
+            } else {
+                NextTry::Now
+            },
+            generation: 0,
+        }
+    }
+}
+
+/// The tools as seen before the ledger's lock, by name.
+pub(crate) trait Views {
+    fn view(&self, tool: &str) -> Option<&ToolView>;
+}
+
+impl Views for std::collections::HashMap<std::sync::Arc<str>, ToolView> {
+    fn view(&self, tool: &str) -> Option<&ToolView> {
+        self.get(tool)
+    }
+}
+
+/// A few views (a tool's alternatives), searched in order.
+impl Views for [(std::sync::Arc<str>, ToolView)] {
+    fn view(&self, tool: &str) -> Option<&ToolView> {
+        self.iter()
+            .find(|(name, _)| **name == *tool)
+            .map(|(_, view)| view)
     }
 }
 
@@ -323,7 +356,7 @@ pub(crate) fn own_standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
             State::ForcedOpen => Some(Unusable::ForcedOpen),
         }
     };
-    let mut next_try = NextTry::of_breaker(view.killed, view.next_probe, view.taken_at);
+    let mut next_try = view.breaker.clone();
     // A due recovery probe the breaker has not been told about yet: the next decision
     // tells it, and its call is the probe.
     if facts.recovery.is_some_and(|r| !r.released()) && !view.killed && view.state == State::Open {
