@@ -357,21 +357,8 @@ impl Expediter {
                 ledger.step().saturating_add(1),
             )
         };
-        Ok(match self.verdict(tool, gate, false) {
-            Verdict::Call => Action::Call,
-            Verdict::Probe => Action::Probe,
-            Verdict::Pause(pause) => Action::Pause {
-                reason: pause.reason,
-                detail: pause.detail,
-            },
-            Verdict::Skip(reason) => {
-                let views = self.views_of_alternatives(&registry, tool);
-                let mut ledger = self.lock();
-                ledger.drain(&self.inner.categorizer);
-                let route = ledger.route(&tool.spec, limit, &views[..]).route;
-                Action::Skip { reason, route }
-            }
-        })
+        let verdict = self.verdict(tool, gate, false);
+        Ok(self.action(&registry, tool, limit, verdict, None))
     }
 
     /// Decides, then makes the call only if the decision says so. Never retries: a
@@ -540,28 +527,46 @@ impl Expediter {
             ledger.drain(&self.inner.categorizer);
             ledger.begin_decision(&tool.spec.name, availability)
         };
-        let action = match self.verdict(tool, gate, true) {
-            Verdict::Call => Action::Call,
-            Verdict::Probe => Action::Probe,
-            Verdict::Pause(pause) => Action::Pause {
-                reason: pause.reason,
-                detail: pause.detail,
-            },
-            Verdict::Skip(reason) => {
-                let views = self.views_of_alternatives(&registry, tool);
-                let mut ledger = self.lock();
-                ledger.drain(&self.inner.categorizer);
-                let route = ledger.route(&tool.spec, limit, &views[..]).route;
-                let id = Self::run_id(&mut ledger, run);
-                ledger.record_route(id, &tool.spec.name, &route, step);
-                Action::Skip { reason, route }
-            }
-        };
+        let verdict = self.verdict(tool, gate, true);
+        let action = self.action(&registry, tool, limit, verdict, Some((run, step)));
         Ok(Decision {
             tool: tool.spec.name.clone(),
             step,
             action,
         })
+    }
+
+    /// A verdict as an action. A skip's route is found under the lock with the
+    /// alternatives looked at before it; a decision's (`taken`: its run and step) is
+    /// recorded as a degradation.
+    fn action(
+        &self,
+        registry: &Registry,
+        tool: &Tool,
+        limit: Degradation,
+        verdict: Verdict,
+        taken: Option<(Option<&str>, u64)>,
+    ) -> Action {
+        let reason = match verdict {
+            Verdict::Call => return Action::Call,
+            Verdict::Probe => return Action::Probe,
+            Verdict::Pause(pause) => {
+                return Action::Pause {
+                    reason: pause.reason,
+                    detail: pause.detail,
+                }
+            }
+            Verdict::Skip(reason) => reason,
+        };
+        let views = self.views_of_alternatives(registry, tool);
+        let mut ledger = self.lock();
+        ledger.drain(&self.inner.categorizer);
+        let route = ledger.route(&tool.spec, limit, &views[..]).route;
+        if let Some((run, step)) = taken {
+            let id = Self::run_id(&mut ledger, run);
+            ledger.record_route(id, &tool.spec.name, &route, step);
+        }
+        Action::Skip { reason, route }
     }
 
     /// Carries out a gate outside the lock: asks the tool's breaker, counting the
