@@ -92,6 +92,30 @@ fn an_observer_reading_the_report_does_not_deadlock_a_decision() {
     });
 }
 
+#[test]
+fn a_failure_category_rule_reading_the_report_does_not_deadlock() {
+    finishes("report from a categorize rule", false, || async {
+        let cell: Cell2 = Arc::default();
+        let seen = cell.clone();
+        let expediter = Expediter::builder()
+            .tool(ToolSpec::new("A").fallback("ask the user"))
+            .categorize(move |message| {
+                if let Some(e) = seen.get() {
+                    let _ = e.report();
+                }
+                message.contains("quota").then(|| {
+                    tower_circuit_breaker::expediter::FailureCategory::new("quota", "billing")
+                })
+            })
+            .build()
+            .unwrap();
+        let _ = cell.set(expediter.clone());
+        let mut a = Tool::new(&expediter, "A");
+        a.fail_times(&expediter, 2, "quota exceeded").await;
+        assert_eq!(expediter.report().budget.failures.len(), 2);
+    });
+}
+
 thread_local! {
     /// How deep a callback is inside another callback on this thread.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
@@ -175,8 +199,19 @@ fn calling_back(cell: &Cell2, callbacks: &Arc<AtomicU64>) -> Expediter {
         }
         spec
     });
+    let seen = cell.clone();
+    let count = callbacks.clone();
     Expediter::builder()
         .tools(specs)
+        .categorize(move |_| {
+            if let Some(e) = seen.get() {
+                nested(|| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let _ = e.report();
+                });
+            }
+            None
+        })
         .failure_budget(6)
         .build()
         .expect("a valid map")

@@ -10,12 +10,25 @@ use crate::event::Event;
 use crate::machine::{Mode, State};
 use crate::outcome::Outcome;
 
+use super::category::{Categorizer, FailureCategory};
+
 /// One thing a tool's breaker did, in the order the breaker reports them.
 #[derive(Debug)]
 pub(crate) enum ToolEvent {
-    Failure { tool: Arc<str>, message: String },
-    Success { tool: Arc<str> },
-    Transition { tool: Arc<str>, change: Change },
+    Failure {
+        tool: Arc<str>,
+        message: String,
+        /// Named here, in the breaker's reporting path: the user's rules never run
+        /// under the expediter's lock.
+        category: Option<FailureCategory>,
+    },
+    Success {
+        tool: Arc<str>,
+    },
+    Transition {
+        tool: Arc<str>,
+        change: Change,
+    },
 }
 
 /// A change of state, with what the ledger checks it against.
@@ -35,6 +48,7 @@ pub(crate) struct Change {
 /// The observer for `tool`'s breaker.
 pub(crate) fn observer(
     tool: Arc<str>,
+    categorizer: Categorizer,
     events: Sender<ToolEvent>,
 ) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
     move |event| {
@@ -43,10 +57,14 @@ pub(crate) fn observer(
             Event::Recorded {
                 outcome: Outcome::Failure(failure),
                 ..
-            } => ToolEvent::Failure {
-                tool,
-                message: failure.message().unwrap_or("failure").to_string(),
-            },
+            } => {
+                let message = failure.message().unwrap_or("failure").to_string();
+                ToolEvent::Failure {
+                    tool,
+                    category: categorizer.categorize(&message),
+                    message,
+                }
+            }
             Event::Recorded {
                 outcome: Outcome::Success,
                 ..

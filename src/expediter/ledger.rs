@@ -17,7 +17,7 @@ use crate::machine::{Mode, State};
 use super::budget::{Budget, Entry, EventId};
 use super::capability::{Degradation, ToolSpec};
 use super::cascade::{Cascade, CascadeWindow, SystemicEvent, Trigger};
-use super::category::{Categorizer, FailureCategory};
+use super::category::FailureCategory;
 use super::decision::{PauseReason, Route, SkipReason};
 use super::events::{Change, ToolEvent};
 use super::precheck::Availability;
@@ -359,10 +359,14 @@ impl Ledger {
     // -------------------------------------------------------------------------
 
     /// Applies what the breakers reported since the last look.
-    pub(crate) fn drain(&mut self, categorizer: &Categorizer) {
+    pub(crate) fn drain(&mut self) {
         while let Ok(event) = self.events.try_recv() {
             match event {
-                ToolEvent::Failure { tool, message } => self.on_failure(tool, message, categorizer),
+                ToolEvent::Failure {
+                    tool,
+                    message,
+                    category,
+                } => self.on_failure(tool, message, category),
                 ToolEvent::Success { tool } => {
                     let step = self.step;
                     self.row_mut(&tool).last_success_step = Some(step);
@@ -372,8 +376,7 @@ impl Ledger {
         }
     }
 
-    fn on_failure(&mut self, tool: Arc<str>, message: String, categorizer: &Categorizer) {
-        let category = categorizer.categorize(&message);
+    fn on_failure(&mut self, tool: Arc<str>, message: String, category: Option<FailureCategory>) {
         let step = self.step;
         let row = self.row_mut(&tool);
         row.last_failure_step = Some(step);
@@ -747,6 +750,7 @@ mod tests {
         ToolEvent::Failure {
             tool: tool.into(),
             message: message.into(),
+            category: crate::expediter::category::Categorizer::default().categorize(message),
         }
     }
 
@@ -776,7 +780,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stale_opening_after_the_close_leaves_the_tool_closed_and_causes_no_cascade() {
         let (mut ledger, tx) = ledger(10);
-        let categorizer = Categorizer::default();
         for _ in 0..3 {
             tx.send(failure("A", "connection refused")).unwrap();
         }
@@ -788,7 +791,7 @@ mod tests {
             .unwrap();
         tx.send(change("A", State::Closed, State::Open, 1, 3))
             .unwrap();
-        ledger.drain(&categorizer);
+        ledger.drain();
         assert!(ledger.row("A").open.is_none(), "A is closed");
         assert!(!ledger.is_ahead_of("A", &view(State::Closed, 3)));
         assert!(ledger.is_ahead_of("A", &view(State::Open, 1)));
@@ -798,7 +801,7 @@ mod tests {
         }
         tx.send(change("B", State::Closed, State::Open, 1, 3))
             .unwrap();
-        ledger.drain(&categorizer);
+        ledger.drain();
         assert!(ledger.active_systemic().is_none());
         assert_eq!(ledger.used(), 6);
     }
@@ -806,14 +809,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_failure_that_would_use_up_the_budget_with_an_open_tools_signature_is_systemic() {
         let (mut ledger, tx) = ledger(5);
-        let categorizer = Categorizer::default();
         for _ in 0..3 {
             tx.send(failure("A", "connection refused")).unwrap();
         }
         tx.send(change("A", State::Closed, State::Open, 1, 3))
             .unwrap();
         tx.send(failure("B", "connection refused")).unwrap();
-        ledger.drain(&categorizer);
+        ledger.drain();
         assert_eq!(
             ledger.used(),
             4,
@@ -821,7 +823,7 @@ mod tests {
         );
         assert!(ledger.pause().is_none());
         tx.send(failure("B", "connection refused")).unwrap();
-        ledger.drain(&categorizer);
+        ledger.drain();
         let event = ledger.active_systemic().expect("one systemic event");
         assert_eq!(event.trigger, Trigger::Budget);
         assert_eq!(event.tools, vec![Arc::<str>::from("A"), "B".into()]);
@@ -832,7 +834,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_recovery_probe_is_let_through_once_when_due() {
         let (mut ledger, tx) = ledger(50);
-        let categorizer = Categorizer::default();
         for tool in ["A", "B"] {
             for _ in 0..3 {
                 tx.send(failure(tool, "connection refused")).unwrap();
@@ -840,7 +841,7 @@ mod tests {
             tx.send(change(tool, State::Closed, State::Open, 1, 3))
                 .unwrap();
         }
-        ledger.drain(&categorizer);
+        ledger.drain();
         assert!(ledger.active_systemic().is_some());
         ledger.confirm_recovery();
         let a: Arc<str> = "A".into();

@@ -188,7 +188,13 @@ impl Expediter {
         );
         let mut registry = Registry::default();
         for spec in builder.tools {
-            let tool = Tool::build(spec, &builder.breaker, &builder.kill, tx.clone())?;
+            let tool = Tool::build(
+                spec,
+                &builder.breaker,
+                &builder.kill,
+                &builder.categorizer,
+                tx.clone(),
+            )?;
             ledger.add_tool(tool.spec.name.clone());
             registry = registry.with(tool);
         }
@@ -221,6 +227,7 @@ impl Expediter {
             spec.clone(),
             &self.inner.breaker,
             &self.inner.kill,
+            &self.inner.categorizer,
             self.inner.events.clone(),
         )?;
         let mut registry = self
@@ -347,7 +354,7 @@ impl Expediter {
             .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
         let gate = {
             let mut ledger = self.lock();
-            ledger.drain(&self.inner.categorizer);
+            ledger.drain();
             let availability = ledger
                 .availability(&tool.spec.name)
                 .unwrap_or(Availability::Available);
@@ -404,7 +411,7 @@ impl Expediter {
     /// Without an active systemic event it does nothing.
     pub fn confirm_recovery(&self) {
         let mut ledger = self.lock();
-        ledger.drain(&self.inner.categorizer);
+        ledger.drain();
         ledger.confirm_recovery();
     }
 
@@ -412,7 +419,7 @@ impl Expediter {
     /// afresh. Breakers keep their state.
     pub fn new_cycle(&self) {
         let mut ledger = self.lock();
-        ledger.drain(&self.inner.categorizer);
+        ledger.drain();
         ledger.new_cycle();
     }
 
@@ -524,7 +531,7 @@ impl Expediter {
         let availability = self.availability(tool).await;
         let (step, gate) = {
             let mut ledger = self.lock();
-            ledger.drain(&self.inner.categorizer);
+            ledger.drain();
             ledger.begin_decision(&tool.spec.name, availability)
         };
         let verdict = self.verdict(tool, gate, true);
@@ -560,7 +567,7 @@ impl Expediter {
         };
         let views = self.views_of_alternatives(registry, tool);
         let mut ledger = self.lock();
-        ledger.drain(&self.inner.categorizer);
+        ledger.drain();
         let route = ledger.route(&tool.spec, limit, &views[..]).route;
         if let Some((run, step)) = taken {
             let id = Self::run_id(&mut ledger, run);
@@ -634,7 +641,7 @@ impl Expediter {
         let slot = {
             let mut ledger = self.lock();
             // What the breakers did first: a systemic event drops cached results.
-            ledger.drain(&self.inner.categorizer);
+            ledger.drain();
             ledger.check_slot(&tool.spec.name)
         };
         let epoch = match slot {
@@ -717,7 +724,7 @@ impl Expediter {
             .map(|t| (t.spec.name.clone(), ToolView::of(&t.handle.snapshot())))
             .collect();
         let mut ledger = self.lock();
-        ledger.drain(&self.inner.categorizer);
+        ledger.drain();
         let (routes, blocked) = ledger.assess(&task.tools, task.max_degradation, &registry, &views);
         let (state, status) = if let Some(reason) = ledger.pause_reason() {
             (
@@ -774,7 +781,7 @@ impl Expediter {
                 .map(|t| t.handle.snapshot())
                 .collect();
             let mut ledger = self.lock();
-            ledger.drain(&self.inner.categorizer);
+            ledger.drain();
             let views = Views::new(&registry, &snapshots);
             let behind = registry.tools().iter().any(|t| {
                 views

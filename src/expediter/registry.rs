@@ -12,6 +12,7 @@ use crate::NoFallback;
 
 use super::blame::ToolClassifier;
 use super::capability::ToolSpec;
+use super::category::Categorizer;
 use super::error::ExpediterError;
 use super::events::{observer, ToolEvent};
 
@@ -34,6 +35,7 @@ impl Tool {
         spec: ToolSpec,
         default: &Builder,
         kill: &KillSwitch,
+        categorizer: &Categorizer,
         events: Sender<ToolEvent>,
     ) -> Result<Tool, ExpediterError> {
         let name = spec.name.clone();
@@ -43,7 +45,7 @@ impl Tool {
             .unwrap_or_else(|| default.clone())
             .name(name.clone())
             .kill_switch(kill.clone())
-            .on_event(observer(name, events))
+            .on_event(observer(name, categorizer.clone(), events))
             .build()
             .map_err(|source| ExpediterError::Breaker {
                 tool: spec.name.to_string(),
