@@ -529,3 +529,58 @@ async fn a_killed_tools_next_try_waits_for_an_operator_and_its_breaker_still_cou
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------
+// Pre-call checks that never finish, or panic, are run again next time.
+// ---------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_pre_call_check_that_is_cancelled_or_panics_is_run_again_by_the_next_decision(
+) -> TestResult {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use tower_circuit_breaker::expediter::Availability;
+
+    // Run 1 hangs (its decision is cancelled), run 2 panics, run 3 answers.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let expediter = Expediter::builder()
+        .tool(spec("A").precheck(move || {
+            let run = counted.fetch_add(1, SeqCst) + 1;
+            async move {
+                match run {
+                    1 => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Availability::Available
+                    }
+                    2 => panic!("the check broke"),
+                    _ => Availability::Unavailable,
+                }
+            }
+        }))
+        .build()?;
+    let hung = tokio::time::timeout(Duration::from_secs(1), expediter.decide("A")).await;
+    assert!(hung.is_err(), "the first check hangs");
+    let panicked = tokio::spawn({
+        let expediter = expediter.clone();
+        async move { expediter.decide("A").await }
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    let decision = expediter.decide("A").await?;
+    assert!(
+        matches!(
+            decision.action,
+            Action::Skip {
+                reason: SkipReason::Unavailable,
+                ..
+            }
+        ),
+        "{decision}"
+    );
+    assert_eq!(runs.load(SeqCst), 3);
+    // Cached now: no fourth run.
+    expediter.decide("A").await?;
+    assert_eq!(runs.load(SeqCst), 3);
+    Ok(())
+}
