@@ -92,9 +92,38 @@ pub(crate) enum CheckSlot {
     Run(u64),
 }
 
+/// Something worth a log line, kept until the lock is let go (a tracing subscriber is
+/// someone else's code).
+#[derive(Debug)]
+pub(crate) enum Note {
+    Stale { tool: Arc<str>, generation: u64 },
+    Systemic { tools: Vec<Arc<str>>, cause: String },
+    Recovered,
+    Deferred { task: Arc<str> },
+}
+
+impl Note {
+    pub(crate) fn emit(self) {
+        const TARGET: &str = "tower_circuit_breaker::expediter";
+        match self {
+            Note::Stale { tool, generation } => {
+                tracing::debug!(target: TARGET, tool = %tool, generation, "stale transition ignored")
+            }
+            Note::Systemic { tools, cause } => {
+                tracing::warn!(target: TARGET, ?tools, "systemic failure: {cause}; pausing all calls")
+            }
+            Note::Recovered => {
+                tracing::info!(target: TARGET, "recovery confirmed: probes resume with backoff")
+            }
+            Note::Deferred { task } => tracing::info!(target: TARGET, task = %task, "DEFERRED"),
+        }
+    }
+}
+
 /// Everything the expediter keeps that changes.
 #[derive(Debug)]
 pub(crate) struct Ledger {
+    notes: Vec<Note>,
     events: Receiver<ToolEvent>,
     step: u64,
     budget: Budget,
@@ -121,6 +150,7 @@ impl Ledger {
         user_available: bool,
     ) -> Self {
         Ledger {
+            notes: Vec::new(),
             events,
             step: 0,
             budget: Budget::new(budget),
@@ -134,6 +164,11 @@ impl Ledger {
             next_run: 1,
             user_available,
         }
+    }
+
+    /// The log lines kept since the last call, to emit once the lock is let go.
+    pub(crate) fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
     }
 
     pub(crate) fn add_tool(&mut self, name: Arc<str>) {
@@ -420,7 +455,10 @@ impl Ledger {
     fn on_transition(&mut self, tool: Arc<str>, change: Change) {
         let row = self.row_mut(&tool);
         if change.generation <= row.generation {
-            tracing::debug!(target: "tower_circuit_breaker::expediter", tool = %tool, generation = change.generation, "stale transition ignored");
+            self.notes.push(Note::Stale {
+                tool,
+                generation: change.generation,
+            });
             return;
         }
         row.generation = change.generation;
@@ -501,7 +539,7 @@ impl Ledger {
         // Pre-call results may be stale after a systemic event.
         self.drop_checks();
         let cause = self.cascade.event(id).describe();
-        tracing::warn!(target: "tower_circuit_breaker::expediter", ?tools, "systemic failure: {cause}; pausing all calls");
+        self.notes.push(Note::Systemic { tools, cause });
     }
 
     /// Adds a tool to an event, keeping the tools in the order they were added.
@@ -637,7 +675,7 @@ impl Ledger {
             }
         }
         self.drop_checks();
-        tracing::info!(target: "tower_circuit_breaker::expediter", "recovery confirmed: probes resume with backoff");
+        self.notes.push(Note::Recovered);
     }
 
     pub(crate) fn new_cycle(&mut self) {
@@ -693,7 +731,9 @@ impl Ledger {
     ) {
         let step = self.step;
         if state == WorkState::Deferred {
-            tracing::info!(target: "tower_circuit_breaker::expediter", task = %task.name, "DEFERRED");
+            self.notes.push(Note::Deferred {
+                task: task.name.clone(),
+            });
         }
         self.runs.entry(run).or_default().plan(Work {
             name: task.name.clone(),

@@ -509,8 +509,10 @@ impl Expediter {
             .ok_or_else(|| ExpediterError::UnknownTool(name.to_string()))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Ledger> {
-        self.inner.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> LedgerGuard<'_> {
+        LedgerGuard(Some(
+            self.inner.ledger.lock().unwrap_or_else(|p| p.into_inner()),
+        ))
     }
 
     /// Resolves a run's name to its key (the default run: `None`).
@@ -815,6 +817,34 @@ impl Expediter {
         let mut ledger = self.lock();
         if let Some(id) = ledger.run_id_of(run) {
             ledger.close_run(id);
+        }
+    }
+}
+
+/// The ledger's lock. Letting it go emits the log lines the ledger kept meanwhile, so
+/// that no tracing subscriber runs under the lock.
+struct LedgerGuard<'a>(Option<MutexGuard<'a, Ledger>>);
+
+impl std::ops::Deref for LedgerGuard<'_> {
+    type Target = Ledger;
+
+    fn deref(&self) -> &Ledger {
+        self.0.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for LedgerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Ledger {
+        self.0.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for LedgerGuard<'_> {
+    fn drop(&mut self) {
+        let notes = self.0.as_mut().map(|ledger| ledger.take_notes());
+        drop(self.0.take());
+        for note in notes.into_iter().flatten() {
+            note.emit();
         }
     }
 }
