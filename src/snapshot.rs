@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{FailureRecord, Mode, NextProbe, State};
+use crate::machine::{Cause, FailureRecord, Mode, NextProbe, State};
 
 /// Running totals. A call is counted once it is over: a skip when it is decided, a
 /// call made when it ends, a reservation never used when it is dropped; a call still in
@@ -64,6 +64,12 @@ pub struct Snapshot {
     pub name: Arc<str>,
     /// The state.
     pub state: State,
+    /// Why it is in that state: the cause of the transition into it (`None`: closed since
+    /// it was built). An open breaker whose cause is [`Cause::Hint`] was opened by a hint
+    /// from outside (see
+    /// [`hold_open_until`](crate::CircuitBreakerHandle::hold_open_until)), not by failures
+    /// of its own.
+    pub cause: Option<Cause>,
     /// The mode.
     pub mode: Mode,
     /// Whether the kill switch is on.

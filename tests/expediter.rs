@@ -12,20 +12,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::advance;
-use tower::util::BoxService;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 mod common;
 
+use common::tool::Tool;
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec, write_spec};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
-    ExpediterError, Freshness, FreshnessTracker, Labeled, PauseReason, Route, SkipReason, SubTask,
-    ToolSpec, WorkStatus,
+    ExpediterError, Freshness, FreshnessTracker, Labeled, NextTry, PauseReason, Route, SkipReason,
+    SubTask, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{Answer, BoxError, Builder, ConfigError, Cooldown, Reason, State};
+use tower_circuit_breaker::{BoxError, Builder, ConfigError, Cooldown, Reason, State};
 
 type TestResult = Result<(), BoxError>;
-type Svc = BoxService<String, Answer<String>, BoxError>;
 
 // ---------------------------------------------------------------------------------------
 // The seed's capability map (step 1), with Edit declared since Write names it.
@@ -52,129 +50,6 @@ fn seed_expediter() -> Expediter {
 // ---------------------------------------------------------------------------------------
 // Tool services that count their own calls.
 // ---------------------------------------------------------------------------------------
-
-/// What a tool's service saw, and how it behaves.
-#[derive(Clone, Default)]
-struct Ctl {
-    /// `Some(message)`: every call fails with this message.
-    failing: Arc<Mutex<Option<String>>>,
-    calls: Arc<AtomicUsize>,
-    /// Every request that reached the service.
-    seen: Arc<Mutex<Vec<String>>>,
-    /// Calls by the breaker state at the moment the service ran ("killed" if the kill
-    /// switch was on).
-    by_state: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-/// A tool: its counting `service_fn` wrapped with the expediter's layer for it.
-struct Tool {
-    name: &'static str,
-    svc: Svc,
-    ctl: Ctl,
-    requests: usize,
-}
-
-impl Tool {
-    fn new(expediter: &Expediter, name: &'static str) -> Tool {
-        let ctl = Ctl::default();
-        let handle = expediter.handle(name).expect("a known tool");
-        let seen = ctl.clone();
-        let inner = service_fn(move |request: String| {
-            let snapshot = handle.snapshot();
-            let state = if snapshot.killed {
-                "killed"
-            } else {
-                snapshot.state.as_str()
-            };
-            seen.calls.fetch_add(1, SeqCst);
-            seen.seen.lock().unwrap().push(request.clone());
-            *seen.by_state.lock().unwrap().entry(state).or_default() += 1;
-            let failing = seen.failing.lock().unwrap().clone();
-            async move {
-                match failing {
-                    Some(message) => Err(std::io::Error::other(message)),
-                    None => Ok(format!("{name} answered {request}")),
-                }
-            }
-        });
-        let svc = ServiceBuilder::new()
-            .layer(expediter.layer(name).expect("a known tool"))
-            .service(inner);
-        Tool {
-            name,
-            svc: BoxService::new(svc),
-            ctl,
-            requests: 0,
-        }
-    }
-
-    fn fail_with(&self, message: &str) {
-        *self.ctl.failing.lock().unwrap() = Some(message.to_string());
-    }
-
-    fn heal(&self) {
-        *self.ctl.failing.lock().unwrap() = None;
-    }
-
-    fn calls(&self) -> usize {
-        self.ctl.calls.load(SeqCst)
-    }
-
-    fn calls_in(&self, state: &str) -> usize {
-        self.ctl
-            .by_state
-            .lock()
-            .unwrap()
-            .get(state)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn next_request(&mut self) -> String {
-        self.requests += 1;
-        format!("{}-request-{}", self.name, self.requests)
-    }
-
-    /// Calls the service directly (the agent acting on a CALL or PROBE decision).
-    async fn call(&mut self) -> Result<Answer<String>, BoxError> {
-        let request = self.next_request();
-        self.svc.ready().await?.call(request).await
-    }
-
-    /// One agent step for this tool: decide, and call only if the decision says so.
-    async fn attempt(&mut self, expediter: &Expediter) -> Decision {
-        let decision = expediter.decide(self.name).await.expect("a known tool");
-        if decision.should_call() {
-            let _ = self.call().await;
-        }
-        decision
-    }
-
-    /// One agent step through `Expediter::execute`.
-    async fn execute(&mut self, expediter: &Expediter) -> Attempt<String> {
-        let request = self.next_request();
-        expediter
-            .execute(self.name, &mut self.svc, request)
-            .await
-            .expect("a known tool")
-    }
-
-    /// Fails `n` calls in a row, each one allowed by a CALL decision.
-    async fn fail_times(&mut self, expediter: &Expediter, n: usize, message: &str) {
-        self.fail_with(message);
-        for i in 0..n {
-            let decision = expediter.decide(self.name).await.expect("a known tool");
-            assert_eq!(
-                decision.action,
-                Action::Call,
-                "{}: failing call {} of {n} should be allowed",
-                self.name,
-                i + 1
-            );
-            assert!(self.call().await.is_err());
-        }
-    }
-}
 
 fn alternative(tool: &str, method: &str, degradation: &str, level: Degradation) -> Route {
     Route::Alternative {
@@ -365,11 +240,11 @@ fn empty_cascade_window_and_bad_recovery_backoff_are_rejected() {
     );
     assert_eq!(
         seed_map().recovery_backoff(0, 20).build().unwrap_err(),
-        ExpediterError::InvalidRecoveryBackoff
+        ExpediterError::InvalidRecoveryBackoff { start: 0, cap: 20 }
     );
     assert_eq!(
         seed_map().recovery_backoff(8, 4).build().unwrap_err(),
-        ExpediterError::InvalidRecoveryBackoff
+        ExpediterError::InvalidRecoveryBackoff { start: 8, cap: 4 }
     );
 }
 
@@ -745,8 +620,10 @@ async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction
     else {
         panic!("expected scope reduction, got {decision}");
     };
-    assert!(note.starts_with("SKIPPED:"), "{note}");
-    assert!(note.contains("no tools available"), "{note}");
+    assert_eq!(
+        note,
+        "SKIPPED: content search across files — no acceptable tool (Bash: FORCED_OPEN; Read: FORCED_OPEN), and nobody to ask"
+    );
 
     assert_eq!(grep.calls(), 3, "Grep was never called while open");
     assert_eq!(expediter.report().systemic, None);
@@ -916,12 +793,21 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
         ]
     );
     for plan in [&plans[2], &plans[4]] {
-        let WorkStatus::Deferred { reason, unblock } = &plan.status else {
+        let WorkStatus::Deferred { blocked_by } = &plan.status else {
             panic!("{} should be deferred: {:?}", plan.name, plan.status);
         };
-        assert_eq!(reason, "Bash: OPEN — no alternative");
+        assert_eq!(blocked_by.len(), 1);
+        assert_eq!(blocked_by[0].to_string(), "Bash: OPEN — no alternative");
+        assert_eq!(
+            blocked_by[0].next_try,
+            NextTry::Probe {
+                decisions: 3,
+                not_before: None
+            }
+        );
+        let unblock = blocked_by[0].unblock();
         assert!(
-            unblock.contains("Bash will be tried again in 3 attempts"),
+            unblock.contains("Bash is tried again on its 3rd decision from now"),
             "{unblock}"
         );
         assert!(
@@ -993,7 +879,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
         report
             .next_steps
             .iter()
-            .any(|s| s.starts_with("Run test suite:")),
+            .any(|s| s.starts_with("\"Run test suite\":")),
         "{:?}",
         report.next_steps
     );
@@ -1238,7 +1124,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
         assert_eq!(
             plan.status,
             WorkStatus::NotAttempted {
-                why: "paused".into()
+                why: "paused: the failure budget is used up".into()
             }
         );
     }
@@ -1267,13 +1153,13 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
             (
                 "Update documentation",
                 &WorkStatus::NotAttempted {
-                    why: "paused".into()
+                    why: "paused: the failure budget is used up".into()
                 }
             ),
             (
                 "Deploy to staging",
                 &WorkStatus::NotAttempted {
-                    why: "paused".into()
+                    why: "paused: the failure budget is used up".into()
                 }
             ),
         ]
@@ -1301,8 +1187,8 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
         "Search for deprecated patterns (SUCCESS)",
         "Incomplete work:",
         "Run test suite (FAILED — Bash circuit OPEN)",
-        "Update documentation (NOT ATTEMPTED — paused)",
-        "Deploy to staging (NOT ATTEMPTED — paused)",
+        "Update documentation (NOT ATTEMPTED — paused: the failure budget is used up)",
+        "Deploy to staging (NOT ATTEMPTED — paused: the failure budget is used up)",
         "Tool health:",
         "Bash: OPEN (3 consecutive failures — timeout after 120s)",
         "Failures: 5 / 5",
@@ -1571,13 +1457,16 @@ async fn network_outage(expediter: &Expediter) -> (Tool, Tool) {
         None,
         "one open tool is not systemic"
     );
-    bash.fail_times(expediter, 3, "connection refused").await;
+    bash.fail_until_systemic(expediter, "connection refused")
+        .await;
     (grep, bash)
 }
 
 #[tokio::test(start_paused = true)]
 async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> TestResult {
-    let expediter = seed_expediter();
+    // A budget of 10: with the default 5, Bash's second failure would use it up, and
+    // is the systemic event (`a_failure_that_would_use_up_the_budget_...`).
+    let expediter = seed_map().failure_budget(10).build()?;
     let (grep, bash) = network_outage(&expediter).await;
 
     let report = expediter.report();
@@ -1658,7 +1547,7 @@ async fn decisions_until_probe(expediter: &Expediter, tool: &mut Tool, limit: us
         match decision.action {
             Action::Probe => return n,
             Action::Skip {
-                reason: SkipReason::Breaker(Reason::Open),
+                reason: SkipReason::RecoveryBackoff,
                 ..
             } => {}
             _ => panic!("decision {n} for {}: {decision}", tool.name),
@@ -1677,7 +1566,11 @@ async fn after_recovery_no_probe_goes_before_the_backoff_and_it_grows() -> TestR
     expediter.handle("Bash")?.reset();
     let report = expediter.report();
     let row = report.tools.iter().find(|t| &*t.name == "Grep").unwrap();
-    assert_eq!(row.next_probe, "in 3 steps (recovery backoff)");
+    assert_eq!(row.next_try, NextTry::RecoveryBackoff { decisions: 3 });
+    assert!(
+        report.to_string().contains("3rd step (recovery)"),
+        "{report}"
+    );
 
     let mut gaps = Vec::new();
     for _ in 0..5 {
@@ -2102,7 +1995,7 @@ async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> 
     assert!(line.contains("failed 3 times in a row"), "{line}");
     assert!(line.contains("grep: index corrupted"), "{line}");
     assert!(
-        line.contains("it will be tried again in 3 attempts"),
+        line.contains("it is tried again on its 3rd decision from now"),
         "{line}"
     );
     assert!(
@@ -2153,7 +2046,7 @@ async fn force_opened_tool_line_does_not_claim_it_failed() -> TestResult {
     let offer = expediter.offered_tools();
     assert_eq!(offer.withheld.len(), 1);
     let line = &offer.withheld[0].line;
-    assert!(line.contains("until an operator resets it"), "{line}");
+    assert!(line.contains("only once an operator resets it"), "{line}");
     assert_no_invitation(line);
     assert!(!line.contains("failed 0 times"), "{line}");
     Ok(())
@@ -2231,8 +2124,7 @@ async fn network_outage_on(expediter: &Expediter, a: &'static str, b: &'static s
     let mut a = Tool::new(expediter, a);
     let mut b = Tool::new(expediter, b);
     a.fail_times(expediter, 3, "connection refused").await;
-    b.fail_times(expediter, 3, "connection refused").await;
-    assert!(expediter.report().systemic.is_some());
+    b.fail_until_systemic(expediter, "connection refused").await;
 }
 
 // ---------------------------------------------------------------------------------------

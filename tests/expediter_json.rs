@@ -195,6 +195,7 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
         keys(&json),
         BTreeSet::from([
             "headline",
+            "run",
             "step",
             "completed",
             "incomplete",
@@ -210,12 +211,12 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
     assert!(json["systemic"].is_null());
     assert_eq!(
         keys(&json["budget"]),
-        BTreeSet::from(["used", "limit", "cycle", "failures"])
+        BTreeSet::from(["used", "limit", "cycle", "systemic_events", "failures"])
     );
     assert_eq!(json["budget"]["limit"], 10);
     assert_eq!(
         keys(&json["budget"]["failures"][0]),
-        BTreeSet::from(["tool", "message", "step", "systemic", "held_back"])
+        BTreeSet::from(["tool", "message", "step", "systemic"])
     );
     assert_eq!(
         keys(&json["tools"][0]),
@@ -228,7 +229,8 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
             "last_failure",
             "last_success_step",
             "availability",
-            "next_probe",
+            "unusable",
+            "next_try",
         ])
     );
     let bash = json["tools"]
@@ -239,6 +241,8 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
         .unwrap();
     assert_eq!(bash["state"], "open");
     assert_eq!(bash["last_failure"], "bash: permission denied");
+    assert_eq!(bash["unusable"], serde_json::json!({ "why": "open" }));
+    assert_eq!(bash["next_try"]["next"], "probe");
     let grep = json["tools"]
         .as_array()
         .unwrap()
@@ -262,14 +266,24 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
         .unwrap();
     assert_eq!(
         keys(deferred),
-        BTreeSet::from(["name", "tools", "status", "step", "degradations"])
+        BTreeSet::from(["run", "name", "tools", "status", "step", "degradations"])
     );
     assert_eq!(deferred["status"]["status"], "deferred");
-    assert_eq!(deferred["status"]["reason"], "Bash: OPEN — no alternative");
+    let blocker = &deferred["status"]["blocked_by"][0];
+    assert_eq!(
+        keys(blocker),
+        BTreeSet::from(["tool", "unusable", "alternatives", "next_try", "fallback"])
+    );
+    assert_eq!(blocker["tool"], "Bash");
+    assert_eq!(blocker["unusable"]["why"], "open");
+    assert_eq!(
+        blocker["fallback"],
+        "report commands that need to be run manually"
+    );
     assert_eq!(json["completed"][0]["status"]["status"], "done");
     assert_eq!(
         keys(&json["degradations"][0]),
-        BTreeSet::from(["tool", "route", "first_step", "last_step", "times"])
+        BTreeSet::from(["run", "tool", "route", "first_step", "last_step", "times"])
     );
     Ok(())
 }

@@ -6,8 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::builder::Builder;
-use crate::machine::ConfigError;
 
+use super::blame::{Blame, BlameRule};
+use super::error::ExpediterError;
 use super::precheck::PreCheck;
 
 /// How much an alternative loses.
@@ -101,6 +102,7 @@ pub struct ToolSpec {
     pub(crate) fallback: Option<Arc<str>>,
     pub(crate) breaker: Option<Builder>,
     pub(crate) precheck: Option<Arc<dyn PreCheck>>,
+    pub(crate) blame: Option<BlameRule>,
 }
 
 impl ToolSpec {
@@ -113,6 +115,7 @@ impl ToolSpec {
             fallback: None,
             breaker: None,
             precheck: None,
+            blame: None,
         }
     }
 
@@ -146,6 +149,24 @@ impl ToolSpec {
     /// A pre-call check run before the breaker is consulted (seed step 10).
     pub fn precheck(mut self, check: impl PreCheck + 'static) -> Self {
         self.precheck = Some(Arc::new(check));
+        self
+    }
+
+    /// Whose fault each of the tool's errors is (by default [`Blame::of`]): an error
+    /// the rule calls the caller's is not counted against the tool's breaker or the
+    /// failure budget. The rule sees the error's text.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::expediter::{Blame, ToolSpec};
+    ///
+    /// // Every error of this tool is its own, even "not found".
+    /// let search = ToolSpec::new("web_search")
+    ///     .fallback("ask the user")
+    ///     .blame(|_: &str| Blame::Tool);
+    /// # let _ = search;
+    /// ```
+    pub fn blame(mut self, rule: impl Fn(&str) -> Blame + Send + Sync + 'static) -> Self {
+        self.blame = Some(Arc::new(rule));
         self
     }
 
@@ -192,60 +213,16 @@ impl fmt::Debug for ToolSpec {
             .field("alternatives", &self.alternatives)
             .field("fallback", &self.fallback)
             .field("precheck", &self.precheck.is_some())
+            .field(
+                "blame",
+                &if self.blame.is_some() {
+                    "custom"
+                } else {
+                    "Blame::of"
+                },
+            )
             .finish()
     }
-}
-
-/// A capability map or expediter setting that cannot work.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExpediterError {
-    /// Two tools share a name.
-    #[error("tool `{0}` is declared twice")]
-    DuplicateTool(String),
-    /// A tool has an empty name.
-    #[error("a tool has an empty name")]
-    EmptyToolName,
-    /// An alternative names a tool the map does not have.
-    #[error("tool `{tool}` names an unknown tool `{alternative}` as its alternative")]
-    UnknownAlternative {
-        /// The tool declaring it.
-        tool: String,
-        /// The unknown name.
-        alternative: String,
-    },
-    /// Alternatives form a cycle (a tool standing in for itself, directly or not).
-    #[error("alternatives form a cycle: {}", .0.join(" -> "))]
-    AlternativeCycle(Vec<String>),
-    /// A tool has no alternative and no manual fallback: its failure would leave the
-    /// agent guessing.
-    #[error("tool `{0}` has neither an alternative nor a manual fallback")]
-    NoAlternativeOrFallback(String),
-    /// The failure budget is zero: the agent would pause before its first failure.
-    #[error("failure budget must be at least 1, got 0")]
-    ZeroBudget,
-    /// A cascade window of zero steps and zero time could never see two breakers open
-    /// together.
-    #[error("cascade window must not be empty")]
-    EmptyCascadeWindow,
-    /// The post-recovery probe backoff is empty or its cap is below its start.
-    #[error("recovery probe backoff must start at 1 step or more and its cap must not be below its start")]
-    InvalidRecoveryBackoff,
-    /// A tool's breaker settings are invalid.
-    #[error("tool `{tool}`: {source}")]
-    Breaker {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        #[source]
-        source: ConfigError,
-    },
-    /// The expediter has no tool of this name.
-    #[error("unknown tool `{0}`")]
-    UnknownTool(String),
-    /// The expediter has no sub-task of this name.
-    #[error("unknown sub-task `{0}`")]
-    UnknownSubTask(String),
 }
 
 /// Checks a whole map: unique names, known alternatives, no cycles, and every tool with

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::answer::Answer;
+use crate::error::BoxError;
 use crate::machine::Reason;
 
 use super::capability::Degradation;
@@ -64,15 +66,19 @@ pub enum SkipReason {
     Breaker(Reason),
     /// A pre-call check said the tool is unavailable.
     Unavailable,
+    /// After a confirmed recovery from a systemic failure, the tool's probe waits for
+    /// its turn in the recovery backoff (3, 6, 12 ... steps).
+    RecoveryBackoff,
 }
 
 impl SkipReason {
-    /// The breaker's reason (`open`, `half_open_full`, `killed`, `forced_open`), or
-    /// `unavailable`.
+    /// The breaker's reason (`open`, `half_open_full`, `killed`, `forced_open`),
+    /// `unavailable` or `recovery_backoff`.
     pub fn as_str(&self) -> &'static str {
         match self {
             SkipReason::Breaker(reason) => reason.as_str(),
             SkipReason::Unavailable => "unavailable",
+            SkipReason::RecoveryBackoff => "recovery_backoff",
         }
     }
 }
@@ -96,6 +102,7 @@ impl<'de> serde::Deserialize<'de> for SkipReason {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
         match &*text {
             "unavailable" => Ok(SkipReason::Unavailable),
+            "recovery_backoff" => Ok(SkipReason::RecoveryBackoff),
             other => Reason::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(other))
                 .map(SkipReason::Breaker),
         }
@@ -198,5 +205,46 @@ impl fmt::Display for Decision {
             Action::Pause { detail, .. } => line.push_str(&format!(" -> {detail}")),
         }
         f.pad(&line)
+    }
+}
+
+/// What [`Expediter::execute`](super::Expediter::execute) did.
+#[derive(Debug)]
+pub enum Attempt<T> {
+    /// The call was made (once); here is its result.
+    Made {
+        /// The decision that allowed it.
+        decision: Decision,
+        /// The tool's answer or error.
+        result: Result<Answer<T>, BoxError>,
+    },
+    /// The call was not made: take the route instead.
+    Skipped {
+        /// The decision.
+        decision: Decision,
+        /// Why the tool was not called.
+        reason: SkipReason,
+        /// Where to go instead.
+        route: Route,
+    },
+    /// The call was not made: the agent must pause and report.
+    Paused {
+        /// The decision.
+        decision: Decision,
+        /// Why.
+        reason: PauseReason,
+        /// What the user needs to know.
+        detail: String,
+    },
+}
+
+impl<T> Attempt<T> {
+    /// The decision behind it.
+    pub fn decision(&self) -> &Decision {
+        match self {
+            Attempt::Made { decision, .. }
+            | Attempt::Skipped { decision, .. }
+            | Attempt::Paused { decision, .. } => decision,
+        }
     }
 }

@@ -1,73 +1,23 @@
-//! The status report (seed step 7) and what the model is offered.
+//! The status report (seed step 7) and what the model is offered, made from the ledger
+//! and from the breakers as they are when the report is made: every statement of
+//! when a tool is tried next comes from one place, [`NextTry`].
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use crate::machine::{NextProbe, State};
+use crate::machine::State;
 use crate::snapshot::Snapshot;
 
+use super::budget::{BudgetLine, BudgetReport};
 use super::capability::Degradation;
-use super::decision::Route;
+use super::decision::{PauseReason, Route};
+use super::ledger::{Ledger, Pause};
 use super::precheck::Availability;
-use super::{Inner, Ledger, Registry, Tool};
-
-/// Where a sub-task stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "status", rename_all = "snake_case"))]
-pub enum WorkStatus {
-    /// Started, not finished.
-    InProgress,
-    /// Finished.
-    Done,
-    /// Attempted and failed.
-    Failed {
-        /// Why.
-        why: String,
-    },
-    /// Not attempted: a tool it needs is open with no usable alternative.
-    Deferred {
-        /// Which tool, in which state.
-        reason: String,
-        /// What would unblock it.
-        unblock: String,
-    },
-    /// Not attempted, for example because the agent paused.
-    NotAttempted {
-        /// Why.
-        why: String,
-    },
-}
-
-impl fmt::Display for WorkStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WorkStatus::InProgress => f.write_str("IN PROGRESS"),
-            WorkStatus::Done => f.write_str("SUCCESS"),
-            WorkStatus::Failed { why } => write!(f, "FAILED — {why}"),
-            WorkStatus::Deferred { reason, unblock } => {
-                write!(f, "DEFERRED — {reason}; to unblock: {unblock}")
-            }
-            WorkStatus::NotAttempted { why } => write!(f, "NOT ATTEMPTED — {why}"),
-        }
-    }
-}
-
-/// A sub-task in the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct WorkItem {
-    /// Its name.
-    pub name: Arc<str>,
-    /// The tools it needs.
-    pub tools: Vec<Arc<str>>,
-    /// Where it stands.
-    pub status: WorkStatus,
-    /// The step of its last change.
-    pub step: u64,
-    /// Degradations it runs with (alternative routes for open tools).
-    pub degradations: Vec<String>,
-}
+use super::registry::Registry;
+use super::routing::DegradationRecord;
+use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
+use super::standing::{ordinal, NextTry, ToolView, Unusable};
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,71 +29,21 @@ pub struct ToolHealth {
     pub state: State,
     /// Whether the kill switch is on.
     pub killed: bool,
-    /// Failures in a row.
+    /// Failures in a row, as its breaker counts them.
     pub consecutive_failures: u32,
-    /// The step of the last failure.
+    /// The expediter's step at its last failure.
     pub last_failure_step: Option<u64>,
-    /// The last failure's message.
+    /// Its breaker's last failure message.
     pub last_failure: Option<String>,
-    /// The step of the last success.
+    /// The expediter's step at its last success.
     pub last_success_step: Option<u64>,
-    /// What the last pre-call check found, if it has one.
+    /// What the last pre-call check found, while that result is used.
     pub availability: Option<Availability>,
-    /// When it will be tried again, in words.
-    pub next_probe: String,
-}
-
-/// One failure charged to the budget.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct BudgetLine {
-    /// The tool.
-    pub tool: Arc<str>,
-    /// What failed.
-    pub message: String,
-    /// The step.
-    pub step: u64,
-    /// Part of a systemic event, which counts once for all its failures.
-    pub systemic: bool,
-    /// Held back while it may belong to a systemic event.
-    pub held_back: bool,
-}
-
-/// The failure budget.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct BudgetReport {
-    /// Consumed this cycle (a systemic event counts once).
-    pub used: u32,
-    /// The budget a cycle.
-    pub limit: u32,
-    /// The cycle.
-    pub cycle: u32,
-    /// The failures behind it.
-    pub failures: Vec<BudgetLine>,
-}
-
-impl BudgetReport {
-    /// Whether the agent must pause.
-    pub fn exhausted(&self) -> bool {
-        self.used >= self.limit
-    }
-}
-
-/// A degradation the agent accepted (an alternative tool, the user, or less scope).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct DegradationRecord {
-    /// The tool that could not be called.
-    pub tool: Arc<str>,
-    /// What was done instead.
-    pub route: Route,
-    /// The first step it happened.
-    pub first_step: u64,
-    /// The last step it happened.
-    pub last_step: u64,
-    /// How often.
-    pub times: u32,
+    /// Why it cannot be called now on its own account, if it cannot (a pause of every
+    /// call is the headline's, and is in `next_try`).
+    pub unusable: Option<Unusable>,
+    /// When it is tried next.
+    pub next_try: NextTry,
 }
 
 /// A systemic failure: several tools failing from one suspected cause.
@@ -169,6 +69,8 @@ pub struct SystemicReport {
 pub struct StatusReport {
     /// The first line: running, paused for the budget, or paused for a systemic failure.
     pub headline: String,
+    /// The run it covers (`None`: every run of the expediter).
+    pub run: Option<Arc<str>>,
     /// The expediter's step.
     pub step: u64,
     /// Sub-tasks done.
@@ -179,7 +81,7 @@ pub struct StatusReport {
     pub tools: Vec<ToolHealth>,
     /// The failure budget.
     pub budget: BudgetReport,
-    /// Every degradation used.
+    /// Every degradation the run's decisions took.
     pub degradations: Vec<DegradationRecord>,
     /// The systemic failure, if one was detected (the latest).
     pub systemic: Option<SystemicReport>,
@@ -193,7 +95,11 @@ pub struct StatusReport {
 pub struct WithheldTool {
     /// The tool.
     pub name: Arc<str>,
-    /// Why it is withheld and when it will be tried again.
+    /// Why it cannot be used.
+    pub unusable: Unusable,
+    /// When it is tried next.
+    pub next_try: NextTry,
+    /// Why it is withheld and when it is tried again, in one line.
     pub line: String,
 }
 
@@ -207,237 +113,343 @@ pub struct ToolOffer {
     pub withheld: Vec<WithheldTool>,
 }
 
-pub(super) fn next_probe_words(
-    snapshot: &Snapshot,
-    recovery: Option<(u64, u64)>,
-    step: u64,
-) -> String {
-    if snapshot.killed {
-        return "when an operator revives it".to_string();
-    }
-    if let Some((from, _)) = recovery {
-        if snapshot.state == State::Closed {
-            return "—".to_string();
-        }
-        return match from.saturating_sub(step) {
-            0 => "on the next attempt (recovery backoff)".to_string(),
-            1 => "in 1 step (recovery backoff)".to_string(),
-            n => format!("in {n} steps (recovery backoff)"),
-        };
-    }
-    match snapshot.next_probe {
-        NextProbe::NotNeeded => "—".to_string(),
-        NextProbe::InFlight => "a probe is under way".to_string(),
-        NextProbe::After { calls, .. } => {
-            let calls_words = if calls <= 1 {
-                "on the next attempt".to_string()
-            } else {
-                format!("in {calls} attempts")
-            };
-            match snapshot.retry_after() {
-                Some(wait) if !wait.is_zero() => {
-                    format!("{calls_words}, not before {}s", wait.as_secs_f64().ceil())
-                }
-                _ => calls_words,
-            }
-        }
-        NextProbe::Manual => "only after a reset".to_string(),
+/// The tools as the report sees them: one snapshot each, taken before the ledger's
+/// lock.
+pub(crate) struct Views<'a> {
+    pub(crate) snapshots: &'a [Snapshot],
+    pub(crate) by_name: HashMap<Arc<str>, ToolView>,
+}
+
+impl<'a> Views<'a> {
+    pub(crate) fn new(registry: &Registry, snapshots: &'a [Snapshot]) -> Self {
+        let by_name = registry
+            .tools()
+            .iter()
+            .zip(snapshots)
+            .map(|(tool, snapshot)| (tool.spec.name.clone(), ToolView::of(snapshot)))
+            .collect();
+        Views { snapshots, by_name }
     }
 }
 
-fn health(ledger: &Ledger, tool: &Tool) -> ToolHealth {
-    let snapshot = tool.handle.snapshot();
-    let row = ledger.row(&tool.spec.name);
+pub(crate) fn paused_words(reason: PauseReason) -> &'static str {
+    match reason {
+        PauseReason::SystemicPause => "paused: a systemic failure waits for recovery",
+        PauseReason::BudgetExhausted => "paused: the failure budget is used up",
+    }
+}
+
+/// Where a sub-task stands now.
+pub(crate) fn work_status(
+    ledger: &Ledger,
+    registry: &Registry,
+    views: &HashMap<Arc<str>, ToolView>,
+    pause: Option<&Pause>,
+    work: &Work,
+) -> WorkStatus {
+    match (&work.state, pause) {
+        (WorkState::Done, _) => WorkStatus::Done,
+        (WorkState::Failed { why }, _) => WorkStatus::Failed { why: why.clone() },
+        (WorkState::InProgress | WorkState::NotAttempted, Some(pause)) => {
+            WorkStatus::NotAttempted {
+                why: paused_words(pause.reason).to_string(),
+            }
+        }
+        (WorkState::InProgress, None) => WorkStatus::InProgress,
+        (WorkState::NotAttempted, None) => WorkStatus::NotAttempted {
+            why: "planned during a pause that has ended; plan it again".to_string(),
+        },
+        (WorkState::Deferred, _) => WorkStatus::Deferred {
+            blocked_by: ledger.assess(&work.tools, work.limit, registry, views).1,
+        },
+    }
+}
+
+pub(crate) fn work_item(run: &RunState, work: &Work, status: WorkStatus) -> WorkItem {
+    WorkItem {
+        run: run.name.clone(),
+        name: work.name.clone(),
+        tools: work.tools.clone(),
+        status,
+        step: work.step,
+        degradations: work.degradations.clone(),
+    }
+}
+
+fn health(ledger: &Ledger, name: &Arc<str>, snapshot: &Snapshot) -> ToolHealth {
+    let standing = ledger.standing(name, &ToolView::of(snapshot));
     ToolHealth {
-        name: tool.spec.name.clone(),
+        name: name.clone(),
         state: snapshot.state,
         killed: snapshot.killed,
         consecutive_failures: snapshot.consecutive_failures,
-        last_failure_step: row.last_failure_step,
+        last_failure_step: ledger.last_failure_step(name),
         last_failure: snapshot
             .last_failure
             .as_ref()
             .map(|f| f.message.to_string()),
-        last_success_step: row.last_success_step,
-        availability: row.availability,
-        next_probe: next_probe_words(&snapshot, row.recovery, ledger.step),
+        last_success_step: ledger.last_success_step(name),
+        availability: ledger.availability(name),
+        unusable: standing.unusable,
+        next_try: standing.next_try,
     }
 }
 
-pub(super) fn build(ledger: &Ledger, inner: &Inner, registry: &Registry) -> StatusReport {
-    let limit = inner.settings.budget;
-    let used = ledger.budget_used();
-    let systemic = ledger.systemic.last().map(|s| SystemicReport {
-        cause: s.describe(),
-        signature: s.category.as_ref().map(|c| c.signature().to_string()),
-        tools: s.tools.clone(),
-        step: s.step,
-        resolved: s.resolved,
-    });
-    let active = ledger.active_systemic().is_some();
-    let headline = if active {
-        "SYSTEMIC FAILURE — PAUSING".to_string()
-    } else if used >= limit {
-        "FAILURE BUDGET EXHAUSTED — PAUSING".to_string()
-    } else {
-        format!("STATUS — step {}", ledger.step)
+/// The report of `runs` (all of them, or one).
+pub(crate) fn build(
+    ledger: &Ledger,
+    registry: &Registry,
+    views: &Views<'_>,
+    run: Option<Arc<str>>,
+    runs: &[&RunState],
+) -> StatusReport {
+    let budget = ledger.budget();
+    let (used, limit) = (ledger.used(), budget.limit());
+    let pause = ledger.pause();
+    let headline = match (&pause, &run) {
+        (Some(p), _) if p.reason == PauseReason::SystemicPause => {
+            "SYSTEMIC FAILURE — PAUSING".to_string()
+        }
+        (Some(_), _) => "FAILURE BUDGET EXHAUSTED — PAUSING".to_string(),
+        (None, Some(run)) => format!("STATUS — run {run}, step {}", ledger.step()),
+        (None, None) => format!("STATUS — step {}", ledger.step()),
     };
-    let paused = active || used >= limit;
-    let (completed, mut incomplete): (Vec<WorkItem>, Vec<WorkItem>) = ledger
-        .subtasks
-        .iter()
-        .cloned()
-        .partition(|w| w.status == WorkStatus::Done);
-    if paused {
-        for item in &mut incomplete {
-            if item.status == WorkStatus::InProgress {
-                item.status = WorkStatus::NotAttempted {
-                    why: "paused".to_string(),
-                };
+    let mut completed = Vec::new();
+    let mut incomplete = Vec::new();
+    for state in runs {
+        for work in &state.work {
+            let status = work_status(ledger, registry, &views.by_name, pause.as_ref(), work);
+            let item = work_item(state, work, status);
+            if item.status == WorkStatus::Done {
+                completed.push(item);
+            } else {
+                incomplete.push(item);
             }
         }
     }
-    let tools: Vec<ToolHealth> = registry.tools.iter().map(|t| health(ledger, t)).collect();
-    let failures = ledger
-        .entries
+    let tools: Vec<ToolHealth> = registry
+        .tools()
+        .iter()
+        .zip(views.snapshots)
+        .map(|(tool, snapshot)| health(ledger, &tool.spec.name, snapshot))
+        .collect();
+    let failures = budget
+        .entries()
         .iter()
         .map(|e| BudgetLine {
             tool: e.tool.clone(),
             message: e.message.clone(),
             step: e.step,
-            systemic: e.systemic.is_some(),
-            held_back: e.provisional,
+            systemic: e.event.is_some(),
         })
         .collect();
-    let mut next_steps = Vec::new();
-    if let Some(s) = ledger.active_systemic() {
-        next_steps.push(format!(
-            "Fix the shared cause ({}), then confirm recovery; open tools are then probed after {} steps, backing off to at most {}",
-            s.describe(),
-            inner.settings.recovery_start,
-            inner.settings.recovery_cap
-        ));
-    }
-    for row in tools
+    let systemic = ledger.latest_systemic().map(|s| SystemicReport {
+        cause: s.describe(),
+        signature: s.signature.as_ref().map(|c| c.signature().to_string()),
+        tools: s.tools.clone(),
+        step: s.step,
+        resolved: s.resolved,
+    });
+    let mut degradations: Vec<DegradationRecord> = runs
         .iter()
-        .filter(|t| t.state != State::Closed || t.killed)
-    {
-        let why = match (&row.last_failure, row.killed) {
-            (_, true) => {
-                "the kill switch is on; revive it when the tool may be used again".to_string()
-            }
-            (Some(message), false) => format!("last failure: {message}"),
-            (None, false) => format!("state {}", row.state),
-        };
-        next_steps.push(format!(
-            "Investigate {} ({why}); it will be tried again {}",
-            row.name, row.next_probe
-        ));
-    }
-    for item in &incomplete {
-        match &item.status {
-            WorkStatus::Deferred { unblock, .. } => {
-                next_steps.push(format!("{}: {unblock}", item.name))
-            }
-            WorkStatus::Failed { why } => {
-                let tools: Vec<&str> = item.tools.iter().map(|t| t.as_ref()).collect();
-                next_steps.push(format!(
-                    "\"{}\" failed ({why}); resume it once {} works again",
-                    item.name,
-                    tools.join(", ")
-                ));
-            }
-            WorkStatus::NotAttempted { .. } if paused => {
-                next_steps.push(format!("Resume from \"{}\" after resolution", item.name));
-                break;
-            }
-            _ => {}
-        }
-    }
-    if used >= limit {
-        next_steps.push("Start a new cycle once the failing tools are understood".to_string());
-    }
+        .flat_map(|r| r.degradations.iter().cloned())
+        .collect();
+    degradations.sort_by_key(|d| d.first_step);
+    let next_steps = next_steps(ledger, &tools, &incomplete, pause.as_ref());
     StatusReport {
         headline,
-        step: ledger.step,
+        run,
+        step: ledger.step(),
         completed,
         incomplete,
         tools,
         budget: BudgetReport {
             used,
             limit,
-            cycle: ledger.cycle,
+            cycle: budget.cycle(),
+            systemic_events: ledger.systemic_events_this_cycle(),
             failures,
         },
-        degradations: ledger.degradations.clone(),
+        degradations,
         systemic,
         next_steps,
     }
 }
 
-pub(super) fn offer(ledger: &Ledger, inner: &Inner, registry: &Registry) -> ToolOffer {
+fn next_steps(
+    ledger: &Ledger,
+    tools: &[ToolHealth],
+    incomplete: &[WorkItem],
+    pause: Option<&Pause>,
+) -> Vec<String> {
+    let mut steps = Vec::new();
+    if let Some(event) = ledger.active_systemic() {
+        let backoff = ledger.backoff();
+        steps.push(format!(
+            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed from the {} decision on, the wait doubling after each failed probe up to {} decisions",
+            event.describe(),
+            ordinal(backoff.start),
+            backoff.cap
+        ));
+    }
+    let by_name: HashMap<&str, &ToolHealth> = tools.iter().map(|t| (&*t.name, t)).collect();
+    for row in tools {
+        let Some(trouble) = row.unusable else {
+            continue;
+        };
+        let line = match trouble {
+            Unusable::Killed => format!(
+                "{} is switched off by the kill switch; it is tried again {}",
+                row.name, row.next_try
+            ),
+            Unusable::ForcedOpen => format!(
+                "An operator forced {} open; it is tried again {}",
+                row.name, row.next_try
+            ),
+            Unusable::Unavailable => format!(
+                "{}'s pre-call check says it is unavailable; it is tried again {}",
+                row.name, row.next_try
+            ),
+            Unusable::Held => format!(
+                "{} is held open on a hint from outside (another replica saw it fail); it is tried again {}",
+                row.name, row.next_try
+            ),
+            _ => {
+                let why = match &row.last_failure {
+                    Some(message) => format!("last failure: {message}"),
+                    None => format!("state {}", row.state),
+                };
+                format!(
+                    "Investigate {} ({why}); it is tried again {}",
+                    row.name, row.next_try
+                )
+            }
+        };
+        steps.push(line);
+    }
+    let mut resume_named = false;
+    for item in incomplete {
+        match &item.status {
+            WorkStatus::Deferred { blocked_by } if blocked_by.is_empty() => steps.push(format!(
+                "\"{}\": its tools can be used again; plan it again",
+                item.name
+            )),
+            WorkStatus::Deferred { blocked_by } => {
+                let unblock: Vec<String> = blocked_by.iter().map(|b| b.unblock()).collect();
+                steps.push(format!("\"{}\": {}", item.name, unblock.join("; ")));
+            }
+            WorkStatus::Failed { why } => {
+                let troubled: Vec<&ToolHealth> = item
+                    .tools
+                    .iter()
+                    .filter_map(|t| by_name.get(&**t).copied())
+                    .filter(|t| t.unusable.is_some())
+                    .collect();
+                let names = |rows: &[&ToolHealth]| {
+                    rows.iter().map(|t| &*t.name).collect::<Vec<_>>().join(", ")
+                };
+                if troubled.is_empty() {
+                    let all: Vec<&str> = item.tools.iter().map(|t| &**t).collect();
+                    steps.push(format!(
+                        "\"{}\" failed ({why}) while {} could be used: check what was asked of it, then run it again",
+                        item.name,
+                        all.join(", ")
+                    ));
+                } else {
+                    let when: Vec<String> = troubled
+                        .iter()
+                        .map(|t| format!("{} is tried again {}", t.name, t.next_try))
+                        .collect();
+                    steps.push(format!(
+                        "\"{}\" failed ({why}); resume it once {} can be used again ({})",
+                        item.name,
+                        names(&troubled),
+                        when.join("; ")
+                    ));
+                }
+            }
+            WorkStatus::NotAttempted { .. } if pause.is_some() => {
+                if !resume_named {
+                    steps.push(format!("Resume from \"{}\" after resolution", item.name));
+                    resume_named = true;
+                }
+            }
+            WorkStatus::NotAttempted { .. } => steps.push(format!(
+                "\"{}\" was planned during a pause that has ended: plan it again",
+                item.name
+            )),
+            WorkStatus::InProgress | WorkStatus::Done => {}
+        }
+    }
+    if pause.is_some_and(|p| p.reason == PauseReason::BudgetExhausted) {
+        steps.push("Start a new cycle once the failing tools are understood".to_string());
+    }
+    steps
+}
+
+/// What to offer the model now.
+pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> ToolOffer {
     let mut offer = ToolOffer {
         offered: Vec::new(),
         withheld: Vec::new(),
     };
-    let pause = ledger
-        .active_systemic()
-        .map(|s| format!("{}; calls resume once recovery is confirmed", s.describe()))
-        .or_else(|| {
-            let used = ledger.budget_used();
-            (used >= inner.settings.budget).then(|| {
-                format!(
-                    "the failure budget is used up ({used} / {}); calls resume with a new cycle",
-                    inner.settings.budget
-                )
-            })
-        });
-    for tool in &registry.tools {
+    let pause = ledger.pause();
+    for (tool, snapshot) in registry.tools().iter().zip(views.snapshots) {
         let name = tool.spec.name.clone();
-        if let Some(why) = &pause {
-            let line = format!("{name} is not offered: all tools are paused because {why}; the status report says what remains");
-            offer.withheld.push(WithheldTool { name, line });
-            continue;
-        }
-        let snapshot = tool.handle.snapshot();
-        let row = ledger.row(&name);
-        let instead = match ledger.pick_route(inner, registry, tool, Degradation::High) {
-            Route::Alternative { tool, method, .. } => format!("use {tool} ({method}) instead"),
-            Route::Manual { ask } => format!("instead, {ask}"),
-            Route::ReduceScope { .. } => "work that needs it is deferred".to_string(),
+        let standing = ledger.standing(&name, &ToolView::of(snapshot));
+        let unusable = match (&pause, standing.unusable) {
+            (Some(pause), _) => Unusable::Paused {
+                reason: pause.reason,
+            },
+            (None, Some(unusable)) => unusable,
+            (None, None) => {
+                offer.offered.push(name);
+                continue;
+            }
         };
-        let when = next_probe_words(&snapshot, row.recovery, ledger.step);
-        let line = if snapshot.killed {
-            Some(format!(
-                "{name} is not offered: an operator switched it off; it will not be called until an operator revives it; {instead}"
-            ))
-        } else if row.availability == Some(Availability::Unavailable) {
-            Some(format!(
-                "{name} is not offered: its pre-call check says it is unavailable; it will be checked again in the next cycle; {instead}"
-            ))
-        } else if snapshot.state == State::ForcedOpen {
-            Some(format!(
-                "{name} is not offered: an operator forced it open; it will not be called until an operator resets it; {instead}"
-            ))
-        } else if snapshot.state == State::Open
-            || row.recovery.is_some_and(|(from, _)| from > ledger.step)
-        {
-            let last = snapshot
-                .last_failure
-                .as_ref()
-                .map(|f| format!(" (last: {})", f.message))
-                .unwrap_or_default();
-            Some(format!(
-                "{name} is not offered: it failed {} times in a row{last}; it will be tried again {when}; {instead}",
-                snapshot.consecutive_failures
-            ))
+        let next = &standing.next_try;
+        let line = if let (Unusable::Paused { .. }, Some(pause)) = (unusable, &pause) {
+            format!(
+                "{name} is not offered: all tools are paused ({}); it is tried again {next}; the status report says what remains",
+                pause.detail
+            )
         } else {
-            None
+            let instead = match ledger
+                .route(&tool.spec, Degradation::High, &views.by_name)
+                .route
+            {
+                Route::Alternative { tool, method, .. } => format!("use {tool} ({method}) instead"),
+                Route::Manual { ask } => format!("instead, {ask}"),
+                Route::ReduceScope { .. } => "work that needs it is deferred".to_string(),
+            };
+            let why = match unusable {
+                Unusable::Killed => "an operator switched it off".to_string(),
+                Unusable::ForcedOpen => "an operator forced it open".to_string(),
+                Unusable::Unavailable => "its pre-call check says it is unavailable".to_string(),
+                Unusable::Held => {
+                    "it is held open on a hint from outside (another replica saw it fail)"
+                        .to_string()
+                }
+                _ => {
+                    let last = snapshot
+                        .last_failure
+                        .as_ref()
+                        .map(|f| format!(" (last: {})", f.message))
+                        .unwrap_or_default();
+                    format!(
+                        "it failed {} times in a row{last}",
+                        snapshot.consecutive_failures
+                    )
+                }
+            };
+            format!("{name} is not offered: {why}; it is tried again {next}; {instead}")
         };
-        match line {
-            Some(line) => offer.withheld.push(WithheldTool { name, line }),
-            None => offer.offered.push(name),
-        }
+        offer.withheld.push(WithheldTool {
+            name,
+            unusable,
+            next_try: standing.next_try,
+            line,
+        });
     }
     offer
 }
@@ -475,16 +487,23 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     out.push_str(&rule);
 }
 
+/// What the Next Try column counts.
+pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts decisions about the tool (a skipped one counts at once, a call when it is made); a recovery backoff counts decisions about any tool; peeks, plans and reports count nothing.";
+
 impl fmt::Display for StatusReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = String::new();
         let _ = writeln!(out, "{}\n", self.headline);
+        let run = |item: &WorkItem| match (&self.run, &item.run) {
+            (None, Some(run)) => format!("[{run}] "),
+            _ => String::new(),
+        };
         let _ = writeln!(out, "Completed work:");
         if self.completed.is_empty() {
             let _ = writeln!(out, "  (none)");
         }
         for item in &self.completed {
-            let _ = writeln!(out, "  - {} ({})", item.name, item.status);
+            let _ = writeln!(out, "  - {}{} ({})", run(item), item.name, item.status);
             for d in &item.degradations {
                 let _ = writeln!(out, "      degraded: {d}");
             }
@@ -494,7 +513,7 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(out, "  (none)");
         }
         for item in &self.incomplete {
-            let _ = writeln!(out, "  - {} ({})", item.name, item.status);
+            let _ = writeln!(out, "  - {}{} ({})", run(item), item.name, item.status);
         }
         let _ = writeln!(out, "\nTool health:");
         let step = |s: Option<u64>| s.map_or("—".to_string(), |s| format!("step {s}"));
@@ -513,7 +532,7 @@ impl fmt::Display for StatusReport {
                     t.consecutive_failures.to_string(),
                     step(t.last_failure_step),
                     step(t.last_success_step),
-                    t.next_probe.clone(),
+                    t.next_try.short(),
                 ]
             })
             .collect();
@@ -529,6 +548,7 @@ impl fmt::Display for StatusReport {
             ],
             &rows,
         );
+        let _ = writeln!(out, "  {NEXT_TRY_LEGEND}");
         for t in self
             .tools
             .iter()
@@ -543,16 +563,27 @@ impl fmt::Display for StatusReport {
                 t.last_failure.as_deref().unwrap_or("")
             );
         }
-        let _ = writeln!(
+        let budget = &self.budget;
+        let _ = write!(
             out,
             "\nFailures: {} / {} budget consumed (cycle {})",
-            self.budget.used, self.budget.limit, self.budget.cycle
+            budget.used, budget.limit, budget.cycle
         );
-        for (i, line) in self.budget.failures.iter().enumerate() {
+        if budget.systemic_events > 0 {
+            let in_events = budget.failures.len() - budget.ordinary();
+            let _ = write!(
+                out,
+                ": {} counted one each, and {} systemic event{} counted once for {in_events} failure{}",
+                budget.ordinary(),
+                budget.systemic_events,
+                if budget.systemic_events == 1 { "" } else { "s" },
+                if in_events == 1 { "" } else { "s" },
+            );
+        }
+        out.push('\n');
+        for (i, line) in budget.failures.iter().enumerate() {
             let note = if line.systemic {
                 " [systemic: counted once]"
-            } else if line.held_back {
-                " [held back: may be systemic]"
             } else {
                 ""
             };
@@ -573,7 +604,11 @@ impl fmt::Display for StatusReport {
                 } else {
                     format!("steps {}-{}, {} times", d.first_step, d.last_step, d.times)
                 };
-                let _ = writeln!(out, "  - {}: {} ({steps})", d.tool, d.route);
+                let run = match (&self.run, &d.run) {
+                    (None, Some(run)) => format!("[{run}] "),
+                    _ => String::new(),
+                };
+                let _ = writeln!(out, "  - {run}{}: {} ({steps})", d.tool, d.route);
             }
         }
         if let Some(s) = &self.systemic {

@@ -1,10 +1,14 @@
-//! Sub-tasks and scope reduction (seed step 5).
+//! Sub-tasks and scope reduction (seed step 5): each piece of the work names the tools
+//! it needs; one whose tool cannot be used, with no alternative it accepts, is deferred
+//! with its reason, and nothing is skipped silently.
 
+use std::fmt;
 use std::sync::Arc;
 
 use super::capability::Degradation;
 use super::decision::Route;
-use super::report::WorkStatus;
+use super::routing::{DegradationRecord, RefusedAlternative};
+use super::standing::{NextTry, Unusable};
 
 /// A piece of the agent's task and the tools it needs.
 ///
@@ -54,16 +58,125 @@ impl SubTask {
     }
 }
 
+/// A tool that keeps a sub-task deferred: why it cannot be used, why none of its
+/// alternatives will do, and when it is tried next, as of the moment this was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Blocker {
+    /// The tool.
+    pub tool: Arc<str>,
+    /// Why it cannot be used.
+    pub unusable: Unusable,
+    /// Its alternatives, each with why it was not taken.
+    pub alternatives: Vec<RefusedAlternative>,
+    /// When it is tried next.
+    pub next_try: NextTry,
+    /// What a person could do instead (the manual fallback).
+    pub fallback: Option<Arc<str>>,
+}
+
+impl Blocker {
+    /// What would unblock it: `web_search is tried again ...; or ask the user ...`.
+    pub fn unblock(&self) -> String {
+        match &self.fallback {
+            Some(ask) => format!("{} is tried again {}; or {ask}", self.tool, self.next_try),
+            None => format!("{} is tried again {}", self.tool, self.next_try),
+        }
+    }
+}
+
+/// `web_search: OPEN — no usable alternative (docs_fetch loses too much (high
+/// degradation))`.
+impl fmt::Display for Blocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.tool, self.unusable)?;
+        if self.alternatives.is_empty() {
+            return f.write_str(" — no alternative");
+        }
+        let each: Vec<String> = self.alternatives.iter().map(|a| a.to_string()).collect();
+        write!(f, " — no usable alternative ({})", each.join(", "))
+    }
+}
+
+/// Where a sub-task stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "status", rename_all = "snake_case"))]
+pub enum WorkStatus {
+    /// Started, not finished.
+    InProgress,
+    /// Finished.
+    Done,
+    /// Attempted and failed.
+    Failed {
+        /// Why.
+        why: String,
+    },
+    /// Not attempted: a tool it needs cannot be used and no alternative will do. The
+    /// blockers are those of the moment the status was made (a plan, a report); none
+    /// left means it can be started again.
+    Deferred {
+        /// The tools in the way.
+        blocked_by: Vec<Blocker>,
+    },
+    /// Not attempted, because every call was paused.
+    NotAttempted {
+        /// Why.
+        why: String,
+    },
+}
+
+impl fmt::Display for WorkStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkStatus::InProgress => f.write_str("IN PROGRESS"),
+            WorkStatus::Done => f.write_str("SUCCESS"),
+            WorkStatus::Failed { why } => write!(f, "FAILED — {why}"),
+            WorkStatus::Deferred { blocked_by } if blocked_by.is_empty() => {
+                f.write_str("DEFERRED — its tools can be used again; start it again")
+            }
+            WorkStatus::Deferred { blocked_by } => {
+                let why: Vec<String> = blocked_by.iter().map(|b| b.to_string()).collect();
+                let unblock: Vec<String> = blocked_by.iter().map(Blocker::unblock).collect();
+                write!(
+                    f,
+                    "DEFERRED — {}; to unblock: {}",
+                    why.join("; "),
+                    unblock.join("; ")
+                )
+            }
+            WorkStatus::NotAttempted { why } => write!(f, "NOT ATTEMPTED — {why}"),
+        }
+    }
+}
+
+/// A sub-task in the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct WorkItem {
+    /// The run it belongs to (`None`: the expediter's own).
+    pub run: Option<Arc<str>>,
+    /// Its name.
+    pub name: Arc<str>,
+    /// The tools it needs.
+    pub tools: Vec<Arc<str>>,
+    /// Where it stands.
+    pub status: WorkStatus,
+    /// The step of its last change.
+    pub step: u64,
+    /// Degradations it runs with (alternative routes for tools it cannot use).
+    pub degradations: Vec<String>,
+}
+
 /// What [`Expediter::start_subtask`](super::Expediter::start_subtask) decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubTaskPlan {
     /// The sub-task.
     pub name: Arc<str>,
-    /// In progress, deferred (with reason and what would unblock it) or not attempted
-    /// (paused).
+    /// In progress, deferred (with the tools in the way) or not attempted (paused).
     pub status: WorkStatus,
-    /// For each needed tool that is open but has a usable alternative: the route, whose
-    /// degradation the output must carry.
+    /// For each needed tool that cannot be used but has a usable alternative: the
+    /// route, whose degradation the output must carry.
     pub routes: Vec<(Arc<str>, Route)>,
 }
 
@@ -71,5 +184,61 @@ impl SubTaskPlan {
     /// Whether the sub-task can go ahead now.
     pub fn can_run(&self) -> bool {
         self.status == WorkStatus::InProgress
+    }
+}
+
+/// Where a sub-task stands, as the ledger keeps it: the reasons are computed when asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WorkState {
+    InProgress,
+    Done,
+    Failed {
+        why: String,
+    },
+    Deferred,
+    /// Planned while every call was paused.
+    NotAttempted,
+}
+
+/// A sub-task of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Work {
+    pub(crate) name: Arc<str>,
+    pub(crate) tools: Vec<Arc<str>>,
+    pub(crate) limit: Degradation,
+    pub(crate) state: WorkState,
+    pub(crate) step: u64,
+    pub(crate) degradations: Vec<String>,
+}
+
+/// What one run keeps: its sub-tasks and the degradations its decisions took.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunState {
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) work: Vec<Work>,
+    pub(crate) degradations: Vec<DegradationRecord>,
+}
+
+impl RunState {
+    /// Adds a sub-task, or replaces the one of the same name (planned again).
+    pub(crate) fn plan(&mut self, work: Work) {
+        match self.work.iter_mut().find(|w| w.name == work.name) {
+            Some(existing) => *existing = work,
+            None => self.work.push(work),
+        }
+    }
+
+    /// Notes a route taken for `tool` on the sub-tasks in progress that need it.
+    pub(crate) fn note_route(&mut self, tool: &Arc<str>, route: &Route) {
+        let affected = |w: &Work| w.state == WorkState::InProgress && w.tools.contains(tool);
+        if !self.work.iter().any(affected) {
+            return;
+        }
+        let line = route.to_string();
+        for work in self.work.iter_mut().filter(|w| affected(w)) {
+            if !work.degradations.contains(&line) {
+                work.degradations.push(line.clone());
+            }
+        }
     }
 }

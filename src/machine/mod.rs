@@ -100,6 +100,8 @@ struct Lingering {
 pub(crate) struct Machine {
     config: Config,
     phase: Phase,
+    /// Why it is in its state: the latest transition's cause (`None`: closed since built).
+    cause: Option<Cause>,
     generation: u64,
     mode: Mode,
     consecutive: u32,
@@ -120,6 +122,7 @@ impl Machine {
             mode: config.mode,
             config,
             phase: Phase::Closed,
+            cause: None,
             generation: 0,
             consecutive: 0,
             threshold_relief: 0,
@@ -139,6 +142,11 @@ impl Machine {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Why it is in its state: the latest transition's cause (`None`: closed since built).
+    pub(crate) fn cause(&self) -> Option<Cause> {
+        self.cause
     }
 
     pub(crate) fn mode(&self) -> Mode {
@@ -646,6 +654,7 @@ impl Machine {
         self.lingering
             .retain(|l| l.until.is_none_or(|until| at.now < until));
         self.phase = phase;
+        self.cause = Some(cause);
         self.generation += 1;
         Transition {
             name: self.config.name.clone(),

@@ -367,6 +367,7 @@ impl Shared {
             let snapshot = Snapshot {
                 name: self.name.full().clone(),
                 state: machine.state(),
+                cause: machine.cause(),
                 mode: machine.mode(),
                 killed,
                 consecutive_failures: machine.consecutive_failures(),

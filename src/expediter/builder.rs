@@ -1,0 +1,168 @@
+//! Building an expediter: [`ExpediterBuilder`], which checks the capability map and the
+//! settings.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::builder::Builder;
+use crate::kill::KillSwitch;
+use crate::machine::Cooldown;
+
+use super::capability::{self, ToolSpec};
+use super::cascade::CascadeWindow;
+use super::category::{Categorizer, FailureCategory};
+use super::error::ExpediterError;
+use super::recovery::RecoveryBackoff;
+use super::Expediter;
+
+/// Settings shared by the whole expediter, checked when it is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) budget: u32,
+    pub(crate) cascade: CascadeWindow,
+    pub(crate) recovery: RecoveryBackoff,
+    pub(crate) user_available: bool,
+}
+
+impl Settings {
+    /// The seed's: budget 5, three openings within 3 steps (or 30 s) are together,
+    /// recovery probes after 3, 6, 12 ... steps capped at 20.
+    fn seed() -> Self {
+        Settings {
+            budget: 5,
+            cascade: CascadeWindow {
+                steps: 3,
+                time: Duration::from_secs(30),
+            },
+            recovery: RecoveryBackoff { start: 3, cap: 20 },
+            user_available: true,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ExpediterError> {
+        if self.budget == 0 {
+            return Err(ExpediterError::ZeroBudget);
+        }
+        if self.cascade.steps == 0 && self.cascade.time.is_zero() {
+            return Err(ExpediterError::EmptyCascadeWindow);
+        }
+        let RecoveryBackoff { start, cap } = self.recovery;
+        if start == 0 || cap < start {
+            return Err(ExpediterError::InvalidRecoveryBackoff { start, cap });
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`Expediter`] and checks its capability map.
+pub struct ExpediterBuilder {
+    pub(crate) tools: Vec<ToolSpec>,
+    pub(crate) settings: Settings,
+    pub(crate) kill: KillSwitch,
+    pub(crate) breaker: Builder,
+    pub(crate) categorizer: Categorizer,
+}
+
+impl ExpediterBuilder {
+    pub(crate) fn new() -> Self {
+        ExpediterBuilder {
+            tools: Vec::new(),
+            settings: Settings::seed(),
+            kill: KillSwitch::new(),
+            breaker: Builder::new()
+                .failure_threshold(3)
+                .cooldown(Cooldown::Calls(3)),
+            categorizer: Categorizer::default(),
+        }
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, spec: ToolSpec) -> Self {
+        self.tools.push(spec);
+        self
+    }
+
+    /// Adds several tools.
+    pub fn tools(mut self, specs: impl IntoIterator<Item = ToolSpec>) -> Self {
+        self.tools.extend(specs);
+        self
+    }
+
+    /// Failures allowed in a cycle, across all tools, before the agent pauses (default
+    /// 5). A systemic event counts once.
+    pub fn failure_budget(mut self, budget: u32) -> Self {
+        self.settings.budget = budget;
+        self
+    }
+
+    /// Breakers opening within this many steps or this much time of each other count as
+    /// "together" (default 3 steps or 30 s); three together are a systemic event. Time
+    /// is the breakers' clock (`tokio::time`).
+    pub fn cascade_window(mut self, steps: u64, time: Duration) -> Self {
+        self.settings.cascade = CascadeWindow { steps, time };
+        self
+    }
+
+    /// After a confirmed recovery, open tools are probed after `start` steps, doubling
+    /// after each failed probe up to `cap` (default 3 and 20). Steps count every
+    /// decision, about any tool. A very long backoff (`u64::MAX`) means no probe.
+    pub fn recovery_backoff(mut self, start: u64, cap: u64) -> Self {
+        self.settings.recovery = RecoveryBackoff { start, cap };
+        self
+    }
+
+    /// Whether a person can be asked (the manual fallback route). Without one, routing
+    /// goes from the alternatives straight to scope reduction. Default: yes.
+    pub fn user_available(mut self, available: bool) -> Self {
+        self.settings.user_available = available;
+        self
+    }
+
+    /// The kill switch all tools obey (default: a new one, on
+    /// [`Expediter::kill_switch`]).
+    pub fn kill_switch(mut self, kill: KillSwitch) -> Self {
+        self.kill = kill;
+        self
+    }
+
+    /// Breaker settings for tools that do not set their own (default: the seed's, 3
+    /// consecutive failures and a probe every 3rd attempt after opening).
+    pub fn default_breaker(mut self, builder: Builder) -> Self {
+        self.breaker = builder;
+        self
+    }
+
+    /// Adds a rule naming failure categories, checked before the built-in ones
+    /// (connection refused, permission denied, timeout, ...).
+    pub fn categorize(
+        mut self,
+        rule: impl Fn(&str) -> Option<FailureCategory> + Send + Sync + 'static,
+    ) -> Self {
+        self.categorizer.push(Arc::new(rule));
+        self
+    }
+
+    /// The expediter.
+    ///
+    /// # Errors
+    ///
+    /// A bad capability map (unknown alternative, a cycle, a tool with neither an
+    /// alternative nor a fallback, a duplicate or empty name), a zero budget, an empty
+    /// cascade window, a recovery backoff starting at 0 or capped below its start, or a
+    /// tool's bad breaker settings.
+    pub fn build(self) -> Result<Expediter, ExpediterError> {
+        self.settings.validate()?;
+        capability::validate(&self.tools)?;
+        Expediter::new(self)
+    }
+}
+
+impl fmt::Debug for ExpediterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExpediterBuilder")
+            .field("tools", &self.tools)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
