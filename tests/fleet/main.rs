@@ -259,7 +259,9 @@ async fn members_with(url: &str, prefix: &str, n: usize, policy: HintPolicy) -> 
 
 #[tokio::test]
 async fn a_kill_reaches_every_replica_within_the_propagation_bound() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("kill");
     let members = members(&redis.url, &prefix, 3).await;
     for member in &members {
@@ -295,7 +297,9 @@ async fn a_kill_reaches_every_replica_within_the_propagation_bound() {
 
 #[tokio::test]
 async fn a_replica_started_after_the_kill_starts_killed() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("late");
     let operator = replica(&redis.url, &prefix, "operator");
     up(&operator).await;
@@ -320,7 +324,9 @@ async fn a_replica_started_after_the_kill_starts_killed() {
 
 #[tokio::test]
 async fn revive_reaches_every_replica() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("revive");
     let members = members(&redis.url, &prefix, 3).await;
     let mut events: Vec<_> = members.iter().map(|m| m.fleet.events()).collect();
@@ -358,7 +364,9 @@ async fn members_late(url: &str, prefix: &str) -> (Fleet, KillSwitch) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followed_open_reaches_peers_and_expires() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("follow");
     let members = members(&redis.url, &prefix, 2).await;
     let (a, b) = (&members[0], &members[1]);
@@ -478,7 +486,9 @@ impl ProbeAt for NextProbe {
 
 #[tokio::test]
 async fn a_quorum_needs_n_replicas() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("quorum");
     // The two that fail see for themselves: they ignore each other.
     let members = members_with(&redis.url, &prefix, 2, HintPolicy::Ignore).await;
@@ -516,7 +526,9 @@ async fn a_quorum_needs_n_replicas() {
 
 #[tokio::test]
 async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_kill_key() {
-    let mut server = RedisServer::start(&[]).await;
+    let Some(mut server) = RedisServer::start(&[]).await else {
+        return;
+    };
     let url = server.url();
     let prefix = unique_prefix("restart");
     let fleet = replica(&url, &prefix, "alone");
@@ -584,7 +596,9 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
 
 #[tokio::test]
 async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("malformed");
     let members = members(&redis.url, &prefix, 1).await;
     let member = &members[0];
@@ -645,7 +659,9 @@ async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
 
 #[tokio::test]
 async fn a_published_open_until_far_off_is_capped() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("cap");
     let members = members(&redis.url, &prefix, 1).await;
     let member = &members[0];
@@ -704,7 +720,9 @@ async fn skipped_as_open(expediter: &Expediter, tool: &str) -> Route {
 
 #[tokio::test]
 async fn tool_health_learned_by_one_replica_reaches_the_others() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("expediter");
     let replicas = agents(&redis.url, &prefix).await;
     let (a, b) = (&replicas[0], &replicas[1]);
@@ -726,7 +744,9 @@ async fn tool_health_learned_by_one_replica_reaches_the_others() {
 
 #[tokio::test]
 async fn tools_held_on_a_peers_hints_are_no_systemic_event_here() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("expediter-cascade");
     let replicas = agents(&redis.url, &prefix).await;
     let (a, b) = (&replicas[0], &replicas[1]);
@@ -760,7 +780,9 @@ async fn tools_held_on_a_peers_hints_are_no_systemic_event_here() {
 
 #[tokio::test]
 async fn a_password_protected_redis_is_reached_with_the_password_only() {
-    let server = RedisServer::start(&["--requirepass", "s3cret"]).await;
+    let Some(server) = RedisServer::start(&["--requirepass", "s3cret"]).await else {
+        return;
+    };
     let prefix = unique_prefix("auth");
     let refused = replica(&server.url(), &prefix, "no-password");
     let error = refused
@@ -782,7 +804,9 @@ async fn a_password_protected_redis_is_reached_with_the_password_only() {
 
 #[tokio::test]
 async fn prefixes_keep_fleets_apart() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let ours = members(&redis.url, &unique_prefix("ours"), 1).await;
     let theirs = members(&redis.url, &unique_prefix("theirs"), 1).await;
     let mut events = ours[0].fleet.events();
@@ -832,7 +856,9 @@ fn a_fleet_needs_a_runtime_but_shares_from_any_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("observer");
     let source = members_with(&redis.url, &prefix, 1, HintPolicy::Ignore).await;
     let fleet = replica(&redis.url, &prefix, "observed");
@@ -864,7 +890,9 @@ async fn an_observer_calling_the_fleet_while_a_hold_is_applied_does_not_deadlock
 
 #[tokio::test]
 async fn breakers_and_switches_go_on_alone_when_the_fleet_is_dropped() {
-    let redis = Redis::get().await;
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
     let prefix = unique_prefix("dropped");
     let mut members = members(&redis.url, &prefix, 1).await;
     let member = members.pop().unwrap();

@@ -1,8 +1,13 @@
 //! A real redis-server for the fleet's tests and benchmark: the one `.ci/run` started
 //! (its address in `TCB_REDIS_URL`), or one started here from the `redis-server` binary
 //! (on `PATH`, or `TCB_REDIS_SERVER`) on a free loopback port, stopped when dropped.
+//!
+//! On a machine without one, each test says it is skipped and why, and passes, so that
+//! `cargo test` works anywhere; with `TCB_REQUIRE_SERVERS=1` (as `.ci/run` sets it) a
+//! missing server fails the test instead.
 #![allow(dead_code)] // the benchmark uses a part
 
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -15,6 +20,17 @@ const HOW: &str = "the fleet's tests need a real redis-server: install it (Debia
     in TCB_REDIS_SERVER), or point TCB_REDIS_URL at a running one (redis://127.0.0.1:PORT); \
     `bash .ci/run` does both";
 
+/// No server to be had: `None` and a line saying the test is skipped, or a failure
+/// when servers are required (`TCB_REQUIRE_SERVERS=1`).
+fn unavailable<T>(why: &str) -> Option<T> {
+    if std::env::var("TCB_REQUIRE_SERVERS").is_ok_and(|v| v == "1") {
+        panic!("{why}: {HOW}");
+    }
+    // Straight to stderr, past the test harness's capture, so the skip is seen.
+    let _ = writeln!(std::io::stderr(), "skipped: {why}; {HOW}");
+    None
+}
+
 /// A server to use: the shared one, or one of our own.
 pub struct Redis {
     pub url: String,
@@ -22,16 +38,17 @@ pub struct Redis {
 }
 
 impl Redis {
-    /// The server given in `TCB_REDIS_URL`, or a new one of our own.
-    pub async fn get() -> Redis {
+    /// The server given in `TCB_REDIS_URL`, or a new one of our own; `None` (the test
+    /// is skipped) when there is neither.
+    pub async fn get() -> Option<Redis> {
         match std::env::var("TCB_REDIS_URL") {
-            Ok(url) if !url.is_empty() => Redis { url, own: None },
+            Ok(url) if !url.is_empty() => Some(Redis { url, own: None }),
             _ => {
-                let server = RedisServer::start(&[]).await;
-                Redis {
+                let server = RedisServer::start(&[]).await?;
+                Some(Redis {
                     url: server.url(),
                     own: Some(server),
-                }
+                })
             }
         }
     }
@@ -73,8 +90,12 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     /// Starts one on a free loopback port, with these extra arguments
-    /// (`["--requirepass", "x"]`), no persistence but what `stop` saves.
-    pub async fn start(extra: &[&str]) -> RedisServer {
+    /// (`["--requirepass", "x"]`), no persistence but what `stop` saves; `None` (the test
+    /// is skipped) when there is no `redis-server` to run.
+    pub async fn start(extra: &[&str]) -> Option<RedisServer> {
+        if let Err(error) = Command::new(binary()).arg("--version").output() {
+            return unavailable(&format!("cannot run `{}` ({error})", binary()));
+        }
         let dir = std::env::temp_dir().join(format!(
             "tcb-redis-{}",
             unique_prefix("server").trim_start_matches("tcbtest-server-")
@@ -90,7 +111,7 @@ impl RedisServer {
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn().await {
-                return server;
+                return Some(server);
             }
         }
         panic!("redis-server would not start on a loopback port");
