@@ -26,7 +26,7 @@ pub(crate) enum Scenario {
 const RESUME_ROUNDS: usize = 4;
 
 /// What each tool provides, what can stand in for it, what a person could do, and whose
-/// fault its errors are (seed step 1).
+/// fault its errors are.
 fn capability_map() -> Vec<ToolSpec> {
     vec![
         ToolSpec::new("read_file")

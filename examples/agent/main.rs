@@ -29,7 +29,7 @@
 //! systemic event, every call pauses, and after the servers come back and recovery is
 //! confirmed the probes return and the breakers close.
 //!
-//! The split is the seed's expediter and executor (`agent.rs`): the [`Expediter`]
+//! The split is an expediter and an executor (`agent.rs`): the [`Expediter`]
 //! decides *whether* a call is made (CALL, PROBE, SKIP with a route, PAUSE); the tool
 //! services decide *how*. The agent never retries a failed call: the only second try is
 //! the breaker's probe.

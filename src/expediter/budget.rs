@@ -1,4 +1,4 @@
-//! The failure budget shared by all tools for a cycle (seed step 7): every failure a
+//! The failure budget shared by all tools for a cycle: every failure a
 //! tool's breaker records is charged once, and the failures of one systemic event
 //! count once together.
 

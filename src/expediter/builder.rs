@@ -26,9 +26,9 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The seed's: budget 5, three openings within 3 steps (or 30 s) are together,
+    /// The defaults: budget 5, three openings within 3 steps (or 30 s) are together,
     /// recovery probes after 3, 6, 12 ... steps capped at 20.
-    fn seed() -> Self {
+    fn defaults() -> Self {
         Settings {
             budget: 5,
             cascade: CascadeWindow {
@@ -68,7 +68,7 @@ impl ExpediterBuilder {
     pub(crate) fn new() -> Self {
         ExpediterBuilder {
             tools: Vec::new(),
-            settings: Settings::seed(),
+            settings: Settings::defaults(),
             kill: KillSwitch::new(),
             breaker: Builder::new()
                 .failure_threshold(3)
@@ -126,8 +126,8 @@ impl ExpediterBuilder {
         self
     }
 
-    /// Breaker settings for tools that do not set their own (default: the seed's, 3
-    /// consecutive failures and a probe every 3rd attempt after opening).
+    /// Breaker settings for tools that do not set their own (default: 3 consecutive
+    /// failures and a probe every 3rd attempt after opening).
     pub fn default_breaker(mut self, builder: Builder) -> Self {
         self.breaker = builder;
         self

@@ -1,5 +1,5 @@
 //! The capability map: what each tool provides, what can stand in for it, and what to
-//! ask of the user when nothing can (seed step 1).
+//! ask of the user when nothing can.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -139,14 +139,14 @@ impl ToolSpec {
     }
 
     /// The breaker settings for this tool (its name and kill switch are set by the
-    /// expediter). By default the seed's: 3 consecutive failures, a probe every 3rd
+    /// expediter). By default 3 consecutive failures, a probe every 3rd
     /// attempt after opening.
     pub fn breaker(mut self, builder: Builder) -> Self {
         self.breaker = Some(builder);
         self
     }
 
-    /// A pre-call check run before the breaker is consulted (seed step 10).
+    /// A pre-call check run before the breaker is consulted.
     pub fn precheck(mut self, check: impl PreCheck + 'static) -> Self {
         self.precheck = Some(Arc::new(check));
         self

@@ -1,4 +1,4 @@
-//! Cascade detection (seed step 9): breakers opening together, or failing with one
+//! Cascade detection: breakers opening together, or failing with one
 //! error signature, are one systemic event that counts once against the budget and
 //! pauses every call until a person confirms recovery.
 //!

@@ -1,5 +1,5 @@
 //! Failure categories: the error signatures that tell one shared cause from several
-//! independent ones (seed step 9).
+//! independent ones.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -9,7 +9,7 @@ use crate::machine::Reason;
 
 use super::capability::Degradation;
 
-/// Where a skipped call goes instead (seed step 4), in this priority order.
+/// Where a skipped call goes instead, in this priority order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(tag = "route", rename_all = "snake_case"))]

@@ -1,4 +1,4 @@
-//! Freshness labels for cached or earlier results (seed step 6): stale data is never
+//! Freshness labels for cached or earlier results: stale data is never
 //! presented as current.
 
 use std::collections::hash_map::DefaultHasher;

@@ -170,7 +170,7 @@ enum Verdict {
 }
 
 impl Expediter {
-    /// A builder with the seed's defaults: budget 5, threshold 3, a probe every 3rd
+    /// A builder with the defaults: budget 5, threshold 3, a probe every 3rd
     /// attempt after opening, recovery probes at 3, 6, 12... steps capped at 20.
     pub fn builder() -> ExpediterBuilder {
         ExpediterBuilder::new()
@@ -424,7 +424,7 @@ impl Expediter {
     }
 
     /// Declares a sub-task of the default run and decides at once whether it can run
-    /// now (seed step 5): if every tool it needs can be used or has an alternative it
+    /// now: if every tool it needs can be used or has an alternative it
     /// accepts, it is in progress (with the degradations it will carry); otherwise it is
     /// deferred, with the tools in the way, and the report says so from this moment.
     /// Planning looks and counts nothing. Planning a sub-task of the same name again
@@ -484,7 +484,7 @@ impl Expediter {
         self.with_views(report::offer)
     }
 
-    /// The status report (seed step 7) of every run: completed and incomplete work,
+    /// The status report of every run: completed and incomplete work,
     /// tool health, budget, degradations, a suspected systemic cause, next steps.
     pub fn report(&self) -> StatusReport {
         self.report_in(None, true)

@@ -1,4 +1,4 @@
-//! Pre-call checks (seed step 10): is the tool there and likely to work, before the
+//! Pre-call checks: is the tool there and likely to work, before the
 //! breaker is consulted?
 
 use std::future::Future;

@@ -1,4 +1,4 @@
-//! Recovery after a systemic event (seed step 9): once a person confirms the shared
+//! Recovery after a systemic event: once a person confirms the shared
 //! cause is fixed, each tool still open is probed after 3 steps, then after 6, 12 ...
 //! while its probes fail, capped at 20. The schedule replaces the breaker's own
 //! cooldown, so the two never add up; steps are the expediter's decisions about any

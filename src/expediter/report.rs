@@ -1,4 +1,4 @@
-//! The status report (seed step 7) and what the model is offered, made from the ledger
+//! The status report and what the model is offered, made from the ledger
 //! and from the breakers as they are when the report is made: every statement of
 //! when a tool is tried next comes from one place, [`NextTry`].
 
@@ -62,7 +62,7 @@ pub struct SystemicReport {
     pub resolved: bool,
 }
 
-/// The status report: as text (its `Display`, laid out like the seed's tables) or, with
+/// The status report: as text (its `Display`, a text layout of tables) or, with
 /// the `serde` feature, as JSON.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -454,7 +454,7 @@ pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> 
     offer
 }
 
-/// Renders a table like the seed's state table.
+/// Renders an ASCII table with a header row.
 fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {

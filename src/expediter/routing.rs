@@ -1,4 +1,4 @@
-//! Routing when a tool cannot be called (seed step 4): a low-degradation alternative,
+//! Routing when a tool cannot be called: a low-degradation alternative,
 //! then a high one, then the manual fallback, then scope reduction; and the record of
 //! every degradation taken.
 

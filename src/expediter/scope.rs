@@ -1,4 +1,4 @@
-//! Sub-tasks and scope reduction (seed step 5): each piece of the work names the tools
+//! Sub-tasks and scope reduction: each piece of the work names the tools
 //! it needs; one whose tool cannot be used, with no alternative it accepts, is deferred
 //! with its reason, and nothing is skipped silently.
 

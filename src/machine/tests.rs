@@ -345,7 +345,7 @@ proptest! {
 }
 
 #[test]
-fn the_lessons_trace_through_the_bare_machine() {
+fn a_known_twenty_call_trace_through_the_bare_machine() {
     let config = Builder::new()
         .failure_threshold(3)
         .cooldown(Cooldown::Calls(4))
