@@ -253,7 +253,7 @@ async fn print_answer(n: usize, answer: Result<ChatResponse, BoxError>) {
     };
     let who = match source {
         Source::Service | Source::Probe => "model",
-        Source::Fallback(_) | Source::Shadowed(_) => "fallback",
+        _ => "fallback",
     };
     println!("{n:>2} {who:<9} [{label}] {} {text}", status.as_u16());
 }

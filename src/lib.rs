@@ -81,7 +81,7 @@ mod shared;
 mod snapshot;
 mod sync;
 
-pub use crate::answer::{Answer, Source};
+pub use crate::answer::{Answer, Origin, Source, Verdict};
 pub use crate::builder::Builder;
 pub use crate::classify::{Classify, DefaultClassifier};
 pub use crate::error::{BoxError, ConfigError};
