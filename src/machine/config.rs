@@ -103,6 +103,8 @@ impl Backoff {
 
 /// How a breaker behaves while it is being rolled out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Mode {
     /// The breaker works: it trips, skips and probes.
     #[default]
