@@ -1,0 +1,155 @@
+//! [`SavedFallback`]: the fallback that serves saved answers.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::Service;
+
+#[cfg(doc)]
+use super::SaveLayer;
+use super::{SavedAnswers, Unavailable};
+use crate::fallback::Skipped;
+
+/// The fallback that serves saved answers: give it to
+/// [`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context).
+///
+/// For a skipped call, it takes the request's key and:
+///
+/// - with an answer saved for that key, not past the store's age limit, answers
+///   `stale(saved, age)`: your function must label the answer as stale with its age
+///   (the library never serves a saved answer any other way);
+/// - otherwise (no key, no answer, or too old) answers `unavailable(Unavailable)`,
+///   built from the breaker's snapshot at that moment: name, reason, and the real time
+///   to the next probe.
+///
+/// It never fails and never makes up content: the only content it serves is a real
+/// answer the wrapped service gave. Each answer is counted in the store
+/// ([`SavedAnswers::served`], [`SavedAnswers::unavailable`]).
+///
+/// Both functions build a response of the service's own type, so the answer can reach
+/// callers that only know that type; the breaker's [`Answer`](crate::Answer) also says
+/// [`Source::Fallback`](crate::Source::Fallback). With a structured response, put the
+/// label where the caller will see it (the message content, a header) and keep it
+/// distinguishable from the real service's answers.
+///
+/// A stale label with the time of retrieval, as the expediter's
+/// [`Freshness::Stale`](crate::expediter::Freshness::Stale) writes it:
+///
+/// ```
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use tower_circuit_breaker::expediter::{Freshness, Labeled};
+/// use tower_circuit_breaker::saved::{SavedAnswers, SavedFallback, Unavailable};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+///
+/// let saved = SavedAnswers::<String, String>::new(1_000, Duration::from_secs(3600))?;
+/// let breaker = CircuitBreakerLayer::builder().name("model").build()?;
+/// let fallback = SavedFallback::new(
+///     saved,
+///     |prompt: &String| Some(prompt.clone()),
+///     |answer: String, age: Duration| {
+///         let retrieved = SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH);
+///         // "[STALE DATA — retrieved at 2031-05-04T10:11:12Z, may not reflect current state]\n..."
+///         Labeled::new(answer, Freshness::stale(retrieved)).to_string()
+///     },
+///     |unavailable: Unavailable| format!("[UNAVAILABLE] {unavailable}"),
+/// );
+/// let breaker = breaker.with_fallback_context(fallback);
+/// # let _ = breaker;
+/// # Ok::<(), tower::BoxError>(())
+/// ```
+///
+/// # Clone
+///
+/// Clones share the store and the functions.
+pub struct SavedFallback<K, R, KF, ST, UN> {
+    saved: SavedAnswers<K, R>,
+    functions: Arc<Functions<KF, ST, UN>>,
+}
+
+struct Functions<KF, ST, UN> {
+    key: KF,
+    stale: ST,
+    unavailable: UN,
+}
+
+impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
+    /// Serves the answers saved in `saved` under `key(&request)` (the same key function
+    /// as the [`SaveLayer`]'s: [`SaveLayer::fallback`] makes sure of it), labeled by
+    /// `stale(answer, age)`, or `unavailable(Unavailable)` built from the breaker's own
+    /// decision for the call (it is a context-aware fallback: give it to
+    /// [`with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)).
+    pub fn new(saved: SavedAnswers<K, R>, key: KF, stale: ST, unavailable: UN) -> Self {
+        SavedFallback {
+            saved,
+            functions: Arc::new(Functions {
+                key,
+                stale,
+                unavailable,
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn saved(&self) -> &SavedAnswers<K, R> {
+        &self.saved
+    }
+}
+
+impl<Request, K, R, KF, ST, UN> Service<Skipped<Request>> for SavedFallback<K, R, KF, ST, UN>
+where
+    K: Hash + Eq,
+    R: Clone,
+    KF: Fn(&Request) -> Option<K>,
+    ST: Fn(R, Duration) -> R,
+    UN: Fn(Unavailable) -> R,
+{
+    type Response = R;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<R, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, skipped: Skipped<Request>) -> Self::Future {
+        let functions = &*self.functions;
+        let saved = (functions.key)(&skipped.request).and_then(|key| self.saved.get(&key));
+        let response = match saved {
+            Some((answer, age)) => {
+                self.saved.count_served();
+                (functions.stale)(answer, age)
+            }
+            None => {
+                self.saved.count_unavailable();
+                let now = tokio::time::Instant::now().into_std();
+                (functions.unavailable)(Unavailable::from_skip(
+                    &skipped.skip,
+                    &skipped.breaker,
+                    now,
+                ))
+            }
+        };
+        std::future::ready(Ok(response))
+    }
+}
+
+impl<K, R, KF, ST, UN> Clone for SavedFallback<K, R, KF, ST, UN> {
+    fn clone(&self) -> Self {
+        SavedFallback {
+            saved: self.saved.clone(),
+            functions: self.functions.clone(),
+        }
+    }
+}
+
+impl<K, R, KF, ST, UN> fmt::Debug for SavedFallback<K, R, KF, ST, UN> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SavedFallback")
+            .field("saved", &self.saved)
+            .finish_non_exhaustive()
+    }
+}
