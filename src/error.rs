@@ -78,8 +78,7 @@ impl Name {
 
 pub(crate) use self::label::BreakerName;
 
-/// In a module of its own: public to the fallback trait's hidden methods, and unnameable
-/// outside the crate.
+/// In a module of its own, so that only a rejection reads the copy.
 mod label {
     use std::fmt;
     use std::sync::Arc;
@@ -88,7 +87,7 @@ mod label {
 
     /// A breaker's name, and the copy of it its rejections carry.
     #[derive(Clone)]
-    pub struct BreakerName {
+    pub(crate) struct BreakerName {
         full: Arc<str>,
         rejected: Name,
     }

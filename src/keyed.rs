@@ -538,11 +538,11 @@ where
                 // the wrapped service was not polled ready: the call stays decided as
                 // killed.
                 let skip = shared.keep_killed(permit);
-                let future = self.fallback.call_unready(request, skip, &shared.name);
+                let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
             Decision::Skip(skip) => {
-                let future = self.fallback.call_unready(request, skip, &shared.name);
+                let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
         }
