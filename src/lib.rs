@@ -73,6 +73,7 @@ mod machine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod outcome;
+pub mod recover;
 pub mod replay;
 pub mod saved;
 mod service;

@@ -318,7 +318,7 @@ async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_af
     assert_eq!(exhausted_handle.snapshot().next_probe, NextProbe::Manual);
     assert_eq!(
         last_failure(&exhausted_handle),
-        "429 Too Many Requests: insufficient_quota"
+        "429 Too Many Requests: insufficient_quota (the quota is exhausted)"
     );
 
     // Past the rate limit's Retry-After (and the quota error's): the rate limit probes

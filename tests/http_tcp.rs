@@ -428,7 +428,7 @@ async fn a_rate_limit_probes_again_but_an_insufficient_quota_stays_open_until_re
             .unwrap()
             .message
             .to_string(),
-        "429 Too Many Requests: insufficient_quota"
+        "429 Too Many Requests: insufficient_quota (the quota is exhausted)"
     );
 
     // Past the Retry-After and the breaker's own cooldown: the rate limit probes and

@@ -87,6 +87,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod buffer;
 mod classify;
 pub mod error_body;
 pub mod provenance;
@@ -94,6 +95,7 @@ pub mod provenance;
 pub mod reqwest;
 pub mod stream;
 
+pub use self::buffer::{BodyTooLarge, BufferBody, BufferBodyLayer, BufferedResponse};
 pub use self::classify::{parse_retry_after, HttpClassifier};
 pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ReadAhead, ResponseBody};
 pub use self::provenance::{

@@ -11,20 +11,25 @@ use tower::Service;
 
 #[cfg(doc)]
 use super::SaveLayer;
-use super::{SavedAnswers, Unavailable};
+use super::{Replayable, SavedAnswers, Unavailable};
 use crate::fallback::Skipped;
+use crate::recover::Failed;
 
 /// The fallback that serves saved answers: give it to
-/// [`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context).
+/// [`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)
+/// for the calls the breaker skips, and to a
+/// [`RecoverLayer`](crate::recover::RecoverLayer) for the calls that fail, if they too
+/// should get a saved answer rather than an error.
 ///
-/// For a skipped call, it takes the request's key and:
+/// For a skipped or failed call, it takes the request's key and:
 ///
 /// - with an answer saved for that key, not past the store's age limit, answers
 ///   `stale(saved, age)`: your function must label the answer as stale with its age
 ///   (the library never serves a saved answer any other way);
 /// - otherwise (no key, no answer, or too old) answers `unavailable(Unavailable)`,
-///   built from the breaker's snapshot at that moment: name, reason, and the real time
-///   to the next probe.
+///   built from the breaker's decision for the call (or its state right after the
+///   failure): name, reason, the failure that does not pass by itself if one holds the
+///   breaker open, and the real time to the next probe.
 ///
 /// It never fails and never makes up content: the only content it serves is a real
 /// answer the wrapped service gave. Each answer is counted in the store
@@ -99,10 +104,37 @@ impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     }
 }
 
+impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN>
+where
+    K: Hash + Eq,
+    R: Replayable,
+    ST: Fn(R, Duration) -> R,
+    UN: Fn(Unavailable) -> R,
+{
+    /// The saved answer to `request`, labeled stale, or `unavailable()`'s answer; counted.
+    fn answer<Request>(&self, request: &Request, unavailable: impl FnOnce() -> Unavailable) -> R
+    where
+        KF: Fn(&Request) -> Option<K>,
+    {
+        let functions = &*self.functions;
+        match (functions.key)(request).and_then(|key| self.saved.get(&key)) {
+            Some((answer, age)) => {
+                self.saved.count_served();
+                (functions.stale)(answer, age)
+            }
+            None => {
+                self.saved.count_unavailable();
+                (functions.unavailable)(unavailable())
+            }
+        }
+    }
+}
+
+/// A call the breaker skipped.
 impl<Request, K, R, KF, ST, UN> Service<Skipped<Request>> for SavedFallback<K, R, KF, ST, UN>
 where
     K: Hash + Eq,
-    R: Clone,
+    R: Replayable,
     KF: Fn(&Request) -> Option<K>,
     ST: Fn(R, Duration) -> R,
     UN: Fn(Unavailable) -> R,
@@ -116,23 +148,32 @@ where
     }
 
     fn call(&mut self, skipped: Skipped<Request>) -> Self::Future {
-        let functions = &*self.functions;
-        let saved = (functions.key)(&skipped.request).and_then(|key| self.saved.get(&key));
-        let response = match saved {
-            Some((answer, age)) => {
-                self.saved.count_served();
-                (functions.stale)(answer, age)
-            }
-            None => {
-                self.saved.count_unavailable();
-                let now = tokio::time::Instant::now().into_std();
-                (functions.unavailable)(Unavailable::from_skip(
-                    &skipped.skip,
-                    &skipped.breaker,
-                    now,
-                ))
-            }
-        };
+        let response = self.answer(&skipped.request, || {
+            Unavailable::from_skipped(&skipped, tokio::time::Instant::now().into_std())
+        });
+        std::future::ready(Ok(response))
+    }
+}
+
+/// A call that was made and failed (given to a [`RecoverLayer`](crate::recover::RecoverLayer)).
+impl<Request, K, R, KF, ST, UN> Service<Failed<Request>> for SavedFallback<K, R, KF, ST, UN>
+where
+    K: Hash + Eq,
+    R: Replayable,
+    KF: Fn(&Request) -> Option<K>,
+    ST: Fn(R, Duration) -> R,
+    UN: Fn(Unavailable) -> R,
+{
+    type Response = R;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<R, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, failed: Failed<Request>) -> Self::Future {
+        let response = self.answer(&failed.request, || Unavailable::from_failed(&failed));
         std::future::ready(Ok(response))
     }
 }

@@ -3,16 +3,20 @@
 //!
 //! Three parts, sharing one store ([`SavedAnswers`]):
 //!
-//! - [`SaveLayer`] goes **inside** the breaker, between it and the wrapped service: each
-//!   good answer of the service is stored under the request's key (a key function you
-//!   give; `None` means "do not save this one").
+//! - [`SaveLayer`] goes **outside** the breaker: each answer of the wrapped service that
+//!   the breaker's classifier called a success ([`Verdict::Success`](crate::Verdict)) is
+//!   stored under the request's key (a key function you give; `None` means "do not save
+//!   this one"). It reads the breaker's verdict on the answer, so a 503 (an `Ok` to
+//!   tower) is never saved, and there is no second classifier to keep in step.
 //! - [`SavedFallback`] is the breaker's fallback
 //!   ([`CircuitBreakerLayer::with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)):
 //!   for a skipped call, it serves the saved answer to the same question, passed through
 //!   your `stale` function so it says how old it is; with no saved answer, or one older
 //!   than the store's age limit, it builds your `unavailable` answer from an
 //!   [`Unavailable`]: the breaker's name, why, and the real time until the next probe,
-//!   from the breaker's own decision for that call ([`Skipped`](crate::Skipped)).
+//!   from the breaker's own decision for that call ([`Skipped`](crate::Skipped)). Given
+//!   to a [`RecoverLayer`](crate::recover::RecoverLayer) too, it answers the calls that
+//!   fail the same way.
 //! - [`SavedAnswers`] is bounded in memory (a capacity, the least recently stored answer
 //!   evicted first) and in time (an age limit: older answers are never served), and
 //!   counts what the fallback served.
@@ -55,8 +59,8 @@
 //!     |unavailable: Unavailable| unavailable.to_string(),
 //! );
 //! let mut model = ServiceBuilder::new()
+//!     .layer(save) // outside the breaker: saves what its classifier calls a success
 //!     .layer(breaker.with_fallback_context(fallback))
-//!     .layer(save) // inside the breaker: only the service's real answers are saved
 //!     .service(client);
 //!
 //! // A first good answer, saved.
@@ -97,13 +101,23 @@
 //!
 //! - It never makes up content: the only content [`SavedFallback`] serves is an answer
 //!   the wrapped service really gave to a request with the same key, and nothing else
-//!   writes to the store (there is no public insert). Answers of the fallback itself
-//!   are never saved: they do not pass through [`SaveLayer`], which sits inside the
-//!   breaker.
+//!   writes to the store (there is no public insert). It saves only what the breaker's
+//!   classifier called a success: never a failure, an ignored answer, or a fallback's
+//!   answer (which carries no verdict).
 //! - It never serves a saved answer unlabeled: every one goes through your `stale`
 //!   function with its age, and the breaker's [`Answer`](crate::Answer) also marks it
 //!   [`Source::Fallback`](crate::Source::Fallback).
 //! - It never serves an answer older than the age limit.
+//!
+//! # HTTP responses
+//!
+//! A saved answer is served again, so it must be [`Replayable`] (`Clone`). A
+//! `reqwest::Response` or an `http::Response<Incoming>` is not: its body is a stream.
+//! Put [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) inside the breaker (feature `http`): its
+//! [`BufferedResponse`](crate::http::BufferedResponse) holds the status, headers and body bytes, is
+//! `Clone`, is classified by `HttpClassifier` and labelled by `ProvenanceLayer`, and
+//! converts to and from `http::Response` and `reqwest::Response`. Or save the parsed
+//! answer (`map_response` inside the save layer).
 //!
 //! # Keys
 //!
@@ -124,6 +138,24 @@ mod store;
 mod unavailable;
 
 pub use self::fallback::SavedFallback;
-pub use self::save::{EveryOk, GoodAnswer, Save, SaveFuture, SaveLayer};
+pub use self::save::{EverySuccess, GoodAnswer, Save, SaveFuture, SaveLayer};
 pub use self::store::{SavedAnswers, SavedConfigError};
 pub use self::unavailable::{stale_label, Unavailable};
+
+/// An answer that can be saved and served again: one that is `Clone`, since each time it
+/// is served it is a copy of the one saved. Implemented for every `Clone` type.
+///
+/// A response whose body is a stream (`reqwest::Response`, `http::Response<Incoming>`)
+/// is not: it can be read only once. Buffer it first with
+/// [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) (feature `http`), inside the breaker, whose
+/// [`BufferedResponse`](crate::http::BufferedResponse) (status, headers and body bytes) is `Clone` and
+/// still works with `ErrorBodyLayer` and `ProvenanceLayer`; or save the parsed answer
+/// (a `String`, your completion type) behind a `map_response`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be saved and served again: a saved answer must be `Clone`",
+    label = "not `Clone`, so not `Replayable`",
+    note = "a response whose body is a stream can be read once; buffer it inside the breaker with `tower_circuit_breaker::http::BufferBodyLayer` (its `BufferedResponse` is `Clone`), or save the parsed answer"
+)]
+pub trait Replayable: Clone {}
+
+impl<T: Clone> Replayable for T {}

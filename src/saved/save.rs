@@ -1,4 +1,4 @@
-//! [`SaveLayer`]: saves the wrapped service's good answers.
+//! [`SaveLayer`]: saves the answers the breaker's classifier called a success.
 
 use std::fmt;
 use std::future::Future;
@@ -9,11 +9,12 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::{SavedAnswers, SavedFallback};
+use super::{Replayable, SavedAnswers, SavedFallback};
+use crate::answer::{Answer, Verdict};
 
-/// What counts as a good answer, worth saving: a predicate over the wrapped service's
-/// response, implemented for closures `Fn(&R) -> bool`. The default, [`EveryOk`],
-/// saves every `Ok` response; errors are never saved.
+/// What else an answer must be to be worth saving, beyond a success of the breaker's
+/// classifier: a predicate over the wrapped service's response, implemented for
+/// closures `Fn(&R) -> bool`. The default, [`EverySuccess`], asks nothing more.
 ///
 /// ```
 /// use std::time::Duration;
@@ -45,25 +46,36 @@ where
     }
 }
 
-/// Every `Ok` response is a good answer: the default [`GoodAnswer`].
+/// Every answer the classifier called a success is a good answer: the default
+/// [`GoodAnswer`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct EveryOk;
+pub struct EverySuccess;
 
-impl<R> GoodAnswer<R> for EveryOk {
+impl<R> GoodAnswer<R> for EverySuccess {
     fn is_good(&self, _: &R) -> bool {
         true
     }
 }
 
-/// Saves the wrapped service's good answers in a [`SavedAnswers`], under the key the
-/// key function gives each request (`None`: not saved).
+/// Saves the answers the breaker's classifier called a success in a [`SavedAnswers`],
+/// under the key the key function gives each request (`None`: not saved).
 ///
-/// Place it **inside** the breaker (listed after it in a `ServiceBuilder`), so that only
-/// the wrapped service's own answers, probes included, are saved, never the fallback's.
+/// Place it **outside** the breaker (listed before it in a `ServiceBuilder`): it reads
+/// each [`Answer`]'s [`Verdict`], the breaker's own classification, so it saves exactly
+/// what the classifier calls a success, probes included, and never a failure (an HTTP
+/// 503 is an `Ok` to tower, and a failure to an HTTP classifier), an ignored or deferred
+/// answer, or a fallback's answer. There is no second classifier to keep in step with
+/// the breaker's.
+///
 /// It changes no readiness, response or error, and never delays one: a call costs the
 /// key function (and, with a key, a reference-count increment for the store and a
 /// clone of the predicate), and a good answer with a key, a clone of the response and
 /// one short lock when the response is ready.
+///
+/// The response must be [`Replayable`] (`Clone`): `reqwest::Response` and
+/// `http::Response<Incoming>` are not, since their bodies are streams; buffer them with
+/// [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) (a `Clone` [`BufferedResponse`](crate::http::BufferedResponse))
+/// or save the parsed answer.
 ///
 /// See the [module docs](super) for a complete example.
 ///
@@ -71,25 +83,29 @@ impl<R> GoodAnswer<R> for EveryOk {
 ///
 /// Clones share the store (see [`SavedAnswers`]); the key function and the predicate
 /// are cloned.
-pub struct SaveLayer<K, R, KF, G = EveryOk> {
+pub struct SaveLayer<K, R, KF, G = EverySuccess> {
     saved: SavedAnswers<K, R>,
     key: KF,
     good: G,
 }
 
 impl<K, R, KF> SaveLayer<K, R, KF> {
-    /// Saves into `saved`, under `key(&request)`, every `Ok` response.
-    pub fn new(saved: SavedAnswers<K, R>, key: KF) -> Self {
+    /// Saves into `saved`, under `key(&request)`, every answer of the wrapped service
+    /// the breaker's classifier calls a success.
+    pub fn new(saved: SavedAnswers<K, R>, key: KF) -> Self
+    where
+        R: Replayable,
+    {
         SaveLayer {
             saved,
             key,
-            good: EveryOk,
+            good: EverySuccess,
         }
     }
 }
 
 impl<K, R, KF, G> SaveLayer<K, R, KF, G> {
-    /// Saves only the `Ok` responses `good` accepts (see [`GoodAnswer`]).
+    /// Saves only the successes `good` accepts (see [`GoodAnswer`]).
     pub fn only_if<G2>(self, good: G2) -> SaveLayer<K, R, KF, G2> {
         SaveLayer {
             saved: self.saved,
@@ -146,8 +162,9 @@ impl<K, R, KF, G> fmt::Debug for SaveLayer<K, R, KF, G> {
     }
 }
 
-/// The service [`SaveLayer`] makes: the wrapped service, whose good answers are saved.
-pub struct Save<S, K, R, KF, G = EveryOk> {
+/// The service [`SaveLayer`] makes: the breaker, whose answers the classifier called a
+/// success are saved.
+pub struct Save<S, K, R, KF, G = EverySuccess> {
     inner: S,
     saved: SavedAnswers<K, R>,
     key: KF,
@@ -155,8 +172,8 @@ pub struct Save<S, K, R, KF, G = EveryOk> {
 }
 
 impl<S, K, R, KF, G> Save<S, K, R, KF, G> {
-    /// Wraps `inner`, saving into `saved` under `key(&request)` the `Ok` responses
-    /// `good` accepts.
+    /// Wraps `inner` (a breaker, answering [`Answer`]s), saving into `saved` under
+    /// `key(&request)` the successes `good` accepts.
     pub fn new(inner: S, saved: SavedAnswers<K, R>, key: KF, good: G) -> Self {
         Save {
             inner,
@@ -189,13 +206,13 @@ impl<S, K, R, KF, G> Save<S, K, R, KF, G> {
 
 impl<S, Request, K, R, KF, G> Service<Request> for Save<S, K, R, KF, G>
 where
-    S: Service<Request, Response = R>,
+    S: Service<Request, Response = Answer<R>>,
     K: Hash + Eq,
-    R: Clone,
+    R: Replayable,
     KF: Fn(&Request) -> Option<K>,
     G: GoodAnswer<R> + Clone,
 {
-    type Response = R;
+    type Response = Answer<R>;
     type Error = S::Error;
     type Future = SaveFuture<S::Future, K, R, G>;
 
@@ -245,8 +262,8 @@ struct Saving<K, R, G> {
 }
 
 pin_project! {
-    /// The future of a [`Save`] call: the wrapped service's, unchanged, saving a good
-    /// answer when it completes.
+    /// The future of a [`Save`] call: the breaker's, unchanged, saving a success when
+    /// it completes.
     pub struct SaveFuture<F, K, R, G> {
         #[pin]
         inner: F,
@@ -256,19 +273,21 @@ pin_project! {
 
 impl<F, E, K, R, G> Future for SaveFuture<F, K, R, G>
 where
-    F: Future<Output = Result<R, E>>,
+    F: Future<Output = Result<Answer<R>, E>>,
     K: Hash + Eq,
-    R: Clone,
+    R: Replayable,
     G: GoodAnswer<R>,
 {
-    type Output = Result<R, E>;
+    type Output = Result<Answer<R>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        if let (Ok(response), Some(saving)) = (&result, this.saving.take()) {
-            if saving.good.is_good(response) {
-                saving.saved.insert(saving.key, response.clone());
+        if let (Ok(answer), Some(saving)) = (&result, this.saving.take()) {
+            // The breaker's own verdict: a fallback's answer has none.
+            let success = answer.verdict() == Some(Verdict::Success);
+            if success && saving.good.is_good(answer.get_ref()) {
+                saving.saved.insert(saving.key, answer.get_ref().clone());
             }
         }
         Poll::Ready(result)
