@@ -53,6 +53,8 @@
 )]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod answer;
 mod builder;
 mod classify;
