@@ -46,7 +46,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
+use ::http::header::{HeaderValue, AGE};
 use ::http::response::Parts;
 use ::http::{Extensions, HeaderMap, Response, StatusCode, Version};
 use bytes::{Buf, Bytes, BytesMut};
@@ -142,6 +144,27 @@ impl BufferedResponse {
     /// Its body, without the head.
     pub fn into_body(self) -> Bytes {
         self.body
+    }
+
+    /// The same response with an `Age` header of `age` in whole seconds (rounded down,
+    /// as HTTP caches write it): how a saved answer served by a fallback says how old it
+    /// is, in a way HTTP clients and caches understand. Put a label in the content too
+    /// where a person or a model reads it ([`stale_label`](crate::saved::stale_label)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_circuit_breaker::http::BufferedResponse;
+    ///
+    /// let saved = BufferedResponse::from(http::Response::new(Bytes::from_static(b"42")));
+    /// let served = saved.with_age(Duration::from_millis(600_900));
+    /// assert_eq!(served.headers()["age"], "600");
+    /// ```
+    pub fn with_age(mut self, age: Duration) -> Self {
+        self.head
+            .headers
+            .insert(AGE, HeaderValue::from(age.as_secs()));
+        self
     }
 
     /// Its body as UTF-8 text.

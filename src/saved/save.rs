@@ -20,6 +20,7 @@ use crate::answer::{Answer, Verdict};
 /// use std::time::Duration;
 /// use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers};
 ///
+/// #[derive(Clone)]
 /// struct Completion {
 ///     finish_reason: &'static str,
 ///     text: String,

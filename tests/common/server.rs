@@ -54,6 +54,15 @@ impl Answer {
         self.header(RETRY_AFTER, HeaderValue::from(secs))
     }
 
+    /// The same answer with this header (`retry-after-ms: 1500`, say); a hang stays a
+    /// hang.
+    pub(crate) fn with_header(self, name: &'static str, value: &'static str) -> Self {
+        self.header(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        )
+    }
+
     fn header(self, name: HeaderName, value: HeaderValue) -> Self {
         match self {
             Answer::Respond(mut response) => {
