@@ -14,7 +14,7 @@
 //!   timeout's, the breaker's own fallback's), or an answer the breaker's classifier
 //!   called a failure ([`Answer::is_failure`]): the layer reads the breaker's verdict,
 //!   it does not classify again. A skip without a fallback
-//!   ([`Rejected`](crate::error::Rejected)) is not a failed call, and passes through,
+//!   ([`Rejected`]) is not a failed call, and passes through,
 //!   as does an error of `poll_ready` (tower's contract: the service is then
 //!   unusable).
 //! - The fallback gets a [`Failed`]: the request (kept before the call, so the

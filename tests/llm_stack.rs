@@ -331,8 +331,8 @@ async fn saved_answers_work_on_a_reqwest_stack_with_error_bodies_and_provenance(
         .layer(BufferBodyLayer::new())
         .layer(ErrorBodyLayer::new()) // still works inside: its extension is kept
         .service(reqwest::Client::new());
-    let mut svc = ReqwestStack::new(svc);
-    let mut ask = |prompt: &'static str| {
+    let svc = ReqwestStack::new(svc);
+    let ask = |prompt: &'static str| {
         let request = reqwest_chat(&server, prompt);
         let mut svc = svc.clone();
         async move {

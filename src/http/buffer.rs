@@ -7,7 +7,7 @@
 //! hangs counts as a failure), this layer reads the body (up to a limit, 8 MiB by
 //! default) and answers a [`BufferedResponse`]: the status, version, headers,
 //! extensions and body bytes. The breaker classifies it with
-//! [`HttpClassifier`](super::HttpClassifier) (which reads an error body in it directly:
+//! [`HttpClassifier`] (which reads an error body in it directly:
 //! no [`ErrorBodyLayer`](super::ErrorBodyLayer) is needed, though one inside this layer
 //! keeps working), [`ProvenanceLayer`](super::ProvenanceLayer) labels it, and it
 //! converts to and from `http::Response<Bytes>` and, with the `reqwest` feature, to and

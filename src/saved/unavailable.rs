@@ -113,7 +113,7 @@ impl Unavailable {
             next_probe: snapshot.next_probe,
             retry_after: retry_after_of(snapshot),
             failure: permanent
-                .then(|| snapshot.last_failure.as_ref())
+                .then_some(snapshot.last_failure.as_ref())
                 .flatten()
                 .map(|failure| failure.message.clone()),
             permanent,
