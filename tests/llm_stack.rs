@@ -29,7 +29,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer as Reply_, ScriptedReply};
+use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
@@ -45,10 +45,6 @@ use tower_circuit_breaker::{
 
 const CALL_BOUND: Duration = Duration::from_secs(5);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
-const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
-const RATE_LIMIT_BODY: &str =
-    r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
-const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
 const QUOTA_FAILURE: &str = "429 Too Many Requests: insufficient_quota (the quota is exhausted)";
 
 fn secs(n: u64) -> Duration {

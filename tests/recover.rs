@@ -115,7 +115,10 @@ fn stack(builder: Builder, server: &Server, seen: &Seen) -> (Stack, CircuitBreak
     (Stack::new(svc), handle)
 }
 
-async fn ask(svc: &mut Stack, prompt: &str) -> Result<Answer<String>, BoxError> {
+async fn ask<S>(svc: &mut S, prompt: &str) -> Result<Answer<String>, BoxError>
+where
+    S: Service<String, Response = Answer<String>, Error = BoxError>,
+{
     svc.ready().await?.call(prompt.to_string()).await
 }
 
@@ -235,38 +238,20 @@ async fn the_retry_after_of_a_failed_call_reaches_the_unavailable_answer() {
         .layer(breaker)
         .service(server.service());
 
-    let first = svc
-        .ready()
-        .await
-        .unwrap()
-        .call("q".to_string())
-        .await
-        .unwrap();
+    let first = ask(&mut svc, "q").await.unwrap();
     assert_eq!(first.get_ref(), "ok:q");
     advance(secs(60)).await;
 
     // The call that fails gets the saved answer, labelled, not an error.
     server.set(Mode::Limited);
-    let answer = svc
-        .ready()
-        .await
-        .unwrap()
-        .call("q".to_string())
-        .await
-        .unwrap();
+    let answer = ask(&mut svc, "q").await.unwrap();
     assert_eq!(answer.source(), Source::FallbackAfterFailure);
     assert_eq!(answer.get_ref(), "[saved 60s ago] ok:q");
     // The 429 opened the breaker at once, for its 7 s.
     assert_eq!(handle.state(), State::Open);
     // A new question that fails has nothing saved: it is told why and when.
     handle.reset();
-    let answer = svc
-        .ready()
-        .await
-        .unwrap()
-        .call("new".to_string())
-        .await
-        .unwrap();
+    let answer = ask(&mut svc, "new").await.unwrap();
     assert_eq!(
         answer.get_ref(),
         "model is unavailable: the call failed (429 Too Many Requests); retry after 7s"
@@ -293,13 +278,7 @@ async fn a_request_that_cannot_be_kept_fails_as_it_would_have_and_the_fallbacks_
         .layer(recover)
         .layer(breaker)
         .service(server.service());
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call("x".into())
-        .await
-        .unwrap_err();
+    let error = ask(&mut svc, "x").await.unwrap_err();
     assert_eq!(error.to_string(), "connection refused");
 
     // A fallback that fails: its error, boxed.
@@ -314,13 +293,7 @@ async fn a_request_that_cannot_be_kept_fails_as_it_would_have_and_the_fallbacks_
         .layer(recover)
         .layer(breaker)
         .service(server.service());
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call("x".into())
-        .await
-        .unwrap_err();
+    let error = ask(&mut svc, "x").await.unwrap_err();
     assert_eq!(error.to_string(), "the fallback is down too");
     assert_eq!(handle.snapshot().counts.failures, 1);
 }

@@ -104,76 +104,82 @@ impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     }
 }
 
-impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN>
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A call a [`SavedFallback`] answers: one the breaker skipped ([`Skipped`], when it is
+/// the breaker's fallback) or one that was made and failed ([`Failed`], when it is a
+/// [`RecoverLayer`](crate::recover::RecoverLayer)'s). Sealed.
+pub trait Unanswered: sealed::Sealed {
+    /// The request the call was for.
+    type Request;
+
+    /// The request, for its key.
+    #[doc(hidden)]
+    fn request(&self) -> &Self::Request;
+
+    /// What the caller is told when nothing is saved for it.
+    #[doc(hidden)]
+    fn unavailable(&self) -> Unavailable;
+}
+
+impl<Request> sealed::Sealed for Skipped<Request> {}
+impl<Request> sealed::Sealed for Failed<Request> {}
+
+impl<Request> Unanswered for Skipped<Request> {
+    type Request = Request;
+
+    fn request(&self) -> &Request {
+        &self.request
+    }
+
+    fn unavailable(&self) -> Unavailable {
+        Unavailable::from_skipped(self, tokio::time::Instant::now().into_std())
+    }
+}
+
+impl<Request> Unanswered for Failed<Request> {
+    type Request = Request;
+
+    fn request(&self) -> &Request {
+        &self.request
+    }
+
+    fn unavailable(&self) -> Unavailable {
+        Unavailable::from_failed(self)
+    }
+}
+
+impl<C, K, R, KF, ST, UN> Service<C> for SavedFallback<K, R, KF, ST, UN>
 where
+    C: Unanswered,
     K: Hash + Eq,
     R: Replayable,
+    KF: Fn(&C::Request) -> Option<K>,
     ST: Fn(R, Duration) -> R,
     UN: Fn(Unavailable) -> R,
 {
-    /// The saved answer to `request`, labeled stale, or `unavailable()`'s answer; counted.
-    fn answer<Request>(&self, request: &Request, unavailable: impl FnOnce() -> Unavailable) -> R
-    where
-        KF: Fn(&Request) -> Option<K>,
-    {
+    type Response = R;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<R, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: C) -> Self::Future {
         let functions = &*self.functions;
-        match (functions.key)(request).and_then(|key| self.saved.get(&key)) {
+        let response = match (functions.key)(call.request()).and_then(|key| self.saved.get(&key)) {
             Some((answer, age)) => {
                 self.saved.count_served();
                 (functions.stale)(answer, age)
             }
             None => {
                 self.saved.count_unavailable();
-                (functions.unavailable)(unavailable())
+                (functions.unavailable)(call.unavailable())
             }
-        }
-    }
-}
-
-/// A call the breaker skipped.
-impl<Request, K, R, KF, ST, UN> Service<Skipped<Request>> for SavedFallback<K, R, KF, ST, UN>
-where
-    K: Hash + Eq,
-    R: Replayable,
-    KF: Fn(&Request) -> Option<K>,
-    ST: Fn(R, Duration) -> R,
-    UN: Fn(Unavailable) -> R,
-{
-    type Response = R;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<R, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, skipped: Skipped<Request>) -> Self::Future {
-        let response = self.answer(&skipped.request, || {
-            Unavailable::from_skipped(&skipped, tokio::time::Instant::now().into_std())
-        });
-        std::future::ready(Ok(response))
-    }
-}
-
-/// A call that was made and failed (given to a [`RecoverLayer`](crate::recover::RecoverLayer)).
-impl<Request, K, R, KF, ST, UN> Service<Failed<Request>> for SavedFallback<K, R, KF, ST, UN>
-where
-    K: Hash + Eq,
-    R: Replayable,
-    KF: Fn(&Request) -> Option<K>,
-    ST: Fn(R, Duration) -> R,
-    UN: Fn(Unavailable) -> R,
-{
-    type Response = R;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<R, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, failed: Failed<Request>) -> Self::Future {
-        let response = self.answer(&failed.request, || Unavailable::from_failed(&failed));
+        };
         std::future::ready(Ok(response))
     }
 }

@@ -137,7 +137,7 @@ mod save;
 mod store;
 mod unavailable;
 
-pub use self::fallback::SavedFallback;
+pub use self::fallback::{SavedFallback, Unanswered};
 pub use self::save::{EverySuccess, GoodAnswer, Save, SaveFuture, SaveLayer};
 pub use self::store::{SavedAnswers, SavedConfigError};
 pub use self::unavailable::{stale_label, Unavailable};

@@ -1,5 +1,6 @@
 //! A scripted HTTP/1 server on loopback, shared by the tests that go over real TCP
-//! (`tests/http_tcp.rs`, `tests/http_reqwest.rs`, `tests/async_openai.rs`), each of
+//! (`tests/http_tcp.rs`, `tests/http_reqwest.rs`, `tests/async_openai.rs`,
+//! `tests/llm_stack.rs`), each of
 //! which includes it with `#[path = "common/server.rs"] mod server;` (it is not part of
 //! `tests/common/mod.rs`, whose users need no hyper).
 //!
@@ -25,6 +26,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
+
+/// A chat completion whose answer is "42".
+pub(crate) const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
+/// OpenAI's body for an exhausted quota (sent with a 429).
+pub(crate) const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+/// OpenAI's body for a rate limit (sent with a 429).
+pub(crate) const RATE_LIMIT_BODY: &str =
+    r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
 
 /// What the server does with one request.
 #[derive(Debug)]
