@@ -82,7 +82,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use ::http::{Method, Request, Response, StatusCode};
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use http_body::Body;
 use tower::Service;
 
@@ -90,6 +90,7 @@ pub use self::reply::AdminBody;
 use self::reply::{json, Problem};
 use self::route::{Act, Target};
 use crate::handle::CircuitBreakerHandle;
+use crate::http::buffer::{poll_read_whole, Unread};
 use crate::kill::KillSwitch;
 use crate::snapshot::Snapshot;
 
@@ -450,27 +451,10 @@ impl<B: Body> Future for AdminFuture<B> {
             }
             State::Reading { body, read, handle } => (body, read, handle),
         };
-        let answer = loop {
-            match ready!(body.as_mut().poll_frame(cx)) {
-                None => break open_for(handle, read),
-                Some(Err(_)) => {
-                    break Problem::bad_request("the request body broke off").response()
-                }
-                Some(Ok(frame)) => {
-                    let Ok(mut data) = frame.into_data() else {
-                        continue;
-                    };
-                    if data.remaining() > MAX_BODY - read.len() {
-                        break Problem::body_too_large(MAX_BODY).response();
-                    }
-                    while data.has_remaining() {
-                        let chunk = data.chunk();
-                        read.extend_from_slice(chunk);
-                        let n = chunk.len();
-                        data.advance(n);
-                    }
-                }
-            }
+        let answer = match ready!(poll_read_whole(body, read, MAX_BODY, cx)) {
+            Ok(()) => open_for(handle, read),
+            Err(Unread::Body(_)) => Problem::bad_request("the request body broke off").response(),
+            Err(Unread::TooLarge) => Problem::body_too_large(MAX_BODY).response(),
         };
         self.state = State::Answer(None);
         Poll::Ready(Ok(answer))

@@ -441,6 +441,44 @@ impl<B> Reading<B> {
     }
 }
 
+/// Why a body could not be read whole.
+pub(crate) enum Unread<E> {
+    /// It is longer than the limit.
+    TooLarge,
+    /// It broke off.
+    Body(E),
+}
+
+/// Reads `body`'s data frames into `read` until the body ends, `limit` bytes in all at
+/// most; trailers are skipped.
+pub(crate) fn poll_read_whole<B: Body + Unpin>(
+    body: &mut B,
+    read: &mut BytesMut,
+    limit: usize,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), Unread<B::Error>>> {
+    loop {
+        match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+            None => return Poll::Ready(Ok(())),
+            Some(Err(error)) => return Poll::Ready(Err(Unread::Body(error))),
+            Some(Ok(frame)) => {
+                let Ok(mut data) = frame.into_data() else {
+                    continue; // trailers
+                };
+                if data.remaining() > limit - read.len() {
+                    return Poll::Ready(Err(Unread::TooLarge));
+                }
+                while data.has_remaining() {
+                    let chunk = data.chunk();
+                    read.extend_from_slice(chunk);
+                    let n = chunk.len();
+                    data.advance(n);
+                }
+            }
+        }
+    }
+}
+
 impl<B> Future for Reading<B>
 where
     B: Body + Unpin,
@@ -450,25 +488,17 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        loop {
-            match ready!(Pin::new(&mut this.body).poll_frame(cx)) {
-                None => break,
-                Some(Err(error)) => return Poll::Ready(Err(error.into())),
-                Some(Ok(frame)) => {
-                    let Ok(mut data) = frame.into_data() else {
-                        continue; // trailers are not kept
-                    };
-                    if data.remaining() > this.limit - this.read.len() {
-                        let limit = this.limit;
-                        return Poll::Ready(Err(Box::new(BodyTooLarge { limit })));
-                    }
-                    while data.has_remaining() {
-                        let chunk = data.chunk();
-                        this.read.extend_from_slice(chunk);
-                        let n = chunk.len();
-                        data.advance(n);
-                    }
-                }
+        match ready!(poll_read_whole(
+            &mut this.body,
+            &mut this.read,
+            this.limit,
+            cx
+        )) {
+            Ok(()) => {}
+            Err(Unread::Body(error)) => return Poll::Ready(Err(error.into())),
+            Err(Unread::TooLarge) => {
+                let limit = this.limit;
+                return Poll::Ready(Err(Box::new(BodyTooLarge { limit })));
             }
         }
         let head = this.head.take().expect("polled after completion");
