@@ -407,19 +407,11 @@ where
         let state = match self.inner.route(request.method(), request.uri().path()) {
             Err(problem) => State::Answer(Some(problem.response())),
             Ok(Next::Answer(response)) => State::Answer(Some(response)),
-            Ok(Next::ReadDuration(handle)) => {
-                let body = request.into_body();
-                let too_large = body.size_hint().lower() > MAX_BODY as u64;
-                if too_large {
-                    State::Answer(Some(Problem::body_too_large(MAX_BODY).response()))
-                } else {
-                    State::Reading {
-                        body: Box::pin(body),
-                        read: BytesMut::new(),
-                        handle,
-                    }
-                }
-            }
+            Ok(Next::ReadDuration(handle)) => State::Reading {
+                body: Box::pin(request.into_body()),
+                read: BytesMut::new(),
+                handle,
+            },
         };
         AdminFuture { state }
     }

@@ -457,6 +457,10 @@ pub(crate) fn poll_read_whole<B: Body + Unpin>(
     limit: usize,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), Unread<B::Error>>> {
+    // A length announced past the limit is refused before a byte is read.
+    if body.size_hint().lower() > (limit - read.len()) as u64 {
+        return Poll::Ready(Err(Unread::TooLarge));
+    }
     loop {
         match ready!(Pin::new(&mut *body).poll_frame(cx)) {
             None => return Poll::Ready(Ok(())),

@@ -151,6 +151,19 @@ pub use self::unavailable::{stale_label, Unavailable};
 /// [`BufferedResponse`](crate::http::BufferedResponse) (status, headers and body bytes) is `Clone` and
 /// still works with `ErrorBodyLayer` and `ProvenanceLayer`; or save the parsed answer
 /// (a `String`, your completion type) behind a `map_response`.
+///
+/// The compiler says so where the store meets the response type:
+///
+/// ```compile_fail,E0277
+/// use std::time::Duration;
+/// use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers};
+///
+/// let saved = SavedAnswers::<String, reqwest::Response>::new(100, Duration::from_secs(60))?;
+/// // error[E0277]: `reqwest::Response` cannot be saved and served again: a saved answer
+/// // must be `Clone` ... buffer it inside the breaker with `BufferBodyLayer` ...
+/// let save = SaveLayer::new(saved, |prompt: &String| Some(prompt.clone()));
+/// # Ok::<(), tower_circuit_breaker::saved::SavedConfigError>(())
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be saved and served again: a saved answer must be `Clone`",
     label = "not `Clone`, so not `Replayable`",
