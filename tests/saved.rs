@@ -973,3 +973,47 @@ fn layers_and_fallbacks_clone_whatever_the_key_and_response_types() {
         format!("{}\n{answer}", stale_label(age))
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_outcome_is_deferred_is_not_saved_until_known_so_never() {
+    use tower_circuit_breaker::{Classify, Settlement};
+
+    /// A streamed answer: its outcome is settled by whoever reads it.
+    #[derive(Clone)]
+    struct Streamed(Arc<Mutex<Option<Settlement>>>);
+
+    #[derive(Clone)]
+    struct Defers;
+
+    impl Classify<Streamed, std::io::Error> for Defers {
+        fn classify(&self, _: &Result<Streamed, std::io::Error>) -> Outcome {
+            Outcome::Success
+        }
+
+        fn defer(&self, response: &mut Streamed, settlement: Settlement) -> Result<(), Settlement> {
+            *response.0.lock().unwrap() = Some(settlement);
+            Ok(())
+        }
+    }
+
+    let saved = SavedAnswers::<u32, Streamed>::new(10, secs(60)).unwrap();
+    let breaker = Builder::new().build().unwrap().with_classifier(Defers);
+    let handle = breaker.handle();
+    let mut svc = ServiceBuilder::new()
+        .layer(SaveLayer::new(saved.clone(), |n: &u32| Some(*n)))
+        .layer(breaker)
+        .service(service_fn(|_: u32| async {
+            Ok::<_, std::io::Error>(Streamed(Arc::default()))
+        }));
+    let answer = svc.ready().await.unwrap().call(1).await.unwrap();
+    assert_eq!(answer.verdict(), Some(Verdict::Deferred));
+    assert!(
+        saved.is_empty(),
+        "a stream that may still break is not saved"
+    );
+    // Settled later, as a success: the breaker counts it; the store has nothing.
+    let settlement = answer.get_ref().0.lock().unwrap().take().unwrap();
+    settlement.success();
+    assert_eq!(handle.snapshot().counts.successes, 1);
+    assert!(saved.is_empty());
+}
