@@ -141,8 +141,7 @@ enum Kind {
     /// The breaker skipped the call; the fallback answered.
     Skipped(Skip),
     /// A call failed; a fallback answered instead. Packed as a skip (two words): the
-    /// state the call found, and the breaker's next probe as of the failure; its reason
-    /// is not used.
+    /// breaker's state and next probe right after the failure; its reason is not used.
     Recovered(Skip),
 }
 
@@ -169,9 +168,11 @@ impl Origin {
         }
     }
 
-    /// A call made in `state` failed (the breaker counted it); a fallback answered
-    /// instead ([`Source::FallbackAfterFailure`]). `next_probe` is when the breaker lets
-    /// a call through next, as of the failure.
+    /// A call failed (the breaker counted it); a fallback answered instead
+    /// ([`Source::FallbackAfterFailure`]). `state` and `next_probe` are the breaker's
+    /// right after the failure (a failure may have opened it; an error does not say
+    /// which state its call found), as [`RecoverLayer`](crate::recover::RecoverLayer)
+    /// reads them.
     pub fn fallback_after_failure(state: State, next_probe: NextProbe) -> Self {
         Origin {
             kind: Kind::Recovered(Skip::new(Reason::Open, state, next_probe)),
@@ -187,7 +188,8 @@ impl Origin {
         }
     }
 
-    /// The breaker's state when the call arrived (after any open to half-open change).
+    /// The breaker's state when the call arrived (after any open to half-open change);
+    /// for a fallback's answer after a failure, its state right after the failure.
     pub fn state(&self) -> State {
         match self.kind {
             Kind::Called { state, .. } => state,
