@@ -1,42 +1,49 @@
-//! A model client with a circuit breaker, over real HTTP on loopback.
+//! A model client with a circuit breaker, saved answers and an admin endpoint, over real
+//! HTTP on loopback.
 //!
-//! The example starts an OpenAI-compatible `/v1/chat/completions` server on
-//! 127.0.0.1 that can answer, fail (503) or hang, and calls it through a
-//! `reqwest::Client` (a `tower::Service<reqwest::Request>`) wrapped in the breaker,
-//! `retry` and `timeout`. Each answer is printed with where it came from: the model, a
-//! probe, or the fallback and why.
+//! The example starts an OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1
+//! that can answer, fail (503), rate-limit (429 with OpenAI's `retry-after-ms`) or hang,
+//! and calls it through a `reqwest::Client` wrapped in the whole stack. It also mounts
+//! the breaker's admin service on a second loopback port, behind a bearer token, and
+//! acts on the breaker through it as an operator would with `curl`.
 //!
 //! ```text
-//! cargo run --example model_client --features reqwest                  # the scripted run, a few seconds
-//! cargo run --example model_client --features reqwest -- --interactive  # flip the kill switch yourself
+//! cargo run --example model_client
 //! ```
 //!
-//! The scripted run goes through a schedule: the model answers, fails (the breaker
-//! opens and the fallback answers), recovers (one probe closes the breaker), hangs
-//! (the timeout turns the hang into failures), is killed by an operator, and comes
-//! back. In interactive mode a call goes out every second while you type `kill`,
-//! `revive`, `status` or `quit` (and `up`, `fail`, `hang` to change the server).
+//! The run: the model answers (the answer is saved); it fails, and the call that fails
+//! and the calls the open breaker skips are answered with the saved answer, labelled
+//! with its age; it recovers (one probe closes the breaker); it rate-limits, and the
+//! breaker opens at once for the wait it asked for, so the next call does not reach it;
+//! it hangs (the timeout turns each hang into a failure); an operator kills the breaker
+//! through the admin service, and the next call is answered by the fallback without
+//! reaching the server; a revive lets calls through again.
 
 use std::convert::Infallible;
-use std::future::{ready, Ready};
+use std::future::{ready, Future, Ready};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tower::retry::Policy;
-use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::admin::{Admin, AdminBody};
 use tower_circuit_breaker::http::{
-    provenance, ErrorBodyLayer, HttpClassifier, ProvenanceLayer, X_CIRCUIT_BREAKER,
+    provenance, BufferBodyLayer, BufferedResponse, HttpClassifier, ProvenanceLayer,
+    X_CIRCUIT_BREAKER,
 };
+use tower_circuit_breaker::recover::RecoverLayer;
+use tower_circuit_breaker::saved::{stale_label, SaveLayer, SavedAnswers, Unavailable};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source};
 
 /// Each attempt's deadline: a hang longer than this is a failed attempt.
@@ -45,221 +52,268 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
 const ATTEMPTS: usize = 2;
 /// How long the breaker stays open before it lets a probe through.
 const COOLDOWN: Duration = Duration::from_millis(800);
+/// What the rate-limited server asks for (OpenAI's `retry-after-ms`).
+const RETRY_AFTER_MS: u64 = 700;
+/// The operator's token for the admin service's changes.
+const TOKEN: &str = "s3cret-operator-token";
 
 type ChatRequest = reqwest::Request;
-type ChatResponse = reqwest::Response;
+type ChatResponse = BufferedResponse;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let interactive = std::env::args().skip(1).any(|arg| arg == "--interactive");
     let model = ModelServer::start().await?;
 
+    // Saved answers: the last good answer to each prompt, for a day.
+    let saved = SavedAnswers::new(1_000, Duration::from_secs(24 * 3600))?;
+    let save = SaveLayer::new(
+        saved.clone(),
+        prompt_of as fn(&ChatRequest) -> Option<String>,
+    );
+    let fallback = save.fallback(
+        stale as fn(ChatResponse, Duration) -> ChatResponse,
+        unavailable as fn(Unavailable) -> ChatResponse,
+    );
     let breaker = CircuitBreakerLayer::builder()
         .name("chat-model")
         .failure_threshold(2)
         .cooldown(Cooldown::Time(COOLDOWN))
         .build()?
-        .with_classifier(HttpClassifier::new());
+        .with_classifier(HttpClassifier::new())
+        .with_fallback_context(fallback.clone());
     let handle = breaker.handle();
-    let breaker = breaker.with_fallback(service_fn({
-        let handle = handle.clone();
-        move |_: ChatRequest| unavailable(&handle)
-    }));
+    // Failed calls get the saved answer too (their requests kept before the call).
+    let recover = RecoverLayer::new(handle.clone(), fallback)
+        .keep_requests_with(ChatRequest::try_clone as fn(&ChatRequest) -> Option<ChatRequest>);
 
     // The order of the layers, outside in (a request goes down this list, the response
     // comes back up it):
     //
-    // 1. ProvenanceLayer: unwraps the breaker's `Answer` into a plain
-    //    `reqwest::Response` and labels it (`x-circuit-breaker` header, `AnswerInfo`
-    //    extension), so code that expects a `reqwest::Response` can still tell a
-    //    fallback from the model.
-    // 2. The breaker: decides whether the call goes out, and counts its outcome.
-    // 3. retry, INSIDE the breaker: the breaker sees one outcome per user call however
-    //    many attempts it took, so three attempts of one call are one failure, not
-    //    three, and an open breaker stops the retries too (they never start). Outside,
-    //    retries would hammer a service the breaker has given up on and each attempt
-    //    would count as a failure of its own.
-    // 4. timeout, INSIDE the breaker: a hang ends as an error that the breaker counts
-    //    as a failure. Outside, the breaker would never see the hung call end as a
-    //    failure (the future is just dropped). Inside retry as well, so each attempt
-    //    has its own deadline and a hung attempt is retried.
-    // 5. ErrorBodyLayer: reads the start of error bodies, so the classifier can
-    //    tell an exhausted quota (open until reset) from a rate limit (probe again).
-    //    Inside timeout, so an error body that hangs is cut off by the deadline too.
-    // 6. The client: `reqwest::Client`, itself a `tower::Service<reqwest::Request>`,
-    //    HTTP/1 over plain TCP (the crate's `reqwest` feature has no TLS).
-    let client = reqwest::Client::new();
+    // 1. ProvenanceLayer: unwraps the breaker's `Answer` into a plain response labelled
+    //    with where it came from (`x-circuit-breaker` header, `AnswerInfo` extension).
+    // 2. RecoverLayer: a call that fails gets the fallback's answer instead of the
+    //    error (`fallback; reason=failed`); the breaker still counts the failure once.
+    // 3. SaveLayer: saves each answer the breaker's classifier called a success; it
+    //    reads the breaker's verdict, so a 503 (an `Ok` to tower) is never saved.
+    // 4. The breaker: decides whether the call goes out, counts its outcome, and answers
+    //    skipped calls from the saved answers (or an honest "unavailable, retry after").
+    // 5. retry, INSIDE the breaker: one outcome per user call however many attempts it
+    //    took, and an open breaker stops the retries too.
+    // 6. timeout, INSIDE the breaker (and retry): a hang ends as an error the breaker
+    //    counts as a failure; each attempt has its own deadline.
+    // 7. BufferBodyLayer: reads each response whole into a `BufferedResponse`, which is
+    //    `Clone` (a saved answer is served again) and whose error body the classifier
+    //    reads (an exhausted quota stays open until reset; a rate limit does not).
+    // 8. The client: `reqwest::Client`, itself a `tower::Service<reqwest::Request>`.
     let svc = ServiceBuilder::new()
         .layer(ProvenanceLayer::new())
+        .layer(recover)
+        .layer(save)
         .layer(breaker)
         .retry(RetryTransient { attempts: ATTEMPTS })
         .timeout(ATTEMPT_TIMEOUT)
-        .layer(ErrorBodyLayer::new())
-        .service(client);
+        .layer(BufferBodyLayer::new())
+        .service(reqwest::Client::new());
+
+    // The operators' endpoint: reads open to anyone on loopback, changes behind a token.
+    let admin = Admin::builder()
+        .breaker(handle.clone())
+        .allow_mutations(true)
+        .build()?;
+    let admin = AdminServer::start(BearerTokenLayer::new(TOKEN).layer(admin)).await?;
 
     let url = format!("http://{}/v1/chat/completions", model.addr);
     println!("model server on {url}");
-    if interactive {
-        interactive_run(svc, &handle, &model, &url).await
-    } else {
-        scripted_run(svc, &handle, &model, &url).await
-    }
+    println!("admin service on {}", admin.url(""));
+    scripted_run(svc, &handle, &model, &admin, &url, &saved).await
 }
 
-/// The schedule: each phase sets the server's behaviour, optionally waits or flips
-/// the kill switch, and makes a few calls.
 async fn scripted_run<S>(
     mut svc: S,
     handle: &CircuitBreakerHandle,
     model: &ModelServer,
+    admin: &AdminServer,
     url: &str,
+    saved: &SavedAnswers<String, ChatResponse>,
 ) -> Result<(), BoxError>
 where
     S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
-    let mut n = 0;
+    let question = "What is six times seven?";
+    let mut ask = Asker { n: 0, url };
 
-    println!("\n-- the model answers");
+    println!("\n-- the model answers; the answer is saved");
     model.set(Mode::Up);
-    calls(&mut svc, url, &mut n, 2).await;
+    let first = ask.call(&mut svc, question).await?;
+    assert_eq!(first, Source::Service);
+    ask.call(&mut svc, "What is the capital of France?").await?;
+    assert_eq!(saved.len(), 2);
 
-    println!("\n-- the model fails (503): two failed calls open the breaker");
+    println!("\n-- a second later the model fails (503): the saved answer is served, with its age");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     model.set(Mode::Failing);
-    calls(&mut svc, url, &mut n, 4).await;
+    assert_eq!(
+        ask.call(&mut svc, question).await?,
+        Source::FallbackAfterFailure
+    );
+    ask.call(&mut svc, "A question never asked before").await?;
+    // Two failed calls opened the breaker: skipped calls get the saved answer too.
+    let before = model.requests();
+    assert!(ask.call(&mut svc, question).await?.is_fallback());
+    assert_eq!(model.requests(), before, "no call while open");
+    assert_eq!(saved.stored(), 2, "no failure was saved");
 
     println!("\n-- the model recovers; after the cooldown one probe closes the breaker");
     model.set(Mode::Up);
     tokio::time::sleep(COOLDOWN).await;
-    calls(&mut svc, url, &mut n, 2).await;
+    assert_eq!(ask.call(&mut svc, question).await?, Source::Probe);
+
+    println!(
+        "\n-- the model rate-limits (retry-after-ms: {RETRY_AFTER_MS}): the breaker opens at once"
+    );
+    model.set(Mode::RateLimited);
+    ask.call(&mut svc, question).await?;
+    println!("   breaker {}", status(handle));
+    let before = model.requests();
+    assert!(ask.call(&mut svc, question).await?.is_fallback());
+    assert_eq!(
+        model.requests(),
+        before,
+        "the wait the server asked for is respected"
+    );
+    model.set(Mode::Up);
+    tokio::time::sleep(Duration::from_millis(RETRY_AFTER_MS)).await;
+    assert_eq!(ask.call(&mut svc, question).await?, Source::Probe);
 
     println!("\n-- the model hangs: the timeout turns each hang into a failure");
     model.set(Mode::Hanging);
-    calls(&mut svc, url, &mut n, 3).await;
-
-    println!("\n-- the model is back, but an operator has flipped the kill switch");
+    ask.call(&mut svc, "Are you there?").await?;
+    ask.call(&mut svc, "Are you there?").await?;
+    println!("   breaker {}", status(handle));
     model.set(Mode::Up);
     tokio::time::sleep(COOLDOWN).await;
-    handle.kill_switch().kill();
+    ask.call(&mut svc, "Are you there?").await?;
+
+    println!("\n-- an operator kills the breaker through the admin service");
+    let (code, body) = admin
+        .send(Method::POST, "/breakers/chat-model/kill", None)
+        .await?;
+    println!("   POST /breakers/chat-model/kill without the token: {code} {body}");
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    let (code, body) = admin
+        .send(Method::POST, "/breakers/chat-model/kill", Some(TOKEN))
+        .await?;
+    println!(
+        "   POST /breakers/chat-model/kill with the token: {code}, killed = {}",
+        body["killed"]
+    );
+    assert!(handle.kill_switch().is_killed());
     let before = model.requests();
-    calls(&mut svc, url, &mut n, 2).await;
+    assert!(ask.call(&mut svc, question).await?.is_fallback());
     assert_eq!(model.requests(), before, "no call while killed");
 
-    println!("\n-- revived: the cooldown passed while killed, so the next call probes");
-    handle.kill_switch().revive();
-    calls(&mut svc, url, &mut n, 2).await;
+    println!("\n-- the operator revives it: calls go through again");
+    let (code, _) = admin
+        .send(Method::POST, "/breakers/chat-model/revive", Some(TOKEN))
+        .await?;
+    assert_eq!(code, StatusCode::OK);
+    assert!(ask.call(&mut svc, question).await?.is_service());
+    assert_eq!(model.requests(), before + 1);
 
+    let (_, snapshot) = admin
+        .send(Method::GET, "/breakers/chat-model", None)
+        .await?;
     println!(
-        "\n{n} user calls, {} requests reached the server; breaker {}",
+        "\nGET /breakers/chat-model: state {}, {} calls arrived, {} made, {} skipped, {} failures",
+        snapshot["state"],
+        snapshot["counts"]["arrived"],
+        snapshot["counts"]["made"],
+        snapshot["counts"]["skipped"],
+        snapshot["counts"]["failures"],
+    );
+    println!(
+        "{} user calls, {} requests reached the model; {} saved answers served",
+        ask.n,
         model.requests(),
-        status(handle)
+        saved.served()
     );
     Ok(())
 }
 
-/// A call every second, while the person types commands.
-async fn interactive_run<S>(
-    mut svc: S,
-    handle: &CircuitBreakerHandle,
-    model: &ModelServer,
-    url: &str,
-) -> Result<(), BoxError>
-where
-    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
-{
-    println!("commands: kill, revive, status, up, fail, hang, reset, quit");
-    // A blocking thread reads stdin and hands each line to the runtime.
-    let (lines, mut commands) = mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lines() {
-            let Ok(line) = line else { break };
-            if lines.send(line).is_err() {
-                break;
-            }
+/// Numbers the user calls and prints each answer with where it came from.
+struct Asker<'a> {
+    n: usize,
+    url: &'a str,
+}
+
+impl Asker<'_> {
+    async fn call<S>(&mut self, svc: &mut S, prompt: &str) -> Result<Source, BoxError>
+    where
+        S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
+    {
+        self.n += 1;
+        let n = self.n;
+        let response = svc
+            .ready()
+            .await?
+            .call(chat_request(self.url, prompt))
+            .await?;
+        let source = provenance(&response).map_or(Source::Service, |info| info.source);
+        let label = response.headers()[X_CIRCUIT_BREAKER]
+            .to_str()
+            .unwrap_or("?")
+            .to_string();
+        let who = if source.is_service() {
+            "model"
+        } else {
+            "fallback"
+        };
+        let text = content_of(response.body());
+        println!(
+            "{n:>2} {who:<8} [{label}] {} {text}",
+            response.status().as_u16()
+        );
+        Ok(source)
+    }
+}
+
+/// The key a prompt's answer is saved under: the request's JSON body (the model and
+/// the messages), as sent.
+fn prompt_of(request: &ChatRequest) -> Option<String> {
+    let body = request.body()?.as_bytes()?;
+    Some(String::from_utf8_lossy(body).into_owned())
+}
+
+/// A saved answer, served again: the `Age` header for HTTP, and the stale label in the
+/// message itself, where the model or the person reading it will see it.
+fn stale(response: ChatResponse, age: Duration) -> ChatResponse {
+    let mut response = response.with_age(age);
+    if let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(response.body()) {
+        if let Some(content) = json["choices"][0]["message"]["content"].as_str() {
+            let labelled = format!("{} {content}", stale_label(age));
+            json["choices"][0]["message"]["content"] = labelled.into();
+            *response.body_mut() = Bytes::from(json.to_string());
         }
+    }
+    response
+}
+
+/// No saved answer: an honest 503 that says why and when to come back, never made-up
+/// content.
+fn unavailable(unavailable: Unavailable) -> ChatResponse {
+    let body = serde_json::json!({
+        "error": { "message": unavailable.to_string(), "code": "circuit_open" }
     });
-
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
-    let mut n = 0;
-    loop {
-        tokio::select! {
-            command = commands.recv() => {
-                let Some(command) = command else { break }; // stdin closed
-                match command.trim() {
-                    "kill" => handle.kill_switch().kill(),
-                    "revive" => handle.kill_switch().revive(),
-                    "reset" => handle.reset(),
-                    "up" => model.set(Mode::Up),
-                    "fail" => model.set(Mode::Failing),
-                    "hang" => model.set(Mode::Hanging),
-                    "status" => {}
-                    "quit" | "exit" => break,
-                    "" => continue,
-                    other => {
-                        println!("unknown command {other:?}");
-                        continue;
-                    }
-                }
-                println!("breaker {}; server {:?}, {} requests", status(handle), model.mode(), model.requests());
-            }
-            _ = ticks.tick() => {
-                n += 1;
-                let answer = one_call(&mut svc, chat_request(url, &format!("question {n}"))).await;
-                print_answer(n, answer).await;
-            }
-        }
-    }
-    println!("{}", status(handle));
-    Ok(())
+    Response::builder()
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Bytes::from(body.to_string()))
+        .expect("a valid response")
+        .into()
 }
 
-/// `count` calls, numbered on from `n`, each answer printed.
-async fn calls<S>(svc: &mut S, url: &str, n: &mut usize, count: usize)
-where
-    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
-{
-    for _ in 0..count {
-        *n += 1;
-        let request = chat_request(url, &format!("question {n}"));
-        let answer = one_call(svc, request).await;
-        print_answer(*n, answer).await;
-    }
-}
-
-async fn one_call<S>(svc: &mut S, request: ChatRequest) -> Result<ChatResponse, BoxError>
-where
-    S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
-{
-    svc.ready().await?.call(request).await
-}
-
-/// Prints an answer with its source, or the error of a failed call.
-async fn print_answer(n: usize, answer: Result<ChatResponse, BoxError>) {
-    let response = match answer {
-        Ok(response) => response,
-        Err(error) => {
-            println!("{n:>2} error     {error}");
-            return;
-        }
-    };
-    let source = provenance(&response).map_or(Source::Service, |info| info.source);
-    let label = response.headers()[X_CIRCUIT_BREAKER]
-        .to_str()
-        .unwrap_or("?")
-        .to_string();
-    let status = response.status();
-    let text = match response.bytes().await {
-        Ok(body) => content_of(&body),
-        Err(error) => format!("(body broke off: {error})"),
-    };
-    let who = match source {
-        Source::Service | Source::Probe => "model",
-        Source::Fallback(_) | Source::Shadowed(_) => "fallback",
-    };
-    println!("{n:>2} {who:<9} [{label}] {} {text}", status.as_u16());
-}
-
-/// The assistant's message of a chat completion, the error message of an error
-/// body, or the text as it is.
+/// The assistant's message of a chat completion, the error message of an error body,
+/// or the text as it is.
 fn content_of(body: &[u8]) -> String {
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
         return String::from_utf8_lossy(body).into_owned();
@@ -272,10 +326,9 @@ fn content_of(body: &[u8]) -> String {
 
 fn status(handle: &CircuitBreakerHandle) -> String {
     let snapshot = handle.snapshot();
-    let mut text = format!(
-        "{:?}, {} failures in a row",
-        snapshot.state, snapshot.consecutive_failures
-    );
+    let failures = snapshot.consecutive_failures;
+    let plural = if failures == 1 { "" } else { "s" };
+    let mut text = format!("{}, {failures} failure{plural} in a row", snapshot.state);
     if snapshot.killed {
         text.push_str(", KILLED");
     }
@@ -283,27 +336,6 @@ fn status(handle: &CircuitBreakerHandle) -> String {
         text.push_str(&format!(", next probe in {wait:.1?}"));
     }
     text
-}
-
-/// The fallback: an honest 503 that says why and when to come back, never made-up
-/// content.
-fn unavailable(handle: &CircuitBreakerHandle) -> Ready<Result<ChatResponse, Infallible>> {
-    let snapshot = handle.snapshot();
-    let message = if snapshot.killed {
-        "the model is switched off by an operator".to_string()
-    } else {
-        match snapshot.retry_after() {
-            Some(wait) => format!("the model is unavailable; retry after {wait:.1?}"),
-            None => "the model is unavailable".to_string(),
-        }
-    };
-    let body = serde_json::json!({ "error": { "message": message, "code": "circuit_open" } });
-    let response = Response::builder()
-        .status(StatusCode::SERVICE_UNAVAILABLE)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .expect("a valid response");
-    ready(Ok(reqwest::Response::from(response)))
 }
 
 fn chat_request(url: &str, prompt: &str) -> ChatRequest {
@@ -319,8 +351,8 @@ fn chat_request(url: &str, prompt: &str) -> ChatRequest {
     request
 }
 
-/// Retries a transport error, a timeout or a 5xx; a 429's `Retry-After` is left to
-/// the breaker, and a 4xx is the caller's to fix.
+/// Retries a transport error, a timeout or a 5xx; a 429's wait is left to the breaker,
+/// and a 4xx is the caller's to fix.
 #[derive(Debug, Clone)]
 struct RetryTransient {
     attempts: usize,
@@ -348,9 +380,127 @@ impl Policy<ChatRequest, ChatResponse, BoxError> for RetryTransient {
     }
 
     fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {
-        // `None` for a streamed body, which cannot be sent twice; this example's bodies
-        // are bytes.
+        // `None` for a streamed body, which cannot be sent twice; these bodies are bytes.
         request.try_clone()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The admin service, on loopback, its changes behind a bearer token.
+
+/// Lets reads through, and changes only with `Authorization: Bearer <token>`; anything
+/// else gets a `401` in the admin's JSON error shape.
+#[derive(Debug, Clone)]
+struct BearerTokenLayer {
+    expected: Arc<HeaderValue>,
+}
+
+impl BearerTokenLayer {
+    fn new(token: &str) -> Self {
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).expect("a header value");
+        BearerTokenLayer {
+            expected: Arc::new(value),
+        }
+    }
+}
+
+impl<S> Layer<S> for BearerTokenLayer {
+    type Service = BearerToken<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BearerToken {
+            inner,
+            expected: self.expected.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BearerToken<S> {
+    inner: S,
+    expected: Arc<HeaderValue>,
+}
+
+type Guarded = Either<AdminBody, Full<Bytes>>;
+
+impl<S, B> Service<Request<B>> for BearerToken<S>
+where
+    S: Service<Request<B>, Response = Response<AdminBody>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Guarded>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Guarded>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let reads = request.method() == Method::GET;
+        let authorized = request.headers().get(AUTHORIZATION) == Some(&*self.expected);
+        if !reads && !authorized {
+            let body = r#"{"error":{"code":"unauthorized","message":"changes need the operator's bearer token"}}"#;
+            let response = Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .header(CONTENT_TYPE, "application/json")
+                .header("www-authenticate", "Bearer")
+                .body(Either::Right(Full::from(body)))
+                .expect("a valid response");
+            return Box::pin(ready(Ok(response)));
+        }
+        let future = self.inner.call(request);
+        Box::pin(async move { Ok(future.await?.map(Either::Left)) })
+    }
+}
+
+/// The admin service served by hyper on a loopback port.
+struct AdminServer {
+    addr: SocketAddr,
+}
+
+impl AdminServer {
+    async fn start<S>(service: S) -> std::io::Result<Self>
+    where
+        S: Service<Request<Incoming>, Response = Response<Guarded>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let service = service.clone();
+                let serve =
+                    hyper::service::service_fn(move |request| service.clone().oneshot(request));
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), serve),
+                );
+            }
+        });
+        Ok(AdminServer { addr })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// What `curl -X <method> [-H 'Authorization: Bearer <token>'] <url>` would get.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<(StatusCode, serde_json::Value), BoxError> {
+        let mut request = reqwest::Client::new().request(method, self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        Ok((response.status(), response.json().await?))
     }
 }
 
@@ -361,7 +511,8 @@ impl Policy<ChatRequest, ChatResponse, BoxError> for RetryTransient {
 enum Mode {
     Up = 0,
     Failing = 1,
-    Hanging = 2,
+    RateLimited = 2,
+    Hanging = 3,
 }
 
 struct ModelServer {
@@ -398,21 +549,13 @@ impl ModelServer {
         self.mode.store(mode as u8, Ordering::SeqCst);
     }
 
-    fn mode(&self) -> Mode {
-        match self.mode.load(Ordering::SeqCst) {
-            0 => Mode::Up,
-            1 => Mode::Failing,
-            _ => Mode::Hanging,
-        }
-    }
-
     fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
 }
 
-/// `POST /v1/chat/completions`: a completion that echoes the prompt, a 503, or no
-/// answer at all, as the mode says.
+/// `POST /v1/chat/completions`: a completion that echoes the prompt, a 503, a 429 with
+/// `retry-after-ms`, or no answer at all, as the mode says.
 async fn completion(
     request: Request<Incoming>,
     mode: Arc<AtomicU8>,
@@ -420,18 +563,15 @@ async fn completion(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
     let json = |status: u16, body: serde_json::Value| {
-        let response = Response::builder()
+        Response::builder()
             .status(status)
             .header("content-type", "application/json")
             .body(Full::from(body.to_string()))
-            .expect("a valid response");
-        Ok(response)
+            .expect("a valid response")
     };
     if request.uri().path() != "/v1/chat/completions" {
-        return json(
-            404,
-            serde_json::json!({ "error": { "message": "not found", "code": "not_found" } }),
-        );
+        let body = serde_json::json!({ "error": { "message": "not found", "code": "not_found" } });
+        return Ok(json(404, body));
     }
     let body = request.into_body().collect().await.map(|b| b.to_bytes());
     let prompt = body
@@ -439,7 +579,7 @@ async fn completion(
         .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
         .and_then(|json| json["messages"][0]["content"].as_str().map(str::to_string))
         .unwrap_or_default();
-    match mode.load(Ordering::SeqCst) {
+    let response = match mode.load(Ordering::SeqCst) {
         0 => json(
             200,
             serde_json::json!({
@@ -457,6 +597,17 @@ async fn completion(
             503,
             serde_json::json!({ "error": { "message": "the model is overloaded", "code": "server_error" } }),
         ),
+        2 => {
+            let mut response = json(
+                429,
+                serde_json::json!({ "error": { "message": "Rate limit reached", "code": "rate_limit_exceeded" } }),
+            );
+            response
+                .headers_mut()
+                .insert("retry-after-ms", HeaderValue::from(RETRY_AFTER_MS));
+            response
+        }
         _ => std::future::pending().await,
-    }
+    };
+    Ok(response)
 }

@@ -123,6 +123,38 @@ impl Builder {
         self
     }
 
+    /// Whether a failure that says how long to wait
+    /// ([`Failure::retry_after`](crate::Failure::retry_after): an HTTP `Retry-After` or
+    /// `retry-after-ms`, as [`http::HttpClassifier`](crate::http) reads them) opens the
+    /// breaker at once for that long, bounded by [`max_retry_after`](Self::max_retry_after)
+    /// (`true`, the default; the transition's cause is
+    /// [`Cause::RetryAfter`](crate::Cause::RetryAfter)), or only counts as one failure
+    /// towards the trip policy (`false`; if it trips the breaker, that opening still
+    /// waits as long as the service asked).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Builder, Failure, Outcome, State};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let limited = |_: &Result<(), std::io::Error>| {
+    ///     Outcome::Failure(Failure::new("429 Too Many Requests").retry_after(Duration::from_secs(7)))
+    /// };
+    /// let layer = Builder::new().failure_threshold(3).build()?.with_classifier(limited);
+    /// let handle = layer.handle();
+    /// let mut svc = layer.layer(service_fn(|()| async { Ok::<_, std::io::Error>(()) }));
+    /// svc.ready().await?.call(()).await?;
+    /// // One 429 with a Retry-After: open at once, for 7 s, not after three.
+    /// assert_eq!(handle.state(), State::Open);
+    /// assert_eq!(handle.snapshot().retry_after(), Some(Duration::from_secs(7)));
+    /// # Ok(()) }
+    /// ```
+    pub fn open_on_retry_after(mut self, open: bool) -> Self {
+        self.config.open_on_retry_after = open;
+        self
+    }
+
     /// A success slower than `threshold` counts as a failure.
     pub fn slow_call_threshold(mut self, threshold: Duration) -> Self {
         self.config.slow_call = Some(threshold);

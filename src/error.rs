@@ -11,6 +11,23 @@ pub use crate::machine::ConfigError;
 /// The boxed error a [`CircuitBreaker`](crate::CircuitBreaker) returns, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The error's text followed by its sources, skipping a source whose text is already
+/// there: a transport error's own text often names only the URL
+/// (`error sending request for url (...): ...: Connection refused (os error 111)`).
+pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    use std::fmt::Write as _;
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            let _ = write!(message, ": {text}");
+        }
+        source = cause.source();
+    }
+    message
+}
+
 /// The call was not made and no fallback is set.
 ///
 /// It comes boxed in a [`BoxError`]; find it with `err.downcast_ref::<Rejected>()`. It
@@ -78,8 +95,7 @@ impl Name {
 
 pub(crate) use self::label::BreakerName;
 
-/// In a module of its own: public to the fallback trait's hidden methods, and unnameable
-/// outside the crate.
+/// In a module of its own, so that only a rejection reads the copy.
 mod label {
     use std::fmt;
     use std::sync::Arc;
@@ -88,7 +104,7 @@ mod label {
 
     /// A breaker's name, and the copy of it its rejections carry.
     #[derive(Clone)]
-    pub struct BreakerName {
+    pub(crate) struct BreakerName {
         full: Arc<str>,
         rejected: Name,
     }

@@ -11,8 +11,9 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower::Service;
 
-use crate::error::{BoxError, BreakerName, Rejected};
-use crate::machine::Skip;
+use crate::error::{BoxError, Rejected};
+use crate::machine::{FailureRecord, Skip};
+use crate::shared::Shared;
 
 /// No fallback: a skipped call fails fast with [`Rejected`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,10 +40,10 @@ pub trait FallbackService<Request, Response>: sealed::Sealed<Request> {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
 
     #[doc(hidden)]
-    fn call(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future;
+    fn call(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future;
 
     #[doc(hidden)]
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future;
+    fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future;
 }
 
 impl<Request> sealed::Sealed<Request> for NoFallback {}
@@ -55,12 +56,12 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
     }
 
     #[inline(always)]
-    fn call(&mut self, _: Request, skip: Skip, name: &BreakerName) -> Self::Future {
-        std::future::ready(Err(Box::new(Rejected::new(name, skip))))
+    fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
+        std::future::ready(Err(Box::new(Rejected::new(&breaker.name, skip))))
     }
 
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
-        FallbackService::<Request, Response>::call(self, request, skip, name)
+    fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
+        FallbackService::<Request, Response>::call(self, request, skip, breaker)
     }
 }
 
@@ -115,6 +116,14 @@ pub struct Skipped<Request> {
     pub skip: Skip,
     /// The breaker's name.
     pub breaker: Arc<str>,
+    /// When a failure that does not pass by itself holds the breaker open until a person
+    /// resets it (an exhausted quota, a revoked key: [`Failure::permanent`]), that
+    /// failure, as the classifier described it; `None` otherwise. The skip alone says
+    /// only that a person must act ([`NextProbe::Manual`]); this says why.
+    ///
+    /// [`Failure::permanent`]: crate::Failure::permanent
+    /// [`NextProbe::Manual`]: crate::NextProbe::Manual
+    pub permanent_failure: Option<FailureRecord>,
 }
 
 /// How a fallback of mode `M` receives a request.
@@ -123,7 +132,7 @@ pub trait FallbackMode<Request>: sealed::Sealed<Request> {
     type Call;
 
     #[doc(hidden)]
-    fn wrap(request: Request, skip: Skip, name: &BreakerName) -> Self::Call;
+    fn wrap(request: Request, skip: Skip, breaker: &Shared) -> Self::Call;
 }
 
 impl<Request> sealed::Sealed<Request> for Plain {}
@@ -132,7 +141,7 @@ impl<Request> sealed::Sealed<Request> for WithSkip {}
 impl<Request> FallbackMode<Request> for Plain {
     type Call = Request;
 
-    fn wrap(request: Request, _: Skip, _: &BreakerName) -> Request {
+    fn wrap(request: Request, _: Skip, _: &Shared) -> Request {
         request
     }
 }
@@ -140,11 +149,12 @@ impl<Request> FallbackMode<Request> for Plain {
 impl<Request> FallbackMode<Request> for WithSkip {
     type Call = Skipped<Request>;
 
-    fn wrap(request: Request, skip: Skip, name: &BreakerName) -> Skipped<Request> {
+    fn wrap(request: Request, skip: Skip, breaker: &Shared) -> Skipped<Request> {
         Skipped {
             request,
             skip,
-            breaker: name.full().clone(),
+            breaker: breaker.name.full().clone(),
+            permanent_failure: breaker.permanent_failure(&skip),
         }
     }
 }
@@ -183,18 +193,18 @@ where
     }
 
     #[inline(always)]
-    fn call(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
+    fn call(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
         FallbackFuture {
             kind: Kind::Called {
-                future: self.inner.call(M::wrap(request, skip, name)),
+                future: self.inner.call(M::wrap(request, skip, breaker)),
             },
         }
     }
 
-    fn call_unready(&mut self, request: Request, skip: Skip, name: &BreakerName) -> Self::Future {
+    fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
         FallbackFuture {
             kind: Kind::Oneshot {
-                future: Oneshot::new(self.inner.clone(), M::wrap(request, skip, name)),
+                future: Oneshot::new(self.inner.clone(), M::wrap(request, skip, breaker)),
             },
         }
     }

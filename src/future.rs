@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::answer::Answer;
+use crate::answer::{Answer, Verdict};
 use crate::classify::Classify;
 use crate::error::BoxError;
 use crate::machine::time::Nanos;
@@ -136,16 +136,17 @@ impl Started {
     }
 }
 
-/// Classifies a call's result and records its outcome, or hands the right to record it
-/// to the classifier ([`Classify::defer`]) with a successful answer. A panicking
-/// classifier counts as a failure and the panic goes on.
+/// Classifies a call's result, records its outcome (or hands the right to record it to
+/// the classifier, [`Classify::defer`], with a successful answer) and makes the answer,
+/// which says what the classifier made of it. A panicking classifier counts as a
+/// failure and the panic goes on.
 #[inline(always)]
 fn conclude<T, E, C>(
     result: Result<T, E>,
     classifier: &C,
     permit: Permit,
     elapsed: Option<Duration>,
-) -> Result<T, BoxError>
+) -> Result<Answer<T>, BoxError>
 where
     E: Into<BoxError>,
     C: Classify<T, E>,
@@ -157,14 +158,19 @@ where
             resume_unwind(panic)
         }
     };
+    let (source, state) = (permit.source(), permit.state());
     match (outcome, result) {
         // A success may be handed on, to be settled when its body ends.
         (Outcome::Success, Ok(mut value)) => {
-            if let Err(settlement) = classifier.defer(&mut value, Settlement::new(permit, elapsed))
-            {
-                settlement.success();
-            }
-            Ok(value)
+            let settlement = Settlement::new(permit, elapsed);
+            let verdict = match classifier.defer(&mut value, settlement) {
+                Err(settlement) => {
+                    settlement.success();
+                    Verdict::Success
+                }
+                Ok(()) => Verdict::Deferred,
+            };
+            Ok(Answer::called(value, source, state, verdict))
         }
         (Outcome::Failure(failure), Err(error)) => {
             let error: BoxError = error.into();
@@ -172,9 +178,19 @@ where
             permit.settle(Outcome::Failure(failure), elapsed);
             Err(error)
         }
-        (outcome, result) => {
+        // An HTTP 503 is an `Ok`: counted as a failure, and the answer says so.
+        (outcome @ (Outcome::Failure(_) | Outcome::Ignored), Ok(value)) => {
+            let verdict = if outcome.is_failure() {
+                Verdict::Failure
+            } else {
+                Verdict::Ignored
+            };
             permit.settle(outcome, elapsed);
-            result.map_err(Into::into)
+            Ok(Answer::called(value, source, state, verdict))
+        }
+        (outcome, Err(error)) => {
+            permit.settle(outcome, elapsed);
+            Err(error.into())
         }
     }
 }
@@ -207,10 +223,8 @@ where
                     }
                 };
                 let permit = permit.take().expect("polled after completion");
-                let (source, state) = (permit.source(), permit.state());
                 let elapsed = started.elapsed();
-                let result = conclude(result, classifier, permit, elapsed);
-                Poll::Ready(result.map(|value| Answer::called(value, source, state)))
+                Poll::Ready(conclude(result, classifier, permit, elapsed))
             }
             KindProj::Answered { future, skip } => {
                 let value = ready!(future.poll(cx))?;

@@ -301,10 +301,10 @@ impl<K, KF> fmt::Debug for KeyedBuilder<K, KF> {
 /// }));
 /// tools.ready().await?.call(("search", "rust".into())).await?; // empty: search trips
 /// let answer = tools.ready().await?.call(("search", "rust".into())).await?;
-/// let (text, source) = answer.into_parts();
-/// assert_eq!((text.as_str(), source), ("search is unavailable", Source::Fallback(Reason::Open)));
+/// assert_eq!(answer.source(), Source::Fallback(Reason::Open));
+/// assert_eq!(answer.into_inner(), "search is unavailable");
 /// let answer = tools.ready().await?.call(("echo", "hi".into())).await?;
-/// assert_eq!(answer.into_parts(), ("hi".to_string(), Source::Service));
+/// assert_eq!((answer.source(), answer.into_inner()), (Source::Service, "hi".to_string()));
 /// # Ok(()) }
 /// ```
 ///
@@ -538,11 +538,11 @@ where
                 // the wrapped service was not polled ready: the call stays decided as
                 // killed.
                 let skip = shared.keep_killed(permit);
-                let future = self.fallback.call_unready(request, skip, &shared.name);
+                let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
             Decision::Skip(skip) => {
-                let future = self.fallback.call_unready(request, skip, &shared.name);
+                let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
         }

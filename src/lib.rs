@@ -55,6 +55,8 @@
 // On docs.rs, every item that needs a feature says which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod answer;
 mod builder;
 mod classify;
@@ -78,6 +80,7 @@ mod machine;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod outcome;
+pub mod recover;
 pub mod replay;
 pub mod saved;
 mod service;
@@ -86,7 +89,7 @@ mod shared;
 mod snapshot;
 mod sync;
 
-pub use crate::answer::{Answer, Source};
+pub use crate::answer::{Answer, Origin, Source, Verdict};
 pub use crate::builder::Builder;
 pub use crate::classify::{Classify, DefaultClassifier};
 pub use crate::error::{BoxError, ConfigError};

@@ -53,10 +53,12 @@ impl Failure {
         }
     }
 
-    /// The service said how long to wait (an HTTP `Retry-After`, say). If this failure
-    /// opens the breaker, that opening waits this long (bounded by the breaker's
-    /// `max_retry_after`) instead of the configured time cooldown; with a cooldown in
-    /// calls, the probe waits for both.
+    /// The service said how long to wait (an HTTP `Retry-After`, say). By default this
+    /// failure opens the breaker at once, whatever the trip policy's count, and that
+    /// opening waits this long (bounded by the breaker's `max_retry_after`) instead of
+    /// the configured time cooldown; with a cooldown in calls, the probe waits for both.
+    /// With [`Builder::open_on_retry_after(false)`](crate::Builder::open_on_retry_after)
+    /// it counts as one failure, and only an opening it causes waits this long.
     pub fn retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = Some(wait);
         self

@@ -159,7 +159,7 @@ where
     #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
         if let Some(skip) = self.skip.take() {
-            let future = self.fallback.call(request, skip, &self.shared.name);
+            let future = self.fallback.call(request, skip, &self.shared);
             return ResponseFuture::answered(future, skip);
         }
         let permit = self.permit.take().expect("poll_ready must be called first");
@@ -194,7 +194,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
                 ResponseFuture::call(&mut self.inner, request, permit, classifier)
             }
             Decision::Skip(skip) => {
-                let future = self.fallback.call_unready(request, skip, &self.shared.name);
+                let future = self.fallback.call_unready(request, skip, &self.shared);
                 ResponseFuture::answered(future, skip)
             }
         }

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::machine::{Cause, FailureRecord, Mode, NextProbe, State};
 
+#[cfg(feature = "serde")]
+mod serialize;
+
 /// Running totals. A call is counted once it is over: a skip when it is decided, a
 /// call made when it ends, a reservation never used when it is dropped; a call still in
 /// flight is in none of them yet. So, at every instant,
@@ -57,6 +60,61 @@ impl Counts {
 }
 
 /// A point-in-time view of a breaker, taken without making a call.
+///
+/// # JSON
+///
+/// With the `serde` feature it serializes (for a dashboard, an admin endpoint such as
+/// [`admin`](crate::admin)'s, a log line) in this shape, which is stable: fields may be
+/// added, never renamed or removed. Every time is relative to the moment the snapshot
+/// was taken, in whole milliseconds (waits rounded up, ages down), so the numbers mean
+/// the same on another machine:
+///
+/// ```json
+/// {
+///   "name": "chat",
+///   "state": "open",
+///   "cause": "retry_after",
+///   "mode": "enabled",
+///   "killed": false,
+///   "consecutive_failures": 1,
+///   "window": { "failures": 0, "calls": 0 },
+///   "probes_in_flight": 0,
+///   "last_failure": { "message": "429 Too Many Requests", "ago_ms": 250 },
+///   "next_probe": { "kind": "after", "calls": 1, "retry_after_ms": 6750 },
+///   "retry_after_ms": 6750,
+///   "counts": { "arrived": 12, "made": 10, "probes": 1, "skipped": 2, "skipped_open": 2,
+///               "skipped_half_open_full": 0, "skipped_killed": 0, "skipped_forced_open": 0,
+///               "abandoned": 0, "successes": 9, "failures": 1, "ignored": 0,
+///               "cancelled": 0, "late": 0, "would_have_skipped": 0 },
+///   "generation": 3
+/// }
+/// ```
+///
+/// `state` is `closed`, `open`, `half_open` or `forced_open`; `cause` is why (the
+/// [`Cause`] of the transition into it, as [`Cause::as_str`] spells it; `null` for a
+/// breaker closed since it was built); `mode` is `enabled`,
+/// `observe_only` or `disabled`; `last_failure` is `null` before the first failure;
+/// `next_probe.kind` is `after` (with `calls`, counting the next call as 1, and
+/// `retry_after_ms`, `null` when only calls decide), `not_needed` (closed), `in_flight`
+/// (every probe slot taken) or `manual` (only a person ends it); `retry_after_ms` is
+/// [`retry_after`](Self::retry_after), `null` when no time is known.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = CircuitBreakerLayer::builder().name("chat").build()?;
+/// let handle = layer.handle();
+/// handle.open_for(Duration::from_secs(30));
+/// let json = serde_json::to_value(handle.snapshot())?;
+/// assert_eq!(json["state"], "forced_open");
+/// assert_eq!(json["retry_after_ms"], 30_000);
+/// assert_eq!(json["next_probe"]["kind"], "after");
+/// assert_eq!(json["last_failure"], serde_json::Value::Null);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Snapshot {

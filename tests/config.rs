@@ -53,6 +53,11 @@ fn defaults_build() {
     assert_eq!(config.half_open_probes(), 1);
     assert_eq!(config.max_half_open_dwell(), Some(Duration::from_secs(60)));
     assert_eq!(config.mode(), Mode::Enabled);
+    assert_eq!(config.max_retry_after(), Duration::from_secs(300));
+    assert!(
+        config.open_on_retry_after(),
+        "a retry-after opens at once by default"
+    );
 }
 
 #[test]
@@ -411,9 +416,13 @@ fn the_edge_values_survive_into_the_config() {
         .cooldown(Cooldown::Calls(1))
         .jitter(0.0)
         .half_open_probes(1)
+        .max_retry_after(Duration::from_nanos(1))
+        .open_on_retry_after(false)
         .build_config()
         .unwrap();
     assert_eq!(config.name(), "edge");
+    assert_eq!(config.max_retry_after(), Duration::from_nanos(1));
+    assert!(!config.open_on_retry_after());
     assert_eq!(
         config.trip_policy(),
         TripPolicy::FailureRate {
@@ -508,6 +517,7 @@ struct Settings {
     probes: Option<u32>,
     dwell: Option<Option<Duration>>,
     max_retry_after: Option<Duration>,
+    open_on_retry_after: Option<bool>,
     slow_call: Option<Duration>,
     mode: Mode,
 }
@@ -523,6 +533,7 @@ fn settings() -> impl Strategy<Value = Settings> {
         proptest::option::of(small_or_any_u32()),
         proptest::option::of(proptest::option::of(duration())),
         proptest::option::of(duration()),
+        proptest::option::of(any::<bool>()),
         proptest::option::of(duration()),
         mode(),
     )
@@ -537,6 +548,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 probes,
                 dwell,
                 max_retry_after,
+                open_on_retry_after,
                 slow_call,
                 mode,
             )| Settings {
@@ -549,6 +561,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                 probes,
                 dwell,
                 max_retry_after,
+                open_on_retry_after,
                 slow_call,
                 mode,
             },
@@ -580,6 +593,9 @@ fn builder(s: &Settings) -> Builder {
     }
     if let Some(cap) = s.max_retry_after {
         b = b.max_retry_after(cap);
+    }
+    if let Some(open) = s.open_on_retry_after {
+        b = b.open_on_retry_after(open);
     }
     if let Some(slow) = s.slow_call {
         b = b.slow_call_threshold(slow);

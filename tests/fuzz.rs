@@ -105,6 +105,7 @@ enum Setter {
     HalfOpenProbes(u32),
     MaxHalfOpenDwell(Option<Duration>),
     MaxRetryAfter(Duration),
+    OpenOnRetryAfter(bool),
     SlowCallThreshold(Duration),
     Mode(Mode),
     /// A kill switch of its own, maybe already on.
@@ -139,6 +140,7 @@ fn setter() -> impl Strategy<Value = Setter> {
         count_u32().prop_map(Setter::HalfOpenProbes),
         proptest::option::of(duration()).prop_map(Setter::MaxHalfOpenDwell),
         duration().prop_map(Setter::MaxRetryAfter),
+        any::<bool>().prop_map(Setter::OpenOnRetryAfter),
         duration().prop_map(Setter::SlowCallThreshold),
         mode().prop_map(Setter::Mode),
         any::<bool>().prop_map(Setter::KillSwitch),
@@ -160,6 +162,7 @@ fn tame_setters() -> impl Strategy<Value = Vec<Setter>> {
         (1u64..3_600_000)
             .prop_map(Duration::from_millis)
             .prop_map(Setter::MaxRetryAfter),
+        any::<bool>().prop_map(Setter::OpenOnRetryAfter),
         (1u64..10_000)
             .prop_map(Duration::from_millis)
             .prop_map(Setter::SlowCallThreshold),
@@ -215,6 +218,7 @@ fn builder(setters: &[Setter]) -> Builder {
         Setter::HalfOpenProbes(n) => b.half_open_probes(n),
         Setter::MaxHalfOpenDwell(d) => b.max_half_open_dwell(d),
         Setter::MaxRetryAfter(d) => b.max_retry_after(d),
+        Setter::OpenOnRetryAfter(open) => b.open_on_retry_after(open),
         Setter::SlowCallThreshold(d) => b.slow_call_threshold(d),
         Setter::Mode(m) => b.mode(m),
         Setter::KillSwitch(on) => {

@@ -503,7 +503,7 @@ fn a_quota_error_body_makes_the_failure_permanent() {
     assert!(failure.is_permanent());
     assert_eq!(
         failure.message(),
-        Some("429 Too Many Requests: insufficient_quota")
+        Some("429 Too Many Requests: insufficient_quota (the quota is exhausted)")
     );
 
     let mut response = reply(429, &[("retry-after", "2")], "");
@@ -570,7 +570,7 @@ async fn insufficient_quota_keeps_the_breaker_open_until_reset() {
     assert_eq!(handle.snapshot().next_probe, NextProbe::Manual);
     assert_eq!(
         last_failure(&handle),
-        "429 Too Many Requests: insufficient_quota"
+        "429 Too Many Requests: insufficient_quota (the quota is exhausted)"
     );
 
     // Past the Retry-After, the cooldown, and a day: no probe.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
-use server::{Answer, ScriptedReply, TestServer};
+use server::{Answer, ScriptedReply, TestServer, CHAT_BODY, QUOTA_BODY};
 use tokio::net::TcpListener;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::ErrorBodyLayer;
@@ -33,10 +33,8 @@ use tower_circuit_breaker::{
 
 const CALL_BOUND: Duration = Duration::from_secs(5);
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
-const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
 const FALLBACK_BODY: &str = "fallback: the model is unavailable";
 const RATE_LIMIT_BODY: &str = r#"{"error":{"code":"rate_limit"}}"#;
-const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
 
 // ---------------------------------------------------------------------------------
 // The server.
@@ -318,7 +316,7 @@ async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_af
     assert_eq!(exhausted_handle.snapshot().next_probe, NextProbe::Manual);
     assert_eq!(
         last_failure(&exhausted_handle),
-        "429 Too Many Requests: insufficient_quota"
+        "429 Too Many Requests: insufficient_quota (the quota is exhausted)"
     );
 
     // Past the rate limit's Retry-After (and the quota error's): the rate limit probes

@@ -33,7 +33,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer, ScriptedReply};
+use server::{Answer, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
@@ -48,11 +48,6 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(100);
 /// The bound on any one user call, retries included: a test that exceeds it fails
 /// instead of hanging.
 const CALL_BOUND: Duration = Duration::from_secs(5);
-
-const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
-const RATE_LIMIT_BODY: &str =
-    r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
-const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -428,7 +423,7 @@ async fn a_rate_limit_probes_again_but_an_insufficient_quota_stays_open_until_re
             .unwrap()
             .message
             .to_string(),
-        "429 Too Many Requests: insufficient_quota"
+        "429 Too Many Requests: insufficient_quota (the quota is exhausted)"
     );
 
     // Past the Retry-After and the breaker's own cooldown: the rate limit probes and

@@ -18,12 +18,12 @@ use tokio::time::{advance, Instant};
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::saved::{
-    stale_label, EveryOk, Save, SaveFuture, SaveLayer, SavedAnswers, SavedConfigError,
+    stale_label, EverySuccess, Save, SaveFuture, SaveLayer, SavedAnswers, SavedConfigError,
     SavedFallback, Unavailable,
 };
 use tower_circuit_breaker::{
-    Answer, Builder, CircuitBreakerHandle, Cooldown, Failure, NextProbe, Outcome, Reason, Source,
-    State,
+    Answer, Builder, CircuitBreakerHandle, Cooldown, Failure, NextProbe, Origin, Outcome, Reason,
+    Source, State, Verdict,
 };
 use tower_test::{assert_request_eq, mock};
 
@@ -187,7 +187,7 @@ fn classify(result: &Result<Reply, ModelError>) -> Outcome {
 
 type Stack = BoxCloneService<String, Answer<Reply>, BoxError>;
 
-/// The breaker (named `model`) with the save layer inside and the saved fallback.
+/// The breaker (named `model`) with the save layer outside and the saved fallback.
 fn stack(
     breaker: Builder,
     saved: &SavedAnswers<String, Reply>,
@@ -198,12 +198,12 @@ fn stack(
     let save = SaveLayer::new(saved.clone(), key as Key).only_if(good as Good);
     let fallback = save.fallback(stale as Stale, unavailable as Unav);
     let service = ServiceBuilder::new()
+        .layer(save)
         .layer(
             breaker
                 .with_fallback_context(fallback)
                 .with_classifier(classify as fn(&Result<Reply, ModelError>) -> Outcome),
         )
-        .layer(save)
         .service(model(world.clone()));
     (BoxCloneService::new(service), handle)
 }
@@ -293,8 +293,8 @@ async fn the_stale_label_names_the_real_age() {
         |unavailable: Unavailable| unavailable.to_string(),
     );
     let mut model = ServiceBuilder::new()
-        .layer(breaker.with_fallback_context(fallback))
         .layer(save)
+        .layer(breaker.with_fallback_context(fallback))
         .service(service_fn(|prompt: String| async move {
             Ok::<_, std::io::Error>(format!("{prompt} → 4"))
         }));
@@ -344,7 +344,7 @@ async fn an_answer_past_the_age_limit_is_never_served() {
 
     advance(Duration::from_nanos(1)).await;
     let unavailable = ask_unavailable(&mut model, "weather?").await;
-    assert_eq!(unavailable.reason(), Reason::ForcedOpen);
+    assert_eq!(unavailable.reason(), Some(Reason::ForcedOpen));
     assert_eq!((saved.len(), saved.expired()), (0, 1));
     assert_eq!(saved.get(&"weather?".to_string()), None);
     assert_eq!((saved.served(), saved.unavailable()), (1, 1));
@@ -405,7 +405,7 @@ async fn retry_after_is_the_breakers_real_remaining_cooldown() {
     assert_eq!(unavailable.retry_after(), handle.snapshot().retry_after());
     assert_eq!(
         (unavailable.name(), unavailable.reason()),
-        ("model", Reason::Open)
+        ("model", Some(Reason::Open))
     );
 
     advance(secs(12)).await;
@@ -488,7 +488,7 @@ async fn retry_after_is_unknown_when_only_calls_or_a_person_can_reopen_it() {
     let unavailable = ask_unavailable(&mut model, "q").await;
     assert_eq!(
         (unavailable.reason(), unavailable.retry_after()),
-        (Reason::Killed, None)
+        (Some(Reason::Killed), None)
     );
     assert_eq!(unavailable.next_probe(), NextProbe::Manual);
     assert_eq!(
@@ -508,11 +508,18 @@ async fn retry_after_is_unknown_when_only_calls_or_a_person_can_reopen_it() {
             unavailable.state(),
             unavailable.retry_after()
         ),
-        (Reason::Open, State::Open, None)
+        (Some(Reason::Open), State::Open, None)
     );
-    assert!(unavailable
-        .to_string()
-        .ends_with("no retry is scheduled until a person resets it"));
+    // It says which failure holds it open, and that only a person ends it.
+    assert!(unavailable.is_permanent());
+    assert_eq!(unavailable.failure(), Some("insufficient_quota"));
+    assert_eq!(
+        unavailable.to_string(),
+        "model is unavailable: insufficient_quota; it does not pass by itself, so no retry is \
+         scheduled until a person resets it"
+    );
+    let from_snapshot = Unavailable::from_snapshot(&handle.snapshot());
+    assert_eq!(from_snapshot.to_string(), unavailable.to_string());
 }
 
 #[tokio::test(start_paused = true)]
@@ -536,7 +543,7 @@ async fn a_call_skipped_while_a_probe_is_under_way_is_told_so() {
             unavailable.state(),
             unavailable.retry_after()
         ),
-        (Reason::HalfOpenFull, State::HalfOpen, None)
+        (Some(Reason::HalfOpenFull), State::HalfOpen, None)
     );
     assert_eq!(
         unavailable.to_string(),
@@ -548,7 +555,11 @@ async fn a_call_skipped_while_a_probe_is_under_way_is_told_so() {
 #[tokio::test(start_paused = true)]
 async fn failures_and_answers_that_are_not_good_are_never_saved() {
     let (world, saved) = (World::new(), store(100, secs(3600)));
-    let (mut model, handle) = stack(Builder::new().failure_threshold(10), &saved, &world);
+    // Only counted, so that the breaker stays closed through them.
+    let breaker = Builder::new()
+        .failure_threshold(10)
+        .open_on_retry_after(false);
+    let (mut model, handle) = stack(breaker, &saved, &world);
 
     world.set(Behavior::Down);
     assert!(ask(&mut model, "a").await.is_err());
@@ -577,26 +588,62 @@ async fn failures_and_answers_that_are_not_good_are_never_saved() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn by_default_every_ok_is_saved_and_no_error() {
+async fn only_what_the_breakers_classifier_calls_a_success_is_saved() {
+    // `Ok`s that are failures (a 503, to an HTTP classifier) or say nothing, and errors.
+    let classify = |result: &Result<String, std::io::Error>| match result {
+        Ok(text) if text.starts_with("503") => Outcome::failure_with("503"),
+        Ok(text) if text.starts_with("cancelled") => Outcome::Ignored,
+        Ok(_) => Outcome::Success,
+        Err(_) => Outcome::failure(),
+    };
     let saved = SavedAnswers::<u32, String>::new(10, secs(60)).unwrap();
+    let breaker = Builder::new()
+        .failure_threshold(100)
+        .build()
+        .unwrap()
+        .with_classifier(classify);
     let mut service = ServiceBuilder::new()
         .layer(SaveLayer::new(saved.clone(), |n: &u32| Some(*n)))
+        .layer(breaker)
         .service(service_fn(|n: u32| async move {
-            if n % 2 == 0 {
-                Ok(format!("ERROR but Ok: {n}"))
-            } else {
-                Err(std::io::Error::other(format!("failed: {n}")))
+            match n % 4 {
+                0 => Ok(format!("answer {n}")),
+                1 => Ok(format!("503 Service Unavailable {n}")),
+                2 => Ok(format!("cancelled {n}")),
+                _ => Err(std::io::Error::other(format!("failed: {n}"))),
             }
         }));
-    for n in 0..4 {
+    for n in 0..8 {
         let _ = service.ready().await.unwrap().call(n).await;
     }
     assert_eq!(saved.len(), 2);
     assert_eq!(
-        saved.get(&2),
-        Some(("ERROR but Ok: 2".to_string(), Duration::ZERO))
+        saved.get(&4),
+        Some(("answer 4".to_string(), Duration::ZERO))
     );
-    assert_eq!(saved.get(&1), None);
+    for never in [1, 2, 3, 5, 6, 7] {
+        assert_eq!(saved.get(&never), None, "{never}");
+    }
+
+    // A failure of the same question later never replaces its good answer.
+    let mut failing = ServiceBuilder::new()
+        .layer(SaveLayer::new(saved.clone(), |_: &u32| Some(4)))
+        .layer(
+            Builder::new()
+                .failure_threshold(100)
+                .build()
+                .unwrap()
+                .with_classifier(classify),
+        )
+        .service(service_fn(|_: u32| async {
+            Ok::<_, std::io::Error>("503 Service Unavailable".to_string())
+        }));
+    let answer = failing.ready().await.unwrap().call(0).await.unwrap();
+    assert!(answer.is_failure());
+    assert_eq!(
+        saved.get(&4),
+        Some(("answer 4".to_string(), Duration::ZERO))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -742,22 +789,50 @@ async fn the_fallback_never_serves_content_that_was_not_a_real_answer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_save_layer_changes_neither_readiness_nor_responses_nor_errors() {
+async fn the_save_layer_changes_neither_readiness_nor_answers_nor_errors() {
     let saved = SavedAnswers::<String, String>::new(10, secs(60)).unwrap();
     let layer = SaveLayer::new(saved.clone(), |request: &String| Some(request.clone()));
-    let (mut service, mut handle) = mock::spawn_layer::<String, String, _>(layer);
+    let (mut service, mut handle) = mock::spawn_layer::<String, Answer<String>, _>(layer);
+    let answer = |text: &str, verdict| {
+        Answer::from_parts(
+            text.to_string(),
+            Origin::called(Source::Service, State::Closed, verdict),
+        )
+    };
 
     handle.allow(0);
     assert!(service.poll_ready().is_pending());
     handle.allow(1);
     assert!(service.poll_ready().is_ready());
     let response = service.call("hello".into());
-    assert_request_eq!(handle, "hello".to_string()).send_response("world".to_string());
-    assert_eq!(response.await.unwrap(), "world");
+    assert_request_eq!(handle, "hello".to_string())
+        .send_response(answer("world", Verdict::Success));
+    assert_eq!(response.await.unwrap(), answer("world", Verdict::Success));
     assert_eq!(
         saved.get(&"hello".to_string()),
         Some(("world".to_string(), Duration::ZERO))
     );
+
+    // A failure, an ignored answer, a fallback's answer: passed on, never saved.
+    let skipped = Answer::from_parts(
+        "fallback".to_string(),
+        Origin::skipped(tower_circuit_breaker::Skip::new(
+            Reason::Open,
+            State::Open,
+            NextProbe::Manual,
+        )),
+    );
+    for (request, response) in [
+        ("a", answer("503", Verdict::Failure)),
+        ("b", answer("?", Verdict::Ignored)),
+        ("c", skipped),
+    ] {
+        handle.allow(1);
+        assert!(service.poll_ready().is_ready());
+        let future = service.call(request.into());
+        assert_request_eq!(handle, request.to_string()).send_response(response.clone());
+        assert_eq!(future.await.unwrap(), response);
+    }
 
     handle.allow(1);
     assert!(service.poll_ready().is_ready());
@@ -824,7 +899,8 @@ fn public_types_are_send_and_sync() {
     send_sync::<SavedAnswers<String, String>>();
     send_sync::<SaveLayer<String, String, Key>>();
     send_sync::<Save<tower::util::ServiceFn<fn(String)>, String, Reply, Key, Good>>();
-    send_sync::<SaveFuture<std::future::Ready<Result<Reply, BoxError>>, String, Reply, EveryOk>>();
+    send_sync::<SaveFuture<std::future::Ready<Result<Reply, BoxError>>, String, Reply, EverySuccess>>(
+    );
     send_sync::<SavedFallback<String, Reply, Key, Stale, Unav>>();
     send_sync::<Unavailable>();
     send_sync::<SavedConfigError>();
@@ -881,7 +957,12 @@ fn layers_and_fallbacks_clone_whatever_the_key_and_response_types() {
     assert_clone(&layer);
     assert_clone(&tower::Layer::layer(
         &layer,
-        service_fn(|n: u32| async move { Ok::<_, std::io::Error>(n.to_string()) }),
+        service_fn(|n: u32| async move {
+            Ok::<_, std::io::Error>(Answer::from_parts(
+                n.to_string(),
+                Origin::called(Source::Service, State::Closed, Verdict::Success),
+            ))
+        }),
     ));
     assert_clone(&layer.fallback(
         stale_string as fn(String, Duration) -> String,
@@ -891,4 +972,48 @@ fn layers_and_fallbacks_clone_whatever_the_key_and_response_types() {
     fn stale_string(answer: String, age: Duration) -> String {
         format!("{}\n{answer}", stale_label(age))
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_outcome_is_deferred_is_not_saved_until_known_so_never() {
+    use tower_circuit_breaker::{Classify, Settlement};
+
+    /// A streamed answer: its outcome is settled by whoever reads it.
+    #[derive(Clone)]
+    struct Streamed(Arc<Mutex<Option<Settlement>>>);
+
+    #[derive(Clone)]
+    struct Defers;
+
+    impl Classify<Streamed, std::io::Error> for Defers {
+        fn classify(&self, _: &Result<Streamed, std::io::Error>) -> Outcome {
+            Outcome::Success
+        }
+
+        fn defer(&self, response: &mut Streamed, settlement: Settlement) -> Result<(), Settlement> {
+            *response.0.lock().unwrap() = Some(settlement);
+            Ok(())
+        }
+    }
+
+    let saved = SavedAnswers::<u32, Streamed>::new(10, secs(60)).unwrap();
+    let breaker = Builder::new().build().unwrap().with_classifier(Defers);
+    let handle = breaker.handle();
+    let mut svc = ServiceBuilder::new()
+        .layer(SaveLayer::new(saved.clone(), |n: &u32| Some(*n)))
+        .layer(breaker)
+        .service(service_fn(|_: u32| async {
+            Ok::<_, std::io::Error>(Streamed(Arc::default()))
+        }));
+    let answer = svc.ready().await.unwrap().call(1).await.unwrap();
+    assert_eq!(answer.verdict(), Some(Verdict::Deferred));
+    assert!(
+        saved.is_empty(),
+        "a stream that may still break is not saved"
+    );
+    // Settled later, as a success: the breaker counts it; the store has nothing.
+    let settlement = answer.get_ref().0.lock().unwrap().take().unwrap();
+    settlement.success();
+    assert_eq!(handle.snapshot().counts.successes, 1);
+    assert!(saved.is_empty());
 }

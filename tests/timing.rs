@@ -719,11 +719,12 @@ async fn a_retry_after_hint_on_the_tripping_failure_sets_the_cooldown() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn only_the_hint_of_the_failure_that_opens_the_breaker_counts() {
+async fn counting_hints_only_the_hint_of_the_failure_that_opens_the_breaker_counts() {
     let (mut svc, handle) = breaker(
         Builder::new()
             .failure_threshold(2)
-            .cooldown(Cooldown::Time(secs(30))),
+            .cooldown(Cooldown::Time(secs(30)))
+            .open_on_retry_after(false),
     );
     expect_service(&mut svc, 429).await;
     expect_service(&mut svc, 500).await;
@@ -733,6 +734,26 @@ async fn only_the_hint_of_the_failure_that_opens_the_breaker_counts() {
     expect_service(&mut svc, 500).await;
     expect_service(&mut svc, 429).await;
     assert_eq!(handle.snapshot().retry_after(), Some(secs(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_failure_with_a_retry_after_opens_the_breaker_at_once_for_that_long() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(3)
+            .cooldown(Cooldown::Time(secs(30))),
+    );
+    let mut transitions = handle.subscribe();
+    expect_service(&mut svc, 429).await; // asks for 2 s
+    assert_eq!(handle.state(), State::Open, "one failure, not three");
+    let opened = transitions.try_recv().expect("the opening");
+    assert_eq!(opened.cause, Cause::RetryAfter);
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(2)));
+    advance(secs(2) - NS).await;
+    expect_skip(&mut svc, Reason::Open).await;
+    advance(NS).await;
+    expect_probe(&mut svc, 200).await;
+    assert_eq!(handle.state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]

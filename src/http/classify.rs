@@ -7,6 +7,7 @@ use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::error_body::ErrorBodyBytes;
 use crate::classify::Classify;
+use crate::error::{text_with_sources, BoxError};
 use crate::outcome::{Failure, Outcome};
 
 /// The default bound on a `Retry-After` wait: 5 minutes.
@@ -21,8 +22,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | --- | --- |
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
 /// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
-/// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that holds the breaker open for that long ([`Failure::retry_after`]), at most [`max_retry_after`](Self::max_retry_after) |
-/// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset) |
+/// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
+/// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
 ///
@@ -36,7 +37,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 ///
 /// OpenAI answers both "slow down" and "you have no credit left" with a 429; only the
 /// body tells them apart (`"code": "insufficient_quota"`). A rate limit passes by
-/// itself, so the breaker opens for the `Retry-After` wait and probes again; an
+/// itself, so the breaker opens at once for the `Retry-After` wait and probes again; an
 /// exhausted quota does not, so the breaker stays open until a person resets it, and
 /// no probe is sent meanwhile.
 ///
@@ -145,7 +146,10 @@ impl HttpClassifier {
         let failed = rate_limited || status.is_server_error();
         if status.as_u16() >= 400 {
             if let Some(marker) = error_body.and_then(|body| self.permanent_marker_in(body)) {
-                let message = format!("{}: {marker}", status_text(status));
+                let message = match meaning_of(marker) {
+                    Some(meaning) => format!("{}: {marker} ({meaning})", status_text(status)),
+                    None => format!("{}: {marker}", status_text(status)),
+                };
                 return Outcome::Failure(Failure::new(message).permanent());
             }
         }
@@ -228,6 +232,31 @@ fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
     }
     // Beyond what a `Duration` holds is a very long wait; the cap cuts it anyway.
     Some(Duration::try_from_secs_f64(millis / 1000.0).unwrap_or(Duration::MAX))
+}
+
+/// The text of a [`BoxError`] (as a `timeout` layer returns) or a `reqwest::Error`
+/// with its sources, skipping a source whose text is already there; `None` for other
+/// error types (the breaker fills in their text).
+pub(super) fn transport_message<E: 'static>(error: &E) -> Option<String> {
+    let error = error as &dyn std::any::Any;
+    #[cfg(feature = "reqwest")]
+    if let Some(error) = error.downcast_ref::<::reqwest::Error>() {
+        return Some(text_with_sources(error));
+    }
+    let error = error.downcast_ref::<BoxError>()?;
+    Some(text_with_sources(&**error))
+}
+
+/// What a permanent error code of OpenAI's (and the APIs that copy it) means, for a
+/// person reading the failure: an exhausted quota must say so.
+fn meaning_of(marker: &str) -> Option<&'static str> {
+    match marker {
+        "insufficient_quota" => Some("the quota is exhausted"),
+        "billing_hard_limit_reached" => Some("the billing limit is reached"),
+        "invalid_api_key" => Some("the API key is invalid"),
+        "account_deactivated" => Some("the account is deactivated"),
+        _ => None,
+    }
 }
 
 /// `503 Service Unavailable`, or `599` for a status with no canonical reason.

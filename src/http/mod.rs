@@ -1,23 +1,28 @@
 //! HTTP model and tool clients: what counts as a failure, quota errors told apart from
 //! rate limits, and provenance on the response itself (cargo feature `http`).
 //!
-//! Three pieces, stacked around an HTTP client (any `tower::Service` from
-//! `http::Request` to `http::Response<B>`):
+//! The pieces, stacked around an HTTP client (any `tower::Service` from
+//! `http::Request` to `http::Response<B>`, or a `reqwest::Client` with the `reqwest`
+//! feature):
 //!
 //! - [`HttpClassifier`], the breaker's classifier: 5xx, 429 and transport errors are
 //!   failures, other 4xx are not (the caller's fault, not the service's), a
-//!   `Retry-After` on a 429 or 503 sets how long that opening lasts, and an
+//!   `Retry-After` on a 429 or 503 opens the breaker at once for that long, and an
 //!   `insufficient_quota` error keeps the breaker open until reset;
 //! - [`ErrorBodyLayer`], inside the breaker: reads the start of error bodies into an
 //!   [`ErrorBodyBytes`] extension so the classifier can see the error code, and hands
 //!   the caller the whole body still;
+//! - [`BufferBodyLayer`], inside the breaker, for saved answers: reads each response
+//!   whole into a [`BufferedResponse`], which is `Clone` (a saved answer is served
+//!   again) and whose error body the classifier reads itself;
 //! - [`ProvenanceLayer`], outside the breaker: turns the breaker's
 //!   [`Answer`](crate::Answer) back into a plain `http::Response` labelled with an
 //!   [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension, for stacks whose
 //!   response type is fixed.
 //!
-//! The order, outside in: provenance, breaker, (timeout, so that a hang counts as a
-//! failure,) error body, client.
+//! The order, outside in: provenance, (a [`SaveLayer`](crate::SaveLayer) for saved
+//! answers,) breaker, (timeout, so that a hang counts as a failure,) error body or
+//! buffer, client.
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -87,6 +92,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod buffer;
 mod classify;
 pub mod error_body;
 pub mod provenance;
@@ -95,6 +101,7 @@ pub mod provenance;
 pub mod reqwest;
 pub mod stream;
 
+pub use self::buffer::{BodyTooLarge, BufferBody, BufferBodyLayer, BufferedResponse};
 pub use self::classify::{parse_retry_after, HttpClassifier};
 pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ReadAhead, ResponseBody};
 pub use self::provenance::{

@@ -16,7 +16,8 @@
 //!
 //! The header's values are `service`, `probe`, `fallback; reason=<reason>` and
 //! `shadowed; reason=<reason>` (the reason as [`Reason::as_str`] writes it: `open`,
-//! `half_open_full`, `killed`, `forced_open`, ...). A fallback's response gets the
+//! `half_open_full`, `killed`, `forced_open`, ...), and `fallback; reason=failed` for a
+//! fallback's answer to a call that failed ([`Source::FallbackAfterFailure`]). A fallback's response gets the
 //! header too: it is the breaker that labels it, not the fallback. Each breaker on the
 //! way appends its value, so a response that went through several carries one value
 //! per breaker, the innermost (or the one farthest away, in another process) first;
@@ -234,6 +235,9 @@ pub fn header_value(source: Source) -> HeaderValue {
 /// ```
 pub fn source_from_header(value: &HeaderValue) -> Option<Source> {
     let text = value.to_str().ok()?.trim();
+    if text.split_whitespace().collect::<String>() == "fallback;reason=failed" {
+        return Some(Source::FallbackAfterFailure);
+    }
     let (kind, reason) = match text.split_once(';') {
         Some((kind, rest)) => {
             let reason = rest.trim().strip_prefix("reason=")?;
@@ -273,6 +277,7 @@ fn header_str(source: Source) -> &'static str {
             Reason::Killed => "fallback; reason=killed",
             Reason::ForcedOpen => "fallback; reason=forced_open",
         },
+        Source::FallbackAfterFailure => "fallback; reason=failed",
         Source::Shadowed(reason) => match reason {
             Reason::Open => "shadowed; reason=open",
             Reason::HalfOpenFull => "shadowed; reason=half_open_full",
@@ -406,6 +411,12 @@ mod tests {
     #[test]
     fn every_header_value_parses_back_to_its_source() {
         let mut sources = vec![Source::Service, Source::Probe];
+        let failed = header_value(Source::FallbackAfterFailure);
+        assert_eq!(failed, "fallback; reason=failed");
+        assert_eq!(
+            source_from_header(&failed),
+            Some(Source::FallbackAfterFailure)
+        );
         for reason in REASONS {
             sources.push(Source::Fallback(reason));
             sources.push(Source::Shadowed(reason));

@@ -72,20 +72,19 @@
 //! # Ok(()) }
 //! ```
 
-use std::any::Any;
 use std::collections::VecDeque;
-use std::error::Error;
-use std::fmt::Write as _;
 
 use ::http::response::Parts;
 use ::reqwest::{Body, Response, ResponseBuilderExt as _, StatusCode, Url};
 use bytes::Bytes;
 use http_body::Frame;
 
+use super::buffer::{Bufferable, BufferedResponse};
 use super::error_body::{ErrorBodyBytes, ReadAhead, ResponseBody};
 use super::HttpClassifier;
 use crate::classify::Classify;
 use crate::error::BoxError;
+
 use crate::outcome::Outcome;
 
 impl HttpClassifier {
@@ -107,37 +106,13 @@ impl<E: 'static> Classify<Response, E> for HttpClassifier {
     fn classify(&self, result: &Result<Response, E>) -> Outcome {
         match result {
             Ok(response) => self.classify_reqwest(response),
-            Err(error) => match transport_message(error) {
+            Err(error) => match super::classify::transport_message(error) {
                 Some(message) => Outcome::failure_with(message),
                 // The breaker fills in the error's text as the message.
                 None => Outcome::failure(),
             },
         }
     }
-}
-
-/// The text of a `reqwest::Error` or a [`BoxError`] with its sources, skipping a
-/// source whose text is already there; `None` for other error types.
-fn transport_message<E: 'static>(error: &E) -> Option<String> {
-    let error = error as &dyn Any;
-    let error: &(dyn Error + 'static) =
-        if let Some(error) = error.downcast_ref::<::reqwest::Error>() {
-            error
-        } else if let Some(error) = error.downcast_ref::<BoxError>() {
-            &**error
-        } else {
-            return None;
-        };
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            let _ = write!(message, ": {text}");
-        }
-        source = cause.source();
-    }
-    Some(message)
 }
 
 impl super::error_body::sealed::Sealed for Response {}
@@ -239,4 +214,54 @@ fn rebuild(parts: Parts, url: Url, read: ErrorBodyBytes, body: ResponseBody<Body
         .body(Body::wrap(body))
         .expect("the parts of a valid response");
     Response::from(response)
+}
+
+impl super::buffer::sealed::Sealed for Response {}
+
+/// [`BufferBodyLayer`](super::BufferBodyLayer) reads a reqwest client's responses whole:
+/// the [`BufferedResponse`] keeps the status, version, headers, extensions (so
+/// [`remote_addr`](::reqwest::Response::remote_addr) is kept) and the URL, which
+/// `reqwest::Response::from(buffered)` restores.
+impl Bufferable for Response {
+    type Body = Body;
+
+    fn split(self) -> (Parts, Body) {
+        let url = self.url().clone();
+        let (mut parts, body) = ::http::Response::<Body>::from(self).into_parts();
+        parts.extensions.extend(url_extension(url));
+        (parts, body)
+    }
+}
+
+/// The extension reqwest keeps a response's URL in (its type is reqwest's own): made by
+/// the builder that `reqwest::Response::from` reads it back from.
+fn url_extension(url: Url) -> ::http::Extensions {
+    let (parts, ()) = ::http::Response::builder()
+        .url(url)
+        .body(())
+        .expect("a response with only a URL")
+        .into_parts();
+    parts.extensions
+}
+
+impl BufferedResponse {
+    /// Reads a `reqwest::Response` whole, up to `limit` bytes; its URL is kept for
+    /// `reqwest::Response::from(buffered)`.
+    ///
+    /// # Errors
+    ///
+    /// The body's error, or [`BodyTooLarge`](super::BodyTooLarge) past the limit.
+    pub async fn from_reqwest(response: Response, limit: usize) -> Result<Self, BoxError> {
+        let (head, body) = Bufferable::split(response);
+        let response = ::http::Response::from_parts(head, body);
+        BufferedResponse::read(response, limit).await
+    }
+}
+
+/// A `reqwest::Response` with the buffered status, version, headers, extensions, URL
+/// (when the response came from reqwest) and body.
+impl From<BufferedResponse> for Response {
+    fn from(response: BufferedResponse) -> Response {
+        Response::from(::http::Response::<Bytes>::from(response))
+    }
 }

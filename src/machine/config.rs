@@ -103,6 +103,8 @@ impl Backoff {
 
 /// How a breaker behaves while it is being rolled out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Mode {
     /// The breaker works: it trips, skips and probes.
     #[default]
@@ -207,6 +209,7 @@ pub struct Config {
     pub(crate) half_open_probes: u32,
     pub(crate) max_half_open_dwell: Option<Duration>,
     pub(crate) max_retry_after: Duration,
+    pub(crate) open_on_retry_after: bool,
     pub(crate) slow_call: Option<Duration>,
     pub(crate) mode: Mode,
 }
@@ -223,6 +226,7 @@ impl Default for Config {
             half_open_probes: 1,
             max_half_open_dwell: Some(Duration::from_secs(60)),
             max_retry_after: Duration::from_secs(300),
+            open_on_retry_after: true,
             slow_call: None,
             mode: Mode::Enabled,
         }
@@ -333,6 +337,18 @@ impl Config {
     /// The longest a breaker stays half-open before it re-opens on its own.
     pub fn max_half_open_dwell(&self) -> Option<Duration> {
         self.max_half_open_dwell
+    }
+
+    /// The longest wait a failed response may impose
+    /// ([`Failure::retry_after`](crate::Failure::retry_after)).
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
+    }
+
+    /// Whether a failure that says how long to wait opens the breaker at once for that
+    /// long (`true`, the default), or only counts as a failure.
+    pub fn open_on_retry_after(&self) -> bool {
+        self.open_on_retry_after
     }
 
     /// A success slower than this counts as a failure.

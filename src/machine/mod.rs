@@ -318,6 +318,12 @@ impl Machine {
                 if failure.is_permanent() {
                     return Some(self.open(at, Cause::PermanentFailure, failure));
                 }
+                // The service said how long to wait: calling it again before then only
+                // earns another refusal (LiteLLM cools a deployment down on the first
+                // 429; resilience4j opens for a result-derived wait).
+                if failure.retry_after_hint().is_some() && self.config.open_on_retry_after {
+                    return Some(self.open(at, Cause::RetryAfter, failure));
+                }
             }
         }
         // The trip policy is a state of the window: checked after every outcome.

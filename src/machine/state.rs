@@ -295,6 +295,10 @@ pub enum Cause {
     Tripped,
     /// A failure marked permanent opened the breaker until reset.
     PermanentFailure,
+    /// A failure said how long to wait (an HTTP `Retry-After`), and the breaker opened
+    /// at once for that long: the service asked for the wait
+    /// ([`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)).
+    RetryAfter,
     /// The wait passed and a call arrived: it is the probe.
     CooldownElapsed,
     /// Enough probes succeeded.
@@ -313,12 +317,14 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// `tripped`, `permanent_failure`, `cooldown_elapsed`, `probe_succeeded`,
-    /// `probe_failed`, `dwell_exceeded`, `forced_open`, `hint` or `reset`.
+    /// `tripped`, `permanent_failure`, `retry_after`, `cooldown_elapsed`,
+    /// `probe_succeeded`, `probe_failed`, `dwell_exceeded`, `forced_open`, `hint` or
+    /// `reset`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Cause::Tripped => "tripped",
             Cause::PermanentFailure => "permanent_failure",
+            Cause::RetryAfter => "retry_after",
             Cause::CooldownElapsed => "cooldown_elapsed",
             Cause::ProbeSucceeded => "probe_succeeded",
             Cause::ProbeFailed => "probe_failed",
@@ -335,6 +341,7 @@ impl Cause {
             self,
             Cause::Tripped
                 | Cause::PermanentFailure
+                | Cause::RetryAfter
                 | Cause::ProbeFailed
                 | Cause::DwellExceeded
                 | Cause::ForcedOpen

@@ -130,26 +130,30 @@ fn settings() -> impl Strategy<Value = Builder> {
         proptest::option::of(1u64..120),
         proptest::bool::weighted(0.2),
         proptest::bool::weighted(0.3),
+        proptest::bool::weighted(0.8),
     )
-        .prop_map(|(cooldown, trip, probes, dwell, slow, backoff)| {
-            let mut builder = Builder::new()
-                .cooldown(cooldown)
-                .trip_policy(trip)
-                .half_open_probes(probes)
-                .max_half_open_dwell(dwell.map(Duration::from_secs))
-                .jitter_seed(7);
-            if slow {
-                builder = builder.slow_call_threshold(Duration::from_secs(5));
-            }
-            if backoff {
-                let cap = match cooldown {
-                    Cooldown::Calls(n) => Cooldown::Calls(n * 8),
-                    Cooldown::Time(d) => Cooldown::Time(d * 8),
-                };
-                builder = builder.backoff(Backoff::exponential(2.0, cap));
-            }
-            builder
-        })
+        .prop_map(
+            |(cooldown, trip, probes, dwell, slow, backoff, open_on_hint)| {
+                let mut builder = Builder::new()
+                    .cooldown(cooldown)
+                    .trip_policy(trip)
+                    .half_open_probes(probes)
+                    .max_half_open_dwell(dwell.map(Duration::from_secs))
+                    .open_on_retry_after(open_on_hint)
+                    .jitter_seed(7);
+                if slow {
+                    builder = builder.slow_call_threshold(Duration::from_secs(5));
+                }
+                if backoff {
+                    let cap = match cooldown {
+                        Cooldown::Calls(n) => Cooldown::Calls(n * 8),
+                        Cooldown::Time(d) => Cooldown::Time(d * 8),
+                    };
+                    builder = builder.backoff(Backoff::exponential(2.0, cap));
+                }
+                builder
+            },
+        )
 }
 
 /// A clock whose calls take the next step when asked.
@@ -400,4 +404,46 @@ fn a_known_twenty_call_trace_through_the_bare_machine() {
          11 closed:model 12 closed:model 13 closed:failed 14 closed:failed 15 closed:failed \
          16 open:skipped 17 open:skipped 18 open:skipped 19 half_open:model 20 closed:model"
     );
+}
+
+#[test]
+fn a_failure_with_a_retry_after_opens_the_breaker_at_once_unless_told_to_only_count_it() {
+    let now = Instant::now();
+    let busy = || Outcome::Failure(Failure::new("429").retry_after(Duration::from_secs(7)));
+    for open in [true, false] {
+        let config = Builder::new()
+            .failure_threshold(3)
+            .cooldown(Cooldown::Time(Duration::from_secs(30)))
+            .max_retry_after(Duration::from_secs(5))
+            .open_on_retry_after(open)
+            .build_config()
+            .unwrap();
+        let mut machine = Machine::new(config, now);
+        let at = Fixed { step: 1, now };
+        let (recorded, transition) = machine.record(machine.epoch(), Kind::Call, busy(), None, at);
+        assert!(matches!(recorded, Recorded::Counted { .. }));
+        if !open {
+            assert_eq!(transition, None, "only counted");
+            assert_eq!(
+                (machine.state(), machine.consecutive_failures()),
+                (State::Closed, 1)
+            );
+            continue;
+        }
+        let transition = transition.expect("opened at once");
+        assert_eq!(
+            (transition.from, transition.to),
+            (State::Closed, State::Open)
+        );
+        assert_eq!(transition.cause, Cause::RetryAfter);
+        assert!(transition.cause.opens());
+        // For the wait the service asked for, capped by max_retry_after.
+        assert_eq!(
+            transition.next_probe,
+            NextProbe::After {
+                calls: 1,
+                at: Some(now + Duration::from_secs(5))
+            }
+        );
+    }
 }

@@ -17,7 +17,8 @@ use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
 use crate::machine::{
-    Advice, Kind, Machine, Mode, NextProbe, Reason, Recorded, Skip, State, Transition,
+    Advice, FailureRecord, Kind, Machine, Mode, NextProbe, Reason, Recorded, Skip, State,
+    Transition,
 };
 use crate::outcome::Outcome;
 use crate::snapshot::Snapshot;
@@ -57,14 +58,26 @@ struct Apart<T>(T);
 
 /// See the [module docs](self). The totals come first, next to the `Arc`'s reference
 /// counts, which every call writes anyway; the door, which every call reads, lies apart.
+///
+/// Public to the fallback trait's hidden methods (a fallback that says why it answered
+/// reads the breaker's name and, for a permanent failure, its message), and unnameable
+/// outside the crate: the module is private.
 #[repr(C)]
-pub(crate) struct Shared {
+pub struct Shared {
     tally: Tally,
     published: Apart<Published>,
     pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
     events: Events,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An arriving call's clocks, read when its decision first needs them.
@@ -241,6 +254,27 @@ impl Shared {
             step: None,
             now: None,
         }
+    }
+
+    /// When `skip` was decided on a breaker open until a reset by a failure of the
+    /// service's own (open, with no probe scheduled, and not killed or forced: a
+    /// permanent failure), that failure. Nothing is recorded while it holds, so the last
+    /// failure is the one. Reads the machine: only a context-aware fallback asks, and
+    /// only in this state, which only a person ends.
+    #[inline]
+    pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
+        let permanent = skip.reason() == Reason::Open && skip.next_probe() == NextProbe::Manual;
+        if permanent {
+            self.last_failure()
+        } else {
+            None
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn last_failure(&self) -> Option<FailureRecord> {
+        self.lock().last_failure().cloned()
     }
 
     /// A call decided as made while the kill switch was on, then found not killed: it

@@ -1,5 +1,6 @@
 //! A scripted HTTP/1 server on loopback, shared by the tests that go over real TCP
-//! (`tests/http_tcp.rs`, `tests/http_reqwest.rs`, `tests/async_openai.rs`), each of
+//! (`tests/http_tcp.rs`, `tests/http_reqwest.rs`, `tests/async_openai.rs`,
+//! `tests/llm_stack.rs`), each of
 //! which includes it with `#[path = "common/server.rs"] mod server;` (it is not part of
 //! `tests/common/mod.rs`, whose users need no hyper).
 //!
@@ -25,6 +26,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
+
+/// A chat completion whose answer is "42".
+pub(crate) const CHAT_BODY: &str = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"42"},"finish_reason":"stop"}]}"#;
+/// OpenAI's body for an exhausted quota (sent with a 429).
+pub(crate) const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+/// OpenAI's body for a rate limit (sent with a 429).
+pub(crate) const RATE_LIMIT_BODY: &str =
+    r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
 
 /// What the server does with one request.
 #[derive(Debug)]
@@ -52,6 +61,15 @@ impl Answer {
     /// The same answer with `Retry-After: <secs>`; a hang stays a hang.
     pub(crate) fn retry_after(self, secs: u64) -> Self {
         self.header(RETRY_AFTER, HeaderValue::from(secs))
+    }
+
+    /// The same answer with this header (`retry-after-ms: 1500`, say); a hang stays a
+    /// hang.
+    pub(crate) fn with_header(self, name: &'static str, value: &'static str) -> Self {
+        self.header(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        )
     }
 
     fn header(self, name: HeaderName, value: HeaderValue) -> Self {

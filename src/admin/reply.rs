@@ -1,0 +1,164 @@
+//! What the admin service answers: JSON bodies ([`AdminBody`]), and the errors a bad
+//! request gets ([`Problem`]).
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use ::http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use ::http::{Method, Response, StatusCode};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+/// The body of an admin response: one JSON document, sent in one frame.
+#[derive(Debug, Clone, Default)]
+pub struct AdminBody {
+    bytes: Option<Bytes>,
+}
+
+impl AdminBody {
+    fn new(bytes: Bytes) -> Self {
+        AdminBody {
+            bytes: (!bytes.is_empty()).then_some(bytes),
+        }
+    }
+
+    /// The bytes not sent yet.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.as_deref().unwrap_or_default()
+    }
+}
+
+impl Body for AdminBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.bytes.take().map(|bytes| Ok(Frame::data(bytes))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
+    }
+}
+
+/// A response with `value` as its JSON body.
+pub(super) fn json(status: StatusCode, value: &impl serde::Serialize) -> Response<AdminBody> {
+    // Serializing the admin's own views and snapshots cannot fail: no map has a
+    // non-string key, no number is a float that is not finite.
+    let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut response = Response::new(AdminBody::new(Bytes::from(bytes)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Why a request gets no answer but an error: a status, a code a program can match
+/// on, and a message for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Problem {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    allow: Option<Method>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl Problem {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Problem {
+            status,
+            code,
+            message: message.into(),
+            allow: None,
+        }
+    }
+
+    pub(super) fn not_found() -> Self {
+        Problem::new(StatusCode::NOT_FOUND, "not_found", "no such admin path")
+    }
+
+    pub(super) fn unknown(what: &str, name: &str) -> Self {
+        let code = if what == "breaker" {
+            "unknown_breaker"
+        } else {
+            "unknown_kill_switch"
+        };
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            code,
+            format!("no {what} named {name:?}"),
+        )
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(super) fn method_not_allowed(allowed: Method) -> Self {
+        let mut problem = Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("this path answers {allowed} only"),
+        );
+        problem.allow = Some(allowed);
+        problem
+    }
+
+    pub(super) fn mutations_disabled() -> Self {
+        Problem::new(
+            StatusCode::FORBIDDEN,
+            "mutations_disabled",
+            "this admin service only reads: changes are not enabled",
+        )
+    }
+
+    pub(super) fn body_too_large(limit: usize) -> Self {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    #[cfg(test)]
+    pub(super) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The JSON error response: `{"error": {"code": "...", "message": "..."}}`.
+    pub(super) fn response(&self) -> Response<AdminBody> {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        let mut response = json(self.status, &body);
+        if let Some(allow) = &self.allow {
+            if let Ok(value) = HeaderValue::from_str(allow.as_str()) {
+                response.headers_mut().insert(ALLOW, value);
+            }
+        }
+        response
+    }
+}

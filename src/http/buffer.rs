@@ -1,0 +1,512 @@
+//! [`BufferBodyLayer`]: reads each response whole into a [`BufferedResponse`], which is
+//! `Clone`, so that it can be saved and served again
+//! ([`saved`](crate::saved)).
+//!
+//! A `reqwest::Response` or an `http::Response<Incoming>` is not `Clone`: its body is a
+//! stream, read once. Inside the breaker (and inside a timeout, so that a body that
+//! hangs counts as a failure), this layer reads the body (up to a limit, 8 MiB by
+//! default) and answers a [`BufferedResponse`]: the status, version, headers,
+//! extensions and body bytes. The breaker classifies it with
+//! [`HttpClassifier`] (which reads an error body in it directly:
+//! no [`ErrorBodyLayer`](super::ErrorBodyLayer) is needed, though one inside this layer
+//! keeps working), [`ProvenanceLayer`](super::ProvenanceLayer) labels it, and it
+//! converts to and from `http::Response<Bytes>` and, with the `reqwest` feature, to and
+//! from `reqwest::Response` (URL included).
+//!
+//! The order, outside in: provenance, save, breaker, (retry, timeout,) buffer, client.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::http::{BufferBodyLayer, BufferedResponse, HttpClassifier};
+//! use tower_circuit_breaker::CircuitBreakerLayer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let client = service_fn(|_: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{\"answer\":42}"))))
+//! });
+//! let breaker = CircuitBreakerLayer::builder().build()?.with_classifier(HttpClassifier::new());
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(breaker)
+//!     .layer(BufferBodyLayer::new())
+//!     .service(client);
+//! let answer = svc.ready().await?.call(Request::new(())).await?;
+//! let response: BufferedResponse = answer.into_inner();
+//! let copy = response.clone(); // what a saved answer needs
+//! assert_eq!(copy.body(), "{\"answer\":42}");
+//! assert_eq!(response.text()?, "{\"answer\":42}");
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use ::http::header::{HeaderValue, AGE};
+use ::http::response::Parts;
+use ::http::{Extensions, HeaderMap, Response, StatusCode, Version};
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::Body;
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+use super::error_body::ErrorBodyBytes;
+use super::provenance::Labelled;
+use super::HttpClassifier;
+use crate::classify::Classify;
+use crate::error::BoxError;
+use crate::outcome::Outcome;
+
+/// How much of a body [`BufferBodyLayer`] reads by default: 8 MiB.
+pub const DEFAULT_BUFFER_LIMIT: usize = 8 * 1024 * 1024;
+
+/// An HTTP response read whole: status, version, headers, extensions and body bytes.
+/// `Clone`, so it can be saved and served again; see the [module docs](self).
+///
+/// Trailers are not kept.
+#[derive(Debug, Clone)]
+pub struct BufferedResponse {
+    head: Parts,
+    body: Bytes,
+}
+
+impl BufferedResponse {
+    /// A response from its head and its body.
+    pub fn from_parts(head: Parts, body: Bytes) -> Self {
+        BufferedResponse { head, body }
+    }
+
+    /// The head and the body.
+    pub fn into_parts(self) -> (Parts, Bytes) {
+        (self.head, self.body)
+    }
+
+    /// Reads `response`'s body whole, up to `limit` bytes.
+    ///
+    /// # Errors
+    ///
+    /// The body's error, or [`BodyTooLarge`] past the limit.
+    pub async fn read<B>(response: Response<B>, limit: usize) -> Result<Self, BoxError>
+    where
+        B: Body,
+        B::Error: Into<BoxError>,
+    {
+        let (head, body) = response.into_parts();
+        Reading::new(head, Box::pin(body), limit).await
+    }
+
+    /// Its status.
+    pub fn status(&self) -> StatusCode {
+        self.head.status
+    }
+
+    /// Its HTTP version.
+    pub fn version(&self) -> Version {
+        self.head.version
+    }
+
+    /// Its headers.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.head.headers
+    }
+
+    /// Its headers, mutably (to label a saved answer with its age, say).
+    pub fn headers_mut(&mut self) -> &mut HeaderMap {
+        &mut self.head.headers
+    }
+
+    /// Its extensions.
+    pub fn extensions(&self) -> &Extensions {
+        &self.head.extensions
+    }
+
+    /// Its extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.head.extensions
+    }
+
+    /// Its body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Its body, to replace it.
+    pub fn body_mut(&mut self) -> &mut Bytes {
+        &mut self.body
+    }
+
+    /// Its body, without the head.
+    pub fn into_body(self) -> Bytes {
+        self.body
+    }
+
+    /// The same response with an `Age` header of `age` in whole seconds (rounded down,
+    /// as HTTP caches write it): how a saved answer served by a fallback says how old it
+    /// is, in a way HTTP clients and caches understand. Put a label in the content too
+    /// where a person or a model reads it ([`stale_label`](crate::saved::stale_label)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_circuit_breaker::http::BufferedResponse;
+    ///
+    /// let saved = BufferedResponse::from(http::Response::new(Bytes::from_static(b"42")));
+    /// let served = saved.with_age(Duration::from_millis(600_900));
+    /// assert_eq!(served.headers()["age"], "600");
+    /// ```
+    pub fn with_age(mut self, age: Duration) -> Self {
+        self.head
+            .headers
+            .insert(AGE, HeaderValue::from(age.as_secs()));
+        self
+    }
+
+    /// Its body as UTF-8 text.
+    ///
+    /// # Errors
+    ///
+    /// A body that is not UTF-8.
+    pub fn text(&self) -> Result<&str, std::str::Utf8Error> {
+        std::str::from_utf8(&self.body)
+    }
+}
+
+impl From<Response<Bytes>> for BufferedResponse {
+    fn from(response: Response<Bytes>) -> Self {
+        let (head, body) = response.into_parts();
+        BufferedResponse { head, body }
+    }
+}
+
+impl From<BufferedResponse> for Response<Bytes> {
+    fn from(response: BufferedResponse) -> Self {
+        Response::from_parts(response.head, response.body)
+    }
+}
+
+impl Labelled for BufferedResponse {
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        &mut self.head.headers
+    }
+
+    fn extensions(&self) -> &Extensions {
+        &self.head.extensions
+    }
+
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.head.extensions
+    }
+}
+
+/// As an `http::Response`, its error body read from the response itself (or from an
+/// [`ErrorBodyBytes`] extension an [`ErrorBodyLayer`](super::ErrorBodyLayer) left);
+/// an error's message is its text with its sources.
+impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
+    fn classify(&self, result: &Result<BufferedResponse, E>) -> Outcome {
+        match result {
+            Ok(response) => {
+                let read = response.extensions().get::<ErrorBodyBytes>();
+                let error_body = read.map_or(&response.body[..], |read| read.as_bytes());
+                self.classify_parts(response.status(), response.headers(), Some(error_body))
+            }
+            Err(error) => match super::classify::transport_message(error) {
+                Some(message) => Outcome::failure_with(message),
+                None => Outcome::failure(),
+            },
+        }
+    }
+}
+
+/// A body larger than a [`BufferBodyLayer`]'s limit: the response is not read further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("response body larger than the buffer limit of {limit} bytes")]
+pub struct BodyTooLarge {
+    limit: usize,
+}
+
+impl BodyTooLarge {
+    /// The limit, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// Wraps an HTTP client in [`BufferBody`]; see the [module docs](self).
+#[derive(Debug, Clone, Copy)]
+pub struct BufferBodyLayer {
+    limit: usize,
+}
+
+impl BufferBodyLayer {
+    /// Reads bodies of up to [`DEFAULT_BUFFER_LIMIT`] (8 MiB).
+    pub fn new() -> Self {
+        BufferBodyLayer {
+            limit: DEFAULT_BUFFER_LIMIT,
+        }
+    }
+
+    /// Reads bodies of up to `bytes`; a longer one is an error ([`BodyTooLarge`]).
+    pub fn limit(mut self, bytes: usize) -> Self {
+        self.limit = bytes;
+        self
+    }
+}
+
+impl Default for BufferBodyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for BufferBodyLayer {
+    type Service = BufferBody<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BufferBody {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// An HTTP client whose responses are read whole into [`BufferedResponse`]s; made by
+/// [`BufferBodyLayer`].
+///
+/// # Errors
+///
+/// The wrapped service's errors, an error while reading a body, and [`BodyTooLarge`],
+/// boxed: for the breaker, each means the call failed.
+#[derive(Debug, Clone)]
+pub struct BufferBody<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S> BufferBody<S> {
+    /// Reads the bodies of `inner`'s responses, up to `limit` bytes each.
+    pub fn new(inner: S, limit: usize) -> Self {
+        BufferBody { inner, limit }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// A response [`BufferBody`] can read whole: `http::Response<B>`, and
+/// `reqwest::Response` (feature `reqwest`). Sealed.
+pub trait Bufferable: sealed::Sealed {
+    /// Its body, as it is read.
+    #[doc(hidden)]
+    type Body: Body + Unpin;
+
+    /// The head (for `reqwest::Response`, with its URL as an extension) and the body.
+    #[doc(hidden)]
+    fn split(self) -> (Parts, Self::Body);
+}
+
+impl<B> sealed::Sealed for Response<B> {}
+
+impl<B: Body> Bufferable for Response<B> {
+    type Body = Pin<Box<B>>;
+
+    fn split(self) -> (Parts, Pin<Box<B>>) {
+        let (head, body) = self.into_parts();
+        (head, Box::pin(body))
+    }
+}
+
+impl<S, Request> Service<Request> for BufferBody<S>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+    S::Response: Bufferable,
+    <<S::Response as Bufferable>::Body as Body>::Error: Into<BoxError>,
+{
+    type Response = BufferedResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, <S::Response as Bufferable>::Body>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        ResponseFuture {
+            state: State::Waiting {
+                future: self.inner.call(request),
+            },
+            limit: self.limit,
+        }
+    }
+}
+
+pin_project! {
+    /// The future of a [`BufferBody`] call: the response, read whole.
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+        limit: usize,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B> {
+        Waiting {
+            #[pin]
+            future: F,
+        },
+        Reading {
+            reading: Reading<B>,
+        },
+    }
+}
+
+impl<F, E, R> Future for ResponseFuture<F, R::Body>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<BoxError>,
+    R: Bufferable,
+    <R::Body as Body>::Error: Into<BoxError>,
+{
+    type Output = Result<BufferedResponse, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Waiting { future } => {
+                    let response = ready!(future.poll(cx)).map_err(Into::into)?;
+                    let (head, body) = response.split();
+                    let reading = Reading::new(head, body, *this.limit);
+                    this.state.set(State::Reading { reading });
+                }
+                StateProj::Reading { reading } => return Pin::new(reading).poll(cx),
+            }
+        }
+    }
+}
+
+impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Waiting { .. } => "waiting",
+            State::Reading { .. } => "reading",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+/// A body being read whole, with the head it belongs to.
+struct Reading<B> {
+    head: Option<Parts>,
+    body: B,
+    read: BytesMut,
+    limit: usize,
+}
+
+impl<B> Reading<B> {
+    fn new(head: Parts, body: B, limit: usize) -> Self {
+        Reading {
+            head: Some(head),
+            body,
+            read: BytesMut::new(),
+            limit,
+        }
+    }
+}
+
+/// Why a body could not be read whole.
+pub(crate) enum Unread<E> {
+    /// It is longer than the limit.
+    TooLarge,
+    /// It broke off.
+    Body(E),
+}
+
+/// Reads `body`'s data frames into `read` until the body ends, `limit` bytes in all at
+/// most; trailers are skipped.
+pub(crate) fn poll_read_whole<B: Body + Unpin>(
+    body: &mut B,
+    read: &mut BytesMut,
+    limit: usize,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), Unread<B::Error>>> {
+    // A length announced past the limit is refused before a byte is read.
+    if body.size_hint().lower() > (limit - read.len()) as u64 {
+        return Poll::Ready(Err(Unread::TooLarge));
+    }
+    loop {
+        match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+            None => return Poll::Ready(Ok(())),
+            Some(Err(error)) => return Poll::Ready(Err(Unread::Body(error))),
+            Some(Ok(frame)) => {
+                let Ok(mut data) = frame.into_data() else {
+                    continue; // trailers
+                };
+                if data.remaining() > limit - read.len() {
+                    return Poll::Ready(Err(Unread::TooLarge));
+                }
+                while data.has_remaining() {
+                    let chunk = data.chunk();
+                    read.extend_from_slice(chunk);
+                    let n = chunk.len();
+                    data.advance(n);
+                }
+            }
+        }
+    }
+}
+
+impl<B> Future for Reading<B>
+where
+    B: Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<BufferedResponse, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match ready!(poll_read_whole(
+            &mut this.body,
+            &mut this.read,
+            this.limit,
+            cx
+        )) {
+            Ok(()) => {}
+            Err(Unread::Body(error)) => return Poll::Ready(Err(error.into())),
+            Err(Unread::TooLarge) => {
+                let limit = this.limit;
+                return Poll::Ready(Err(Box::new(BodyTooLarge { limit })));
+            }
+        }
+        let head = this.head.take().expect("polled after completion");
+        let body = this.read.split().freeze();
+        Poll::Ready(Ok(BufferedResponse { head, body }))
+    }
+}
