@@ -162,6 +162,13 @@ impl Builder {
         self
     }
 
+    /// Times every call, so that observers are told how long each took.
+    #[cfg_attr(not(test), allow(dead_code))] // for call-duration metrics, to come
+    pub(crate) fn time_calls(mut self) -> Self {
+        self.config.time_calls = true;
+        self
+    }
+
     /// The checked settings, without building a breaker: to check settings read from a
     /// file, or show them. A jitter seed is drawn if none was set.
     ///

@@ -159,13 +159,16 @@ impl Handles {
                     .increment(1);
             }
             Event::Transition(transition) => record_transition(self.label(), transition),
+            Event::ModeChanged { .. } => {}
         }
     }
 }
 
 fn event_name<'a>(event: &Event<'a>) -> &'a str {
     match *event {
-        Event::Recorded { name, .. } | Event::Skipped { name, .. } => name,
+        Event::Recorded { name, .. }
+        | Event::Skipped { name, .. }
+        | Event::ModeChanged { name, .. } => name,
         Event::Transition(transition) => &transition.name,
     }
 }
@@ -186,6 +189,7 @@ fn record_uncached(event: &Event<'_>) {
         Event::Transition(transition) => {
             record_transition(SharedString::from(transition.name.clone()), transition)
         }
+        Event::ModeChanged { .. } => {}
     }
 }
 

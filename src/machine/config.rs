@@ -209,6 +209,9 @@ pub struct Config {
     pub(crate) max_retry_after: Duration,
     pub(crate) slow_call: Option<Duration>,
     pub(crate) mode: Mode,
+    /// Every call is timed, and observers are told how long it took (call-duration
+    /// metrics); a slow-call rule times calls whatever this says.
+    pub(crate) time_calls: bool,
 }
 
 impl Default for Config {
@@ -225,6 +228,7 @@ impl Default for Config {
             max_retry_after: Duration::from_secs(300),
             slow_call: None,
             mode: Mode::Enabled,
+            time_calls: false,
         }
     }
 }
@@ -343,5 +347,10 @@ impl Config {
     /// The mode the breaker starts in.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Whether calls are timed: for a slow-call rule, or for call-duration metrics.
+    pub(crate) fn times_calls(&self) -> bool {
+        self.slow_call.is_some() || self.time_calls
     }
 }

@@ -123,8 +123,9 @@ fn settings() -> impl Strategy<Value = Builder> {
         proptest::option::of(1u64..120),
         proptest::bool::weighted(0.2),
         proptest::bool::weighted(0.3),
+        proptest::bool::weighted(0.3),
     )
-        .prop_map(|(cooldown, trip, probes, dwell, slow, backoff)| {
+        .prop_map(|(cooldown, trip, probes, dwell, slow, backoff, timed)| {
             let mut builder = Builder::new()
                 .cooldown(cooldown)
                 .trip_policy(trip)
@@ -133,6 +134,9 @@ fn settings() -> impl Strategy<Value = Builder> {
                 .jitter_seed(7);
             if slow {
                 builder = builder.slow_call_threshold(Duration::from_secs(5));
+            }
+            if timed {
+                builder = builder.time_calls();
             }
             if backoff {
                 let cap = match cooldown {
@@ -245,6 +249,8 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         machine.consecutive_failures(),
                         before.consecutive_failures()
                     );
+                    // What observers are told of a success counted without the lock.
+                    prop_assert_eq!(machine.failure_rate(at.now), Machine::QUIET_FAILURE_RATE);
                 }
             }
             Op::Release { which } if !held.is_empty() => {
@@ -265,7 +271,9 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::AllowProbe => {
                 machine.allow_probe();
             }
-            Op::SetMode(mode) => machine.set_mode(mode),
+            Op::SetMode(mode) => {
+                machine.set_mode(mode);
+            }
             Op::Advance(by) => now += by,
         }
         // After a look at the clock, no deadline stands at this instant.
@@ -387,4 +395,42 @@ fn the_lessons_trace_through_the_bare_machine() {
          11 closed:model 12 closed:model 13 closed:failed 14 closed:failed 15 closed:failed \
          16 open:skipped 17 open:skipped 18 open:skipped 19 half_open:model 20 closed:model"
     );
+}
+
+/// The failure rate reported for each closed-state outcome: the threshold in force
+/// (lowered by a relief) for consecutive failures; the window as of the outcome for a
+/// failure rate, whose outcomes age out of a time window.
+#[test]
+fn the_failure_rate_reads_the_policy_in_force() {
+    let now = Instant::now();
+    let record = |machine: &mut Machine, outcome: Outcome, now: Instant| {
+        let at = Fixed { step: 0, now };
+        match machine
+            .record(machine.epoch(), Kind::Call, outcome, None, at)
+            .0
+        {
+            Recorded::Counted { failure_rate, .. } => failure_rate,
+            Recorded::Late => panic!("not late"),
+        }
+    };
+    let config = Builder::new().failure_threshold(4).build_config().unwrap();
+    let mut run = Machine::new(config, now);
+    run.set_threshold_relief(2);
+    assert_eq!(record(&mut run, Outcome::failure(), now), Some(50.0));
+    assert_eq!(record(&mut run, Outcome::Ignored, now), None);
+    assert_eq!(record(&mut run, Outcome::failure(), now), Some(100.0));
+    assert_eq!(run.state(), State::Open);
+
+    let window = RateWindow::Time(Duration::from_secs(10));
+    let config = Builder::new()
+        .failure_rate(0.9, window, 2)
+        .build_config()
+        .unwrap();
+    let mut rate = Machine::new(config, now);
+    assert_eq!(rate.failure_rate(now), -1.0);
+    assert_eq!(record(&mut rate, Outcome::failure(), now), Some(-1.0));
+    assert_eq!(record(&mut rate, Outcome::Success, now), Some(50.0));
+    let later = now + Duration::from_secs(11);
+    assert_eq!(rate.failure_rate(later), -1.0, "aged out of the window");
+    assert_eq!(record(&mut rate, Outcome::Success, later), Some(-1.0));
 }

@@ -14,11 +14,12 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
 use crate::event::Event;
-use crate::machine::{Skip, Transition};
+use crate::machine::{Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
 use crate::sync::{AtomicBool, Mutex};
 
@@ -29,7 +30,17 @@ pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 #[derive(Debug)]
 pub(super) enum Queued {
     Transition(Transition),
-    Recorded { outcome: Outcome, probe: bool },
+    Recorded {
+        outcome: Outcome,
+        probe: bool,
+        elapsed: Option<Duration>,
+        failure_rate: Option<f64>,
+    },
+    ModeChanged {
+        from: Mode,
+        to: Mode,
+        state: State,
+    },
 }
 
 /// See the [module docs](self).
@@ -115,11 +126,31 @@ impl Events {
 
     fn report(&self, event: Queued) {
         match event {
-            Queued::Recorded { outcome, probe } => self.notify(&Event::Recorded {
+            Queued::Recorded {
+                outcome,
+                probe,
+                elapsed,
+                failure_rate,
+            } => self.notify(&Event::Recorded {
                 name: &self.name,
                 outcome: &outcome,
                 probe,
+                elapsed,
+                failure_rate,
             }),
+            Queued::ModeChanged { from, to, state } => {
+                tracing::info!(
+                    target: "tower_circuit_breaker",
+                    breaker = %self.name, from = from.as_str(), mode = to.as_str(), state = state.as_str(),
+                    "mode changed",
+                );
+                self.notify(&Event::ModeChanged {
+                    name: &self.name,
+                    from,
+                    to,
+                    state,
+                });
+            }
             Queued::Transition(transition) => {
                 log(&transition);
                 self.notify(&Event::Transition(&transition));
@@ -139,13 +170,15 @@ impl Events {
         });
     }
 
-    /// Reports a quiet success counted now.
+    /// Reports a quiet success counted now; `elapsed` if the call was timed.
     #[cold]
-    pub(super) fn succeeded(&self) {
+    pub(super) fn succeeded(&self, elapsed: Option<Duration>) {
         self.notify(&Event::Recorded {
             name: &self.name,
             outcome: &Outcome::Success,
             probe: false,
+            elapsed,
+            failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
         });
     }
 
