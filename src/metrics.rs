@@ -153,8 +153,15 @@
 //! outcome: a success in the closed state, otherwise counted with one atomic add, also
 //! calls the observer (a counter increment through a handle registered once). Failures,
 //! rejections and transitions already take the slower path. With no recorder installed
-//! the increment is a no-op but the report still happens. `benches/metrics.rs` measures
-//! a call with and without metrics and call durations.
+//! the increment is a no-op but the report still happens. A success then updates two
+//! series: the calls counter and the failure rate.
+//!
+//! `benches/metrics.rs` on a 2-core machine shared with other work (criterion medians, a
+//! closed breaker on a no-op service): 22 ns a call without observers, 25 ns with one
+//! that does nothing, 33 ns with metrics (no recorder, or metrics-util's
+//! `DebuggingRecorder`), 99 ns with call durations: the two reads of tokio's clock are
+//! most of a call's cost then (the bench builds tokio with `test-util`, whose clock also
+//! looks for a paused test clock).
 //!
 //! Each breaker keeps its handles (about half a kilobyte), registered with the recorder
 //! on first use; a keyed registry's breakers each keep their own.
