@@ -10,7 +10,7 @@ use crate::layer::CircuitBreakerLayer;
 use crate::machine::{
     Backoff, Config, ConfigError, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
 };
-use crate::shared::{now, Observer, Shared};
+use crate::shared::{now, Observer, Shared, Watcher};
 
 /// Settings for a breaker, checked when it is built.
 ///
@@ -36,7 +36,7 @@ use crate::shared::{now, Observer, Shared};
 pub struct Builder {
     config: Config,
     kill: Option<KillSwitch>,
-    observers: Vec<Observer>,
+    observers: Vec<Watcher>,
 }
 
 impl Builder {
@@ -176,13 +176,12 @@ impl Builder {
     /// Calls `callback` on every transition, after the breaker's lock is released. Keep
     /// it quick: it runs on the task whose call caused the transition. A panic in it is
     /// logged, not passed on.
-    pub fn on_transition(mut self, callback: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
-        self.observers.push(Arc::new(move |event: &Event<'_>| {
+    pub fn on_transition(self, callback: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
+        self.on_event(move |event: &Event<'_>| {
             if let Event::Transition(transition) = event {
                 callback(transition)
             }
-        }));
-        self
+        })
     }
 
     /// Calls `observer` on every [`Event`]: transitions, recorded outcomes and skipped
@@ -190,7 +189,25 @@ impl Builder {
     /// [`on_transition`](Self::on_transition); with no observer, the breaker pays
     /// nothing for this.
     pub fn on_event(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
-        self.observers.push(Arc::new(observer));
+        self.observers.push(Watcher::Shared(Arc::new(observer)));
+        self
+    }
+
+    /// Calls `make` for each breaker built (once here, once per key in a keyed registry)
+    /// with its checked settings, for an observer of its own.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn on_event_of_each(
+        mut self,
+        make: impl Fn(&Config) -> Observer + Send + Sync + 'static,
+    ) -> Self {
+        self.observers.push(Watcher::PerBreaker(Arc::new(make)));
+        self
+    }
+
+    /// Times every call, so that observers are told how long each took.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn time_calls(mut self) -> Self {
+        self.config.time_calls = true;
         self
     }
 
@@ -216,18 +233,21 @@ impl Builder {
     /// The first setting that cannot work.
     pub fn build(self) -> Result<CircuitBreakerLayer, ConfigError> {
         let config = self.build_config()?;
+        let observers = self
+            .observers
+            .iter()
+            .map(|watcher| watcher.for_breaker(&config))
+            .collect();
         let machine = Machine::new(config, now());
         let kill = self.kill.unwrap_or_default();
         Ok(CircuitBreakerLayer::from_shared(Arc::new(Shared::new(
-            machine,
-            kill,
-            self.observers,
+            machine, kill, observers,
         ))))
     }
 
     /// The checked settings (the jitter seed left as set), the kill switch and the
     /// observers: the template a keyed registry makes each key's breaker from.
-    pub(crate) fn into_template(self) -> Result<(Config, KillSwitch, Vec<Observer>), ConfigError> {
+    pub(crate) fn into_template(self) -> Result<(Config, KillSwitch, Vec<Watcher>), ConfigError> {
         self.config.validate()?;
         Ok((self.config, self.kill.unwrap_or_default(), self.observers))
     }

@@ -1,17 +1,19 @@
 //! What a breaker reports to observers registered with
 //! [`Builder::on_event`](crate::Builder::on_event).
 
-use crate::machine::{Skip, Transition};
+use std::time::Duration;
+
+use crate::machine::{Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
 
 /// One thing that happened in a breaker.
 ///
-/// Observers never run under the breaker's lock, so they may use its handle. Transitions
-/// and the outcomes the breaker records under its lock reach them in the order the
-/// breaker made them (delivered by the task that caused them, or by one delivering an
-/// earlier event at the time); skips, and successes that change nothing, are reported at
-/// once by the task whose call they were. A panic in an observer is logged and not
-/// passed on.
+/// Observers never run under the breaker's lock, so they may use its handle. Transitions,
+/// changes of mode and the outcomes the breaker records under its lock reach them in the
+/// order the breaker made them (delivered by the task that caused them, or by one
+/// delivering an earlier event at the time); skips, and successes that change nothing,
+/// are reported at once by the task whose call they were. A panic in an observer is
+/// logged and not passed on.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Event<'a> {
@@ -20,9 +22,10 @@ pub enum Event<'a> {
     /// An outcome counted towards the breaker's state. Late results, observe-only shadow
     /// calls and disabled-mode calls are not reported.
     ///
-    /// It carries no time: most successes are counted without reading the clock, and
-    /// reading it for every report would double their cost. An observer that wants one
-    /// reads `tokio::time::Instant::now()`.
+    /// It carries no time of day: most successes are counted without reading the clock,
+    /// and reading it for every report would double their cost. An observer that wants
+    /// one reads `tokio::time::Instant::now()`.
+    #[non_exhaustive]
     Recorded {
         /// The breaker's name.
         name: &'a str,
@@ -30,6 +33,25 @@ pub enum Event<'a> {
         outcome: &'a Outcome,
         /// Whether the call was a probe.
         probe: bool,
+        /// How long the call took, from the wrapped service's `call` to its response
+        /// (for an outcome settled later, such as a streamed body's, to the response's
+        /// start), when the breaker times calls: with a slow-call rule
+        /// ([`Builder::slow_call_threshold`](crate::Builder::slow_call_threshold)) or
+        /// call-duration metrics. `None` otherwise.
+        elapsed: Option<Duration>,
+        /// The trip policy's reading after this outcome, in percent, when the outcome
+        /// entered its count (an outcome of the closed state, not ignored); `None` for a
+        /// probe or an ignored outcome, which leave it as it was.
+        ///
+        /// - With a failure rate ([`Builder::failure_rate`](crate::Builder::failure_rate)):
+        ///   the failures among the outcomes in the window, or -1 while the window holds
+        ///   fewer than the minimum number of calls.
+        /// - With consecutive failures
+        ///   ([`Builder::failure_threshold`](crate::Builder::failure_threshold)): the run
+        ///   of failures as a percent of the threshold, so 100 is where the breaker trips.
+        ///   This policy keeps no window: it is not a share of calls (two failures after a
+        ///   thousand successes, with a threshold of 4, read 50).
+        failure_rate: Option<f64>,
     },
     /// A call was not made.
     Skipped {
@@ -37,5 +59,18 @@ pub enum Event<'a> {
         name: &'a str,
         /// Why, and when the next probe may go.
         skip: &'a Skip,
+    },
+    /// The mode changed ([`CircuitBreakerHandle::set_mode`](crate::CircuitBreakerHandle::set_mode)).
+    /// Not a change of state: subscribers of transitions are not told.
+    #[non_exhaustive]
+    ModeChanged {
+        /// The breaker's name.
+        name: &'a str,
+        /// The mode before.
+        from: Mode,
+        /// The mode now.
+        to: Mode,
+        /// The breaker's state, which the change of mode leaves as it was.
+        state: State,
     },
 }

@@ -208,7 +208,10 @@ impl CircuitBreakerHandle {
 
     /// Switches between enabled, observe-only and disabled at runtime. Calls in flight
     /// under the old mode are not counted when they end, and probes of a half-open
-    /// breaker give up their slots.
+    /// breaker give up their slots. A change is logged and reported to observers
+    /// ([`Event::ModeChanged`](crate::Event::ModeChanged)) in order with the
+    /// transitions; the state stays as it was, so subscribers of transitions hear
+    /// nothing.
     pub fn set_mode(&self, mode: Mode) {
         self.shared.set_mode(mode);
     }

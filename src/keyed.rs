@@ -171,7 +171,7 @@ use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::{Config, ConfigError, Machine, State};
-use crate::shared::{now, Decision, Observer, Shared};
+use crate::shared::{now, Decision, Shared, Watcher};
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -695,7 +695,7 @@ impl<K> fmt::Debug for KeyedCircuitBreakerHandle<K> {
 struct Template<K> {
     config: Config,
     kill: KillSwitch,
-    observers: Vec<Observer>,
+    observers: Vec<Watcher>,
     namer: fn(&str, &K) -> Arc<str>,
 }
 
@@ -711,11 +711,12 @@ impl<K> Template<K> {
             }
             None => RandomState::new().hash_one(&*config.name),
         });
-        Shared::new(
-            Machine::new(config, now()),
-            self.kill.clone(),
-            self.observers.clone(),
-        )
+        let observers = self
+            .observers
+            .iter()
+            .map(|watcher| watcher.for_breaker(&config))
+            .collect();
+        Shared::new(Machine::new(config, now()), self.kill.clone(), observers)
     }
 }
 

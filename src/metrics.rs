@@ -1,228 +1,681 @@
-//! Counters and a state gauge for a breaker, through the
-//! [`metrics`](https://docs.rs/metrics/0.24) crate's facade (feature `metrics`), built on
-//! [`Builder::on_event`].
+//! Prometheus-style metrics for a breaker, through the
+//! [`metrics`](https://docs.rs/metrics/0.24) crate's facade (feature `metrics`): calls by
+//! outcome, calls not made, changes of state, a state gauge covering every state and
+//! mode, the failure rate, and optionally a histogram of call durations. Names are this
+//! crate's own by default, or resilience4j's, so that its Grafana dashboards work as
+//! they are.
 //!
 //! ```
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::{Builder, State};
+//! use std::time::Duration;
+//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+//! use tower::{service_fn, Service, ServiceExt};
+//! use tower_circuit_breaker::metrics::{Metrics, Naming, Series};
+//! use tower_circuit_breaker::Builder;
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), tower::BoxError> {
-//! // Install any `metrics` recorder first (metrics-exporter-prometheus, ...); without
-//! // one, the facade does nothing and the example still runs.
-//! let breaker = Builder::new()
+//! // Any `metrics` recorder: metrics-exporter-prometheus in a service; here the one from
+//! // metrics-util's tests, to read the values back.
+//! let recorder = DebuggingRecorder::new();
+//! let snapshotter = recorder.snapshotter();
+//! let _installed = metrics::set_default_local_recorder(&recorder);
+//!
+//! let layer = Builder::new()
 //!     .name("search-tool")
 //!     .failure_threshold(2)
-//!     .metrics() // after `name`: the gauge starts at closed = 1 under this name
+//!     .metrics_with(Metrics::new().naming(Naming::Resilience4j).call_durations(true))
 //!     .build()?;
-//! let handle = breaker.handle();
-//! let mut search = ServiceBuilder::new().layer(breaker).service(service_fn(|_q: String| async {
+//! let mut search = tower::Layer::layer(&layer, service_fn(|_q: &str| async {
+//!     tokio::time::sleep(Duration::from_millis(40)).await;
 //!     Err::<String, _>(std::io::Error::other("connection refused"))
 //! }));
 //! for _ in 0..3 {
-//!     let _ = search.ready().await?.call("rust".into()).await;
+//!     let _ = search.ready().await?.call("rust").await;
 //! }
-//! // Two failures (calls_total{outcome="failure"} = 2), one transition closed -> open,
-//! // one rejection (rejections_total{reason="open"} = 1), and the state gauge at
-//! // open = 1, closed = 0.
-//! assert_eq!(handle.state(), State::Open);
+//!
+//! // Two failures open the breaker; the third call is not made.
+//! let snapshot = snapshotter.snapshot().into_vec();
+//! let value = |name: &str, labels: &[(&str, &str)]| {
+//!     snapshot.iter().find_map(|(key, _unit, _help, value)| {
+//!         let key = key.key();
+//!         let same = key.name() == name
+//!             && key.labels().count() == labels.len()
+//!             && labels.iter().all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v));
+//!         same.then_some(value)
+//!     })
+//! };
+//! assert_eq!(Series::State.name(Naming::Resilience4j), "resilience4j_circuitbreaker_state");
+//! assert_eq!(
+//!     value("resilience4j_circuitbreaker_state", &[("name", "search-tool"), ("state", "open")]),
+//!     Some(&DebugValue::Gauge(1.0.into())),
+//! );
+//! assert_eq!(
+//!     value("resilience4j_circuitbreaker_not_permitted_calls_total",
+//!           &[("name", "search-tool"), ("kind", "not_permitted"), ("reason", "open")]),
+//!     Some(&DebugValue::Counter(1)),
+//! );
+//! assert_eq!(
+//!     value("resilience4j_circuitbreaker_calls_seconds", &[("name", "search-tool"), ("kind", "failed")]),
+//!     Some(&DebugValue::Histogram(vec![0.04.into(), 0.04.into()])),
+//! );
 //! # Ok(()) }
 //! ```
 //!
-//! # Metrics
+//! # Series
 //!
-//! Every series has the label `breaker`: the breaker's name (for a
-//! [`keyed`](crate::keyed) registry, each key's breaker's name, `model[gpt-4o]`).
+//! Every series carries the breaker's name (label `breaker`, or `name` in resilience4j's
+//! naming): for a [`keyed`](crate::keyed) registry, each key's breaker's name
+//! (`model[gpt-4o]`). [`Series::name`] gives each name in code.
 //!
-//! | Name | Type | Labels | What |
-//! |---|---|---|---|
-//! | `circuit_breaker_calls_total` | counter | `outcome`: `success`, `failure`, `ignored` | outcomes counted towards the state ([`Event::Recorded`]): probes included; late results, observe-only shadow calls and disabled-mode calls not |
-//! | `circuit_breaker_rejections_total` | counter | `reason`: `open`, `half_open_full`, `killed`, `forced_open` ([`Reason::as_str`]) | calls not made ([`Event::Skipped`]) |
-//! | `circuit_breaker_transitions_total` | counter | `from`, `to`: `closed`, `open`, `half_open`, `forced_open` ([`State::as_str`]) | changes of state ([`Event::Transition`]) |
-//! | `circuit_breaker_state` | gauge | `state`: as above | 1 for the current state, 0 for the other three |
+//! | [`Series`] | [`Naming::CircuitBreaker`] (default) | [`Naming::Resilience4j`] | Type, unit | Labels besides the name |
+//! |---|---|---|---|---|
+//! | `Calls` | `circuit_breaker_calls_total` | `resilience4j_circuitbreaker_calls_total` | counter, count | `outcome` (`kind`): see below |
+//! | `Rejections` | `circuit_breaker_rejections_total` | `resilience4j_circuitbreaker_not_permitted_calls_total` | counter, count | `reason`: `open`, `half_open_full`, `killed`, `forced_open` ([`Reason::as_str`]); resilience4j's also `kind="not_permitted"` |
+//! | `Transitions` | `circuit_breaker_transitions_total` | `resilience4j_circuitbreaker_transitions_total` | counter, count | `from`, `to`: `closed`, `open`, `half_open`, `forced_open` ([`State::as_str`]) |
+//! | `State` | `circuit_breaker_state` | `resilience4j_circuitbreaker_state` | gauge, count | `state`: see below |
+//! | `FailureRate` | `circuit_breaker_failure_rate` | `resilience4j_circuitbreaker_failure_rate` | gauge, percent | none |
+//! | `CallDuration` | `circuit_breaker_call_duration_seconds` | `resilience4j_circuitbreaker_calls_seconds` | histogram, seconds | `outcome` (`kind`), only with [`Metrics::call_durations`] |
 //!
-//! The gauge has one series per state, and every transition sets all four: the state
-//! left goes back to 0, so a query for `circuit_breaker_state == 1` finds exactly one
-//! state per breaker. [`Builder::metrics`] sets it to closed = 1 when it is called,
-//! under the name set so far: call it after [`Builder::name`]. A keyed registry's
-//! breakers have no event when they are made, so their gauge series appear at their
-//! first transition (their counters at their first event).
+//! | Label values | [`Naming::CircuitBreaker`] | [`Naming::Resilience4j`] |
+//! |---|---|---|
+//! | a call's outcome | `outcome`: `success`, `failure`, `ignored` | `kind`: `successful`, `failed`, `ignored` |
+//! | the state gauge | `state`: `closed`, `open`, `half_open`, `forced_open`, `disabled`, `observe_only` | `state`: `closed`, `open`, `half_open`, `forced_open`, `disabled`, `metrics_only` |
 //!
-//! Handles for the name set so far are registered with the recorder on first use and
-//! kept, so install the recorder before calling [`Builder::metrics`]; a series for
-//! another name (a key's breaker) is looked up in the recorder on each event.
+//! Every series is described ([`metrics::describe_counter!`] and the like: a unit and a
+//! help text) when the first breaker is built with metrics, so an exporter prints
+//! `# HELP` and `# TYPE`; install the recorder before building the breaker.
+//!
+//! - **Calls** counts the outcomes counted towards the breaker's state
+//!   ([`Event::Recorded`]), probes included; late results, observe-only shadow calls and
+//!   disabled-mode calls are not. A slow success counts as a failure
+//!   ([`Builder::slow_call_threshold`]).
+//! - **Rejections** counts the calls not made ([`Event::Skipped`]), whatever answered
+//!   them (a fallback or a `Rejected` error).
+//! - **State** has one series per state and mode, and exactly one of them is 1 for each
+//!   breaker at any time: the breaker's state while it is enabled, and its mode
+//!   (`disabled`, `observe_only`) while it is not, since then its state decides no call.
+//!   Every transition and every change of mode ([`Event::ModeChanged`]) sets all six, in
+//!   the order the breaker made them. It is set when the breaker is built (closed, or its
+//!   starting mode), and for a keyed registry when each key's breaker is made. The kill
+//!   switch is not a state: it leaves the gauge as it is, and its skips are counted as
+//!   rejections with reason `killed`.
+//! - **FailureRate** is the trip policy's reading ([`Event::Recorded`]'s
+//!   `failure_rate`), set after every outcome the policy counts:
+//!   - with [`Builder::failure_rate`], the failures among the outcomes in the window, in
+//!     percent (ignored outcomes are not in the window), or -1 while the window holds
+//!     fewer than `minimum_calls` outcomes: resilience4j's own definition;
+//!   - with [`Builder::failure_threshold`] (consecutive failures), the run of failures
+//!     as a percent of the threshold: it trips at 100. That policy keeps no window, so
+//!     this is how near the breaker is to tripping, not a share of calls (two failures
+//!     after a thousand successes, threshold 4: 50).
+//!
+//!   It reads -1 from the breaker's building and from each closing until an outcome is
+//!   counted; while the breaker is open or half-open it keeps the reading that opened
+//!   it (probes are not part of the count). With a time window the reading is as of the
+//!   last outcome: old outcomes leave the window without a new value being set.
+//! - **CallDuration** ([`Metrics::call_durations`], off by default) records how long each
+//!   call counted in Calls took, from the wrapped service's `call` to its response, in
+//!   seconds. Turning it on makes the breaker read the clock twice per call.
+//!
+//! resilience4j's dashboards count calls with its timer, `..._calls_seconds_count`:
+//! turn call durations on for those panels (the resilience4j naming's Calls counter is
+//! the name older resilience4j versions used, which the same dashboards also read, so
+//! with both a panel may show each kind twice, with the same values). To draw its
+//! percentiles (`..._calls_seconds_bucket`), give the histogram buckets in the exporter
+//! (metrics-exporter-prometheus: `set_buckets_for_metric`), and leave the exporter's
+//! suffixing of names by unit off (the default), which would rename the failure rate.
+//! resilience4j's `buffered_calls` and `slow_call_rate` have no counterpart: this
+//! breaker keeps no separate count of slow calls.
+//!
+//! Queries of resilience4j's Grafana dashboard that work unchanged with
+//! [`Naming::Resilience4j`]:
+//!
+//! ```text
+//! sum(resilience4j_circuitbreaker_state{state=~"open|forced_open"})
+//! resilience4j_circuitbreaker_failure_rate{name=~"$circuitbreaker_name"}
+//! rate(resilience4j_circuitbreaker_calls_seconds_count{name=~"$circuitbreaker_name"}[1m])
+//! ```
+//!
+//! and the same with this crate's names:
+//!
+//! ```text
+//! sum(circuit_breaker_state{state=~"open|forced_open"})
+//! sum by (breaker) (rate(circuit_breaker_rejections_total[5m]))
+//! histogram_quantile(0.9, sum by (le) (rate(circuit_breaker_call_duration_seconds_bucket{breaker="search-tool"}[5m])))
+//! ```
+//!
+//! Give each breaker its own name: breakers that share one share every series, so
+//! their counters add up and their gauges show whichever changed last.
 //!
 //! # Cost
 //!
 //! Metrics are an observer, and with an observer the breaker reports every recorded
-//! outcome: a success in the closed state, otherwise counted with one atomic add, now
-//! also calls the observer (a counter increment through the recorder). Failures,
+//! outcome: a success in the closed state, otherwise counted with one atomic add, also
+//! calls the observer (a counter increment through a handle registered once). Failures,
 //! rejections and transitions already take the slower path. With no recorder installed
-//! the increment is a no-op but the report still happens.
+//! the increment is a no-op but the report still happens. A success then updates two
+//! series: the calls counter and the failure rate.
 //!
-//! Measured roughly (a release-mode loop of 2 million successful calls on one thread,
-//! best of three, on a 2-core machine; not a criterion run): about 21 ns a call with no
-//! observer, 23 ns with an observer that does nothing, 26 ns with metrics and no
-//! recorder, 31 ns with metrics into `metrics-util`'s `DebuggingRecorder`.
+//! `benches/metrics.rs` on a 2-core machine shared with other work (criterion medians, a
+//! closed breaker on a no-op service): 22 ns a call without observers, 25 ns with one
+//! that does nothing, 33 ns with metrics (no recorder, or metrics-util's
+//! `DebuggingRecorder`), 99 ns with call durations: the two reads of tokio's clock are
+//! most of a call's cost then (the bench builds tokio with `test-util`, whose clock also
+//! looks for a paused test clock).
+//!
+//! Each breaker keeps its handles (about half a kilobyte), registered with the recorder
+//! on first use; a keyed registry's breakers each keep their own.
+//!
+//! [`Event::Recorded`]: crate::Event::Recorded
+//! [`Event::Skipped`]: crate::Event::Skipped
+//! [`Event::ModeChanged`]: crate::Event::ModeChanged
+//! [`Builder::slow_call_threshold`]: crate::Builder::slow_call_threshold
+//! [`Builder::failure_rate`]: crate::Builder::failure_rate
+//! [`Builder::failure_threshold`]: crate::Builder::failure_threshold
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Once, OnceLock};
 
-use metrics::{counter, gauge, Counter, SharedString};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Label, SharedString, Unit,
+};
 
 use crate::builder::Builder;
 use crate::event::Event;
-use crate::machine::{Reason, State, Transition};
+use crate::machine::{Config, Mode, Reason, State};
 use crate::outcome::Outcome;
+use crate::shared::Observer;
 
-/// The metric names, for dashboards and tests.
-pub const CALLS: &str = "circuit_breaker_calls_total";
-/// Calls not made, by `reason`.
-pub const REJECTIONS: &str = "circuit_breaker_rejections_total";
-/// Changes of state, by `from` and `to`.
-pub const TRANSITIONS: &str = "circuit_breaker_transitions_total";
-/// 1 for the current `state`, 0 for the others.
-pub const STATE: &str = "circuit_breaker_state";
+/// Which names and labels the series carry: see the [tables](self#series).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Naming {
+    /// `circuit_breaker_*`, labelled `breaker`, outcomes `success`, `failure`, `ignored`.
+    #[default]
+    CircuitBreaker,
+    /// resilience4j's names (as its Micrometer binder exports them to Prometheus),
+    /// labelled `name`, outcomes as `kind` `successful`, `failed`, `ignored`, the
+    /// observe-only mode as the state `metrics_only`.
+    Resilience4j,
+}
 
-const STATES: [State; 4] = [
-    State::Closed,
-    State::Open,
-    State::HalfOpen,
-    State::ForcedOpen,
-];
+impl Naming {
+    /// The column of this naming in the tables below.
+    fn column(self) -> usize {
+        match self {
+            Naming::CircuitBreaker => 0,
+            Naming::Resilience4j => 1,
+        }
+    }
+}
+
+/// What [`Builder::metrics_with`] records: the naming, and whether call durations are.
+///
+/// ```
+/// use tower_circuit_breaker::metrics::{Metrics, Naming};
+/// use tower_circuit_breaker::Builder;
+///
+/// let layer = Builder::new()
+///     .name("model")
+///     .metrics_with(Metrics::new().naming(Naming::Resilience4j).call_durations(true))
+///     .build()?;
+/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Metrics {
+    naming: Naming,
+    call_durations: bool,
+}
+
+impl Metrics {
+    /// This crate's names, no call durations: what [`Builder::metrics`] records.
+    pub fn new() -> Self {
+        Metrics::default()
+    }
+
+    /// The names and labels to use.
+    pub fn naming(mut self, naming: Naming) -> Self {
+        self.naming = naming;
+        self
+    }
+
+    /// Records how long each call took, in the [`Series::CallDuration`] histogram. Off by
+    /// default: it reads the clock twice per call, which a call otherwise does not.
+    pub fn call_durations(mut self, on: bool) -> Self {
+        self.call_durations = on;
+        self
+    }
+
+    /// The observer of one breaker, its series set to their starting values.
+    fn observer(self, config: &Config) -> Observer {
+        let handles = Handles::new(self.naming, config.name.clone());
+        starting(config.mode, &mut |point, value| {
+            handles.update(point, value)
+        });
+        Arc::new(move |event: &Event<'_>| {
+            updates(event, self, &mut |point, value| {
+                handles.update(point, value)
+            })
+        })
+    }
+}
 
 impl Builder {
-    /// Records this breaker's calls, rejections, transitions and state through the
-    /// [`metrics`](https://docs.rs/metrics/0.24) facade (feature `metrics`); see
-    /// [the module](crate::metrics) for the names and labels. Sets the state gauge to
-    /// closed under the name set so far, so call it after [`name`](Self::name).
+    /// Records this breaker's metrics with this crate's names and no call durations:
+    /// [`metrics_with(Metrics::new())`](Self::metrics_with).
     ///
     /// With it, every success in the closed state is reported to the observers, which
     /// the breaker otherwise skips: see [Cost](crate::metrics#cost).
     pub fn metrics(self) -> Self {
-        // The name as set so far; `build_config` fails only for settings `build` will
-        // reject as well (unless a later setter fixes them): then no handles are kept
-        // and the gauge starts at the first transition.
-        let name = self.build_config().ok().map(|config| config.name);
-        self.on_event(metrics_observer(name))
+        self.metrics_with(Metrics::new())
+    }
+
+    /// Records this breaker's calls, rejections, transitions, state and failure rate
+    /// (and, if asked, call durations) through the
+    /// [`metrics`](https://docs.rs/metrics/0.24) facade (feature `metrics`), named as
+    /// `metrics` says; see [the module](crate::metrics) for the series. Every breaker
+    /// built from this builder (each key's, for a keyed registry) gets series of its own
+    /// name, set to their starting values when it is built.
+    ///
+    /// With it, every success in the closed state is reported to the observers, which
+    /// the breaker otherwise skips: see [Cost](crate::metrics#cost).
+    pub fn metrics_with(self, metrics: Metrics) -> Self {
+        let builder = if metrics.call_durations {
+            self.time_calls()
+        } else {
+            self
+        };
+        // Once for the recorder the first breaker is built under.
+        let described = Once::new();
+        builder.on_event_of_each(move |config| {
+            described.call_once(|| describe(metrics));
+            metrics.observer(config)
+        })
     }
 }
 
-/// The observer behind [`Builder::metrics`], for [`Builder::on_event`] or a keyed
-/// template: with `Some(name)`, the gauge is set to closed = 1 for `name` now and that
-/// name's counters are registered once and kept; events of any other breaker are
-/// recorded under their own name.
-pub fn metrics_observer(name: Option<Arc<str>>) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
-    let cached = name.map(|name| {
-        set_state(SharedString::from(name.clone()), State::Closed);
-        Handles::new(name)
-    });
-    move |event: &Event<'_>| match cached.as_ref() {
-        Some(handles) if handles.name.as_ref() == event_name(event) => handles.record(event),
-        _ => record_uncached(event),
+/// One series of the [table](self#series): its names and labels differ by [`Naming`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Series {
+    /// Outcomes counted towards the breaker's state, by outcome.
+    Calls,
+    /// Calls not made, by reason.
+    Rejections,
+    /// Changes of state, by the state left and the state entered.
+    Transitions,
+    /// 1 for the breaker's state (or its mode when not enabled), 0 for the others.
+    State,
+    /// The trip policy's failure rate, in percent; -1 until enough calls are counted.
+    FailureRate,
+    /// How long calls took, by outcome, in seconds (with [`Metrics::call_durations`]).
+    CallDuration,
+}
+
+impl Series {
+    /// Every series.
+    pub const ALL: [Series; 6] = [
+        Series::Calls,
+        Series::Rejections,
+        Series::Transitions,
+        Series::State,
+        Series::FailureRate,
+        Series::CallDuration,
+    ];
+
+    /// The series' name in `naming`.
+    pub fn name(self, naming: Naming) -> &'static str {
+        self.row().names[naming.column()]
+    }
+
+    fn row(self) -> &'static Row {
+        &TABLE[self as usize]
     }
 }
 
-/// The counters of one breaker, each registered on first use.
+/// What kind of metric a series is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Instrument {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// A series' entry in the table.
+struct Row {
+    /// By [`Naming::column`].
+    names: [&'static str; 2],
+    instrument: Instrument,
+    unit: Unit,
+    help: &'static str,
+    /// Labels with one value that every point of the series carries, by naming.
+    fixed: [&'static [(&'static str, &'static str)]; 2],
+}
+
+/// The series, in [`Series`] order: the one place their names, types, units and help
+/// texts are written.
+const TABLE: [Row; 6] = [
+    Row {
+        names: [
+            "circuit_breaker_calls_total",
+            "resilience4j_circuitbreaker_calls_total",
+        ],
+        instrument: Instrument::Counter,
+        unit: Unit::Count,
+        help: "Calls whose outcome the circuit breaker counted towards its state, by outcome.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_rejections_total",
+            "resilience4j_circuitbreaker_not_permitted_calls_total",
+        ],
+        instrument: Instrument::Counter,
+        unit: Unit::Count,
+        help: "Calls the circuit breaker did not make, by reason.",
+        fixed: [&[], &[("kind", "not_permitted")]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_transitions_total",
+            "resilience4j_circuitbreaker_transitions_total",
+        ],
+        instrument: Instrument::Counter,
+        unit: Unit::Count,
+        help: "Changes of the circuit breaker's state, by the state left and the state entered.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: ["circuit_breaker_state", "resilience4j_circuitbreaker_state"],
+        instrument: Instrument::Gauge,
+        unit: Unit::Count,
+        help: "1 for the circuit breaker's current state (its mode while not enabled), 0 for the others.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_failure_rate",
+            "resilience4j_circuitbreaker_failure_rate",
+        ],
+        instrument: Instrument::Gauge,
+        unit: Unit::Percent,
+        help: "The circuit breaker's failure rate as its trip policy reads it, in percent; -1 until enough calls are counted.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_call_duration_seconds",
+            "resilience4j_circuitbreaker_calls_seconds",
+        ],
+        instrument: Instrument::Histogram,
+        unit: Unit::Seconds,
+        help: "How long calls through the circuit breaker took, by outcome.",
+        fixed: [&[], &[]],
+    },
+];
+
+/// The label naming the breaker, by naming.
+const BREAKER: [&str; 2] = ["breaker", "name"];
+
+/// A call's outcome, as the series label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Success,
+    Failure,
+    Ignored,
+}
+
+impl Kind {
+    /// The label, by naming.
+    const LABEL: [&'static str; 2] = ["outcome", "kind"];
+
+    fn of(outcome: &Outcome) -> Kind {
+        match outcome {
+            Outcome::Success => Kind::Success,
+            Outcome::Failure(_) => Kind::Failure,
+            Outcome::Ignored => Kind::Ignored,
+        }
+    }
+
+    fn value(self, naming: Naming) -> &'static str {
+        let values = match self {
+            Kind::Success => ["success", "successful"],
+            Kind::Failure => ["failure", "failed"],
+            Kind::Ignored => ["ignored", "ignored"],
+        };
+        values[naming.column()]
+    }
+}
+
+/// What the state gauge shows: the state while the breaker is enabled, the mode while
+/// it is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    State(State),
+    Mode(Mode),
+}
+
+impl Shown {
+    const ALL: [Shown; 6] = [
+        Shown::State(State::Closed),
+        Shown::State(State::Open),
+        Shown::State(State::HalfOpen),
+        Shown::State(State::ForcedOpen),
+        Shown::Mode(Mode::Disabled),
+        Shown::Mode(Mode::ObserveOnly),
+    ];
+
+    fn of(state: State, mode: Mode) -> Shown {
+        match mode {
+            Mode::Enabled => Shown::State(state),
+            mode => Shown::Mode(mode),
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL
+            .iter()
+            .position(|shown| *shown == self)
+            .expect("every state and every mode but enabled is shown")
+    }
+
+    fn value(self, naming: Naming) -> &'static str {
+        match (self, naming) {
+            (Shown::Mode(Mode::ObserveOnly), Naming::Resilience4j) => "metrics_only",
+            (Shown::State(state), _) => state.as_str(),
+            (Shown::Mode(mode), _) => mode.as_str(),
+        }
+    }
+}
+
+/// One series of one breaker, with its label values: what an update is made to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    Call(Kind),
+    Rejection(Reason),
+    Transition { from: State, to: State },
+    State(Shown),
+    FailureRate,
+    Duration(Kind),
+}
+
+impl Point {
+    fn series(self) -> Series {
+        match self {
+            Point::Call(_) => Series::Calls,
+            Point::Rejection(_) => Series::Rejections,
+            Point::Transition { .. } => Series::Transitions,
+            Point::State(_) => Series::State,
+            Point::FailureRate => Series::FailureRate,
+            Point::Duration(_) => Series::CallDuration,
+        }
+    }
+
+    /// The labels besides the breaker's name and the series' fixed ones.
+    fn labels(self, naming: Naming) -> Vec<(&'static str, &'static str)> {
+        let column = naming.column();
+        match self {
+            Point::Call(kind) | Point::Duration(kind) => {
+                vec![(Kind::LABEL[column], kind.value(naming))]
+            }
+            Point::Rejection(reason) => vec![("reason", reason.as_str())],
+            Point::Transition { from, to } => vec![("from", from.as_str()), ("to", to.as_str())],
+            Point::State(shown) => vec![("state", shown.value(naming))],
+            Point::FailureRate => Vec::new(),
+        }
+    }
+
+    /// Where a breaker keeps the point's handle; transitions are rare and have sixteen
+    /// points, so theirs are looked up each time.
+    fn slot(self) -> Option<usize> {
+        let kind = |kind: Kind| kind as usize;
+        match self {
+            Point::Call(k) => Some(kind(k)),
+            Point::Duration(k) => Some(3 + kind(k)),
+            Point::Rejection(reason) => Some(
+                6 + match reason {
+                    Reason::Open => 0,
+                    Reason::HalfOpenFull => 1,
+                    Reason::Killed => 2,
+                    Reason::ForcedOpen => 3,
+                },
+            ),
+            Point::State(shown) => Some(10 + shown.index()),
+            Point::FailureRate => Some(16),
+            Point::Transition { .. } => None,
+        }
+    }
+}
+
+/// Points with a kept handle (see [`Point::slot`]).
+const SLOTS: usize = 17;
+
+/// The series updates `event` makes, in order: the one place an event is read. A
+/// counter's value is the amount to add.
+fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f64)) {
+    match *event {
+        Event::Recorded {
+            outcome,
+            elapsed,
+            failure_rate,
+            ..
+        } => {
+            let kind = Kind::of(outcome);
+            update(Point::Call(kind), 1.0);
+            if let (true, Some(elapsed)) = (metrics.call_durations, elapsed) {
+                update(Point::Duration(kind), elapsed.as_secs_f64());
+            }
+            if let Some(rate) = failure_rate {
+                update(Point::FailureRate, rate);
+            }
+        }
+        Event::Skipped { skip, .. } => update(Point::Rejection(skip.reason()), 1.0),
+        Event::Transition(transition) => {
+            let (from, to) = (transition.from, transition.to);
+            update(Point::Transition { from, to }, 1.0);
+            show(Shown::of(to, transition.mode), update);
+            if to == State::Closed {
+                // The count starts afresh.
+                update(Point::FailureRate, NO_RATE);
+            }
+        }
+        Event::ModeChanged { to, state, .. } => show(Shown::of(state, to), update),
+    }
+}
+
+/// The values a breaker's series start with: closed (or its starting mode), no failure
+/// rate yet.
+fn starting(mode: Mode, update: &mut impl FnMut(Point, f64)) {
+    show(Shown::of(State::Closed, mode), update);
+    update(Point::FailureRate, NO_RATE);
+}
+
+/// The failure rate before any outcome is counted, as resilience4j reports it.
+const NO_RATE: f64 = -1.0;
+
+/// Every series of the state gauge: 1 for `current`, 0 for the rest, so that what was
+/// shown before goes back to 0.
+fn show(current: Shown, update: &mut impl FnMut(Point, f64)) {
+    for shown in Shown::ALL {
+        update(
+            Point::State(shown),
+            if shown == current { 1.0 } else { 0.0 },
+        );
+    }
+}
+
+/// Describes every series `metrics` records to the recorder in use.
+fn describe(metrics: Metrics) {
+    for series in Series::ALL {
+        if series == Series::CallDuration && !metrics.call_durations {
+            continue;
+        }
+        let (row, name) = (series.row(), series.name(metrics.naming));
+        match row.instrument {
+            Instrument::Counter => describe_counter!(name, row.unit, row.help),
+            Instrument::Gauge => describe_gauge!(name, row.unit, row.help),
+            Instrument::Histogram => describe_histogram!(name, row.unit, row.help),
+        }
+    }
+}
+
+/// A registered counter, gauge or histogram.
+enum Handle {
+    Counter(Counter),
+    Gauge(Gauge),
+    Histogram(Histogram),
+}
+
+impl Handle {
+    fn update(&self, value: f64) {
+        match self {
+            Handle::Counter(counter) => counter.increment(value as u64),
+            Handle::Gauge(gauge) => gauge.set(value),
+            Handle::Histogram(histogram) => histogram.record(value),
+        }
+    }
+}
+
+/// One breaker's handles, each registered with the recorder on first use.
 struct Handles {
-    name: Arc<str>,
-    calls: [OnceLock<Counter>; 3],
-    rejections: [OnceLock<Counter>; 4],
+    naming: Naming,
+    breaker: SharedString,
+    kept: [OnceLock<Handle>; SLOTS],
 }
 
 impl Handles {
-    fn new(name: Arc<str>) -> Self {
+    fn new(naming: Naming, breaker: Arc<str>) -> Self {
         Handles {
-            name,
-            calls: Default::default(),
-            rejections: Default::default(),
+            naming,
+            breaker: SharedString::from(breaker),
+            kept: Default::default(),
         }
     }
 
-    fn label(&self) -> SharedString {
-        SharedString::from(self.name.clone())
-    }
-
-    fn record(&self, event: &Event<'_>) {
-        match event {
-            Event::Recorded { outcome, .. } => {
-                let (index, label) = outcome_label(outcome);
-                self.calls[index]
-                    .get_or_init(|| counter!(CALLS, "breaker" => self.label(), "outcome" => label))
-                    .increment(1);
-            }
-            Event::Skipped { skip, .. } => {
-                let (index, label) = reason_label(skip.reason());
-                self.rejections[index]
-                    .get_or_init(
-                        || counter!(REJECTIONS, "breaker" => self.label(), "reason" => label),
-                    )
-                    .increment(1);
-            }
-            Event::Transition(transition) => record_transition(self.label(), transition),
+    fn update(&self, point: Point, value: f64) {
+        match point.slot() {
+            Some(slot) => self.kept[slot]
+                .get_or_init(|| self.register(point))
+                .update(value),
+            None => self.register(point).update(value),
         }
     }
-}
 
-fn event_name<'a>(event: &Event<'a>) -> &'a str {
-    match *event {
-        Event::Recorded { name, .. } | Event::Skipped { name, .. } => name,
-        Event::Transition(transition) => &transition.name,
-    }
-}
-
-/// An event of a breaker with no kept handles: looked up in the recorder each time.
-fn record_uncached(event: &Event<'_>) {
-    match event {
-        Event::Recorded { name, outcome, .. } => {
-            let breaker = name.to_string();
-            counter!(CALLS, "breaker" => breaker, "outcome" => outcome_label(outcome).1)
-                .increment(1);
-        }
-        Event::Skipped { name, skip } => {
-            let breaker = name.to_string();
-            counter!(REJECTIONS, "breaker" => breaker, "reason" => reason_label(skip.reason()).1)
-                .increment(1);
-        }
-        Event::Transition(transition) => {
-            record_transition(SharedString::from(transition.name.clone()), transition)
+    fn register(&self, point: Point) -> Handle {
+        let series = point.series();
+        let column = self.naming.column();
+        let mut labels = vec![Label::new(BREAKER[column], self.breaker.clone())];
+        let fixed = series.row().fixed[column].iter();
+        labels.extend(
+            fixed
+                .chain(&point.labels(self.naming))
+                .map(|&(key, value)| Label::new(key, value)),
+        );
+        let name = series.name(self.naming);
+        match series.row().instrument {
+            Instrument::Counter => Handle::Counter(counter!(name, labels)),
+            Instrument::Gauge => Handle::Gauge(gauge!(name, labels)),
+            Instrument::Histogram => Handle::Histogram(histogram!(name, labels)),
         }
     }
-}
-
-fn record_transition(breaker: SharedString, transition: &Transition) {
-    counter!(
-        TRANSITIONS,
-        "breaker" => breaker.clone(),
-        "from" => transition.from.as_str(),
-        "to" => transition.to.as_str(),
-    )
-    .increment(1);
-    set_state(breaker, transition.to);
-}
-
-/// Every state's series: 1 for `current`, 0 for the rest, so the state left goes back
-/// to 0.
-fn set_state(breaker: SharedString, current: State) {
-    for state in STATES {
-        let value = if state == current { 1.0 } else { 0.0 };
-        gauge!(STATE, "breaker" => breaker.clone(), "state" => state.as_str()).set(value);
-    }
-}
-
-fn outcome_label(outcome: &Outcome) -> (usize, &'static str) {
-    match outcome {
-        Outcome::Success => (0, "success"),
-        Outcome::Failure(_) => (1, "failure"),
-        Outcome::Ignored => (2, "ignored"),
-    }
-}
-
-fn reason_label(reason: Reason) -> (usize, &'static str) {
-    let index = match reason {
-        Reason::Open => 0,
-        Reason::HalfOpenFull => 1,
-        Reason::Killed => 2,
-        Reason::ForcedOpen => 3,
-    };
-    (index, reason.as_str())
 }

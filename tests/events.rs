@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tower::{service_fn, Layer, Service};
 use tower_circuit_breaker::{
-    Answer, BoxError, Builder, CircuitBreakerHandle, Cooldown, Event, State, Transition,
+    Answer, BoxError, Builder, CircuitBreakerHandle, Cooldown, Event, Mode, State, Transition,
 };
 
 type Reply = Result<(), std::io::Error>;
@@ -212,4 +212,41 @@ fn racing_transitions_reach_every_listener_in_order() {
         handle.state(),
         "the last transition is the state left"
     );
+}
+
+/// A change of mode reaches observers once, with the state it left as it was; setting the
+/// mode a breaker already has is no change.
+#[test]
+fn observers_are_told_of_each_change_of_mode_once() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let layer = {
+        let seen = seen.clone();
+        Builder::new()
+            .on_event(move |event| {
+                if let Event::ModeChanged {
+                    from, to, state, ..
+                } = *event
+                {
+                    seen.lock().unwrap().push((from, to, state));
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let handle = layer.handle();
+    let mut subscriber = handle.subscribe();
+    handle.set_mode(Mode::ObserveOnly);
+    handle.set_mode(Mode::ObserveOnly);
+    handle.force_open();
+    handle.set_mode(Mode::Enabled);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (Mode::Enabled, Mode::ObserveOnly, State::Closed),
+            (Mode::ObserveOnly, Mode::Enabled, State::ForcedOpen),
+        ]
+    );
+    // Subscribers hear of transitions only.
+    assert_eq!(subscriber.try_recv().map(|t| t.to), Ok(State::ForcedOpen));
+    assert!(subscriber.try_recv().is_err());
 }

@@ -212,6 +212,9 @@ pub struct Config {
     pub(crate) open_on_retry_after: bool,
     pub(crate) slow_call: Option<Duration>,
     pub(crate) mode: Mode,
+    /// Every call is timed, and observers are told how long it took (call-duration
+    /// metrics); a slow-call rule times calls whatever this says.
+    pub(crate) time_calls: bool,
 }
 
 impl Default for Config {
@@ -229,6 +232,7 @@ impl Default for Config {
             open_on_retry_after: true,
             slow_call: None,
             mode: Mode::Enabled,
+            time_calls: false,
         }
     }
 }
@@ -359,5 +363,10 @@ impl Config {
     /// The mode the breaker starts in.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Whether calls are timed: for a slow-call rule, or for call-duration metrics.
+    pub(crate) fn times_calls(&self) -> bool {
+        self.slow_call.is_some() || self.time_calls
     }
 }

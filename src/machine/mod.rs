@@ -40,13 +40,15 @@ pub(crate) enum Kind {
 }
 
 /// How the machine took an outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Recorded {
     /// Counted, as this outcome (after the slow-call rule); `towards_state`: it could
-    /// move the breaker (not a shadow call).
+    /// move the breaker (not a shadow call); `failure_rate`: the trip policy's reading
+    /// after it (see [`Machine::failure_rate`]), if the outcome entered the policy's count.
     Counted {
         outcome: Outcome,
         towards_state: bool,
+        failure_rate: Option<f64>,
     },
     /// The breaker moved on since the call was admitted (another state or mode): the
     /// outcome counts for nothing.
@@ -203,7 +205,7 @@ impl Machine {
                     .min(),
             ),
         };
-        door.timed_if(self.config.slow_call.is_some())
+        door.timed_if(self.config.times_calls())
     }
 
     /// Decides an arriving call on the door, and carries out a decision that changes
@@ -293,21 +295,25 @@ impl Machine {
                 message: failure.message().unwrap_or("failure").into(),
             });
         }
-        let transition = match kind {
-            Kind::Shadow => None,
+        let (failure_rate, transition) = match kind {
+            Kind::Shadow => (None, None),
             Kind::Call => self.record_closed(&outcome, at),
-            Kind::Probe => self.record_probe(&outcome, at),
+            Kind::Probe => (None, self.record_probe(&outcome, at)),
         };
         let recorded = Recorded::Counted {
             outcome,
             towards_state: kind != Kind::Shadow,
+            failure_rate,
         };
         (recorded, transition)
     }
 
-    fn record_closed(&mut self, outcome: &Outcome, at: Fixed) -> Option<Transition> {
+    /// Counts a closed-state outcome; returns the trip policy's reading after it (taken
+    /// before an opening clears the count), if the outcome entered the count, and the
+    /// transition it caused.
+    fn record_closed(&mut self, outcome: &Outcome, at: Fixed) -> (Option<f64>, Option<Transition>) {
         match outcome {
-            Outcome::Ignored => return None,
+            Outcome::Ignored => return (None, None),
             Outcome::Success => {
                 self.consecutive = 0;
                 self.window.push(false, at.now);
@@ -315,25 +321,33 @@ impl Machine {
             Outcome::Failure(failure) => {
                 self.consecutive = self.consecutive.saturating_add(1);
                 self.window.push(true, at.now);
-                if failure.is_permanent() {
-                    return Some(self.open(at, Cause::PermanentFailure, failure));
-                }
-                // The service said how long to wait: calling it again before then only
+                // A permanent failure opens it until a reset; a failure that says how
+                // long to wait opens it for that long: calling again before then only
                 // earns another refusal (LiteLLM cools a deployment down on the first
                 // 429; resilience4j opens for a result-derived wait).
-                if failure.retry_after_hint().is_some() && self.config.open_on_retry_after {
-                    return Some(self.open(at, Cause::RetryAfter, failure));
+                let at_once = if failure.is_permanent() {
+                    Some(Cause::PermanentFailure)
+                } else if failure.retry_after_hint().is_some() && self.config.open_on_retry_after {
+                    Some(Cause::RetryAfter)
+                } else {
+                    None
+                };
+                if let Some(cause) = at_once {
+                    let rate = self.failure_rate(at.now);
+                    return (Some(rate), Some(self.open(at, cause, failure)));
                 }
             }
         }
+        let rate = self.failure_rate(at.now);
         // The trip policy is a state of the window: checked after every outcome.
-        self.should_trip(at.now).then(|| {
+        let transition = self.should_trip(at.now).then(|| {
             let failure = match outcome {
                 Outcome::Failure(failure) => failure.clone(),
                 _ => Failure::default(),
             };
             self.open(at, Cause::Tripped, &failure)
-        })
+        });
+        (Some(rate), transition)
     }
 
     fn record_probe(&mut self, outcome: &Outcome, at: Fixed) -> Option<Transition> {
@@ -544,18 +558,20 @@ impl Machine {
         self.close(at, Cause::Reset)
     }
 
-    /// Switches the mode. It starts a new epoch: calls admitted under the old mode and
-    /// still in flight are not counted, and a half-open breaker's probes hold no slot.
-    pub(crate) fn set_mode(&mut self, mode: Mode) {
+    /// Switches the mode, and returns the mode left if it changed. A change starts a new
+    /// epoch: calls admitted under the old mode and still in flight are not counted, and
+    /// a half-open breaker's probes hold no slot.
+    pub(crate) fn set_mode(&mut self, mode: Mode) -> Option<Mode> {
         if mode == self.mode {
-            return;
+            return None;
         }
         self.end_half_open_epoch(false);
-        self.mode = mode;
+        let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes = 0;
         }
+        Some(left)
     }
 
     /// The current epoch ends. Probes of this half-open still running are written off,
@@ -590,12 +606,46 @@ impl Machine {
     /// The consecutive-failure threshold in force, if that is the policy.
     pub(crate) fn failure_threshold(&self) -> Option<u32> {
         match self.config.trip {
-            TripPolicy::ConsecutiveFailures(n) => {
-                Some(n.saturating_sub(self.threshold_relief).max(1))
-            }
+            TripPolicy::ConsecutiveFailures(n) => Some(self.threshold_in_force(n)),
             TripPolicy::FailureRate { .. } => None,
         }
     }
+
+    /// A configured consecutive-failure threshold, lowered by the relief (never below 1).
+    fn threshold_in_force(&self, configured: u32) -> u32 {
+        configured.saturating_sub(self.threshold_relief).max(1)
+    }
+
+    /// The trip policy's reading of the closed state's count, in percent, as of `now`:
+    ///
+    /// - a failure rate: the failures among the outcomes in the window, or -1 while the
+    ///   window holds fewer than the minimum number of calls (resilience4j's value then);
+    /// - consecutive failures: the run of failures as a percent of the threshold in
+    ///   force, at most 100. The policy keeps no window, so this is how far the breaker
+    ///   is from tripping (it trips at 100), not a share of calls.
+    ///
+    /// A success the breaker counts without its lock leaves the run of failures at 0:
+    /// [`Machine::QUIET_FAILURE_RATE`].
+    pub(crate) fn failure_rate(&self, now: Instant) -> f64 {
+        match self.config.trip {
+            TripPolicy::ConsecutiveFailures(configured) => {
+                let threshold = self.threshold_in_force(configured);
+                (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
+            }
+            TripPolicy::FailureRate { minimum_calls, .. } => {
+                let (failures, calls) = self.window.totals(now);
+                if calls < minimum_calls.max(1) {
+                    -1.0
+                } else {
+                    f64::from(failures) * 100.0 / f64::from(calls)
+                }
+            }
+        }
+    }
+
+    /// [`Machine::failure_rate`] after a success that changed nothing: only a breaker on
+    /// consecutive failures with none counted has such successes.
+    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
 
     fn should_trip(&self, now: Instant) -> bool {
         match self.config.trip {

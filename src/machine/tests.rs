@@ -131,9 +131,10 @@ fn settings() -> impl Strategy<Value = Builder> {
         proptest::bool::weighted(0.2),
         proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.8),
+        proptest::bool::weighted(0.3),
     )
         .prop_map(
-            |(cooldown, trip, probes, dwell, slow, backoff, open_on_hint)| {
+            |(cooldown, trip, probes, dwell, slow, backoff, open_on_hint, timed)| {
                 let mut builder = Builder::new()
                     .cooldown(cooldown)
                     .trip_policy(trip)
@@ -143,6 +144,9 @@ fn settings() -> impl Strategy<Value = Builder> {
                     .jitter_seed(7);
                 if slow {
                     builder = builder.slow_call_threshold(Duration::from_secs(5));
+                }
+                if timed {
+                    builder = builder.time_calls();
                 }
                 if backoff {
                     let cap = match cooldown {
@@ -256,6 +260,8 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         machine.consecutive_failures(),
                         before.consecutive_failures()
                     );
+                    // What observers are told of a success counted without the lock.
+                    prop_assert_eq!(machine.failure_rate(at.now), Machine::QUIET_FAILURE_RATE);
                 }
             }
             Op::Release { which } if !held.is_empty() => {
@@ -282,7 +288,9 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::ReleaseHold => {
                 machine.release_hold(at);
             }
-            Op::SetMode(mode) => machine.set_mode(mode),
+            Op::SetMode(mode) => {
+                machine.set_mode(mode);
+            }
             Op::Advance(by) => now += by,
         }
         // After a look at the clock, no deadline stands at this instant.
@@ -446,4 +454,42 @@ fn a_failure_with_a_retry_after_opens_the_breaker_at_once_unless_told_to_only_co
             }
         );
     }
+}
+
+/// The failure rate reported for each closed-state outcome: the threshold in force
+/// (lowered by a relief) for consecutive failures; the window as of the outcome for a
+/// failure rate, whose outcomes age out of a time window.
+#[test]
+fn the_failure_rate_reads_the_policy_in_force() {
+    let now = Instant::now();
+    let record = |machine: &mut Machine, outcome: Outcome, now: Instant| {
+        let at = Fixed { step: 0, now };
+        match machine
+            .record(machine.epoch(), Kind::Call, outcome, None, at)
+            .0
+        {
+            Recorded::Counted { failure_rate, .. } => failure_rate,
+            Recorded::Late => panic!("not late"),
+        }
+    };
+    let config = Builder::new().failure_threshold(4).build_config().unwrap();
+    let mut run = Machine::new(config, now);
+    run.set_threshold_relief(2);
+    assert_eq!(record(&mut run, Outcome::failure(), now), Some(50.0));
+    assert_eq!(record(&mut run, Outcome::Ignored, now), None);
+    assert_eq!(record(&mut run, Outcome::failure(), now), Some(100.0));
+    assert_eq!(run.state(), State::Open);
+
+    let window = RateWindow::Time(Duration::from_secs(10));
+    let config = Builder::new()
+        .failure_rate(0.9, window, 2)
+        .build_config()
+        .unwrap();
+    let mut rate = Machine::new(config, now);
+    assert_eq!(rate.failure_rate(now), -1.0);
+    assert_eq!(record(&mut rate, Outcome::failure(), now), Some(-1.0));
+    assert_eq!(record(&mut rate, Outcome::Success, now), Some(50.0));
+    let later = now + Duration::from_secs(11);
+    assert_eq!(rate.failure_rate(later), -1.0, "aged out of the window");
+    assert_eq!(record(&mut rate, Outcome::Success, later), Some(-1.0));
 }

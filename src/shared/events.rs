@@ -14,22 +14,55 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
 use crate::event::Event;
-use crate::machine::{Skip, Transition};
+use crate::machine::{Config, Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
 use crate::sync::{AtomicBool, Mutex};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
+/// What a builder holds for each observer: one observer shared by every breaker it
+/// builds, or a maker of one observer per breaker, from that breaker's settings (a keyed
+/// registry builds a breaker per key; an observer with state of its own, such as the
+/// metrics' handles, is made for each).
+#[derive(Clone)]
+pub(crate) enum Watcher {
+    Shared(Observer),
+    // Only the metrics make observers per breaker.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    PerBreaker(Arc<dyn Fn(&Config) -> Observer + Send + Sync>),
+}
+
+impl Watcher {
+    /// The observer for the breaker with these settings.
+    pub(crate) fn for_breaker(&self, config: &Config) -> Observer {
+        match self {
+            Watcher::Shared(observer) => observer.clone(),
+            Watcher::PerBreaker(make) => make(config),
+        }
+    }
+}
+
 /// An event made under the machine's lock, waiting to be delivered.
 #[derive(Debug)]
 pub(super) enum Queued {
     Transition(Transition),
-    Recorded { outcome: Outcome, probe: bool },
+    Recorded {
+        outcome: Outcome,
+        probe: bool,
+        elapsed: Option<Duration>,
+        failure_rate: Option<f64>,
+    },
+    ModeChanged {
+        from: Mode,
+        to: Mode,
+        state: State,
+    },
 }
 
 /// See the [module docs](self).
@@ -115,11 +148,31 @@ impl Events {
 
     fn report(&self, event: Queued) {
         match event {
-            Queued::Recorded { outcome, probe } => self.notify(&Event::Recorded {
+            Queued::Recorded {
+                outcome,
+                probe,
+                elapsed,
+                failure_rate,
+            } => self.notify(&Event::Recorded {
                 name: &self.name,
                 outcome: &outcome,
                 probe,
+                elapsed,
+                failure_rate,
             }),
+            Queued::ModeChanged { from, to, state } => {
+                tracing::info!(
+                    target: "tower_circuit_breaker",
+                    breaker = %self.name, from = from.as_str(), mode = to.as_str(), state = state.as_str(),
+                    "mode changed",
+                );
+                self.notify(&Event::ModeChanged {
+                    name: &self.name,
+                    from,
+                    to,
+                    state,
+                });
+            }
             Queued::Transition(transition) => {
                 log(&transition);
                 self.notify(&Event::Transition(&transition));
@@ -139,13 +192,15 @@ impl Events {
         });
     }
 
-    /// Reports a quiet success counted now.
+    /// Reports a quiet success counted now; `elapsed` if the call was timed.
     #[cold]
-    pub(super) fn succeeded(&self) {
+    pub(super) fn succeeded(&self, elapsed: Option<Duration>) {
         self.notify(&Event::Recorded {
             name: &self.name,
             outcome: &Outcome::Success,
             probe: false,
+            elapsed,
+            failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
         });
     }
 

@@ -29,8 +29,8 @@ mod permit;
 mod published;
 mod tally;
 
-pub(crate) use self::events::Observer;
 use self::events::{Events, Queued};
+pub(crate) use self::events::{Observer, Watcher};
 pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
 use self::published::Published;
@@ -126,19 +126,19 @@ impl Shared {
     }
 
     /// Runs `f` on the machine and publishes its door; queues what `f` reports (an
-    /// outcome, then the transition it caused) and delivers it once the lock is
-    /// released.
+    /// outcome or a change of mode, then the transition it caused) and delivers it once
+    /// the lock is released.
     fn locked<R>(
         &self,
         f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
     ) -> R {
         let (value, reported) = {
             let mut machine = self.lock();
-            let (value, recorded, transition) = f(&mut machine, &self.tally);
+            let (value, event, transition) = f(&mut machine, &self.tally);
             self.published.0.store(&machine.door());
-            let reported = recorded.is_some() || transition.is_some();
-            if let Some(recorded) = recorded {
-                self.events.queue(recorded);
+            let reported = event.is_some() || transition.is_some();
+            if let Some(event) = event {
+                self.events.queue(event);
             }
             if let Some(transition) = transition {
                 self.events.queue(Queued::Transition(transition));
@@ -320,7 +320,7 @@ impl Shared {
             let observed = self.events.observed();
             self.tally.quiet_success();
             if observed {
-                self.events.succeeded();
+                self.events.succeeded(elapsed);
             }
             return;
         }
@@ -344,6 +344,7 @@ impl Shared {
                 Recorded::Counted {
                     outcome,
                     towards_state,
+                    failure_rate,
                 } => {
                     let ended = match outcome {
                         Outcome::Success => Ended::Success,
@@ -353,6 +354,8 @@ impl Shared {
                     let reported = (observed && towards_state).then_some(Queued::Recorded {
                         outcome,
                         probe: kind == Kind::Probe,
+                        elapsed,
+                        failure_rate,
                     });
                     (ended, reported)
                 }
@@ -441,9 +444,17 @@ impl Shared {
         self.with(|machine, at| ((), machine.reset(at)));
     }
 
+    /// Switches the mode; a change is reported (logged, and told to observers) in order
+    /// with the transitions.
     pub(crate) fn set_mode(&self, mode: Mode) {
-        self.with(|machine, _| (machine.set_mode(mode), None));
-        tracing::info!(target: "tower_circuit_breaker", breaker = &*self.name, mode = mode.as_str(), "mode changed");
+        self.locked(|machine, _| {
+            let changed = machine.set_mode(mode).map(|from| Queued::ModeChanged {
+                from,
+                to: mode,
+                state: machine.state(),
+            });
+            ((), changed, None)
+        });
     }
 
     pub(crate) fn mode(&self) -> Mode {
