@@ -111,25 +111,66 @@ impl Events {
 
     /// Delivers what is queued, unless another task is delivering: that task delivers
     /// it too. Called after the machine's lock is released.
-    pub(super) fn deliver(&self) {
-        loop {
-            if self
-                .delivering
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                return;
+    ///
+    /// A caller delivers at most [`Events::BATCH`] events at a time: when others keep
+    /// queueing faster than the observers take them, the rest goes on in a task of the
+    /// runtime, so no caller's call waits on other callers' events for ever. Outside a
+    /// runtime the caller goes on until the queue is empty.
+    pub(super) fn deliver(self: &Arc<Self>) {
+        while self.take_turn() {
+            while !self.deliver_batch() {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    // The turn goes with the task.
+                    runtime.spawn(Arc::clone(self).deliver_later());
+                    return;
+                }
             }
-            while let Some(event) = self.pop() {
-                self.report(event);
-            }
-            self.delivering.store(false, Ordering::Release);
-            // An event queued after the last pop and before the flag was cleared found
-            // the flag set and left it to this task.
-            if self.is_empty() {
+            if self.end_turn() {
                 return;
             }
         }
+    }
+
+    /// The rest of a turn, in a task: a batch at a time, yielding to the runtime between
+    /// batches.
+    async fn deliver_later(self: Arc<Self>) {
+        loop {
+            while !self.deliver_batch() {
+                tokio::task::yield_now().await;
+            }
+            if self.end_turn() || !self.take_turn() {
+                return;
+            }
+        }
+    }
+
+    /// The most events a caller delivers at a time.
+    const BATCH: usize = 64;
+
+    /// Delivers up to [`Events::BATCH`] events, in the turn; whether the queue is empty.
+    fn deliver_batch(&self) -> bool {
+        for _ in 0..Self::BATCH {
+            match self.pop() {
+                Some(event) => self.report(event),
+                None => return true,
+            }
+        }
+        self.is_empty()
+    }
+
+    /// Takes the turn to deliver, unless another task has it.
+    fn take_turn(&self) -> bool {
+        self.delivering
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Ends the turn; whether nothing was left behind. An event queued after the last pop
+    /// and before the turn ended found it taken and left it to this task: then the task
+    /// takes the turn again, unless another has.
+    fn end_turn(&self) -> bool {
+        self.delivering.store(false, Ordering::Release);
+        self.is_empty()
     }
 
     fn pop(&self) -> Option<Queued> {
@@ -229,5 +270,86 @@ fn log(t: &Transition) {
             mode = t.mode.as_str(),
             "circuit {} for {}", t.to, t.name,
         );
+    }
+}
+
+#[cfg(all(test, not(tcb_loom)))]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::{Mutex as StdMutex, Weak};
+
+    use super::*;
+
+    /// A recorded success, numbered through its failure rate.
+    fn recorded(n: usize) -> Queued {
+        Queued::Recorded {
+            outcome: Outcome::Success,
+            probe: false,
+            elapsed: None,
+            failure_rate: Some(n as f64),
+        }
+    }
+
+    /// Others keep queueing while the observer runs, as other callers would while a
+    /// caller delivers: the caller stops after a batch and a task of the runtime
+    /// delivers the rest, every event once and in order.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_caller_delivers_a_batch_and_a_task_the_rest_of_a_flood() {
+        const FLOOD: usize = 1_000;
+        let queued = Arc::new(AtomicUsize::new(1));
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let this: Arc<OnceLock<Weak<Events>>> = Arc::new(OnceLock::new());
+        let observer: Observer = {
+            let (queued, seen, this) = (queued.clone(), seen.clone(), this.clone());
+            Arc::new(move |event: &Event<'_>| {
+                if let Event::Recorded { failure_rate, .. } = event {
+                    seen.lock().unwrap().push(failure_rate.unwrap());
+                }
+                // Another caller queues an event and finds the turn taken.
+                let n = queued.fetch_add(1, Ordering::SeqCst);
+                if n < FLOOD {
+                    let events = this.get().unwrap().upgrade().unwrap();
+                    events.queue(recorded(n));
+                }
+            })
+        };
+        let events = Arc::new(Events::new("flood".into(), vec![observer]));
+        this.set(Arc::downgrade(&events)).unwrap();
+        events.queue(recorded(0));
+
+        events.deliver();
+        let by_the_caller = seen.lock().unwrap().len();
+        assert_eq!(
+            by_the_caller,
+            Events::BATCH,
+            "the caller stops after a batch"
+        );
+
+        // The task delivers the rest as the runtime runs it.
+        while !events.is_empty() || events.delivering.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        let seen = seen.lock().unwrap();
+        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
+        assert_eq!(*seen, expected, "every event once, in order");
+    }
+
+    /// Outside a runtime there is no task to hand the rest to: the caller delivers all.
+    #[test]
+    fn outside_a_runtime_the_caller_delivers_everything() {
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let observer: Observer = {
+            let delivered = delivered.clone();
+            Arc::new(move |_: &Event<'_>| {
+                delivered.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let events = Arc::new(Events::new("plain".into(), vec![observer]));
+        for n in 0..(3 * Events::BATCH) {
+            events.queue(recorded(n));
+        }
+        events.deliver();
+        assert_eq!(delivered.load(Ordering::SeqCst), 3 * Events::BATCH);
+        assert!(events.is_empty());
     }
 }

@@ -69,7 +69,7 @@ pub struct Shared {
     pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
-    events: Events,
+    events: Arc<Events>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -109,7 +109,7 @@ impl Shared {
         Shared {
             tally: Tally::new(),
             published: Apart(Published::new(&machine.door())),
-            events: Events::new(name.clone(), observers),
+            events: Arc::new(Events::new(name.clone(), observers)),
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
