@@ -18,7 +18,8 @@ use std::task::{Context, Waker};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::Layer;
-use tower_circuit_breaker::{Builder, CircuitBreakerLayer, KeyedCircuitBreakerLayer};
+use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
+use tower_circuit_breaker::{Builder, CircuitBreakerLayer};
 
 mod common;
 use common::{call_once, noop};

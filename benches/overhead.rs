@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use failsafe::futures::CircuitBreaker as _;
 use tower::{Layer, Service, ServiceExt};
-use tower_circuit_breaker::{
-    Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Fallback, NoFallback, Outcome,
-};
+use tower_circuit_breaker::fallback::{Fallback, NoFallback};
+use tower_circuit_breaker::{Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Outcome};
 
 mod common;
 use common::{noop, Noop};

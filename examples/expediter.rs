@@ -8,8 +8,9 @@
 
 use tower::util::BoxService;
 use tower::{service_fn, ServiceBuilder};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{Alternative, Expediter, Run, ToolSpec};
-use tower_circuit_breaker::{Answer, BoxError};
+use tower_circuit_breaker::Answer;
 
 type Tool = BoxService<String, Answer<String>, BoxError>;
 

@@ -69,7 +69,7 @@ impl std::fmt::Display for Source {
 /// ([`Answer::verdict`]).
 ///
 /// A layer outside the breaker reads it instead of classifying the answer again:
-/// [`SaveLayer`](crate::SaveLayer) saves only [`Verdict::Success`] answers, and
+/// [`SaveLayer`](crate::saved::SaveLayer) saves only [`Verdict::Success`] answers, and
 /// [`RecoverLayer`](crate::recover::RecoverLayer) answers [`Verdict::Failure`] ones from
 /// its fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,13 +79,13 @@ pub enum Verdict {
     /// breaker's state: the answer itself is good.)
     Success,
     /// A failure, counted by the breaker (the failure's message is the breaker's
-    /// [`last_failure`](crate::Snapshot::last_failure)). An HTTP 503 is an `Ok` to
+    /// [`last_failure`](crate::snapshot::Snapshot::last_failure)). An HTTP 503 is an `Ok` to
     /// tower and a failure here.
     Failure,
     /// Says nothing about the service's health: not counted.
     Ignored,
     /// A success whose real outcome is known only later (a streamed body that may still
-    /// break, see [`Classify::defer`](crate::Classify::defer)).
+    /// break, see [`Classify::defer`](crate::classify::Classify::defer)).
     Deferred,
 }
 

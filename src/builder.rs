@@ -19,7 +19,8 @@ use crate::shared::{now, Observer, Shared, Watcher};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_circuit_breaker::{Backoff, Builder, ConfigError, Cooldown};
+/// use tower_circuit_breaker::{Backoff, Builder, Cooldown};
+/// use tower_circuit_breaker::error::ConfigError;
 ///
 /// let layer = Builder::new()
 ///     .name("search")
@@ -125,7 +126,7 @@ impl Builder {
 
     /// Whether a failure that says how long to wait
     /// ([`Failure::retry_after`](crate::Failure::retry_after): an HTTP `Retry-After` or
-    /// `retry-after-ms`, as [`http::HttpClassifier`](crate::http) reads them) opens the
+    /// `retry-after-ms`, as `http::HttpClassifier` (feature `http`) reads them) opens the
     /// breaker at once for that long, bounded by [`max_retry_after`](Self::max_retry_after)
     /// (`true`, the default; the transition's cause is
     /// [`Cause::RetryAfter`](crate::Cause::RetryAfter)), or only counts as one failure

@@ -1,4 +1,6 @@
-//! What counts as a failure: the [`Classify`] policy and the [`Outcome`] it returns.
+//! What counts as a failure: the [`Classify`] policy and the [`Outcome`] it returns;
+//! [`DefaultClassifier`] (every `Err` a failure), and the [`Settlement`] of an answer
+//! whose outcome is known only later (a streamed body).
 //!
 //! A breaker asks its classifier about every result of the wrapped service. An HTTP 503
 //! is usually a failure, a 404 usually is not (the caller asked for something that does
@@ -27,11 +29,12 @@
 //!         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Outcome::Ignored,
 //!         Err(_) => Outcome::failure(),
 //!     });
-//! # Ok::<(), tower_circuit_breaker::ConfigError>(())
+//! # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
 //! ```
 
 use crate::outcome::Outcome;
-use crate::settle::Settlement;
+
+pub use crate::settle::Settlement;
 
 /// Decides what a result of the wrapped service means for the breaker.
 ///

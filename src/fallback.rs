@@ -93,7 +93,8 @@ pub struct WithSkip;
 /// ```
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_circuit_breaker::{CircuitBreakerLayer, Skipped};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+/// use tower_circuit_breaker::fallback::Skipped;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower::BoxError> {
 /// let layer = CircuitBreakerLayer::builder().name("model").build()?;

@@ -29,7 +29,7 @@ use crate::snapshot::Snapshot;
 /// handle.reset();
 /// let snapshot = handle.snapshot();
 /// assert_eq!((snapshot.state, snapshot.consecutive_failures), (State::Closed, 0));
-/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct CircuitBreakerHandle {
@@ -74,7 +74,7 @@ impl CircuitBreakerHandle {
     /// handle.force_open();
     /// assert!(matches!(handle.peek(), Advice::Skip(skip) if skip.reason() == Reason::ForcedOpen));
     /// assert_eq!(handle.snapshot().counts.skipped(), 0);
-    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
     /// ```
     pub fn peek(&self) -> Advice {
         self.shared.advise(false)
@@ -123,7 +123,7 @@ impl CircuitBreakerHandle {
     /// assert_eq!(snapshot.state, State::ForcedOpen);
     /// assert!(matches!(snapshot.next_probe, NextProbe::After { at: Some(_), .. }));
     /// assert!(snapshot.retry_after().unwrap() <= Duration::from_secs(600));
-    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
     /// ```
     pub fn open_for(&self, duration: Duration) {
         self.shared.force_open(Some(later(now(), duration)));
@@ -161,7 +161,7 @@ impl CircuitBreakerHandle {
     /// assert_eq!(handle.state(), State::Open);
     /// handle.force_open();
     /// assert!(!handle.hold_open_until(in_a_minute + Duration::from_secs(60)), "a person's act wins");
-    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
     /// ```
     pub fn hold_open_until(&self, until: Instant) -> bool {
         self.shared.hold_open(until)
@@ -186,7 +186,7 @@ impl CircuitBreakerHandle {
     /// assert!(handle.release_hold());
     /// assert_eq!(handle.peek(), Advice::Probe, "the next call probes");
     /// assert!(!handle.release_hold(), "nothing left to release");
-    /// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+    /// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
     /// ```
     pub fn release_hold(&self) -> bool {
         self.shared.release_hold()

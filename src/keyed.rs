@@ -4,7 +4,8 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::{Builder, KeyedCircuitBreakerLayer, Reason, Source, State};
+//! use tower_circuit_breaker::{Builder, Reason, Source, State};
+//! use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 //!
 //! #[derive(Debug, Clone)]
 //! struct Fetch {
@@ -184,7 +185,9 @@ const DEFAULT_CAPACITY: usize = 1024;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tower_circuit_breaker::{Builder, ConfigError, KeyedCircuitBreakerLayer};
+/// use tower_circuit_breaker::Builder;
+/// use tower_circuit_breaker::error::ConfigError;
+/// use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 ///
 /// // (model, prompt) requests, one breaker per model; cloning the key is cheap.
 /// let by_model = |request: &(Arc<str>, String)| request.0.clone();
@@ -277,7 +280,8 @@ impl<K, KF> fmt::Debug for KeyedBuilder<K, KF> {
 ///
 /// ```
 /// use tower::{service_fn, Layer, Service, ServiceExt};
-/// use tower_circuit_breaker::{Builder, KeyedCircuitBreakerLayer, Outcome, Reason, Source};
+/// use tower_circuit_breaker::{Builder, Outcome, Reason, Source};
+/// use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), tower::BoxError> {
@@ -365,7 +369,7 @@ impl<K, KF, F, C> KeyedCircuitBreakerLayer<K, KF, F, C> {
     }
 
     /// Answers skipped calls with `fallback`, which receives each request as a
-    /// [`Skipped`](crate::Skipped) naming the key's breaker, why, and when it probes.
+    /// [`Skipped`](crate::fallback::Skipped) naming the key's breaker, why, and when it probes.
     pub fn with_fallback_context<F2>(
         self,
         fallback: F2,
@@ -577,7 +581,8 @@ impl<S: fmt::Debug, K, KF, F, C> fmt::Debug for KeyedCircuitBreaker<S, K, KF, F,
 /// how full the registry is.
 ///
 /// ```
-/// use tower_circuit_breaker::{Builder, KeyedCircuitBreakerLayer, State};
+/// use tower_circuit_breaker::{Builder, State};
+/// use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 /// use tower::{service_fn, Layer, Service, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -33,7 +33,7 @@ use crate::sync::AtomicBool;
 /// assert!(chat.handle().snapshot().killed && embed.handle().snapshot().killed);
 /// stop.revive();
 /// assert!(!chat.handle().kill_switch().is_killed());
-/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct KillSwitch {

@@ -13,7 +13,7 @@ use crate::shared::Shared;
 /// Wraps services in one shared circuit breaker.
 ///
 /// Build it with [`CircuitBreakerLayer::builder`]; the builder checks the settings and
-/// returns a [`ConfigError`](crate::ConfigError) for a bad one. Then set what answers
+/// returns a [`ConfigError`](crate::error::ConfigError) for a bad one. Then set what answers
 /// while the breaker is open ([`with_fallback`](Self::with_fallback); by default a
 /// skipped call fails with [`Rejected`](crate::error::Rejected)) and what counts as a
 /// failure ([`with_classifier`](Self::with_classifier); by default every `Err`).
@@ -88,7 +88,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     /// [`Source::Fallback`](crate::Source::Fallback) with the reason.
     ///
     /// A fallback that must say when to retry can hold the breaker's
-    /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::Snapshot::retry_after).
+    /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::snapshot::Snapshot::retry_after).
     pub fn with_fallback<F2>(self, fallback: F2) -> CircuitBreakerLayer<Fallback<F2>, C> {
         CircuitBreakerLayer {
             shared: self.shared,
@@ -98,7 +98,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     }
 
     /// Answers skipped calls with `fallback`, a cloneable service that receives each
-    /// request as a [`Skipped`](crate::Skipped): the request, why it was skipped and
+    /// request as a [`Skipped`](crate::fallback::Skipped): the request, why it was skipped and
     /// when the next probe may go, as decided for that call.
     pub fn with_fallback_context<F2>(
         self,
@@ -111,7 +111,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
         }
     }
 
-    /// Decides what counts as a failure with `classifier` (see [`Classify`](crate::Classify)).
+    /// Decides what counts as a failure with `classifier` (see [`Classify`](crate::classify::Classify)).
     pub fn with_classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<F, C2> {
         CircuitBreakerLayer {
             shared: self.shared,

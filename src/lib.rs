@@ -35,16 +35,43 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The parts:
+//! # The parts, in the order you meet them
 //!
-//! - [`CircuitBreakerLayer`] / [`CircuitBreaker`]: the tower plumbing, with
-//!   [`Builder`] for settings, [`CircuitBreakerHandle`] for operators,
-//!   [`KillSwitch`] for emergencies, [`Classify`] for what counts as a failure, and
-//!   [`Answer`] / [`Source`] for where every answer came from.
+//! At the root, what a first program names:
+//!
+//! - [`CircuitBreakerLayer`] / [`CircuitBreaker`]: the tower plumbing, set up with a
+//!   [`Builder`] ([`Cooldown`], [`Backoff`], [`Mode`]); every clone of the wrapped service
+//!   shares one breaker.
+//! - [`Answer`] / [`Source`]: every answer says where it came from (the service, a probe,
+//!   a fallback and why), with [`Origin`] and the classifier's [`Verdict`].
+//! - [`Outcome`] / [`Failure`]: what a classifier makes of a result (see [`classify`]).
+//! - [`CircuitBreakerHandle`]: for operators and orchestrators: the [`State`], a snapshot,
+//!   [`Transition`]s and their [`Cause`], force open, hold open, reset, and what a call
+//!   would get now ([`Advice`], [`Skip`], [`Reason`], [`NextProbe`]).
+//! - [`KillSwitch`]: a person's emergency stop, shared by any number of breakers.
+//! - [`Event`]: what observers hear ([`Builder::on_event`]).
+//!
+//! In modules named for what they hold:
+//!
+//! - [`fallback`]: what answers while the breaker is open, and what it is told
+//!   ([`fallback::Skipped`]); without one, a skip is an [`error::Rejected`].
+//! - [`classify`]: the [`classify::Classify`] policy, the default one, and settling a
+//!   streamed answer later.
+//! - [`snapshot`]: a breaker seen without a call, with its counts.
+//! - [`config`], [`error`], [`future`]: the checked settings and trip policies, the error
+//!   types, the response future.
+//! - [`saved`]: the last good answer per request, served labelled stale while the
+//!   service is down. [`recover`]: a fallback for calls that were made and failed.
 //! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
-//!   bounded registry ([`KeyedCircuitBreakerLayer`]).
-//! - `fleet` (feature `fleet`): kill switches and breaker transitions shared by a fleet
-//!   of replicas through Redis, off the call path.
+//!   bounded registry.
+//! - [`expediter`]: an agent's tools under one failure policy: alternatives, a shared
+//!   failure budget, scope reduction with an honest report, cascades, pre-call checks.
+//! - [`replay`]: an outcome sequence replayed through the real layer, to tune settings.
+//! - Behind features: `http` (a classifier for HTTP clients, error bodies, buffered and
+//!   streamed responses, provenance on the plain response), `reqwest` (the same for
+//!   `reqwest::Response`), `metrics` (Prometheus-style series, resilience4j's names if
+//!   wanted), `admin` (an operators' endpoint), `fleet` (kill switches and hints shared by
+//!   replicas through Redis), `serde` (JSON for snapshots and reports).
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -59,11 +86,11 @@
 pub mod admin;
 mod answer;
 mod builder;
-mod classify;
+pub mod classify;
 pub mod error;
 mod event;
 pub mod expediter;
-mod fallback;
+pub mod fallback;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub mod fleet;
@@ -86,32 +113,26 @@ pub mod saved;
 mod service;
 mod settle;
 mod shared;
-mod snapshot;
+pub mod snapshot;
 mod sync;
+
+/// Settings beyond the [`Builder`]'s own methods: the checked settings a builder makes
+/// ([`Builder::build_config`]), and the trip policies.
+pub mod config {
+    pub use crate::machine::{Config, RateWindow, TripPolicy};
+}
 
 pub use crate::answer::{Answer, Origin, Source, Verdict};
 pub use crate::builder::Builder;
-pub use crate::classify::{Classify, DefaultClassifier};
-pub use crate::error::{BoxError, ConfigError};
 pub use crate::event::Event;
-pub use crate::fallback::{
-    Fallback, FallbackFuture, FallbackMode, FallbackService, NoFallback, Plain, Skipped, WithSkip,
-};
 pub use crate::handle::CircuitBreakerHandle;
-pub use crate::keyed::{
-    KeyedBuilder, KeyedCircuitBreaker, KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer,
-};
 pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{
-    Advice, Backoff, Cause, Config, Cooldown, FailureRecord, Mode, NextProbe, RateWindow, Reason,
-    Skip, State, Transition, TripPolicy,
+    Advice, Backoff, Cause, Cooldown, Mode, NextProbe, Reason, Skip, State, Transition,
 };
 pub use crate::outcome::{Failure, Outcome};
-pub use crate::saved::{SaveLayer, SavedAnswers, SavedConfigError, SavedFallback, Unavailable};
 pub use crate::service::CircuitBreaker;
-pub use crate::settle::Settlement;
-pub use crate::snapshot::{Counts, Snapshot};
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

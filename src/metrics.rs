@@ -219,7 +219,7 @@ impl Naming {
 ///     .name("model")
 ///     .metrics_with(Metrics::new().naming(Naming::Resilience4j).call_durations(true))
 ///     .build()?;
-/// # Ok::<(), tower_circuit_breaker::ConfigError>(())
+/// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Metrics {

@@ -23,9 +23,9 @@
 //!   it (so "retry after T" is the real time to the next probe).
 //! - Its answer is an [`Answer`] whose source is [`Source::FallbackAfterFailure`] and
 //!   whose [`next_probe`](Answer::next_probe) is the breaker's as of the failure; it is
-//!   never saved by a [`SaveLayer`](crate::SaveLayer) (only the service's successes are).
+//!   never saved by a [`SaveLayer`](crate::saved::SaveLayer) (only the service's successes are).
 //!
-//! [`SavedFallback`](crate::SavedFallback) answers both kinds of call: give it to the
+//! [`SavedFallback`](crate::saved::SavedFallback) answers both kinds of call: give it to the
 //! breaker for skips and to this layer for failures.
 //!
 //! ```
@@ -140,7 +140,7 @@ where
 /// Answers the failed calls of a breaker from `fallback`; see the [module docs](self).
 ///
 /// Place it outside the breaker whose `handle` it is given (and outside a
-/// [`SaveLayer`](crate::SaveLayer), or inside it: neither saves the fallback's answer).
+/// [`SaveLayer`](crate::saved::SaveLayer), or inside it: neither saves the fallback's answer).
 ///
 /// # Clone
 ///

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use tower_circuit_breaker::replay::{self, ReplayError, ReplayInput};
-//! use tower_circuit_breaker::ConfigError;
+//! use tower_circuit_breaker::error::ConfigError;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), ReplayError> {
@@ -321,7 +321,7 @@ pub async fn run(input: &ReplayInput) -> Result<Trace, ReplayError> {
         } else {
             handle.kill_switch().revive();
         }
-        let failed = |error: crate::BoxError| ReplayError::Call {
+        let failed = |error: crate::error::BoxError| ReplayError::Call {
             step,
             message: error.to_string(),
         };

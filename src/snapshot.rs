@@ -1,10 +1,12 @@
-//! A view of one breaker taken without making a call: [`Snapshot`] and its running
-//! totals, [`Counts`].
+//! A view of one breaker taken without making a call: [`Snapshot`], its running totals
+//! ([`Counts`]) and its last failure ([`FailureRecord`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{Cause, FailureRecord, Mode, NextProbe, State};
+use crate::machine::{Cause, Mode, NextProbe, State};
+
+pub use crate::machine::FailureRecord;
 
 #[cfg(feature = "serde")]
 mod serialize;
@@ -64,7 +66,7 @@ impl Counts {
 /// # JSON
 ///
 /// With the `serde` feature it serializes (for a dashboard, an admin endpoint such as
-/// [`admin`](crate::admin)'s, a log line) in this shape, which is stable: fields may be
+/// the `admin` feature's, a log line) in this shape, which is stable: fields may be
 /// added, never renamed or removed. Every time is relative to the moment the snapshot
 /// was taken, in whole milliseconds (waits rounded up, ages down), so the numbers mean
 /// the same on another machine:

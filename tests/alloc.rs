@@ -14,9 +14,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use tower::{service_fn, Layer, Service};
-use tower_circuit_breaker::{
-    Builder, CircuitBreakerLayer, Cooldown, KeyedCircuitBreakerLayer, Outcome, Reason, Source,
-};
+use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
+use tower_circuit_breaker::{Builder, CircuitBreakerLayer, Cooldown, Outcome, Reason, Source};
 
 /// Hands every request to `System` unchanged and counts it on the calling thread.
 struct Counting;

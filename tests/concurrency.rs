@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::{yield_now, JoinSet};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Counts, Outcome, Reason, Source, State,
+    Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Outcome, Reason, Source, State,
 };
 
 // ---------------------------------------------------------------------------------

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tower_circuit_breaker::{
-    Backoff, Builder, CircuitBreakerLayer, ConfigError, Cooldown, Mode, RateWindow, TripPolicy,
-};
+use tower_circuit_breaker::config::{RateWindow, TripPolicy};
+use tower_circuit_breaker::error::ConfigError;
+use tower_circuit_breaker::{Backoff, Builder, CircuitBreakerLayer, Cooldown, Mode};
 
 /// `build_config()` and `build()` agree, and both return this error.
 fn rejects(builder: Builder) -> ConfigError {

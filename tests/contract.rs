@@ -20,10 +20,13 @@ use tokio::sync::broadcast;
 use tokio::task::JoinError;
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::error::Rejected;
+use tower_circuit_breaker::fallback::Fallback;
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, BoxError, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer,
-    Cooldown, Counts, Fallback, Mode, NextProbe, Outcome, Reason, Source, State, Transition,
+    Answer, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown,
+    Mode, NextProbe, Outcome, Reason, Source, State, Transition,
 };
 use tower_test::assert_request_eq;
 use tower_test::mock::{self, Mock, Spawn};

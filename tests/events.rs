@@ -12,8 +12,9 @@ use std::thread;
 use std::time::Duration;
 
 use tower::{service_fn, Layer, Service};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::{
-    Answer, BoxError, Builder, CircuitBreakerHandle, Cooldown, Event, Mode, State, Transition,
+    Answer, Builder, CircuitBreakerHandle, Cooldown, Event, Mode, State, Transition,
 };
 
 type Reply = Result<(), std::io::Error>;

@@ -16,12 +16,13 @@ mod common;
 
 use common::tool::Tool;
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec, write_spec};
+use tower_circuit_breaker::error::{BoxError, ConfigError};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
-    ExpediterError, Freshness, FreshnessTracker, Labeled, NextTry, PauseReason, Route, SkipReason,
+    ExpediterError, Freshness, FreshnessTracker, Labelled, NextTry, PauseReason, Route, SkipReason,
     SubTask, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{BoxError, Builder, ConfigError, Cooldown, Reason, State};
+use tower_circuit_breaker::{Builder, Cooldown, Reason, State};
 
 type TestResult = Result<(), BoxError>;
 
@@ -964,7 +965,7 @@ fn freshness_labels_follow_the_seed_and_fresh_data_has_none() {
 
 #[test]
 fn labeled_values_carry_their_label_on_the_line_before() {
-    let saved = Labeled::new(
+    let saved = Labelled::new(
         "port = 8080",
         Freshness::stale(SystemTime::UNIX_EPOCH + Duration::from_secs(86_400)),
     );
@@ -973,10 +974,10 @@ fn labeled_values_carry_their_label_on_the_line_before() {
         "[STALE DATA — retrieved at 1970-01-02T00:00:00Z, may not reflect current state]\nport = 8080"
     );
     assert_eq!(
-        Labeled::new("port = 8080", Freshness::Fresh).to_string(),
+        Labelled::new("port = 8080", Freshness::Fresh).to_string(),
         "port = 8080"
     );
-    assert!(Labeled::new(1, Freshness::Unknown)
+    assert!(Labelled::new(1, Freshness::Unknown)
         .to_string()
         .starts_with("[FRESHNESS UNKNOWN"));
 }

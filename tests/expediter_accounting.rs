@@ -13,11 +13,12 @@ use tokio::time::advance;
 mod common;
 
 use common::tool::Tool;
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Blame, Degradation, Expediter, NextTry, PauseReason, Route, SkipReason,
     StatusReport, SubTask, ToolSpec, Unusable, WorkStatus,
 };
-use tower_circuit_breaker::{BoxError, Builder, Cooldown, NextProbe, State};
+use tower_circuit_breaker::{Builder, Cooldown, NextProbe, State};
 
 type TestResult = Result<(), BoxError>;
 

@@ -15,11 +15,12 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 mod common;
 
 use common::{bash_spec, edit_spec, grep_spec, read_spec, websearch_spec};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
-    Action, Availability, Decision, Degradation, Expediter, Freshness, Labeled, PauseReason, Route,
-    StatusReport, SubTask, ToolOffer, ToolSpec, WorkStatus,
+    Action, Availability, Decision, Degradation, Expediter, Freshness, Labelled, PauseReason,
+    Route, StatusReport, SubTask, ToolOffer, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{Answer, BoxError};
+use tower_circuit_breaker::Answer;
 
 type TestResult = Result<(), BoxError>;
 type Svc = BoxService<String, Answer<String>, BoxError>;
@@ -380,25 +381,25 @@ async fn tool_offer_round_trips_through_json() -> TestResult {
 #[test]
 fn freshness_labels_round_trip_through_json() {
     let values = [
-        Labeled::new("port = 8080".to_string(), Freshness::Fresh),
-        Labeled::new(
+        Labelled::new("port = 8080".to_string(), Freshness::Fresh),
+        Labelled::new(
             "port = 8080".to_string(),
             Freshness::stale(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
         ),
-        Labeled::new(
+        Labelled::new(
             "config.rs:3".to_string(),
             Freshness::Cached {
                 tool: "Grep".into(),
             },
         ),
-        Labeled::new(
+        Labelled::new(
             "release notes".to_string(),
             Freshness::Unverified {
                 tool: "WebSearch".into(),
                 date: "2026-11-01".into(),
             },
         ),
-        Labeled::new("?".to_string(), Freshness::Unknown),
+        Labelled::new("?".to_string(), Freshness::Unknown),
     ];
     for value in &values {
         assert_eq!(&round_trip(value), value);

@@ -48,13 +48,13 @@ use proptest::test_runner::TestCaseError;
 use tokio::sync::broadcast;
 use tower::util::BoxService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Availability, Expediter, NextTry, PauseReason, SkipReason, StatusReport,
     ToolSpec,
 };
-use tower_circuit_breaker::{
-    Answer, BoxError, Builder, Cooldown, NextProbe, Reason, Snapshot, State, Transition,
-};
+use tower_circuit_breaker::snapshot::Snapshot;
+use tower_circuit_breaker::{Answer, Builder, Cooldown, NextProbe, Reason, State, Transition};
 
 const TOOLS: [&str; 5] = ["T0", "T1", "T2", "T3", "T4"];
 /// Tools with a pre-call check.

@@ -6,8 +6,8 @@ mod common;
 
 use common::tool::Tool;
 use common::{bash_spec, grep_spec, read_spec};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{Action, Expediter, PauseReason, SubTask, WorkStatus};
-use tower_circuit_breaker::BoxError;
 
 type TestResult = Result<(), BoxError>;
 

@@ -23,11 +23,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tower::{service_fn, BoxError, Layer, Service};
+use tower_circuit_breaker::config::{RateWindow, TripPolicy};
+use tower_circuit_breaker::error::ConfigError;
 use tower_circuit_breaker::replay::{self, ReplayError, ReplayInput, StepAnswer};
-use tower_circuit_breaker::{
-    Answer, Backoff, Builder, ConfigError, Cooldown, Counts, KillSwitch, Mode, Outcome, RateWindow,
-    State, TripPolicy,
-};
+use tower_circuit_breaker::snapshot::Counts;
+use tower_circuit_breaker::{Answer, Backoff, Builder, Cooldown, KillSwitch, Mode, Outcome, State};
 
 // ---------------------------------------------------------------------------------
 // Values for every setter.

@@ -26,14 +26,15 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::classify::Classify;
 use tower_circuit_breaker::http::{
-    error_body, parse_retry_after, provenance, source_from_header, AnswerInfo, ErrorBody,
-    ErrorBodyBytes, ErrorBodyLayer, HttpClassifier, Provenance, ProvenanceLayer, ResponseBody,
+    parse_retry_after, provenance, source_from_header, AnswerInfo, ErrorBody, ErrorBodyBytes,
+    ErrorBodyFuture, ErrorBodyLayer, HttpClassifier, Provenance, ProvenanceLayer, ResponseBody,
     X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
-    Builder, CircuitBreakerHandle, CircuitBreakerLayer, Classify, Cooldown, Failure, Mode,
-    NextProbe, Outcome, Reason, Source, State,
+    Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Mode, NextProbe,
+    Outcome, Reason, Source, State,
 };
 
 const NS: Duration = Duration::from_nanos(1);
@@ -938,7 +939,7 @@ fn public_types_are_send_and_sync() {
     send_sync::<ErrorBodyBytes>();
     send_sync::<ResponseBody<Full<Bytes>>>();
     send::<ResponseBody<Streamed>>();
-    send_sync::<error_body::ResponseFuture<Ready<Scripted>, Response<Full<Bytes>>>>();
+    send_sync::<ErrorBodyFuture<Ready<Scripted>, Response<Full<Bytes>>>>();
     send_sync::<ProvenanceLayer>();
     send_sync::<Provenance<Endpoint>>();
     send_sync::<AnswerInfo>();

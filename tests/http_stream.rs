@@ -12,9 +12,10 @@ use http::Response;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody as ChunkBody};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::http::{StreamBody, StreamBodyLayer, StreamClassifier};
 use tower_circuit_breaker::{
-    Answer, BoxError, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source, State,
+    Answer, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source, State,
 };
 
 type Chunks = ChunkBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, io::Error>>>>;

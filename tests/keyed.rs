@@ -19,11 +19,13 @@ use std::time::Duration;
 
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::ConfigError;
 use tower_circuit_breaker::error::Rejected;
+use tower_circuit_breaker::keyed::{
+    KeyedBuilder, KeyedCircuitBreaker, KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer,
+};
 use tower_circuit_breaker::{
-    Answer, Builder, ConfigError, Cooldown, KeyedBuilder, KeyedCircuitBreaker,
-    KeyedCircuitBreakerHandle, KeyedCircuitBreakerLayer, KillSwitch, Outcome, Reason, Source,
-    State,
+    Answer, Builder, Cooldown, KillSwitch, Outcome, Reason, Source, State,
 };
 use tower_test::mock;
 

@@ -16,8 +16,9 @@ use std::task::{Context, Poll, Waker};
 
 use loom::thread;
 use tower::{service_fn, Layer, Service};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::{
-    Answer, BoxError, CircuitBreakerLayer, Cooldown, NextProbe, Outcome, Reason, Source, State,
+    Answer, CircuitBreakerLayer, Cooldown, NextProbe, Outcome, Reason, Source, State,
 };
 
 type Reply = Result<u64, Infallible>;
@@ -56,7 +57,8 @@ where
     }
 }
 
-type Layered = CircuitBreakerLayer<tower_circuit_breaker::Fallback<Inner>, fn(&Reply) -> Outcome>;
+type Layered =
+    CircuitBreakerLayer<tower_circuit_breaker::fallback::Fallback<Inner>, fn(&Reply) -> Outcome>;
 
 /// A closed breaker that one failure opens for `cooldown` calls, with a fallback.
 fn breaker(cooldown: u64) -> (Layered, tower_circuit_breaker::CircuitBreakerHandle) {

@@ -14,9 +14,10 @@ use std::time::Duration;
 use metrics::{LocalRecorderGuard, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tower::{service_fn, BoxError, Service, ServiceExt};
+use tower_circuit_breaker::config::RateWindow;
 use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 use tower_circuit_breaker::metrics::{Metrics, Naming, Series};
-use tower_circuit_breaker::{Builder, Cooldown, Mode, RateWindow, State};
+use tower_circuit_breaker::{Builder, Cooldown, Mode, State};
 
 /// A request: succeed, fail, or succeed after a while.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -35,10 +35,12 @@ use std::task::Poll;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::error::Rejected;
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, BoxError, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Counts, NextProbe,
-    Outcome, Reason, Source, State,
+    Answer, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, NextProbe, Outcome, Reason,
+    Source, State,
 };
 
 // ---------------------------------------------------------------------------------------

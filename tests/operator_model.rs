@@ -43,8 +43,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tokio::sync::oneshot;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, Builder, Cooldown, Counts, Mode, NextProbe, Outcome, Reason, Source, State,
+    Answer, Builder, Cooldown, Mode, NextProbe, Outcome, Reason, Source, State,
 };
 
 // ---------------------------------------------------------------------------------------

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::oneshot;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_circuit_breaker::config::RateWindow;
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Counts, Mode, Outcome, RateWindow,
-    Reason, Source, State, Transition,
+    Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Mode, Outcome, Reason, Source, State,
+    Transition,
 };
 
 // ---------------------------------------------------------------------------------
@@ -803,10 +805,14 @@ mod send_sync {
 
     use tower::util::ServiceFn;
     use tower::Service;
+    use tower_circuit_breaker::classify::DefaultClassifier;
+    use tower_circuit_breaker::error::ConfigError;
     use tower_circuit_breaker::error::Rejected;
+    use tower_circuit_breaker::fallback::{Fallback, NoFallback};
+    use tower_circuit_breaker::snapshot::{Counts, Snapshot};
     use tower_circuit_breaker::{
-        Answer, Builder, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer, ConfigError,
-        Counts, DefaultClassifier, Fallback, KillSwitch, NoFallback, Snapshot, Transition,
+        Answer, Builder, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer, KillSwitch,
+        Transition,
     };
 
     fn assert_send<T: Send>() {}

@@ -1,4 +1,4 @@
-//! Saved answers: the last good answer per request key, served labeled stale with its
+//! Saved answers: the last good answer per request key, served labelled stale with its
 //! real age while the breaker is open, bounded by capacity and age; without one, an
 //! honest "unavailable" answer whose retry-after is the breaker's real remaining
 //! cooldown. Failures, answers that are not good, and requests without a key are never
@@ -36,7 +36,7 @@ fn secs(n: u64) -> Duration {
 enum Reply {
     /// The model's own answer.
     Model(String),
-    /// A saved answer, labeled with its age by the fallback.
+    /// A saved answer, labelled with its age by the fallback.
     Stale { answer: Box<Reply>, age: Duration },
     /// The fallback had no saved answer.
     Unavailable(Unavailable),
@@ -976,7 +976,7 @@ fn layers_and_fallbacks_clone_whatever_the_key_and_response_types() {
 
 #[tokio::test(start_paused = true)]
 async fn an_answer_whose_outcome_is_deferred_is_not_saved_until_known_so_never() {
-    use tower_circuit_breaker::{Classify, Settlement};
+    use tower_circuit_breaker::classify::{Classify, Settlement};
 
     /// A streamed answer: its outcome is settled by whoever reads it.
     #[derive(Clone)]

@@ -55,10 +55,14 @@ use tokio::task::{yield_now, JoinError, JoinHandle, JoinSet};
 use tower::timeout::error::Elapsed;
 use tower::timeout::Timeout;
 use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_circuit_breaker::classify::Classify;
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{Action, Attempt, Expediter, StatusReport, ToolLayer};
+use tower_circuit_breaker::fallback::Fallback;
+use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, Backoff, BoxError, Builder, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer,
-    Classify, Cooldown, Counts, Fallback, NextProbe, Outcome, Reason, Source, State,
+    Answer, Backoff, Builder, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown,
+    NextProbe, Outcome, Reason, Source, State,
 };
 
 mod common;

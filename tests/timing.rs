@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, Notify};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
+use tower_circuit_breaker::fallback::Fallback;
 use tower_circuit_breaker::{
-    Answer, Backoff, BoxError, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, Cooldown,
-    Failure, Fallback, NextProbe, Outcome, Reason, Source, State, Transition,
+    Answer, Backoff, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, Cooldown, Failure,
+    NextProbe, Outcome, Reason, Source, State, Transition,
 };
 
 const NS: Duration = Duration::from_nanos(1);
@@ -1048,6 +1050,6 @@ async fn the_calls_until_the_probe_are_told_exactly_even_for_the_longest_cooldow
             .cooldown(Cooldown::Calls(longest + 1))
             .build()
             .unwrap_err(),
-        tower_circuit_breaker::ConfigError::CooldownTooLong
+        tower_circuit_breaker::error::ConfigError::CooldownTooLong
     );
 }

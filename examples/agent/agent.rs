@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Blame, Degradation, Expediter, ExpediterError, Route,
     StatusReport, SubTask, ToolSpec, WorkStatus,
 };
-use tower_circuit_breaker::{Answer, BoxError, State};
+use tower_circuit_breaker::{Answer, State};
 
 use crate::support::{docs_site, reserve_port, search_api, Server, Toolbox, Workspace};
 

@@ -66,32 +66,32 @@ impl Freshness {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use tower_circuit_breaker::expediter::{Freshness, Labeled};
+/// use tower_circuit_breaker::expediter::{Freshness, Labelled};
 ///
-/// let saved = Labeled::new("port = 8080", Freshness::stale(UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
+/// let saved = Labelled::new("port = 8080", Freshness::stale(UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
 /// assert_eq!(
 ///     saved.to_string(),
 ///     "[STALE DATA — retrieved at 2023-11-14T22:13:20Z, may not reflect current state]\nport = 8080"
 /// );
-/// assert_eq!(Labeled::new("fresh", Freshness::Fresh).to_string(), "fresh");
+/// assert_eq!(Labelled::new("fresh", Freshness::Fresh).to_string(), "fresh");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct Labeled<T> {
+pub struct Labelled<T> {
     /// The data.
     pub value: T,
     /// How current it is.
     pub freshness: Freshness,
 }
 
-impl<T> Labeled<T> {
+impl<T> Labelled<T> {
     /// Labels `value`.
     pub fn new(value: T, freshness: Freshness) -> Self {
-        Labeled { value, freshness }
+        Labelled { value, freshness }
     }
 }
 
-impl<T: fmt::Display> fmt::Display for Labeled<T> {
+impl<T: fmt::Display> fmt::Display for Labelled<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(label) = self.freshness.label() {
             writeln!(f, "{label}")?;
@@ -119,7 +119,7 @@ pub struct FreshnessTracker {
 impl FreshnessTracker {
     /// Labels the output of `tool` for the call keyed `key`: [`Freshness::Cached`] when
     /// it equals the previous output for that key, [`Freshness::Fresh`] otherwise.
-    pub fn observe<T: Hash + Clone>(&mut self, tool: &str, key: &str, output: &T) -> Labeled<T> {
+    pub fn observe<T: Hash + Clone>(&mut self, tool: &str, key: &str, output: &T) -> Labelled<T> {
         let mut hasher = DefaultHasher::new();
         output.hash(&mut hasher);
         let digest = hasher.finish();
@@ -133,7 +133,7 @@ impl FreshnessTracker {
         } else {
             Freshness::Fresh
         };
-        Labeled::new(output.clone(), freshness)
+        Labelled::new(output.clone(), freshness)
     }
 }
 

@@ -112,7 +112,7 @@ pub use self::capability::{Alternative, Degradation, ToolSpec};
 pub use self::category::FailureCategory;
 pub use self::decision::{Action, Attempt, Decision, PauseReason, Route, SkipReason};
 pub use self::error::ExpediterError;
-pub use self::freshness::{Freshness, FreshnessTracker, Labeled};
+pub use self::freshness::{Freshness, FreshnessTracker, Labelled};
 pub use self::precheck::{Availability, BoxFuture, PreCheck};
 pub use self::registry::ToolLayer;
 pub use self::report::{StatusReport, SystemicReport, ToolHealth, ToolOffer, WithheldTool};

@@ -5,10 +5,10 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use crate::builder::Builder;
+use crate::fallback::NoFallback;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
-use crate::NoFallback;
 
 use super::blame::ToolClassifier;
 use super::capability::ToolSpec;

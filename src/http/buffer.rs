@@ -1,46 +1,4 @@
-//! [`BufferBodyLayer`]: reads each response whole into a [`BufferedResponse`], which is
-//! `Clone`, so that it can be saved and served again
-//! ([`saved`](crate::saved)).
-//!
-//! A `reqwest::Response` or an `http::Response<Incoming>` is not `Clone`: its body is a
-//! stream, read once. Inside the breaker (and inside a timeout, so that a body that
-//! hangs counts as a failure), this layer reads the body (up to a limit, 8 MiB by
-//! default) and answers a [`BufferedResponse`]: the status, version, headers,
-//! extensions and body bytes. The breaker classifies it with
-//! [`HttpClassifier`] (which reads an error body in it directly:
-//! no [`ErrorBodyLayer`](super::ErrorBodyLayer) is needed, though one inside this layer
-//! keeps working), [`ProvenanceLayer`](super::ProvenanceLayer) labels it, and it
-//! converts to and from `http::Response<Bytes>` and, with the `reqwest` feature, to and
-//! from `reqwest::Response` (URL included).
-//!
-//! The order, outside in: provenance, save, breaker, (retry, timeout,) buffer, client.
-//!
-//! ```
-//! use std::convert::Infallible;
-//! use bytes::Bytes;
-//! use http::{Request, Response};
-//! use http_body_util::Full;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::http::{BufferBodyLayer, BufferedResponse, HttpClassifier};
-//! use tower_circuit_breaker::CircuitBreakerLayer;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), tower::BoxError> {
-//! let client = service_fn(|_: Request<()>| async {
-//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{\"answer\":42}"))))
-//! });
-//! let breaker = CircuitBreakerLayer::builder().build()?.with_classifier(HttpClassifier::new());
-//! let mut svc = ServiceBuilder::new()
-//!     .layer(breaker)
-//!     .layer(BufferBodyLayer::new())
-//!     .service(client);
-//! let answer = svc.ready().await?.call(Request::new(())).await?;
-//! let response: BufferedResponse = answer.into_inner();
-//! let copy = response.clone(); // what a saved answer needs
-//! assert_eq!(copy.body(), "{\"answer\":42}");
-//! assert_eq!(response.text()?, "{\"answer\":42}");
-//! # Ok(()) }
-//! ```
+//! Buffered responses, read whole so they can be saved: see [`BufferBodyLayer`].
 
 use std::fmt;
 use std::future::Future;
@@ -67,7 +25,7 @@ use crate::outcome::Outcome;
 pub const DEFAULT_BUFFER_LIMIT: usize = 8 * 1024 * 1024;
 
 /// An HTTP response read whole: status, version, headers, extensions and body bytes.
-/// `Clone`, so it can be saved and served again; see the [module docs](self).
+/// `Clone`, so it can be saved and served again; see the [`BufferBodyLayer`].
 ///
 /// Trailers are not kept.
 #[derive(Debug, Clone)]
@@ -237,7 +195,51 @@ impl BodyTooLarge {
     }
 }
 
-/// Wraps an HTTP client in [`BufferBody`]; see the [module docs](self).
+/// Reads each response whole into a [`BufferedResponse`], which is
+/// `Clone`, so that it can be saved and served again
+/// ([`saved`](crate::saved)).
+///
+/// A `reqwest::Response` or an `http::Response<Incoming>` is not `Clone`: its body is a
+/// stream, read once. Inside the breaker (and inside a timeout, so that a body that
+/// hangs counts as a failure), this layer reads the body (up to a limit, 8 MiB by
+/// default) and answers a [`BufferedResponse`]: the status, version, headers,
+/// extensions and body bytes. The breaker classifies it with
+/// [`HttpClassifier`] (which reads an error body in it directly:
+/// no [`ErrorBodyLayer`](crate::http::ErrorBodyLayer) is needed, though one inside this layer
+/// keeps working), [`ProvenanceLayer`](crate::http::ProvenanceLayer) labels it, and it
+/// converts to and from `http::Response<Bytes>` and, with the `reqwest` feature, to and
+/// from `reqwest::Response` (URL included).
+///
+/// The order, outside in: provenance, save, breaker, (retry, timeout,) buffer, client.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::{BufferBodyLayer, BufferedResponse, HttpClassifier};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let client = service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{\"answer\":42}"))))
+/// });
+/// let breaker = CircuitBreakerLayer::builder().build()?.with_classifier(HttpClassifier::new());
+/// let mut svc = ServiceBuilder::new()
+///     .layer(breaker)
+///     .layer(BufferBodyLayer::new())
+///     .service(client);
+/// let answer = svc.ready().await?.call(Request::new(())).await?;
+/// let response: BufferedResponse = answer.into_inner();
+/// let copy = response.clone(); // what a saved answer needs
+/// assert_eq!(copy.body(), "{\"answer\":42}");
+/// assert_eq!(response.text()?, "{\"answer\":42}");
+/// # Ok(()) }
+/// ```
+///
+/// Wraps an HTTP client in [`BufferBody`].
 #[derive(Debug, Clone, Copy)]
 pub struct BufferBodyLayer {
     limit: usize,
@@ -346,14 +348,14 @@ where
 {
     type Response = BufferedResponse;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, <S::Response as Bufferable>::Body>;
+    type Future = BufferBodyFuture<S::Future, <S::Response as Bufferable>::Body>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        ResponseFuture {
+        BufferBodyFuture {
             state: State::Waiting {
                 future: self.inner.call(request),
             },
@@ -364,7 +366,7 @@ where
 
 pin_project! {
     /// The future of a [`BufferBody`] call: the response, read whole.
-    pub struct ResponseFuture<F, B> {
+    pub struct BufferBodyFuture<F, B> {
         #[pin]
         state: State<F, B>,
         limit: usize,
@@ -384,7 +386,7 @@ pin_project! {
     }
 }
 
-impl<F, E, R> Future for ResponseFuture<F, R::Body>
+impl<F, E, R> Future for BufferBodyFuture<F, R::Body>
 where
     F: Future<Output = Result<R, E>>,
     E: Into<BoxError>,
@@ -409,13 +411,13 @@ where
     }
 }
 
-impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+impl<F, B> fmt::Debug for BufferBodyFuture<F, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Waiting { .. } => "waiting",
             State::Reading { .. } => "reading",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("BufferBodyFuture")
             .field("state", &state)
             .field("limit", &self.limit)
             .finish()

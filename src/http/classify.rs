@@ -69,7 +69,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// use std::time::Duration;
 /// use http::Response;
 /// use tower_circuit_breaker::http::HttpClassifier;
-/// use tower_circuit_breaker::{Classify, Outcome};
+/// use tower_circuit_breaker::Outcome;
+/// use tower_circuit_breaker::classify::Classify;
 ///
 /// let classifier = HttpClassifier::new().max_retry_after(Duration::from_secs(60));
 /// let limited: Result<_, std::io::Error> = Ok(Response::builder()

@@ -1,42 +1,4 @@
-//! [`ErrorBodyLayer`]: reads the start of every error response's body, so that a
-//! classifier can tell an exhausted quota from a rate limit.
-//!
-//! A classifier sees the response when its head arrives; the body is still a stream.
-//! Placed between the breaker and the client, this layer reads the body of a response
-//! with status >= 400 (up to a limit, 64 KiB by default), stores the bytes read in an
-//! [`ErrorBodyBytes`] extension, and hands the caller a body that replays those bytes
-//! and then streams the rest. Responses below 400 pass through as they came,
-//! streamed and unread.
-//!
-//! It serves any client whose response is a [`ReadAhead`]: `http::Response<B>` (hyper,
-//! most tower stacks), whose body becomes a [`ResponseBody<B>`], and, with the feature
-//! `reqwest`, `reqwest::Response`, which stays a `reqwest::Response` (see the module
-//! `http::reqwest` for what rebuilding one keeps).
-//!
-//! ```
-//! use bytes::Bytes;
-//! use http::{Request, Response};
-//! use http_body_util::BodyExt;
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::http::ErrorBodyLayer;
-//! use tower_circuit_breaker::http::error_body::ErrorBodyBytes;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), tower::BoxError> {
-//! let mut client = ServiceBuilder::new()
-//!     .layer(ErrorBodyLayer::new().limit(16 * 1024))
-//!     .service(service_fn(|_: Request<()>| async {
-//!         let body = r#"{"error":{"code":"insufficient_quota"}}"#.to_string();
-//!         Ok::<_, std::io::Error>(Response::builder().status(429).body(body).unwrap())
-//!     }));
-//! let response = client.ready().await?.call(Request::new(())).await?;
-//! let read = response.extensions().get::<ErrorBodyBytes>().unwrap().clone();
-//! assert!(read.as_bytes().starts_with(br#"{"error""#));
-//! // The caller still gets the whole body.
-//! let body = response.into_body().collect().await?.to_bytes();
-//! assert_eq!(body, read.0);
-//! # Ok(()) }
-//! ```
+//! Error bodies read for the classifier: see [`ErrorBodyLayer`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -54,7 +16,7 @@ use tower::{Layer, Service};
 use crate::error::BoxError;
 
 /// How much of an error body is read by default: 64 KiB.
-pub const DEFAULT_LIMIT: usize = 64 * 1024;
+pub const DEFAULT_ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// The start of an error response's body, as read by [`ErrorBody`]: at most its
 /// limit, so a longer body is cut short here (the caller's body is not).
@@ -71,7 +33,47 @@ impl ErrorBodyBytes {
     }
 }
 
-/// Wraps an HTTP client in [`ErrorBody`]; see the [module](self) docs.
+/// Reads the start of every error response's body, so that a
+/// classifier can tell an exhausted quota from a rate limit.
+///
+/// A classifier sees the response when its head arrives; the body is still a stream.
+/// Placed between the breaker and the client, this layer reads the body of a response
+/// with status >= 400 (up to a limit, 64 KiB by default), stores the bytes read in an
+/// [`ErrorBodyBytes`] extension, and hands the caller a body that replays those bytes
+/// and then streams the rest. Responses below 400 pass through as they came,
+/// streamed and unread.
+///
+/// It serves any client whose response is a [`ReadAhead`]: `http::Response<B>` (hyper,
+/// most tower stacks), whose body becomes a [`ResponseBody<B>`], and, with the feature
+/// `reqwest`, `reqwest::Response`, which stays a `reqwest::Response` (see
+/// [`BufferedResponse`](crate::http::BufferedResponse) for what rebuilding one keeps).
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::BodyExt;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::ErrorBodyLayer;
+/// use tower_circuit_breaker::http::ErrorBodyBytes;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let mut client = ServiceBuilder::new()
+///     .layer(ErrorBodyLayer::new().limit(16 * 1024))
+///     .service(service_fn(|_: Request<()>| async {
+///         let body = r#"{"error":{"code":"insufficient_quota"}}"#.to_string();
+///         Ok::<_, std::io::Error>(Response::builder().status(429).body(body).unwrap())
+///     }));
+/// let response = client.ready().await?.call(Request::new(())).await?;
+/// let read = response.extensions().get::<ErrorBodyBytes>().unwrap().clone();
+/// assert!(read.as_bytes().starts_with(br#"{"error""#));
+/// // The caller still gets the whole body.
+/// let body = response.into_body().collect().await?.to_bytes();
+/// assert_eq!(body, read.0);
+/// # Ok(()) }
+/// ```
+///
+/// Wraps an HTTP client in [`ErrorBody`].
 ///
 /// Place it inside the breaker (between the breaker and the client), and inside a
 /// timeout if there is one, so that a body that hangs counts as a failure.
@@ -81,10 +83,10 @@ pub struct ErrorBodyLayer {
 }
 
 impl ErrorBodyLayer {
-    /// Reads up to [`DEFAULT_LIMIT`] (64 KiB) of each error body.
+    /// Reads up to [`DEFAULT_ERROR_BODY_LIMIT`] (64 KiB) of each error body.
     pub fn new() -> Self {
         ErrorBodyLayer {
-            limit: DEFAULT_LIMIT,
+            limit: DEFAULT_ERROR_BODY_LIMIT,
         }
     }
 
@@ -225,20 +227,20 @@ where
 {
     type Response = <S::Response as ReadAhead>::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, S::Response>;
+    type Future = ErrorBodyFuture<S::Future, S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        ResponseFuture::new(self.inner.call(request), self.limit)
+        ErrorBodyFuture::new(self.inner.call(request), self.limit)
     }
 }
 
 pin_project! {
     /// The future of an [`ErrorBody`] call: the response `R`, with an error body read.
-    pub struct ResponseFuture<F, R: ReadAhead> {
+    pub struct ErrorBodyFuture<F, R: ReadAhead> {
         #[pin]
         state: FutureState<F, R>,
         limit: usize,
@@ -262,16 +264,16 @@ pin_project! {
     }
 }
 
-impl<F, R: ReadAhead> ResponseFuture<F, R> {
+impl<F, R: ReadAhead> ErrorBodyFuture<F, R> {
     pub(crate) fn new(future: F, limit: usize) -> Self {
-        ResponseFuture {
+        ErrorBodyFuture {
             state: FutureState::Waiting { future },
             limit,
         }
     }
 }
 
-impl<F, E, R> Future for ResponseFuture<F, R>
+impl<F, E, R> Future for ErrorBodyFuture<F, R>
 where
     F: Future<Output = Result<R, E>>,
     E: Into<BoxError>,
@@ -342,14 +344,14 @@ where
     }
 }
 
-impl<F, R: ReadAhead> fmt::Debug for ResponseFuture<F, R> {
+impl<F, R: ReadAhead> fmt::Debug for ErrorBodyFuture<F, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             FutureState::Waiting { .. } => "waiting",
             FutureState::Reading { .. } => "reading",
             FutureState::Done => "done",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("ErrorBodyFuture")
             .field("state", &state)
             .field("limit", &self.limit)
             .finish()

@@ -20,7 +20,7 @@
 //!   [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension, for stacks whose
 //!   response type is fixed.
 //!
-//! The order, outside in: provenance, (a [`SaveLayer`](crate::SaveLayer) for saved
+//! The order, outside in: provenance, (a [`SaveLayer`](crate::saved::SaveLayer) for saved
 //! answers,) breaker, (timeout, so that a hang counts as a failure,) error body or
 //! buffer, client.
 //!
@@ -92,20 +92,27 @@
 //! # Ok(()) }
 //! ```
 
-pub mod buffer;
+pub(crate) mod buffer;
 mod classify;
-pub mod error_body;
-pub mod provenance;
+pub(crate) mod error_body;
+mod provenance;
 #[cfg(feature = "reqwest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-pub mod reqwest;
-pub mod stream;
+mod reqwest;
+mod stream;
 
-pub use self::buffer::{BodyTooLarge, BufferBody, BufferBodyLayer, BufferedResponse};
+pub use self::buffer::{
+    BodyTooLarge, BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,
+    DEFAULT_BUFFER_LIMIT,
+};
 pub use self::classify::{parse_retry_after, HttpClassifier};
-pub use self::error_body::{ErrorBody, ErrorBodyBytes, ErrorBodyLayer, ReadAhead, ResponseBody};
+pub use self::error_body::{
+    ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody,
+    DEFAULT_ERROR_BODY_LIMIT,
+};
 pub use self::provenance::{
     fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,
-    Labelled, Provenance, ProvenanceLayer, X_CIRCUIT_BREAKER,
+    Labelled, Provenance, ProvenanceFuture, ProvenanceLayer, X_CIRCUIT_BREAKER,
 };
-pub use self::stream::{StreamBodies, StreamBody, StreamBodyLayer, StreamClassifier};
+pub use self::stream::{
+    StreamBodies, StreamBodiesFuture, StreamBody, StreamBodyLayer, StreamClassifier,
+};

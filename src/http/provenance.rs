@@ -1,59 +1,4 @@
-//! [`ProvenanceLayer`]: where an answer came from, carried on the `http::Response`
-//! itself, for stacks whose response type is fixed.
-//!
-//! A [`CircuitBreaker`](crate::CircuitBreaker) answers with
-//! [`Answer<http::Response<B>>`](crate::Answer), whose type says whether the service or
-//! the fallback produced it. A client library that takes a tower service in a
-//! middleware slot expects its own response type, so the `Answer` must be unwrapped
-//! there, and its provenance would be lost. [`Provenance`] unwraps it and writes the
-//! provenance onto the response twice:
-//!
-//! - a header, [`X_CIRCUIT_BREAKER`] (`x-circuit-breaker: fallback; reason=open`): it
-//!   survives whatever the response goes through, including a conversion by a client
-//!   library that keeps headers but drops extensions, and a hop to another process;
-//! - an extension, [`AnswerInfo`]: typed, with the breaker's state and the next
-//!   probe, for code in the same process ([`provenance`] reads it).
-//!
-//! The header's values are `service`, `probe`, `fallback; reason=<reason>` and
-//! `shadowed; reason=<reason>` (the reason as [`Reason::as_str`] writes it: `open`,
-//! `half_open_full`, `killed`, `forced_open`, ...), and `fallback; reason=failed` for a
-//! fallback's answer to a call that failed ([`Source::FallbackAfterFailure`]). A fallback's response gets the
-//! header too: it is the breaker that labels it, not the fallback. Each breaker on the
-//! way appends its value, so a response that went through several carries one value
-//! per breaker, the innermost (or the one farthest away, in another process) first;
-//! read them all with [`HeaderMap::get_all`](::http::HeaderMap::get_all). The extension
-//! is the nearest breaker's.
-//!
-//! ```
-//! use std::convert::Infallible;
-//! use http::{Request, Response};
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::http::{provenance, ProvenanceLayer, X_CIRCUIT_BREAKER};
-//! use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), tower::BoxError> {
-//! let breaker = CircuitBreakerLayer::builder().build()?;
-//! let handle = breaker.handle();
-//! let breaker = breaker.with_fallback(service_fn(|_: Request<()>| async {
-//!     Ok::<_, Infallible>(Response::new("unavailable".to_string()))
-//! }));
-//! let mut client = ServiceBuilder::new()
-//!     .layer(ProvenanceLayer::new())
-//!     .layer(breaker)
-//!     .service(service_fn(|_: Request<()>| async {
-//!         Ok::<_, Infallible>(Response::new("hello".to_string()))
-//!     }));
-//!
-//! let response: Response<String> = client.ready().await?.call(Request::new(())).await?;
-//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "service");
-//!
-//! handle.force_open();
-//! let response = client.ready().await?.call(Request::new(())).await?;
-//! assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "fallback; reason=forced_open");
-//! assert_eq!(provenance(&response).unwrap().source, Source::Fallback(Reason::ForcedOpen));
-//! # Ok(()) }
-//! ```
+//! Provenance on the plain response: see [`ProvenanceLayer`].
 
 use std::fmt;
 use std::future::Future;
@@ -287,9 +232,66 @@ fn header_str(source: Source) -> &'static str {
     }
 }
 
+/// Where an answer came from, carried on the `http::Response`
+/// itself, for stacks whose response type is fixed.
+///
+/// A [`CircuitBreaker`](crate::CircuitBreaker) answers with
+/// [`Answer<http::Response<B>>`](crate::Answer), whose type says whether the service or
+/// the fallback produced it. A client library that takes a tower service in a
+/// middleware slot expects its own response type, so the `Answer` must be unwrapped
+/// there, and its provenance would be lost. [`Provenance`] unwraps it and writes the
+/// provenance onto the response twice:
+///
+/// - a header, [`X_CIRCUIT_BREAKER`] (`x-circuit-breaker: fallback; reason=open`): it
+///   survives whatever the response goes through, including a conversion by a client
+///   library that keeps headers but drops extensions, and a hop to another process;
+/// - an extension, [`AnswerInfo`]: typed, with the breaker's state and the next
+///   probe, for code in the same process ([`provenance`] reads it).
+///
+/// The header's values are `service`, `probe`, `fallback; reason=<reason>` and
+/// `shadowed; reason=<reason>` (the reason as [`Reason::as_str`] writes it: `open`,
+/// `half_open_full`, `killed`, `forced_open`, ...), and `fallback; reason=failed` for a
+/// fallback's answer to a call that failed ([`Source::FallbackAfterFailure`]). A fallback's response gets the
+/// header too: it is the breaker that labels it, not the fallback. Each breaker on the
+/// way appends its value, so a response that went through several carries one value
+/// per breaker, the innermost (or the one farthest away, in another process) first;
+/// read them all with [`HeaderMap::get_all`](::http::HeaderMap::get_all). The extension
+/// is the nearest breaker's.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::{provenance, ProvenanceLayer, X_CIRCUIT_BREAKER};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let breaker = CircuitBreakerLayer::builder().build()?;
+/// let handle = breaker.handle();
+/// let breaker = breaker.with_fallback(service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new("unavailable".to_string()))
+/// }));
+/// let mut client = ServiceBuilder::new()
+///     .layer(ProvenanceLayer::new())
+///     .layer(breaker)
+///     .service(service_fn(|_: Request<()>| async {
+///         Ok::<_, Infallible>(Response::new("hello".to_string()))
+///     }));
+///
+/// let response: Response<String> = client.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "service");
+///
+/// handle.force_open();
+/// let response = client.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(response.headers()[X_CIRCUIT_BREAKER], "fallback; reason=forced_open");
+/// assert_eq!(provenance(&response).unwrap().source, Source::Fallback(Reason::ForcedOpen));
+/// # Ok(()) }
+/// ```
+///
 /// Unwraps a breaker's [`Answer<R>`](crate::Answer) into the plain response `R`
 /// (`http::Response<B>`, or `reqwest::Response` with the `reqwest` feature: any
-/// [`Labelled`] type) labelled with its provenance; see the [module](self) docs.
+/// [`Labelled`] type) labelled with its provenance.
 ///
 /// Place it directly outside the breaker.
 #[derive(Debug, Clone, Copy, Default)]
@@ -353,33 +355,33 @@ where
 {
     type Response = R;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ProvenanceFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        ResponseFuture::new(self.inner.call(request))
+        ProvenanceFuture::new(self.inner.call(request))
     }
 }
 
 pin_project! {
     /// The future of a [`Provenance`] call: the breaker's answer, unwrapped and
     /// labelled.
-    pub struct ResponseFuture<F> {
+    pub struct ProvenanceFuture<F> {
         #[pin]
         future: F,
     }
 }
 
-impl<F> ResponseFuture<F> {
+impl<F> ProvenanceFuture<F> {
     pub(crate) fn new(future: F) -> Self {
-        ResponseFuture { future }
+        ProvenanceFuture { future }
     }
 }
 
-impl<F, R, E> Future for ResponseFuture<F>
+impl<F, R, E> Future for ProvenanceFuture<F>
 where
     F: Future<Output = Result<Answer<R>, E>>,
     R: Labelled,
@@ -398,9 +400,9 @@ where
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<F> fmt::Debug for ProvenanceFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+        f.debug_struct("ProvenanceFuture").finish_non_exhaustive()
     }
 }
 

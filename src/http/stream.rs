@@ -1,46 +1,4 @@
-//! Streamed answers: a response whose body breaks, or ends early, counts as a failure
-//! when the stream ends, not as the success its headers promised.
-//!
-//! LLM answers arrive as a body stream. The headers say 200, then the connection drops
-//! half-way, or the server sends fewer bytes than it announced, or an event stream stops
-//! before its end marker. [`StreamBodyLayer`] (inside the breaker) wraps each response
-//! body in a [`StreamBody`]; [`StreamClassifier`] (the breaker's classifier) classifies
-//! the headers like [`HttpClassifier`] and, for a success, hands the call's
-//! [`Settlement`] to the body, which settles it when the stream ends:
-//!
-//! - the stream ends normally (and, if set, its end marker was seen): a success;
-//! - the body yields an error, ends before its `Content-Length`, or ends without its
-//!   end marker: a failure;
-//! - the caller drops the body before the end: cancelled, neither.
-//!
-//! A fallback only ever answers a call that was skipped, before any byte: the breaker
-//! never swaps an answer whose first byte reached the caller.
-//!
-//! ```
-//! use std::convert::Infallible;
-//! use bytes::Bytes;
-//! use http_body_util::{BodyExt, Full};
-//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::http::{StreamBodyLayer, StreamClassifier};
-//! use tower_circuit_breaker::CircuitBreakerLayer;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), tower::BoxError> {
-//! let breaker = CircuitBreakerLayer::builder().name("model").build()?;
-//! let handle = breaker.handle();
-//! let mut model = ServiceBuilder::new()
-//!     .layer(breaker.with_classifier(StreamClassifier::default()))
-//!     .layer(StreamBodyLayer::new().end_marker(b"data: [DONE]"))
-//!     .service(service_fn(|_: ()| async {
-//!         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("data: hi\n\ndata: [DONE]\n\n"))))
-//!     }));
-//! let answer = model.ready().await?.call(()).await?.into_inner();
-//! assert_eq!(handle.snapshot().counts.successes, 0, "not until the stream ends");
-//! let body = answer.into_body().collect().await?.to_bytes();
-//! assert!(body.ends_with(b"[DONE]\n\n"));
-//! assert_eq!(handle.snapshot().counts.successes, 1);
-//! # Ok(()) }
-//! ```
+//! Streamed answers settled when their stream ends: see [`StreamBodyLayer`].
 
 use std::fmt;
 use std::future::Future;
@@ -58,6 +16,50 @@ use crate::classify::Classify;
 use crate::outcome::{Failure, Outcome};
 use crate::settle::Settlement;
 
+/// Streamed answers: a response whose body breaks, or ends early, counts as a failure
+/// when the stream ends, not as the success its headers promised.
+///
+/// LLM answers arrive as a body stream. The headers say 200, then the connection drops
+/// half-way, or the server sends fewer bytes than it announced, or an event stream stops
+/// before its end marker. [`StreamBodyLayer`] (inside the breaker) wraps each response
+/// body in a [`StreamBody`]; [`StreamClassifier`] (the breaker's classifier) classifies
+/// the headers like [`HttpClassifier`] and, for a success, hands the call's
+/// [`Settlement`] to the body, which settles it when the stream ends:
+///
+/// - the stream ends normally (and, if set, its end marker was seen): a success;
+/// - the body yields an error, ends before its `Content-Length`, or ends without its
+///   end marker: a failure;
+/// - the caller drops the body before the end: cancelled, neither.
+///
+/// A fallback only ever answers a call that was skipped, before any byte: the breaker
+/// never swaps an answer whose first byte reached the caller.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Full};
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::{StreamBodyLayer, StreamClassifier};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let breaker = CircuitBreakerLayer::builder().name("model").build()?;
+/// let handle = breaker.handle();
+/// let mut model = ServiceBuilder::new()
+///     .layer(breaker.with_classifier(StreamClassifier::default()))
+///     .layer(StreamBodyLayer::new().end_marker(b"data: [DONE]"))
+///     .service(service_fn(|_: ()| async {
+///         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("data: hi\n\ndata: [DONE]\n\n"))))
+///     }));
+/// let answer = model.ready().await?.call(()).await?.into_inner();
+/// assert_eq!(handle.snapshot().counts.successes, 0, "not until the stream ends");
+/// let body = answer.into_body().collect().await?.to_bytes();
+/// assert!(body.ends_with(b"[DONE]\n\n"));
+/// assert_eq!(handle.snapshot().counts.successes, 1);
+/// # Ok(()) }
+/// ```
+///
 /// Wraps the bodies of a service's responses in [`StreamBody`], so that
 /// [`StreamClassifier`] can settle each call when its stream ends. Place it inside the
 /// breaker.
@@ -156,7 +158,7 @@ impl<F> fmt::Debug for StreamBodiesFuture<F> {
 
 pin_project! {
     /// A response body that settles its call when the stream ends (see the
-    /// [module docs](self)). Without a settlement (the classifier recorded the outcome
+    /// [`StreamBodyLayer`]). Without a settlement (the classifier recorded the outcome
     /// already, or it is not behind a breaker) it is a plain pass-through.
     pub struct StreamBody<B> {
         #[pin]

@@ -191,7 +191,7 @@ pub enum ConfigError {
     #[error("breaker name must not be empty")]
     EmptyName,
     /// A keyed registry must hold at least one breaker
-    /// ([`KeyedBuilder::capacity`](crate::KeyedBuilder::capacity)).
+    /// ([`KeyedBuilder::capacity`](crate::keyed::KeyedBuilder::capacity)).
     #[error("keyed registry capacity must be at least 1, got 0")]
     ZeroCapacity,
 }

@@ -46,7 +46,7 @@ use crate::recover::Failed;
 ///
 /// ```
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use tower_circuit_breaker::expediter::{Freshness, Labeled};
+/// use tower_circuit_breaker::expediter::{Freshness, Labelled};
 /// use tower_circuit_breaker::saved::{SavedAnswers, SavedFallback, Unavailable};
 /// use tower_circuit_breaker::CircuitBreakerLayer;
 ///
@@ -58,7 +58,7 @@ use crate::recover::Failed;
 ///     |answer: String, age: Duration| {
 ///         let retrieved = SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH);
 ///         // "[STALE DATA — retrieved at 2031-05-04T10:11:12Z, may not reflect current state]\n..."
-///         Labeled::new(answer, Freshness::stale(retrieved)).to_string()
+///         Labelled::new(answer, Freshness::stale(retrieved)).to_string()
 ///     },
 ///     |unavailable: Unavailable| format!("[UNAVAILABLE] {unavailable}"),
 /// );
@@ -83,7 +83,7 @@ struct Functions<KF, ST, UN> {
 
 impl<K, R, KF, ST, UN> SavedFallback<K, R, KF, ST, UN> {
     /// Serves the answers saved in `saved` under `key(&request)` (the same key function
-    /// as the [`SaveLayer`]'s: [`SaveLayer::fallback`] makes sure of it), labeled by
+    /// as the [`SaveLayer`]'s: [`SaveLayer::fallback`] makes sure of it), labelled by
     /// `stale(answer, age)`, or `unavailable(Unavailable)` built from the breaker's own
     /// decision for the call (it is a context-aware fallback: give it to
     /// [`with_fallback_context`](crate::CircuitBreakerLayer::with_fallback_context)).

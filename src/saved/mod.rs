@@ -1,4 +1,4 @@
-//! Saved answers: the last good answer to each question, served labeled stale while the
+//! Saved answers: the last good answer to each question, served labelled stale while the
 //! breaker is open, or, with none saved, an honest "unavailable, retry after T" answer.
 //!
 //! Three parts, sharing one store ([`SavedAnswers`]):
@@ -14,7 +14,7 @@
 //!   your `stale` function so it says how old it is; with no saved answer, or one older
 //!   than the store's age limit, it builds your `unavailable` answer from an
 //!   [`Unavailable`]: the breaker's name, why, and the real time until the next probe,
-//!   from the breaker's own decision for that call ([`Skipped`](crate::Skipped)). Given
+//!   from the breaker's own decision for that call ([`Skipped`](crate::fallback::Skipped)). Given
 //!   to a [`RecoverLayer`](crate::recover::RecoverLayer) too, it answers the calls that
 //!   fail the same way.
 //! - [`SavedAnswers`] is bounded in memory (a capacity, the least recently stored answer
@@ -77,7 +77,7 @@
 //! }
 //! assert_eq!(saved.len(), 1); // failures are never saved
 //!
-//! // The same question gets the saved answer, labeled with its age.
+//! // The same question gets the saved answer, labelled with its age.
 //! let answer = model.ready().await?.call(question).await?;
 //! assert_eq!(answer.source(), Source::Fallback(Reason::Open));
 //! assert_eq!(
@@ -113,8 +113,8 @@
 //!
 //! A saved answer is served again, so it must be [`Replayable`] (`Clone`). A
 //! `reqwest::Response` or an `http::Response<Incoming>` is not: its body is a stream.
-//! Put [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) inside the breaker (feature `http`): its
-//! [`BufferedResponse`](crate::http::BufferedResponse) holds the status, headers and body bytes, is
+//! Put `http::BufferBodyLayer` inside the breaker (feature `http`): its
+//! `http::BufferedResponse` holds the status, headers and body bytes, is
 //! `Clone`, is classified by `HttpClassifier` and labelled by `ProvenanceLayer`, and
 //! converts to and from `http::Response` and `reqwest::Response`. Or save the parsed
 //! answer (`map_response` inside the save layer).
@@ -147,8 +147,8 @@ pub use self::unavailable::{stale_label, Unavailable};
 ///
 /// A response whose body is a stream (`reqwest::Response`, `http::Response<Incoming>`)
 /// is not: it can be read only once. Buffer it first with
-/// [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) (feature `http`), inside the breaker, whose
-/// [`BufferedResponse`](crate::http::BufferedResponse) (status, headers and body bytes) is `Clone` and
+/// `http::BufferBodyLayer` (feature `http`), inside the breaker, whose
+/// `http::BufferedResponse` (status, headers and body bytes) is `Clone` and
 /// still works with `ErrorBodyLayer` and `ProvenanceLayer`; or save the parsed answer
 /// (a `String`, your completion type) behind a `map_response`.
 ///

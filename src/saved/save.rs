@@ -75,7 +75,7 @@ impl<R> GoodAnswer<R> for EverySuccess {
 ///
 /// The response must be [`Replayable`] (`Clone`): `reqwest::Response` and
 /// `http::Response<Incoming>` are not, since their bodies are streams; buffer them with
-/// [`http::BufferBodyLayer`](crate::http::BufferBodyLayer) (a `Clone` [`BufferedResponse`](crate::http::BufferedResponse))
+/// `http::BufferBodyLayer` (a `Clone` `http::BufferedResponse`)
 /// or save the parsed answer.
 ///
 /// See the [module docs](super) for a complete example.

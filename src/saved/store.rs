@@ -27,7 +27,7 @@ pub enum SavedConfigError {
 /// The last good answer to each request key, bounded in number and in age.
 ///
 /// Answers get in only through a [`SaveLayer`] (a real answer of the wrapped service)
-/// and out through a [`SavedFallback`] (labeled stale) or [`get`](Self::get).
+/// and out through a [`SavedFallback`] (labelled stale) or [`get`](Self::get).
 ///
 /// - **Capacity**: at most `capacity` answers; storing one for a new key when full
 ///   evicts the least recently stored. Storing an answer for a key already held
@@ -141,7 +141,7 @@ impl<K, R> SavedAnswers<K, R> {
         self.shared.expired.load(Ordering::Relaxed)
     }
 
-    /// Fallback answers served from the store (labeled stale).
+    /// Fallback answers served from the store (labelled stale).
     pub fn served(&self) -> u64 {
         self.shared.served.load(Ordering::Relaxed)
     }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use tower::util::BoxService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{Action, Attempt, Decision, Expediter};
-use tower_circuit_breaker::{Answer, BoxError};
+use tower_circuit_breaker::Answer;
 
 pub(crate) type Svc = BoxService<String, Answer<String>, BoxError>;
 

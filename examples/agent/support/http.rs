@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tower_circuit_breaker::BoxError;
+use tower_circuit_breaker::error::BoxError;
 
 /// `GET target` with `Connection: close`; the body of a 200, an error otherwise.
 pub(crate) async fn http_get(addr: SocketAddr, target: &str) -> Result<String, BoxError> {

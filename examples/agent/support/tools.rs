@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use tower::util::BoxService;
 use tower::ServiceBuilder;
+use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{Expediter, ExpediterError};
-use tower_circuit_breaker::{Answer, BoxError};
+use tower_circuit_breaker::Answer;
 
 use super::http::{encode_query, http_get};
 
