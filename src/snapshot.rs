@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::machine::{Cause, Mode, NextProbe, State};
 
-pub use crate::machine::FailureRecord;
+pub use crate::machine::{FailureRecord, WindowCounts};
 
 #[cfg(feature = "serde")]
 mod serialize;
@@ -136,9 +136,9 @@ pub struct Snapshot {
     pub killed: bool,
     /// Failures in a row since the last success.
     pub consecutive_failures: u32,
-    /// `(failures, calls)` in the failure-rate window; `(0, 0)` for the
+    /// The failures and calls in the failure-rate window; both 0 for the
     /// consecutive-failures policy.
-    pub window: (u32, u32),
+    pub window: WindowCounts,
     /// Probes of the current half-open under way.
     pub probes_in_flight: u32,
     /// The last failure.

@@ -11,7 +11,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::oneshot;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::config::RateWindow;
-use tower_circuit_breaker::snapshot::Counts;
+use tower_circuit_breaker::snapshot::{Counts, WindowCounts};
 use tower_circuit_breaker::{
     Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Mode, Outcome, Reason, Source, State,
     Transition,
@@ -30,6 +30,11 @@ enum Req {
 }
 
 type Reply = Result<Answer<&'static str>, BoxError>;
+
+/// The failure-rate window's counts.
+fn window(failures: u32, calls: u32) -> WindowCounts {
+    WindowCounts { failures, calls }
+}
 
 fn model() -> impl Service<Req, Response = &'static str, Error = io::Error> + Clone {
     service_fn(|req: Req| async move {
@@ -122,7 +127,7 @@ async fn failure_rate_does_not_trip_below_minimum_calls() {
     }
     let snapshot = handle.snapshot();
     assert_eq!(snapshot.state, State::Closed);
-    assert_eq!(snapshot.window, (4, 4));
+    assert_eq!(snapshot.window, window(4, 4));
     // The fifth outcome reaches the minimum: 5 of 5 failed.
     fail(&mut svc).await;
     assert_eq!(handle.state(), State::Open);
@@ -138,7 +143,7 @@ async fn failure_rate_trips_when_the_share_reaches_the_rate() {
     fail(&mut svc).await;
     ok(&mut svc).await;
     // 2 of 5: below the rate.
-    assert_eq!(handle.snapshot().window, (2, 5));
+    assert_eq!(handle.snapshot().window, window(2, 5));
     assert_eq!(handle.state(), State::Closed);
     // 3 of 6 is exactly 0.5: trips.
     fail(&mut svc).await;
@@ -149,7 +154,7 @@ async fn failure_rate_trips_when_the_share_reaches_the_rate() {
         (State::Closed, State::Open, Cause::Tripped)
     );
     // The window starts again after opening.
-    assert_eq!(handle.snapshot().window, (0, 0));
+    assert_eq!(handle.snapshot().window, window(0, 0));
     let answer = ok(&mut svc).await;
     assert_eq!(answer.source(), Source::Fallback(Reason::Open));
 }
@@ -180,19 +185,19 @@ async fn failure_rate_ring_forgets_old_failures() {
     for _ in 0..4 {
         fail(&mut svc).await;
     }
-    assert_eq!(handle.snapshot().window, (4, 10));
+    assert_eq!(handle.snapshot().window, window(4, 10));
     assert_eq!(handle.state(), State::Closed);
     for _ in 0..10 {
         ok(&mut svc).await;
     }
     // The ten successes pushed the four failures out of the ring.
-    assert_eq!(handle.snapshot().window, (0, 10));
+    assert_eq!(handle.snapshot().window, window(0, 10));
     for _ in 0..4 {
         fail(&mut svc).await;
     }
     // 4 of the last 10: had the old failures stayed, it would be 8 of 10.
     let snapshot = handle.snapshot();
-    assert_eq!(snapshot.window, (4, 10));
+    assert_eq!(snapshot.window, window(4, 10));
     assert_eq!(snapshot.state, State::Closed);
 }
 
@@ -205,7 +210,7 @@ async fn failure_rate_ring_forgets_old_successes() {
     for _ in 0..4 {
         fail(&mut svc).await;
     }
-    assert_eq!(handle.snapshot().window, (4, 10));
+    assert_eq!(handle.snapshot().window, window(4, 10));
     assert_eq!(handle.state(), State::Closed);
     // 5 of the last 10 (but only 5 of all 15): the old successes no longer count.
     fail(&mut svc).await;
@@ -229,11 +234,19 @@ async fn failure_rate_time_window_forgets_failures_older_than_the_window() {
     for _ in 0..3 {
         fail(&mut svc).await;
     }
-    assert_eq!(handle.snapshot().window, (3, 3));
+    assert_eq!(handle.snapshot().window, window(3, 3));
     tokio::time::advance(Duration::from_secs(9)).await;
-    assert_eq!(handle.snapshot().window, (3, 3), "still inside the window");
+    assert_eq!(
+        handle.snapshot().window,
+        window(3, 3),
+        "still inside the window"
+    );
     tokio::time::advance(Duration::from_secs(1)).await;
-    assert_eq!(handle.snapshot().window, (0, 0), "the window has passed");
+    assert_eq!(
+        handle.snapshot().window,
+        window(0, 0),
+        "the window has passed"
+    );
 
     // Had the three old failures still counted, the first failure here would make
     // 4 of 5 and trip.
@@ -242,7 +255,7 @@ async fn failure_rate_time_window_forgets_failures_older_than_the_window() {
     ok(&mut svc).await;
     ok(&mut svc).await;
     let snapshot = handle.snapshot();
-    assert_eq!(snapshot.window, (1, 4));
+    assert_eq!(snapshot.window, window(1, 4));
     assert_eq!(snapshot.state, State::Closed);
 
     // Failures inside the window still trip it: 3 of 6.
@@ -260,7 +273,7 @@ async fn failure_rate_time_window_trips_on_failures_spread_inside_the_window() {
         tokio::time::advance(Duration::from_secs(3)).await;
     }
     // 9 s after the first failure: all three are inside the 10 s window.
-    assert_eq!(handle.snapshot().window, (3, 3));
+    assert_eq!(handle.snapshot().window, window(3, 3));
     fail(&mut svc).await;
     assert_eq!(handle.state(), State::Open);
 }
@@ -286,7 +299,7 @@ async fn a_success_resets_the_consecutive_failure_count() {
     );
     assert_eq!(
         snapshot.window,
-        (0, 0),
+        window(0, 0),
         "no window for consecutive failures"
     );
     fail(&mut svc).await;

@@ -25,6 +25,7 @@ pub use self::config::{Backoff, Config, ConfigError, Cooldown, Mode, RateWindow,
 use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
 pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
+pub use self::window::WindowCounts;
 use crate::outcome::{Failure, Outcome};
 
 /// What a call admitted by the machine, or on its door, is.
@@ -164,7 +165,7 @@ impl Machine {
     }
 
     /// `(failures, calls)` in the failure-rate window.
-    pub(crate) fn window(&self, now: Instant) -> (u32, u32) {
+    pub(crate) fn window(&self, now: Instant) -> WindowCounts {
         self.window.totals(now)
     }
 
@@ -633,7 +634,7 @@ impl Machine {
                 (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
             }
             TripPolicy::FailureRate { minimum_calls, .. } => {
-                let (failures, calls) = self.window.totals(now);
+                let WindowCounts { failures, calls } = self.window.totals(now);
                 if calls < minimum_calls.max(1) {
                     -1.0
                 } else {
@@ -657,7 +658,7 @@ impl Machine {
                 minimum_calls,
                 ..
             } => {
-                let (failures, calls) = self.window.totals(now);
+                let WindowCounts { failures, calls } = self.window.totals(now);
                 calls >= minimum_calls.max(1) && f64::from(failures) >= rate * f64::from(calls)
             }
         }

@@ -4,6 +4,17 @@ use std::time::{Duration, Instant};
 
 use super::config::{RateWindow, TripPolicy};
 
+/// The outcomes in a failure-rate policy's window: how many failed, of how many calls.
+/// Both are 0 for the consecutive-failures policy, which keeps no window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct WindowCounts {
+    /// Calls in the window that failed.
+    pub failures: u32,
+    /// Calls in the window.
+    pub calls: u32,
+}
+
 /// Outcomes kept for the trip decision.
 #[derive(Debug, Clone)]
 pub(crate) enum Window {
@@ -36,11 +47,14 @@ impl Window {
         }
     }
 
-    /// `(failures, calls)` in the window as of `now`.
-    pub(crate) fn totals(&self, now: Instant) -> (u32, u32) {
+    /// The failures and calls in the window as of `now`.
+    pub(crate) fn totals(&self, now: Instant) -> WindowCounts {
         match self {
-            Window::None => (0, 0),
-            Window::Ring(ring) => (ring.failures, ring.len),
+            Window::None => WindowCounts::default(),
+            Window::Ring(ring) => WindowCounts {
+                failures: ring.failures,
+                calls: ring.len,
+            },
             Window::Time(buckets) => buckets.totals(now),
         }
     }
@@ -146,12 +160,15 @@ impl Buckets {
         slot.failures += u32::from(failed);
     }
 
-    fn totals(&self, now: Instant) -> (u32, u32) {
+    fn totals(&self, now: Instant) -> WindowCounts {
         let index = self.index(now);
         self.slots
             .iter()
             .filter(|b| b.calls > 0 && b.index + (BUCKETS as u64) > index && b.index <= index)
-            .fold((0, 0), |(f, c), b| (f + b.failures, c + b.calls))
+            .fold(WindowCounts::default(), |sum, b| WindowCounts {
+                failures: sum.failures + b.failures,
+                calls: sum.calls + b.calls,
+            })
     }
 
     fn clear(&mut self) {
@@ -192,12 +209,36 @@ mod tests {
         let mut buckets = Buckets::new(Duration::from_secs(10), epoch);
         buckets.push(true, epoch);
         buckets.push(false, epoch + Duration::from_secs(5));
-        assert_eq!(buckets.totals(epoch + Duration::from_secs(9)), (1, 2));
+        assert_eq!(
+            buckets.totals(epoch + Duration::from_secs(9)),
+            WindowCounts {
+                failures: 1,
+                calls: 2
+            }
+        );
         // The first bucket [0s, 1s) leaves the window at 10s.
-        assert_eq!(buckets.totals(epoch + Duration::from_secs(10)), (0, 1));
-        assert_eq!(buckets.totals(epoch + Duration::from_secs(16)), (0, 0));
+        assert_eq!(
+            buckets.totals(epoch + Duration::from_secs(10)),
+            WindowCounts {
+                failures: 0,
+                calls: 1
+            }
+        );
+        assert_eq!(
+            buckets.totals(epoch + Duration::from_secs(16)),
+            WindowCounts {
+                failures: 0,
+                calls: 0
+            }
+        );
         // A slot reused for a later interval starts empty.
         buckets.push(true, epoch + Duration::from_secs(20));
-        assert_eq!(buckets.totals(epoch + Duration::from_secs(20)), (1, 1));
+        assert_eq!(
+            buckets.totals(epoch + Duration::from_secs(20)),
+            WindowCounts {
+                failures: 1,
+                calls: 1
+            }
+        );
     }
 }

@@ -105,17 +105,6 @@ impl Serialize for Counts {
     }
 }
 
-struct Window(u32, u32);
-
-impl Serialize for Window {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Window", 2)?;
-        s.serialize_field("failures", &self.0)?;
-        s.serialize_field("calls", &self.1)?;
-        s.end()
-    }
-}
-
 /// The shape documented on [`Snapshot`]; every time is measured from
 /// [`Snapshot::taken_at`].
 impl Serialize for Snapshot {
@@ -128,7 +117,7 @@ impl Serialize for Snapshot {
         s.serialize_field("mode", &self.mode)?;
         s.serialize_field("killed", &self.killed)?;
         s.serialize_field("consecutive_failures", &self.consecutive_failures)?;
-        s.serialize_field("window", &Window(self.window.0, self.window.1))?;
+        s.serialize_field("window", &self.window)?;
         s.serialize_field("probes_in_flight", &self.probes_in_flight)?;
         let last_failure = self.last_failure.as_ref().map(|f| FailureFrom(f, from));
         s.serialize_field("last_failure", &last_failure)?;
