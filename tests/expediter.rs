@@ -20,7 +20,7 @@ use tower_circuit_breaker::error::{BoxError, ConfigError};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
     ExpediterError, Freshness, FreshnessTracker, Labelled, NextTry, PauseReason, Route, SkipReason,
-    SubTask, ToolSpec, WorkStatus,
+    SubTask, ToolRoute, ToolSpec, WorkStatus,
 };
 use tower_circuit_breaker::{Builder, Cooldown, Reason, State};
 
@@ -895,7 +895,13 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
         .await;
     let plan = expediter.start_subtask(SubTask::new("Find API_KEY references", ["Grep"]))?;
     assert!(plan.can_run());
-    assert_eq!(plan.routes, vec![(Arc::from("Grep"), bash_for_grep())]);
+    assert_eq!(
+        plan.routes,
+        vec![ToolRoute {
+            tool: Arc::from("Grep"),
+            route: bash_for_grep()
+        }]
+    );
     expediter.complete_subtask("Find API_KEY references")?;
     let report = expediter.report();
     assert_eq!(report.completed[0].degradations.len(), 1);

@@ -24,7 +24,7 @@ use super::precheck::Availability;
 use super::recovery::{Recovery, RecoveryBackoff};
 use super::registry::Registry;
 use super::routing::{self, RouteSearch};
-use super::scope::{Blocker, RunState, SubTask, Work, WorkState};
+use super::scope::{Assessment, Blocker, RunState, SubTask, ToolRoute, Work, WorkState};
 use super::standing::{self, Facts, Standing, ToolView, Views};
 
 /// A run's key: 0 is the expediter's own.
@@ -326,9 +326,8 @@ impl Ledger {
         limit: Degradation,
         registry: &Registry,
         views: &(impl Views + ?Sized),
-    ) -> (Vec<(Arc<str>, Route)>, Vec<Blocker>) {
-        let mut routes = Vec::new();
-        let mut blocked = Vec::new();
+    ) -> Assessment {
+        let mut assessment = Assessment::default();
         for name in tools {
             let (Some(tool), Some(view)) = (registry.get(name), views.view(name)) else {
                 continue;
@@ -340,10 +339,13 @@ impl Ledger {
             };
             let found = self.route(spec, limit, views);
             match found.route {
-                route @ Route::Alternative { .. } => routes.push((name.clone(), route)),
+                route @ Route::Alternative { .. } => assessment.routes.push(ToolRoute {
+                    tool: name.clone(),
+                    route,
+                }),
                 // Planning is not a skip: the route is recorded as a degradation only
                 // when a decision takes it.
-                _ => blocked.push(Blocker {
+                _ => assessment.blocked.push(Blocker {
                     tool: name.clone(),
                     unusable,
                     alternatives: found.refused,
@@ -352,7 +354,7 @@ impl Ledger {
                 }),
             }
         }
-        (routes, blocked)
+        assessment
     }
 
     pub(crate) fn runs(&self) -> impl Iterator<Item = &RunState> {

@@ -118,7 +118,7 @@ pub use self::registry::ToolLayer;
 pub use self::report::{StatusReport, SystemicReport, ToolHealth, ToolOffer, WithheldTool};
 pub use self::routing::{DegradationRecord, Refused, RefusedAlternative};
 pub use self::run::Run;
-pub use self::scope::{Blocker, SubTask, SubTaskPlan, WorkItem, WorkStatus};
+pub use self::scope::{Blocker, SubTask, SubTaskPlan, ToolRoute, WorkItem, WorkStatus};
 pub use self::standing::{NextTry, Unusable};
 
 use self::builder::Settings;
@@ -127,7 +127,7 @@ use self::events::ToolEvent;
 use self::ledger::{CheckSlot, Gate, Ledger, RunId};
 use self::registry::{Registry, Tool};
 use self::report::Views;
-use self::scope::WorkState;
+use self::scope::{Assessment, WorkState};
 use self::standing::ToolView;
 use crate::answer::Answer;
 use crate::builder::Builder;
@@ -727,7 +727,8 @@ impl Expediter {
             .collect();
         let mut ledger = self.lock();
         ledger.drain();
-        let (routes, blocked) = ledger.assess(&task.tools, task.max_degradation, &registry, &views);
+        let Assessment { routes, blocked } =
+            ledger.assess(&task.tools, task.max_degradation, &registry, &views);
         let (state, status) = if let Some(reason) = ledger.pause_reason() {
             (
                 WorkState::NotAttempted,
@@ -746,7 +747,7 @@ impl Expediter {
             )
         };
         let id = Self::run_id(&mut ledger, run);
-        let lines = routes.iter().map(|(_, r)| r.to_string()).collect();
+        let lines = routes.iter().map(|r| r.route.to_string()).collect();
         ledger.plan(id, &task, state, lines);
         Ok(SubTaskPlan {
             name: task.name,

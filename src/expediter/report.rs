@@ -160,7 +160,9 @@ pub(crate) fn work_status(
             why: "planned during a pause that has ended; plan it again".to_string(),
         },
         (WorkState::Deferred, _) => WorkStatus::Deferred {
-            blocked_by: ledger.assess(&work.tools, work.limit, registry, views).1,
+            blocked_by: ledger
+                .assess(&work.tools, work.limit, registry, views)
+                .blocked,
         },
     }
 }

@@ -177,7 +177,24 @@ pub struct SubTaskPlan {
     pub status: WorkStatus,
     /// For each needed tool that cannot be used but has a usable alternative: the
     /// route, whose degradation the output must carry.
-    pub routes: Vec<(Arc<str>, Route)>,
+    pub routes: Vec<ToolRoute>,
+}
+
+/// A needed tool that cannot be used, and the alternative route a plan takes for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRoute {
+    /// The tool that cannot be used.
+    pub tool: Arc<str>,
+    /// The route taken instead (an alternative).
+    pub route: Route,
+}
+
+/// What stands between a piece of work and its tools: the routes around the tools that
+/// cannot be used but have an alternative, and the tools in the way.
+#[derive(Debug, Default)]
+pub(crate) struct Assessment {
+    pub(crate) routes: Vec<ToolRoute>,
+    pub(crate) blocked: Vec<Blocker>,
 }
 
 impl SubTaskPlan {
