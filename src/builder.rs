@@ -186,7 +186,7 @@ impl Builder {
     }
 
     /// Calls `observer` on every [`Event`]: transitions, recorded outcomes and skipped
-    /// calls (for metrics, or an orchestrator such as the expediter). Same rules as
+    /// calls (for metrics, or an orchestrator of many services). Same rules as
     /// [`on_transition`](Self::on_transition); with no observer, the breaker pays
     /// nothing for this.
     pub fn on_event(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {

@@ -222,7 +222,7 @@ impl CircuitBreakerHandle {
     }
 
     /// Lowers the consecutive-failure threshold by `relief` (never below 1); 0 restores
-    /// it. The expediter does this for a tool a pre-call check found degraded.
+    /// it: for a service a health check found degraded, so that fewer failures open it.
     pub fn set_threshold_relief(&self, relief: u32) {
         self.shared.set_threshold_relief(relief);
     }
