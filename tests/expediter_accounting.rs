@@ -609,12 +609,23 @@ async fn tools_held_open_on_hints_spend_no_budget_and_make_no_systemic_event() -
     );
     let report = expediter.report();
     assert_eq!(report.budget.used, 0, "{report}");
-    assert_eq!(report.systemic, None, "three held together are no cascade here");
+    assert_eq!(
+        report.systemic, None,
+        "three held together are no cascade here"
+    );
     let offer = expediter.offered_tools();
-    let a = offer.withheld.iter().find(|w| &*w.name == "A").expect("withheld");
+    let a = offer
+        .withheld
+        .iter()
+        .find(|w| &*w.name == "A")
+        .expect("withheld");
     assert_eq!(a.unusable, Unusable::Held);
     assert!(a.line.contains("held open on a hint"), "{}", a.line);
-    assert!(!a.line.contains("failed"), "it did not fail here: {}", a.line);
+    assert!(
+        !a.line.contains("failed"),
+        "it did not fail here: {}",
+        a.line
+    );
 
     // When the hold ends, the probe decides as for any opening.
     advance(Duration::from_secs(60)).await;
