@@ -241,7 +241,16 @@ impl Supervisor {
                     Some(Notice::ToolsChanged(g)) if g == generation => {
                         self.shared.refresh_tools(generation).await;
                     }
-                    Some(Notice::Closed(g)) if g == generation => break Ended::Lost,
+                    // Its output ended: most often because it is dying. If it exits
+                    // within the grace period, that is what happened.
+                    Some(Notice::Closed(g)) if g == generation => {
+                        match tokio::time::timeout(grace, child.wait()).await {
+                            Ok(status) => {
+                                break Ended::Exited(super::status::Exit::new(status.ok(), stderr.last()))
+                            }
+                            Err(_) => break Ended::Lost,
+                        }
+                    }
                     _ => {}
                 },
                 transition = self.transitions.recv() => {

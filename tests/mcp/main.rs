@@ -2,6 +2,9 @@
 //! npm registry (see `servers.rs`), started over stdio.
 #![cfg(unix)]
 
+mod agent;
+mod attacks;
 mod calls;
 mod common;
+mod death;
 mod servers;
