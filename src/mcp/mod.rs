@@ -23,3 +23,7 @@ pub use self::service::{McpFuture, McpService, ToolCall, ToolService};
 pub use self::status::{Down, Exit, ServerState, ServerStatus};
 pub use self::tool_list::{RefusedTool, ToolList};
 pub use self::tools::{McpToolService, McpTools, McpToolsBuilder, ToolInfo};
+
+/// The MCP SDK these types come from (rmcp), for its model types: [`Tool`](rmcp::model::Tool),
+/// [`CallToolResult`](rmcp::model::CallToolResult), [`JsonObject`](rmcp::model::JsonObject).
+pub use rmcp;

@@ -47,15 +47,26 @@ impl Exit {
     }
 }
 
-/// `exited with status 1 (stderr: "...")`, `was killed by signal 9`.
+/// `exited with status 1 (stderr: "...")`, `was killed by signal 9`: the last line
+/// of stderr is quoted when it may say why (the process exited on its own, not with
+/// status 0).
 impl fmt::Display for Exit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.code, self.signal) {
-            (_, Some(signal)) => write!(f, "was killed by signal {signal}")?,
-            (Some(code), None) => write!(f, "exited with status {code}")?,
-            (None, None) => f.write_str("exited")?,
-        }
-        if let Some(line) = &self.stderr {
+        let quote_stderr = match (self.code, self.signal) {
+            (_, Some(signal)) => {
+                write!(f, "was killed by signal {signal}")?;
+                false
+            }
+            (Some(code), None) => {
+                write!(f, "exited with status {code}")?;
+                code != 0
+            }
+            (None, None) => {
+                f.write_str("exited")?;
+                true
+            }
+        };
+        if let (true, Some(line)) = (quote_stderr, &self.stderr) {
             write!(f, " (stderr: {line:?})")?;
         }
         Ok(())
@@ -298,7 +309,8 @@ mod tests {
         let exit = Exit {
             code: None,
             signal: Some(9),
-            stderr: None,
+            // Its banner, not why it died: not quoted.
+            stderr: Some("running on stdio".into()),
         };
         let mut down = status(ServerState::Down(Down::Exited(exit.clone())));
         down.restart_wait = Some(Duration::from_millis(500));

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use tower::Layer;
@@ -96,11 +96,25 @@ struct Syncing {
     dirty: bool,
 }
 
+/// A server's sync state, and what waiters wait on for a sync under way to end.
+type SyncSlot = Arc<(Mutex<Syncing>, Condvar)>;
+
+/// Marks the sync under way over when dropped, and wakes whoever waits.
+struct Running<'a>(&'a SyncSlot);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let (lock, done) = &**self.0;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).running = false;
+        done.notify_all();
+    }
+}
+
 struct Inner {
     expediter: Expediter,
     spec: SpecMaker,
     classifier: McpClassifier,
-    servers: RwLock<Vec<(McpServer, Arc<Mutex<Syncing>>)>>,
+    servers: RwLock<Vec<(McpServer, SyncSlot)>>,
     entries: RwLock<HashMap<Arc<str>, Entry>>,
 }
 
@@ -236,7 +250,10 @@ impl McpTools {
             if servers.iter().any(|(s, _)| s.name() == server.name()) {
                 return Err(McpConfigError::DuplicateServer(server.name().to_string()));
             }
-            servers.push((server.clone(), Arc::new(Mutex::new(Syncing::default()))));
+            servers.push((
+                server.clone(),
+                Arc::new((Mutex::new(Syncing::default()), Condvar::new())),
+            ));
             servers.len() - 1
         };
         let status = server.status();
@@ -256,10 +273,10 @@ impl McpTools {
         let weak = Arc::downgrade(&self.inner);
         server.on_change(move |_| {
             if let Some(inner) = Weak::upgrade(&weak) {
-                McpTools { inner }.sync(index);
+                McpTools { inner }.sync(index, false);
             }
         });
-        self.sync(index);
+        self.sync(index, true);
         Ok(())
     }
 
@@ -312,7 +329,7 @@ impl McpTools {
         self.inner.entries.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn server(&self, index: usize) -> Option<(McpServer, Arc<Mutex<Syncing>>)> {
+    fn server(&self, index: usize) -> Option<(McpServer, SyncSlot)> {
         self.inner
             .servers
             .read()
@@ -323,26 +340,32 @@ impl McpTools {
 
     /// Brings the expediter up to date with server `index`'s latest status: tools it
     /// lists are declared, and every tool of it gets its availability reported. One task
-    /// at a time, each time from the latest status, never under a lock of ours.
-    fn sync(&self, index: usize) {
+    /// at a time, each time from the latest status, never under a lock of ours; a task
+    /// that finds another syncing leaves the work to it, or (`wait`) waits until it has
+    /// synced from a status at least as new.
+    fn sync(&self, index: usize, wait: bool) {
         let Some((server, sync)) = self.server(index) else {
             return;
         };
+        let (lock, done) = &*sync;
         {
-            let mut state = sync.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
             state.dirty = true;
             if state.running {
+                while wait && state.running {
+                    state = done.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
                 return;
             }
             state.running = true;
         }
+        // Whatever happens below (a panic included), the next task can sync.
+        let _running = Running(&sync);
         loop {
-            sync.lock().unwrap_or_else(|p| p.into_inner()).dirty = false;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).dirty = false;
             let status = server.status();
             self.push(index, &server, &status);
-            let mut state = sync.lock().unwrap_or_else(|p| p.into_inner());
-            if !state.dirty {
-                state.running = false;
+            if !lock.lock().unwrap_or_else(|p| p.into_inner()).dirty {
                 return;
             }
         }
@@ -392,7 +415,8 @@ impl McpTools {
     }
 
     /// Decides one call of the MCP tool `name` and makes it only if the decision says
-    /// so ([`Expediter::execute`]): never retried.
+    /// so ([`Expediter::execute`]): never retried. The tool's availability is brought up
+    /// to date with its server first, so a server seen down is never called.
     ///
     /// # Errors
     ///
@@ -403,6 +427,10 @@ impl McpTools {
         arguments: JsonObject,
     ) -> Result<Attempt<CallToolResult>, ExpediterError> {
         let mut service = self.service(name)?;
+        let entry = self.entries().get(name).cloned();
+        if let Some(entry) = entry {
+            self.sync(entry.server, true);
+        }
         self.inner
             .expediter
             .execute(name, &mut service, arguments)
@@ -421,7 +449,7 @@ impl McpTools {
             .unwrap_or_else(|p| p.into_inner())
             .len();
         for index in 0..count {
-            self.sync(index);
+            self.sync(index, true);
         }
         let offer = self.inner.expediter.offered_tools();
         let mut tools = Vec::new();

@@ -144,6 +144,38 @@ async fn a_dead_servers_tools_leave_the_offer_with_why_and_return_after_its_rest
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offer_right_after_each_restart_has_every_tool_back_and_none_while_down() -> TestResult
+{
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let dir = servers::scratch("offer-restarts");
+    let memory = servers
+        .memory("memory", &dir.join("memory.jsonl"))
+        .start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let listed = running(&memory).await.tools.tools().len();
+    tools.add_server(&memory)?;
+    for round in 0..3 {
+        // Asked the moment the status changes, before any observer has run.
+        let mut watch = memory.watch();
+        kill_9(memory.status().pid.unwrap());
+        tokio::time::timeout(PATIENCE, watch.wait_for(|s| !s.is_running())).await??;
+        let offer = tools.offered();
+        assert!(offer.tools.is_empty(), "round {round}: {offer}");
+        assert_eq!(offer.withheld.len(), listed, "round {round}: {offer}");
+        tokio::time::timeout(PATIENCE, watch.wait_for(|s| s.is_running())).await??;
+        let offer = tools.offered();
+        assert_eq!(offer.tools.len(), listed, "round {round}: {offer}");
+        assert!(offer.withheld.is_empty(), "round {round}: {offer}");
+    }
+    assert_eq!(expediter.report().budget.used, 0);
+    memory.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expected_tool_of_a_server_that_cannot_start_is_unavailable_and_spends_no_budget(
 ) -> TestResult {
     if servers::get().is_none() {
