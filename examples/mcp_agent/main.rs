@@ -228,6 +228,9 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
     );
     let plan = expediter.start_subtask(remember())?;
     println!("plan: {} — {}", plan.name, plan.status);
+    if plan.status != WorkStatus::InProgress {
+        return Err("the memory tools were not usable again after the restart".into());
+    }
     let answer = converse(&client, &tools, &mut history, |_, _| None).await?;
     if answer.contains("Not done") {
         return Err(format!("the model could not finish: {answer}").into());

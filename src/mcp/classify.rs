@@ -1,16 +1,5 @@
 //! What an MCP call's result means for a breaker: [`McpClassifier`] for a tool's
 //! breaker, and the server's breaker's own rules for calls and starts.
-//!
-//! | Result | The tool's breaker | The server's breaker |
-//! | --- | --- | --- |
-//! | a result | success | success |
-//! | `isError: true` ([`McpError::Tool`]) | failure (or as the rule says) | success: it answered |
-//! | a JSON-RPC error ([`McpError::Server`]) | failure | success: it answered |
-//! | invalid arguments, `-32602` ([`McpError::InvalidArguments`]) | ignored: the caller's | success |
-//! | a tool it does not (or no longer) list | ignored, never sent | not asked |
-//! | down, unavailable ([`McpError::Unavailable`]) | failure | not asked |
-//! | the connection lost under the call, a timeout, a send error, a broken answer | failure | failure |
-//! | cancelled by the server | ignored | success |
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,7 +17,18 @@ use super::error::{Fault, McpError, StartError};
 type ToolErrorRule = Arc<dyn Fn(&str) -> Blame + Send + Sync>;
 
 /// The classifier of an MCP tool's breaker: the server's faults and the tool's count,
-/// the caller's do not (see the [table](self)).
+/// the caller's do not.
+///
+/// | Result | The tool's breaker | The server's breaker |
+/// | --- | --- | --- |
+/// | a result | success | success |
+/// | `isError: true` ([`McpError::Tool`]) | failure (or as the rule says) | success: it answered |
+/// | a JSON-RPC error ([`McpError::Server`]) | failure | success: it answered |
+/// | invalid arguments, `-32602` ([`McpError::InvalidArguments`]) | ignored: the caller's | success |
+/// | a tool it does not (or no longer) list | ignored, never sent | not asked |
+/// | down, unavailable ([`McpError::Unavailable`]) | failure | not asked |
+/// | the connection lost under the call, a timeout, a send error, a broken answer | failure | failure |
+/// | cancelled by the server | ignored | success |
 ///
 /// By default every `isError: true` result is the tool's failure. A tool whose errors
 /// are often the caller's (a file that does not exist) can be given a rule over the

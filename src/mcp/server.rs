@@ -105,8 +105,8 @@ impl Shared {
         }
     }
 
-    /// Changes the state with `f`, then publishes the new status and delivers it to the
-    /// observers (outside the lock, one at a time, in order).
+    /// Changes the state with `f`, then delivers the new status to the observers and
+    /// then to the watchers (outside the lock, one status at a time, in order).
     pub(crate) fn update(&self, f: impl FnOnce(&mut ServerStatus, &mut Option<Arc<Connection>>)) {
         {
             let mut state = self.lock();
@@ -135,7 +135,6 @@ impl Shared {
                 status.since = tokio::time::Instant::now().into_std();
             }
             status.seq = before.seq.wrapping_add(1);
-            self.watch.send_replace(status.clone());
             self.queue
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -218,6 +217,9 @@ impl Shared {
                     // An observer that panics is someone else's bug: the others still hear.
                     let _ = catch_unwind(AssertUnwindSafe(|| observer(&status)));
                 }
+                // Watchers hear of a change once the observers have: whoever waits for a
+                // status sees what the observers made of it (an expediter told).
+                self.watch.send_replace(status);
             }
             self.delivering.store(false, Ordering::Release);
             if self
@@ -315,7 +317,8 @@ impl McpServer {
         self.shared.status()
     }
 
-    /// Its status, each change as it is made.
+    /// Its status, each change once its [observers](Self::on_change) have seen it (so
+    /// a tool set waiting on it finds the expediter already told).
     pub fn watch(&self) -> watch::Receiver<ServerStatus> {
         self.shared.watch.subscribe()
     }
