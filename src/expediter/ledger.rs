@@ -857,6 +857,11 @@ mod tests {
             change: Change {
                 from,
                 to,
+                cause: match to {
+                    State::Closed => Cause::ProbeSucceeded,
+                    State::HalfOpen => Cause::CooldownElapsed,
+                    State::Open | State::ForcedOpen => Cause::Tripped,
+                },
                 at: tokio::time::Instant::now().into_std(),
                 generation,
                 mode: Mode::Enabled,

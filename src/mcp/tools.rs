@@ -68,7 +68,7 @@ impl<'a> ToolInfo<'a> {
             .definition
             .and_then(|d| d.description.as_deref())
             .and_then(|d| d.lines().map(str::trim).find(|l| !l.is_empty()))
-            .map(|line| super::connection::quote(line))
+            .map(super::connection::quote)
             .unwrap_or_else(|| format!("`{}` of MCP server `{}`", self.tool, self.server));
         ToolSpec::new(self.name)
             .provides(&provides)
