@@ -15,7 +15,7 @@ use tower_circuit_breaker::mcp::{
 use tower_circuit_breaker::State;
 
 use crate::common::{alive, args, eventually, kill_9, running, until, TestResult};
-use crate::servers::{self, quick, shell_quote, Servers};
+use crate::servers::{self, quick, shell_quote};
 
 /// A long backoff, so that a test sees the first failure as it is.
 fn slow_restarts(builder: McpServerBuilder) -> McpServerBuilder {
@@ -31,50 +31,47 @@ async fn start_failure(server: &McpServer) -> StartError {
     }
 }
 
-/// The hostile server in `mode`, started through `sh` so that its pid is known before it
-/// is ready (written to a file).
-fn hostile_with_pid(
-    servers: &Servers,
-    mode: &str,
-    dir: &std::path::Path,
-) -> (McpServerBuilder, std::path::PathBuf) {
-    let pid = dir.join("pid");
+/// Starts the hostile server in `mode` (through `sh`, which writes its pid to a file
+/// before it becomes the server) with the start timeout `timeout`; returns how its first
+/// start failed, once its process is gone, and the server.
+async fn start_that_never_answers(mode: &str, timeout: Duration) -> (StartError, McpServer) {
+    let dir = servers::scratch(mode);
+    let pid_file = dir.join("pid");
     let hostile = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.js");
     let script = format!(
         "echo $$ > {}; exec node {} {mode}",
-        shell_quote(&pid),
+        shell_quote(&pid_file),
         shell_quote(&hostile)
     );
-    let _ = servers;
-    (
-        quick(McpServer::builder("hostile", "sh").args(["-c", &script])),
-        pid,
-    )
-}
-
-async fn pid_in(file: &std::path::Path) -> u32 {
-    eventually("the pid is written", || async {
-        std::fs::read_to_string(file).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+    let server = slow_restarts(quick(
+        McpServer::builder("hostile", "sh").args(["-c", &script]),
+    ))
+    .start_timeout(timeout)
+    .start()
+    .expect("valid settings");
+    let error = start_failure(&server).await;
+    let pid = || {
+        std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    eventually("its pid is written", || async { pid().is_some() }).await;
+    let pid = pid().unwrap();
+    eventually("the process that never answered is killed", || async move {
+        !alive(pid)
     })
     .await;
-    std::fs::read_to_string(file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    (error, server)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_printing_garbage_fails_its_start_in_time_and_is_killed() -> TestResult {
-    let Some(servers) = servers::get() else {
+    if servers::get().is_none() {
         return Ok(());
-    };
-    let dir = servers::scratch("garbage");
-    let (builder, pid_file) = hostile_with_pid(servers, "garbage", &dir);
-    let server = slow_restarts(builder)
-        .start_timeout(Duration::from_secs(1))
-        .start()?;
-    let error = start_failure(&server).await;
+    }
+    let (error, server) = start_that_never_answers("garbage", Duration::from_secs(1)).await;
     assert_eq!(
         error,
         StartError::Timeout {
@@ -82,12 +79,6 @@ async fn a_server_printing_garbage_fails_its_start_in_time_and_is_killed() -> Te
             after: Duration::from_secs(1)
         }
     );
-    let pid = pid_in(&pid_file).await;
-    eventually(
-        "the garbage printer is killed",
-        || async move { !alive(pid) },
-    )
-    .await;
     server.stop().await;
     Ok(())
 }
@@ -107,15 +98,10 @@ async fn garbage_before_the_first_message_is_skipped() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_hangs_on_initialize_times_out_and_is_killed() -> TestResult {
-    let Some(servers) = servers::get() else {
+    if servers::get().is_none() {
         return Ok(());
-    };
-    let dir = servers::scratch("silent");
-    let (builder, pid_file) = hostile_with_pid(servers, "silent", &dir);
-    let server = slow_restarts(builder)
-        .start_timeout(Duration::from_millis(800))
-        .start()?;
-    let error = start_failure(&server).await;
+    }
+    let (error, server) = start_that_never_answers("silent", Duration::from_millis(800)).await;
     assert!(
         matches!(
             error,
@@ -131,8 +117,6 @@ async fn a_server_that_hangs_on_initialize_times_out_and_is_killed() -> TestResu
         why.contains("could not start: it did not answer initialize within 800ms"),
         "{why}"
     );
-    let pid = pid_in(&pid_file).await;
-    eventually("the silent server is killed", || async move { !alive(pid) }).await;
     server.stop().await;
     Ok(())
 }
@@ -399,7 +383,7 @@ async fn calls_racing_restarts_never_reach_a_dead_process_and_every_failure_is_t
         kill_9(pid);
         until(&server, "down", |s| !s.is_running()).await;
         let back = running(&server).await;
-        assert_eq!(back.generation, 1 + round as u64);
+        assert_eq!(back.generation, 1 + round);
     }
     eventually("calls are answered after the last restart", || async {
         answered.load(Ordering::SeqCst) > 40
