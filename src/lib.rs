@@ -71,7 +71,8 @@
 //!   streamed responses, provenance on the plain response), `reqwest` (the same for
 //!   `reqwest::Response`), `metrics` (Prometheus-style series, resilience4j's names if
 //!   wanted), `admin` (an operators' endpoint), `fleet` (kill switches and hints shared by
-//!   replicas through Redis), `serde` (JSON for snapshots and reports).
+//!   replicas through Redis), `mcp` (MCP tool servers supervised under breakers, their
+//!   tools under the expediter; needs Rust 1.88), `serde` (JSON for snapshots and reports).
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -103,6 +104,9 @@ pub mod keyed;
 mod kill;
 mod layer;
 mod machine;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;

@@ -1972,6 +1972,100 @@ async fn degraded_then_available_restores_the_threshold() -> TestResult {
     Ok(())
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_reported_availability_stands_over_cycles_and_systemic_events_until_reported_again(
+) -> TestResult {
+    let (answer, runs, bash_check) = check(Availability::Available);
+    let expediter = Expediter::builder()
+        .tool(grep_spec())
+        .tool(bash_spec().precheck(bash_check))
+        .tool(read_spec())
+        .build()?;
+    let mut bash = Tool::new(&expediter, "Bash");
+    expediter.set_availability("Bash", Availability::Unavailable, "its host is rebooting")?;
+    for _ in 0..3 {
+        assert!(matches!(
+            bash.attempt(&expediter).await.action,
+            Action::Skip {
+                reason: SkipReason::Unavailable,
+                ..
+            }
+        ));
+    }
+    assert_eq!(
+        (bash.calls(), runs.load(SeqCst)),
+        (0, 0),
+        "no call, no check"
+    );
+    let offer = expediter.offered_tools();
+    let line = &offer.withheld[0].line;
+    assert_eq!(
+        line,
+        "Bash is not offered: its host is rebooting; it is tried again once it is reported \
+         available; instead, report commands that need to be run manually"
+    );
+    assert_no_invitation(line);
+    let report = expediter.report();
+    assert_eq!(report.budget.used, 0);
+    let row = report.tools.iter().find(|t| &*t.name == "Bash").unwrap();
+    assert_eq!(row.next_try, NextTry::WhenReported);
+    assert!(report.next_steps.iter().any(|s| s
+        == "Bash is unavailable: its host is rebooting; it is tried again once it is reported available"));
+
+    // Neither a new cycle nor a systemic event drops it.
+    expediter.new_cycle();
+    network_outage_on(&expediter, "Grep", "Read").await;
+    assert!(expediter.report().systemic.is_some());
+    expediter.confirm_recovery();
+    expediter.new_cycle();
+    assert_eq!(expediter.peek("Bash")?.as_str(), "SKIP");
+    assert_eq!(runs.load(SeqCst), 0);
+
+    // Reported available: called, still without its check.
+    expediter.set_availability("Bash", Availability::Available, "its host is back")?;
+    assert_eq!(bash.attempt(&expediter).await.action, Action::Call);
+    assert_eq!(runs.load(SeqCst), 0);
+
+    // Degraded lowers the threshold by one, as a check's result does.
+    expediter.set_availability("Bash", Availability::Degraded, "its host is slow")?;
+    bash.fail_times(&expediter, 2, "bash: exit status 2").await;
+    assert_eq!(expediter.handle("Bash")?.state(), State::Open);
+
+    // Cleared: the check decides again, and the threshold is back.
+    expediter.handle("Bash")?.reset();
+    *answer.lock().unwrap() = Availability::Unavailable;
+    expediter.clear_availability("Bash")?;
+    assert!(matches!(
+        bash.attempt(&expediter).await.action,
+        Action::Skip {
+            reason: SkipReason::Unavailable,
+            ..
+        }
+    ));
+    assert_eq!(runs.load(SeqCst), 1);
+    let row = expediter
+        .report()
+        .tools
+        .into_iter()
+        .find(|t| &*t.name == "Bash")
+        .unwrap();
+    assert_eq!(row.next_try, NextTry::WhenAvailable);
+    // A tool without a check of its own is routed away the same way.
+    expediter.set_availability("Read", Availability::Unavailable, "its disk is gone")?;
+    assert!(matches!(
+        expediter.decide("Read").await?.action,
+        Action::Skip {
+            reason: SkipReason::Unavailable,
+            ..
+        }
+    ));
+    assert!(matches!(
+        expediter.set_availability("nope", Availability::Available, ""),
+        Err(ExpediterError::UnknownTool(_))
+    ));
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------
 // What the model is offered.
 // ---------------------------------------------------------------------------------------

@@ -69,6 +69,17 @@ enum Check {
     Found(Availability),
 }
 
+/// An availability reported from outside the expediter
+/// ([`Expediter::set_availability`](super::Expediter::set_availability)): it stands
+/// until reported again or cleared, and while it stands the tool's pre-call check
+/// does not run.
+#[derive(Debug, Clone)]
+struct Reported {
+    availability: Availability,
+    /// Why, in one line, for the offer and the report.
+    why: Arc<str>,
+}
+
 /// What the ledger keeps per tool.
 #[derive(Debug, Clone, Default)]
 struct Row {
@@ -77,6 +88,7 @@ struct Row {
     open: Option<Opened>,
     recovery: Option<Recovery>,
     check: Check,
+    reported: Option<Reported>,
     last_category: Option<FailureCategory>,
     last_failure_step: Option<u64>,
     last_success_step: Option<u64>,
@@ -233,11 +245,42 @@ impl Ledger {
         self.row(tool).last_success_step
     }
 
-    /// The cached pre-call check result.
+    /// What is known of the tool's availability: the availability reported from
+    /// outside, if one stands, or else the cached pre-call check result.
     pub(crate) fn availability(&self, tool: &str) -> Option<Availability> {
-        match self.row(tool).check {
+        let row = self.row(tool);
+        if let Some(reported) = &row.reported {
+            return Some(reported.availability);
+        }
+        match row.check {
             Check::Found(found) => Some(found),
             Check::Due | Check::Running { .. } => None,
+        }
+    }
+
+    /// Why the tool's reported availability is what it is, while one stands.
+    pub(crate) fn reported_why(&self, tool: &str) -> Option<&str> {
+        self.row(tool).reported.as_ref().map(|r| &*r.why)
+    }
+
+    /// Reports a tool's availability from outside (`None`: clears the report, and
+    /// the tool's pre-call check runs again before its next decision).
+    pub(crate) fn report_availability(
+        &mut self,
+        tool: &Arc<str>,
+        report: Option<(Availability, Arc<str>)>,
+    ) {
+        let row = self.row_mut(tool);
+        match report {
+            Some((availability, why)) => row.reported = Some(Reported { availability, why }),
+            None => {
+                if row.reported.take().is_some() {
+                    row.check = match row.check {
+                        Check::Running { .. } => Check::Running { last: None },
+                        _ => Check::Due,
+                    };
+                }
+            }
         }
     }
 
@@ -286,6 +329,7 @@ impl Ledger {
             step: self.step,
             pause: self.pause_reason(),
             availability: self.availability(tool),
+            reported: row.reported.is_some(),
             recovery: row.recovery.as_ref(),
             open_on_failures: row.open.is_some(),
             recovery_start: self.backoff.start,
@@ -594,6 +638,13 @@ impl Ledger {
         if let Some(pause) = self.pause() {
             return Gate::Pause(pause);
         }
+        // A reported availability stands over what a decision found (a tool without a
+        // check finds nothing).
+        let availability = self
+            .row(tool)
+            .reported
+            .as_ref()
+            .map_or(availability, |r| r.availability);
         if availability == Availability::Unavailable {
             return Gate::Skip(SkipReason::Unavailable);
         }
@@ -641,6 +692,9 @@ impl Ledger {
     pub(crate) fn check_slot(&mut self, tool: &Arc<str>) -> CheckSlot {
         let epoch = self.checks_epoch;
         let row = self.row_mut(tool);
+        if let Some(reported) = &row.reported {
+            return CheckSlot::Use(reported.availability);
+        }
         match row.check {
             Check::Found(found) => CheckSlot::Use(found),
             // Another decision (maybe this one's own check, calling back in) runs it:

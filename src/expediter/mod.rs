@@ -281,6 +281,67 @@ impl Expediter {
         self.lock().set_user_available(available);
     }
 
+    /// Reports a tool's availability from outside the expediter, for a tool whose
+    /// availability someone watches (a supervisor that sees the tool's server die and
+    /// come back, a health endpoint that pushes changes): decisions, routing, the offer
+    /// and the report use it as they use a pre-call check's result, and `why` (one
+    /// line) says why the tool is unavailable or degraded in the offer and the report.
+    ///
+    /// Unlike a check's result, a report is not dropped at a new cycle or a systemic
+    /// event: it stands until it is reported again or
+    /// [cleared](Self::clear_availability), and while it stands the tool's pre-call
+    /// check does not run. [`Availability::Degraded`] lowers the tool's threshold by
+    /// one, as a check's would.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::expediter::{Action, Availability, Expediter, ToolSpec};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_circuit_breaker::expediter::ExpediterError> {
+    /// let expediter = Expediter::builder()
+    ///     .tool(ToolSpec::new("search").fallback("ask the user"))
+    ///     .build()?;
+    /// expediter.set_availability("search", Availability::Unavailable, "its server is restarting")?;
+    /// assert!(matches!(expediter.decide("search").await?.action, Action::Skip { .. }));
+    /// let offer = expediter.offered_tools();
+    /// assert!(offer.withheld[0].line.contains("its server is restarting"));
+    /// assert_eq!(expediter.report().budget.used, 0, "routing away spends nothing");
+    ///
+    /// expediter.set_availability("search", Availability::Available, "its server is back")?;
+    /// assert_eq!(expediter.decide("search").await?.action, Action::Call);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ExpediterError::UnknownTool`].
+    pub fn set_availability(
+        &self,
+        tool: &str,
+        availability: Availability,
+        why: &str,
+    ) -> Result<(), ExpediterError> {
+        let tool = self.tool(tool)?;
+        self.lock()
+            .report_availability(&tool.spec.name, Some((availability, why.into())));
+        tool.handle
+            .set_threshold_relief(u32::from(availability == Availability::Degraded));
+        Ok(())
+    }
+
+    /// Clears an availability reported with [`set_availability`](Self::set_availability):
+    /// the tool's pre-call check, if it has one, decides again from its next decision.
+    ///
+    /// # Errors
+    ///
+    /// [`ExpediterError::UnknownTool`].
+    pub fn clear_availability(&self, tool: &str) -> Result<(), ExpediterError> {
+        let tool = self.tool(tool)?;
+        self.lock().report_availability(&tool.spec.name, None);
+        tool.handle.set_threshold_relief(0);
+        Ok(())
+    }
+
     /// The run named `name`: an agent's own sub-tasks and degradations, sharing this
     /// expediter's tools and budget (see [Sharing](self#sharing)). The same name gives
     /// the same run until it is [closed](Run::close).

@@ -37,7 +37,9 @@ pub struct ToolHealth {
     pub last_failure: Option<String>,
     /// The expediter's step at its last success.
     pub last_success_step: Option<u64>,
-    /// What the last pre-call check found, while that result is used.
+    /// What the last pre-call check found, while that result is used, or the
+    /// availability reported from outside
+    /// ([`Expediter::set_availability`](super::Expediter::set_availability)).
     pub availability: Option<Availability>,
     /// Why it cannot be called now on its own account, if it cannot (a pause of every
     /// call is the headline's, and is in `next_try`).
@@ -308,10 +310,16 @@ fn next_steps(
                 "An operator forced {} open; it is tried again {}",
                 row.name, row.next_try
             ),
-            Unusable::Unavailable => format!(
-                "{}'s pre-call check says it is unavailable; it is tried again {}",
-                row.name, row.next_try
-            ),
+            Unusable::Unavailable => match ledger.reported_why(&row.name) {
+                Some(why) => format!(
+                    "{} is unavailable: {why}; it is tried again {}",
+                    row.name, row.next_try
+                ),
+                None => format!(
+                    "{}'s pre-call check says it is unavailable; it is tried again {}",
+                    row.name, row.next_try
+                ),
+            },
             Unusable::Held => format!(
                 "{} is held open on a hint from outside (another replica saw it fail); it is tried again {}",
                 row.name, row.next_try
@@ -427,7 +435,10 @@ pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> 
             let why = match unusable {
                 Unusable::Killed => "an operator switched it off".to_string(),
                 Unusable::ForcedOpen => "an operator forced it open".to_string(),
-                Unusable::Unavailable => "its pre-call check says it is unavailable".to_string(),
+                Unusable::Unavailable => match ledger.reported_why(&name) {
+                    Some(why) => why.to_string(),
+                    None => "its pre-call check says it is unavailable".to_string(),
+                },
                 Unusable::Held => {
                     "it is held open on a hint from outside (another replica saw it fail)"
                         .to_string()

@@ -27,7 +27,8 @@ pub enum Unusable {
     Killed,
     /// A person forced its breaker open.
     ForcedOpen,
-    /// Its pre-call check said it is unavailable.
+    /// Its pre-call check said it is unavailable, or its unavailability was reported
+    /// from outside.
     Unavailable,
     /// Its breaker is open.
     Open,
@@ -97,6 +98,10 @@ pub enum NextTry {
     /// Once its pre-call check finds it available: the check runs again in the next
     /// cycle and after a systemic failure or its recovery.
     WhenAvailable,
+    /// Once it is reported available again: its availability was reported from
+    /// outside ([`Expediter::set_availability`](super::Expediter::set_availability)),
+    /// by whoever watches it.
+    WhenReported,
     /// Every call pauses first; then `then`.
     Paused {
         /// Why every call pauses.
@@ -161,6 +166,7 @@ impl NextTry {
             NextTry::WhenRevived => "when revived".to_string(),
             NextTry::AfterReset => "after a reset".to_string(),
             NextTry::WhenAvailable => "when available".to_string(),
+            NextTry::WhenReported => "when reported".to_string(),
             NextTry::Paused { reason, then } => {
                 let first = match reason {
                     PauseReason::SystemicPause => "after recovery",
@@ -212,6 +218,7 @@ impl fmt::Display for NextTry {
             NextTry::WhenAvailable => f.write_str(
                 "once its pre-call check finds it available (checked again next cycle or after a systemic failure)",
             ),
+            NextTry::WhenReported => f.write_str("once it is reported available"),
             NextTry::Paused { reason, then } => {
                 match reason {
                     PauseReason::SystemicPause => f.write_str("after recovery is confirmed")?,
@@ -292,8 +299,10 @@ pub(crate) struct Facts<'a> {
     pub(crate) step: u64,
     /// Why every call pauses now, if it does.
     pub(crate) pause: Option<PauseReason>,
-    /// The cached pre-call check result.
+    /// The reported availability, or the cached pre-call check result.
     pub(crate) availability: Option<Availability>,
+    /// Whether `availability` was reported from outside, not found by a check.
+    pub(crate) reported: bool,
     /// Its recovery schedule.
     pub(crate) recovery: Option<&'a Recovery>,
     /// Its breaker opened on failures and has not closed since.
@@ -339,7 +348,11 @@ pub(crate) fn own_standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
     if facts.availability == Some(Availability::Unavailable) {
         return Standing {
             unusable: Some(Unusable::Unavailable),
-            next_try: NextTry::WhenAvailable,
+            next_try: if facts.reported {
+                NextTry::WhenReported
+            } else {
+                NextTry::WhenAvailable
+            },
         };
     }
     // The next decision takes step `facts.step + 1`.

@@ -1,0 +1,236 @@
+//! Setting up a supervised server: [`McpServerBuilder`], checked when the server is
+//! started.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::kill::KillSwitch;
+
+use super::error::McpConfigError;
+use super::restart::RestartPolicy;
+use super::server::McpServer;
+use super::tool_list::ToolLimits;
+
+/// The longest server name: it becomes part of the names the model sees.
+const MAX_SERVER_NAME: usize = 64;
+
+/// Builds a supervised stdio MCP server ([`McpServer::builder`]).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tower_circuit_breaker::mcp::{McpServer, RestartPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let memory = McpServer::builder("memory", "npx")
+///     .args(["-y", "@modelcontextprotocol/server-memory@2026.8.31"])
+///     .env("MEMORY_FILE_PATH", "/tmp/agent-memory.jsonl")
+///     .start_timeout(Duration::from_secs(30))    // spawn, initialize, tools/list
+///     .call_timeout(Duration::from_secs(60))     // each call; a timeout is the server's failure
+///     .restart(RestartPolicy::new().backoff(Duration::from_secs(1), Duration::from_secs(30)))
+///     .start()?;
+/// memory.wait_ready(Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct McpServerBuilder {
+    pub(crate) name: Arc<str>,
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, Option<OsString>)>,
+    pub(crate) current_dir: Option<PathBuf>,
+    pub(crate) start_timeout: Duration,
+    pub(crate) call_timeout: Duration,
+    pub(crate) stop_timeout: Duration,
+    pub(crate) restart: RestartPolicy,
+    pub(crate) unresponsive_after: u32,
+    pub(crate) kill_switch: Option<KillSwitch>,
+    pub(crate) limits: ToolLimits,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) expected: Vec<Arc<str>>,
+}
+
+impl McpServerBuilder {
+    pub(crate) fn new(name: &str, program: &OsStr) -> Self {
+        McpServerBuilder {
+            name: name.into(),
+            program: program.to_owned(),
+            args: Vec::new(),
+            env: Vec::new(),
+            current_dir: None,
+            start_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(60),
+            stop_timeout: Duration::from_secs(2),
+            restart: RestartPolicy::new(),
+            unresponsive_after: 3,
+            kill_switch: None,
+            limits: ToolLimits::default(),
+            max_message_bytes: rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH,
+            expected: Vec::new(),
+        }
+    }
+
+    /// Adds an argument to the command.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Adds arguments to the command.
+    pub fn args<I, A>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Sets an environment variable for the server (the rest is inherited).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Removes an inherited environment variable.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// The server's working directory.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// How long a start may take: spawning, the `initialize` handshake and reading the
+    /// tool list (default 30 s; `npx` downloading a package needs longer than a server
+    /// installed beforehand). A server that prints no message, hangs, or sends only
+    /// garbage fails its start when it passes.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// How long one call may take (default 60 s). A call that takes longer is
+    /// cancelled (the server is told) and counts as the server's failure.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// How long a server being stopped may take to exit after its input is closed,
+    /// before it is killed (default 2 s).
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+
+    /// When it is started again after it died or could not start (see
+    /// [`RestartPolicy`]).
+    pub fn restart(mut self, policy: RestartPolicy) -> Self {
+        self.restart = policy;
+        self
+    }
+
+    /// How many failed calls in a row (timeouts, broken messages) make the server
+    /// unresponsive (default 3): its breaker opens, the process is stopped, and it is
+    /// started again when the breaker lets a probe through.
+    pub fn unresponsive_after(mut self, failures: u32) -> Self {
+        self.unresponsive_after = failures;
+        self
+    }
+
+    /// The kill switch of the server's breaker (default: one of its own, on
+    /// [`McpServer::breaker`]). While it is on, no call is sent and the server is not
+    /// restarted.
+    pub fn kill_switch(mut self, kill: KillSwitch) -> Self {
+        self.kill_switch = Some(kill);
+        self
+    }
+
+    /// The most tools its list may have (default 1,024); a longer list is refused
+    /// whole, and the start fails.
+    pub fn max_tools(mut self, tools: usize) -> Self {
+        self.limits.max_tools = tools;
+        self
+    }
+
+    /// The largest message it may send, in bytes (default 16 MiB); a larger one is
+    /// dropped unread.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// A tool the agent relies on, known before the server has ever started: a tool set
+    /// ([`McpTools`](super::McpTools)) declares it at once, unavailable (with why)
+    /// until the server lists it.
+    pub fn expect_tool(mut self, tool: &str) -> Self {
+        self.expected.push(tool.into());
+        self
+    }
+
+    /// Starts the server under supervision: a task spawns it, reads its tool list, and
+    /// restarts it through its breaker when it dies. Returns at once; see
+    /// [`McpServer::wait_ready`].
+    ///
+    /// # Errors
+    ///
+    /// A bad name, an empty command, a zero timeout or limit, a bad restart policy, or
+    /// no tokio runtime to run the supervisor on.
+    pub fn start(self) -> Result<McpServer, McpConfigError> {
+        self.validate()?;
+        McpServer::start(self)
+    }
+
+    fn validate(&self) -> Result<(), McpConfigError> {
+        let name = &*self.name;
+        let good = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if name.is_empty() || name.len() > MAX_SERVER_NAME || !name.chars().all(good) {
+            return Err(McpConfigError::ServerName(name.to_string()));
+        }
+        if self.program.is_empty() {
+            return Err(McpConfigError::EmptyCommand(name.to_string()));
+        }
+        for (which, timeout) in [
+            ("start", self.start_timeout),
+            ("call", self.call_timeout),
+            ("stop", self.stop_timeout),
+        ] {
+            if timeout.is_zero() {
+                return Err(McpConfigError::ZeroTimeout {
+                    server: name.to_string(),
+                    which,
+                });
+            }
+        }
+        for (which, limit) in [
+            ("max_tools", self.limits.max_tools),
+            ("max_message_bytes", self.max_message_bytes),
+            ("unresponsive_after", self.unresponsive_after as usize),
+        ] {
+            if limit == 0 {
+                return Err(McpConfigError::ZeroLimit {
+                    server: name.to_string(),
+                    which,
+                });
+            }
+        }
+        self.restart.validate()
+    }
+
+    /// The command line, for messages.
+    pub(crate) fn command_line(&self) -> String {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}

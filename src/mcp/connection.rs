@@ -1,0 +1,315 @@
+//! Starting one server process and talking to it: spawning it, the `initialize`
+//! handshake, reading its tool list page by page (bounded), its stderr kept for
+//! messages, and stopping it.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
+    PaginatedRequestParams, ServerResult,
+};
+use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::{timeout_at, Instant};
+
+use super::config::McpServerBuilder;
+use super::error::StartError;
+use super::status::Exit;
+use super::tool_list::ToolList;
+
+/// How many of its last stderr lines a server's messages may quote from.
+const STDERR_LINES: usize = 20;
+/// The longest stderr line kept, and the longest message quoted from the server.
+const MAX_QUOTE: usize = 300;
+/// How long a process that broke its handshake gets to exit, so its exit status can be
+/// told.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// What a connection tells its supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// The server of this generation says its tool list changed.
+    ToolsChanged(u64),
+    /// The connection of this generation ended (the server closed its output).
+    Closed(u64),
+}
+
+/// The client side of one connection: hears `notifications/tools/list_changed`.
+pub(crate) struct Handler {
+    generation: u64,
+    notices: UnboundedSender<Notice>,
+}
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.notices.send(Notice::ToolsChanged(self.generation));
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("tower-circuit-breaker", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// The last lines a process wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn follow(&self, server: Arc<str>, stderr: ChildStderr) {
+        let lines = self.0.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                tracing::debug!(target: "tower_circuit_breaker::mcp", server = %server, "stderr: {}", quote(&line));
+                let mut lines = lines.lock().unwrap_or_else(|p| p.into_inner());
+                if lines.len() == STDERR_LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(quote(&line));
+            }
+        });
+    }
+
+    /// The last line that is not blank.
+    pub(crate) fn last(&self) -> Option<String> {
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.iter().rev().find(|l| !l.trim().is_empty()).cloned()
+    }
+}
+
+/// At most [`MAX_QUOTE`] characters of what a server said, control characters escaped.
+pub(crate) fn quote(text: &str) -> String {
+    let cleaned: String = text
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
+    match cleaned.char_indices().nth(MAX_QUOTE) {
+        Some((end, _)) => format!("{}…", &cleaned[..end]),
+        None => cleaned,
+    }
+}
+
+/// A started server: its process, its connection and its tools.
+pub(crate) struct Started {
+    pub(crate) child: Child,
+    pub(crate) client: RunningService<RoleClient, Handler>,
+    pub(crate) tools: ToolList,
+    pub(crate) stderr: StderrTail,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("pid", &self.child.id())
+            .field("tools", &self.tools.tools().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spawns the server, makes the handshake and reads its tool list, all within the
+/// start timeout.
+pub(crate) async fn start(
+    config: &McpServerBuilder,
+    generation: u64,
+    notices: UnboundedSender<Notice>,
+) -> Result<Started, StartError> {
+    let deadline = Instant::now() + config.start_timeout;
+    let mut command = Command::new(&config.program);
+    command
+        .args(&config.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in &config.env {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = &config.current_dir {
+        command.current_dir(dir);
+    }
+    let mut child = command.spawn().map_err(|e| StartError::Spawn {
+        command: config.command_line(),
+        message: e.to_string(),
+    })?;
+    let stderr = StderrTail::default();
+    if let Some(pipe) = child.stderr.take() {
+        stderr.follow(config.name.clone(), pipe);
+    }
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err(StartError::Handshake {
+            message: "its stdin or stdout could not be opened".into(),
+        });
+    };
+    let transport =
+        AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(config.max_message_bytes);
+    let handler = Handler {
+        generation,
+        notices,
+    };
+    let client = match timeout_at(deadline, handler.serve(transport)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => {
+            return Err(broken_start(
+                &mut child,
+                &stderr,
+                StartError::Handshake {
+                    message: quote(&error.to_string()),
+                },
+            )
+            .await)
+        }
+        Err(_) => {
+            return Err(broken_start(
+                &mut child,
+                &stderr,
+                StartError::Timeout {
+                    step: "initialize",
+                    after: config.start_timeout,
+                },
+            )
+            .await)
+        }
+    };
+    let tools = match timeout_at(deadline, list_tools(client.peer(), config)).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(error)) => return Err(broken_start(&mut child, &stderr, error).await),
+        Err(_) => {
+            return Err(broken_start(
+                &mut child,
+                &stderr,
+                StartError::Timeout {
+                    step: "tools/list",
+                    after: config.start_timeout,
+                },
+            )
+            .await)
+        }
+    };
+    Ok(Started {
+        child,
+        client,
+        tools,
+        stderr,
+    })
+}
+
+/// A start that broke: if the process ended (or ends within a moment), that is the
+/// reason; otherwise it is killed and `error` stands.
+async fn broken_start(child: &mut Child, stderr: &StderrTail, error: StartError) -> StartError {
+    let exited = match child.try_wait() {
+        Ok(Some(status)) => Some(status),
+        _ if !matches!(error, StartError::Timeout { .. }) => {
+            tokio::time::timeout(EXIT_GRACE, child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+        _ => None,
+    };
+    match exited {
+        Some(status) => StartError::Exited {
+            exit: Exit::new(Some(status), stderr.last()),
+        },
+        None => {
+            let _ = child.kill().await;
+            error
+        }
+    }
+}
+
+/// Reads every page of the tool list, refusing more pages or tools than allowed, and
+/// checks each tool. Asked of the server directly (not through the client's cache, which
+/// would answer an error with an older list).
+pub(crate) async fn list_tools(
+    peer: &Peer<RoleClient>,
+    config: &McpServerBuilder,
+) -> Result<ToolList, StartError> {
+    let limits = &config.limits;
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..limits.max_pages {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+        let page = match peer.send_request(request).await {
+            Ok(ServerResult::ListToolsResult(page)) => page,
+            Ok(_) => {
+                return Err(StartError::ToolList {
+                    message: "the server answered tools/list with something else".into(),
+                })
+            }
+            Err(error) => {
+                return Err(StartError::ToolList {
+                    message: service_error(&error),
+                })
+            }
+        };
+        tools.extend(page.tools);
+        if tools.len() > limits.max_tools {
+            return Err(StartError::ToolList {
+                message: format!("more than {} tools", limits.max_tools),
+            });
+        }
+        match page.next_cursor {
+            Some(next) if !next.is_empty() => cursor = Some(next),
+            _ => return Ok(ToolList::check(tools, limits)),
+        }
+    }
+    Err(StartError::ToolList {
+        message: format!("more than {} pages", limits.max_pages),
+    })
+}
+
+/// An rmcp error in our words, quoted safely.
+pub(crate) fn service_error(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(data) => {
+            format!("error {}: {}", data.code.0, quote(&data.message))
+        }
+        ServiceError::TransportClosed => "the connection is closed".into(),
+        other => quote(&other.to_string()),
+    }
+}
+
+/// Stops a server: closes the connection (its input), gives it `grace` to exit, then
+/// kills it. Returns how it ended.
+pub(crate) async fn stop(
+    mut child: Child,
+    client: Option<RunningService<RoleClient, Handler>>,
+    grace: Duration,
+    stderr: &StderrTail,
+) -> Exit {
+    if let Some(mut client) = client {
+        let _ = client.close_with_timeout(grace).await;
+    }
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(Ok(status)) => Some(status),
+        _ => {
+            let _ = child.kill().await;
+            child.try_wait().ok().flatten()
+        }
+    };
+    Exit::new(status, stderr.last())
+}

@@ -1,0 +1,290 @@
+//! What can go wrong: a server set up wrong ([`McpConfigError`]), a start that failed
+//! ([`StartError`]), and a call that failed ([`McpError`]), each saying whose fault it
+//! is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::CallToolResult;
+
+use super::status::Exit;
+
+/// A server or tool set that cannot work, refused when built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpConfigError {
+    /// The server's name is empty or has characters other than letters, digits, `_` and
+    /// `-` (it becomes part of the names the model sees).
+    #[error("server name `{0}` must be 1 to 64 letters, digits, `_` or `-`")]
+    ServerName(String),
+    /// The command to run is empty.
+    #[error("server `{0}` has an empty command")]
+    EmptyCommand(String),
+    /// A timeout of zero would fail every start or call.
+    #[error("server `{server}`: the {which} timeout must be above zero")]
+    ZeroTimeout {
+        /// The server.
+        server: String,
+        /// `start`, `call` or `stop`.
+        which: &'static str,
+    },
+    /// The restart backoff starts at zero or its cap is below its start.
+    #[error("restart backoff must start above zero and its cap must not be below its start, got {initial:?} and {max:?}")]
+    RestartBackoff {
+        /// The first wait.
+        initial: Duration,
+        /// The cap.
+        max: Duration,
+    },
+    /// The crash-loop window is empty.
+    #[error("the crash-loop window must be above zero")]
+    CrashLoopWindow,
+    /// A limit on what the server may send is zero.
+    #[error("server `{server}`: {which} must be at least 1")]
+    ZeroLimit {
+        /// The server.
+        server: String,
+        /// Which limit.
+        which: &'static str,
+    },
+    /// The breaker that guards the server has bad settings.
+    #[error("server `{server}`: {source}")]
+    Breaker {
+        /// The server.
+        server: String,
+        /// What is wrong.
+        #[source]
+        source: crate::error::ConfigError,
+    },
+    /// Servers are supervised by a task: they must be started inside a tokio runtime.
+    #[error("server `{0}` must be started inside a tokio runtime")]
+    NoRuntime(String),
+    /// Two servers of one tool set share a name.
+    #[error("server `{0}` is added twice")]
+    DuplicateServer(String),
+    /// The expediter refused a tool of the server.
+    #[error("server `{server}`: {source}")]
+    Expediter {
+        /// The server.
+        server: String,
+        /// What the expediter said.
+        #[source]
+        source: crate::expediter::ExpediterError,
+    },
+}
+
+/// Why a server could not be started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The command could not be run (not found, not executable...).
+    #[error("cannot run `{command}`: {message}")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// The operating system's words.
+        message: String,
+    },
+    /// The process ended before it was ready.
+    #[error("it {exit} before it was ready")]
+    Exited {
+        /// How it ended.
+        exit: Exit,
+    },
+    /// The process answered the handshake wrongly, or closed its output.
+    #[error("its handshake failed: {message}")]
+    Handshake {
+        /// What went wrong.
+        message: String,
+    },
+    /// It did not finish a step of its start in time (nothing it printed was a
+    /// message, or it hung).
+    #[error("it did not answer {step} within {after:?}")]
+    Timeout {
+        /// `initialize` or `tools/list`.
+        step: &'static str,
+        /// The start timeout.
+        after: Duration,
+    },
+    /// Its tool list could not be read, or was refused whole.
+    #[error("its tool list was refused: {message}")]
+    ToolList {
+        /// Why.
+        message: String,
+    },
+}
+
+/// A call to a server's tool that failed, and whose fault it was.
+///
+/// The [classifier](super::McpClassifier) of a tool's breaker reads it: the server's
+/// faults (it is down, it died under the call, it timed out, it sent what is not a
+/// message) and the tool's ([`McpError::Tool`], by default) count against the breakers;
+/// the caller's (invalid arguments, a tool the server does not have) do not.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The server is not serving (starting, down, restarting, given up, stopped, its
+    /// breaker open or killed): the call was not sent.
+    #[error("server `{server}` is unavailable: {why}")]
+    Unavailable {
+        /// The server.
+        server: Arc<str>,
+        /// Why, in one line, and when it may be back.
+        why: Arc<str>,
+    },
+    /// The server closed the connection (it died) while the call was in flight. The call
+    /// is not sent again: it may have had effects.
+    #[error("server `{server}` closed the connection while `{tool}` was in flight; the call was not replayed")]
+    ConnectionLost {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+    },
+    /// The server did not answer in time; the call was cancelled.
+    #[error(
+        "`{tool}` on server `{server}` did not answer within {after:?}; the call was cancelled"
+    )]
+    Timeout {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// The call timeout.
+        after: Duration,
+    },
+    /// The call could not be sent to the server.
+    #[error("sending `{tool}` to server `{server}` failed: {message}")]
+    Transport {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// What went wrong.
+        message: String,
+    },
+    /// The server answered with something that is not a tool's result.
+    #[error(
+        "server `{server}` answered `{tool}` with something that is not a tool result: {message}"
+    )]
+    Protocol {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// What was wrong.
+        message: String,
+    },
+    /// The server answered with a JSON-RPC error other than invalid parameters.
+    #[error("server `{server}` answered `{tool}` with error {code}: {message}")]
+    Server {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// The JSON-RPC error code.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// The arguments do not fit the tool's input schema (JSON-RPC `-32602` for a tool
+    /// the server lists): the caller's mistake.
+    #[error("invalid arguments for `{tool}` on server `{server}`: {message}")]
+    InvalidArguments {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// What the server said.
+        message: String,
+    },
+    /// The server never listed a tool of this name: the caller's mistake, never sent.
+    #[error("server `{server}` has no tool `{tool}`")]
+    UnknownTool {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+    },
+    /// The server listed the tool once but no longer does (its tool list was read
+    /// again after a restart or a change): not sent, not retried.
+    #[error("server `{server}` no longer lists `{tool}`")]
+    ToolVanished {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+    },
+    /// The tool ran and reported a failure (`isError: true`). The result is kept: its
+    /// text is for the model.
+    #[error("`{tool}` on server `{server}` failed: {message}")]
+    Tool {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// The result's text.
+        message: String,
+        /// The whole result.
+        result: Box<CallToolResult>,
+    },
+    /// The server cancelled the call.
+    #[error("server `{server}` cancelled `{tool}`: {reason}")]
+    Cancelled {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+        /// Its reason.
+        reason: String,
+    },
+}
+
+impl McpError {
+    /// The server the call was for.
+    pub fn server(&self) -> &str {
+        match self {
+            McpError::Unavailable { server, .. }
+            | McpError::ConnectionLost { server, .. }
+            | McpError::Timeout { server, .. }
+            | McpError::Transport { server, .. }
+            | McpError::Protocol { server, .. }
+            | McpError::Server { server, .. }
+            | McpError::InvalidArguments { server, .. }
+            | McpError::UnknownTool { server, .. }
+            | McpError::ToolVanished { server, .. }
+            | McpError::Tool { server, .. }
+            | McpError::Cancelled { server, .. } => server,
+        }
+    }
+
+    /// Whose fault it is. See [`Fault`].
+    pub fn fault(&self) -> Fault {
+        match self {
+            McpError::Unavailable { .. }
+            | McpError::ConnectionLost { .. }
+            | McpError::Timeout { .. }
+            | McpError::Transport { .. }
+            | McpError::Protocol { .. } => Fault::Server,
+            McpError::Server { .. } | McpError::Tool { .. } => Fault::Tool,
+            McpError::InvalidArguments { .. }
+            | McpError::UnknownTool { .. }
+            | McpError::ToolVanished { .. }
+            | McpError::Cancelled { .. } => Fault::Caller,
+        }
+    }
+}
+
+/// Whose fault a failed call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// The server's: it is down, died under the call, did not answer in time, or sent
+    /// what is not a message. Counts against the server's breaker and the tool's.
+    Server,
+    /// The tool's: the server answered, and the tool failed. Counts against the tool's
+    /// breaker (for `isError: true`, as the classifier is told).
+    Tool,
+    /// The caller's, or nobody's: invalid arguments, a tool the server does not list, a
+    /// call the server cancelled. Counts against no breaker.
+    Caller,
+}

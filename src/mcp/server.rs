@@ -1,0 +1,421 @@
+//! A supervised server and what every part shares about it: [`McpServer`], its state
+//! behind one lock, its status published to watchers, and changes delivered to
+//! observers in order, outside the lock.
+
+use std::collections::{HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use rmcp::{Peer, RoleClient};
+use tokio::sync::{mpsc, watch};
+use tower::Layer;
+
+use crate::builder::Builder;
+use crate::fallback::NoFallback;
+use crate::handle::CircuitBreakerHandle;
+use crate::kill::KillSwitch;
+use crate::machine::Cooldown;
+use crate::service::CircuitBreaker;
+
+use super::classify::{ServerCalls, ServerStarts};
+use super::config::McpServerBuilder;
+use super::connection::Notice;
+use super::error::{McpConfigError, McpError};
+use super::service::{CallInner, Counters, McpService, ToolService};
+use super::status::{ServerState, ServerStatus};
+use super::supervisor::{Command, Starter, Supervisor};
+use super::tool_list::ToolList;
+
+/// An observer of a server's status.
+type Observer = Arc<dyn Fn(&ServerStatus) + Send + Sync>;
+
+/// A live connection to one process of the server.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    /// Which start of the server it is (1: the first that served).
+    pub(crate) generation: u64,
+    pub(crate) peer: Peer<RoleClient>,
+    pub(crate) tools: ToolList,
+}
+
+/// What changes, under one lock.
+struct State {
+    status: ServerStatus,
+    connection: Option<Arc<Connection>>,
+    /// Every tool name a list of this server ever had.
+    listed: HashSet<Arc<str>>,
+}
+
+/// What every part of a server shares.
+pub(crate) struct Shared {
+    pub(crate) config: McpServerBuilder,
+    state: Mutex<State>,
+    watch: watch::Sender<ServerStatus>,
+    observers: RwLock<Vec<Observer>>,
+    /// Statuses waiting to be delivered to the observers, in the order they were made.
+    queue: Mutex<VecDeque<ServerStatus>>,
+    delivering: AtomicBool,
+    pub(crate) breaker: CircuitBreakerHandle,
+    pub(crate) calls: CircuitBreaker<CallInner, NoFallback, ServerCalls>,
+    pub(crate) notices: mpsc::UnboundedSender<Notice>,
+    counters: Arc<Counters>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.config.name
+    }
+
+    pub(crate) fn status(&self) -> ServerStatus {
+        self.lock().status.clone()
+    }
+
+    /// The connection to call `tool` on, or why there is none.
+    pub(crate) fn connection_for(&self, tool: &str) -> Result<Arc<Connection>, McpError> {
+        let state = self.lock();
+        let server = self.name().clone();
+        if let Some(why) = state.status.unavailable_because() {
+            return Err(McpError::Unavailable {
+                server,
+                why: why.into(),
+            });
+        }
+        let Some(connection) = state.connection.clone() else {
+            return Err(McpError::Unavailable {
+                server,
+                why: "it has no connection".into(),
+            });
+        };
+        if connection.tools.get(tool).is_some() {
+            return Ok(connection);
+        }
+        let tool: Arc<str> = tool.into();
+        if state.listed.contains(&tool) {
+            Err(McpError::ToolVanished { server, tool })
+        } else {
+            Err(McpError::UnknownTool { server, tool })
+        }
+    }
+
+    /// Changes the state with `f`, then delivers the new status to the observers and
+    /// then to the watchers (outside the lock, one status at a time, in order).
+    pub(crate) fn update(&self, f: impl FnOnce(&mut ServerStatus, &mut Option<Arc<Connection>>)) {
+        {
+            let mut state = self.lock();
+            let State {
+                status,
+                connection,
+                listed,
+            } = &mut *state;
+            let before = status.clone();
+            f(status, connection);
+            // The tools an earlier list had and this one does not.
+            if status.tools != before.tools {
+                let now: HashSet<&str> = status.tools.names().collect();
+                listed.extend(status.tools.names().map(Arc::from));
+                status.vanished = listed
+                    .iter()
+                    .filter(|t| !now.contains(&***t))
+                    .cloned()
+                    .collect();
+                status.vanished.sort();
+            }
+            if *status == before {
+                return;
+            }
+            if status.state != before.state {
+                status.since = tokio::time::Instant::now().into_std();
+            }
+            status.seq = before.seq.wrapping_add(1);
+            self.queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back(status.clone());
+        }
+        self.deliver();
+    }
+
+    /// The connection of `generation` was lost under a call: the server is down from
+    /// now, and its supervisor is told.
+    pub(crate) fn connection_lost(&self, generation: u64) {
+        self.update(|status, connection| {
+            if connection
+                .as_ref()
+                .is_some_and(|c| c.generation == generation)
+            {
+                *connection = None;
+                status.state = ServerState::Down(super::status::Down::ConnectionLost);
+                status.pid = None;
+            }
+        });
+        let _ = self.notices.send(Notice::Closed(generation));
+    }
+
+    /// Reads the tool list of the connection of `generation` again (within the call
+    /// timeout) and keeps it, if that connection still serves. Returns the new list.
+    pub(crate) async fn refresh_tools(&self, generation: u64) -> Option<ToolList> {
+        let connection = self.lock().connection.clone()?;
+        if connection.generation != generation {
+            return None;
+        }
+        let listed = tokio::time::timeout(
+            self.config.call_timeout,
+            super::connection::list_tools(&connection.peer, &self.config),
+        )
+        .await;
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(error)) => {
+                tracing::warn!(target: "tower_circuit_breaker::mcp", server = %self.name(), "reading the tool list again failed: {error}");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!(target: "tower_circuit_breaker::mcp", server = %self.name(), "reading the tool list again timed out");
+                return None;
+            }
+        };
+        self.update(|status, current| {
+            if current.as_ref().is_some_and(|c| c.generation == generation) {
+                *current = Some(Arc::new(Connection {
+                    generation,
+                    peer: connection.peer.clone(),
+                    tools: tools.clone(),
+                }));
+                status.tools = tools.clone();
+            }
+        });
+        Some(tools)
+    }
+
+    /// Delivers queued statuses unless another task is delivering (it delivers them).
+    fn deliver(&self) {
+        loop {
+            if self.delivering.swap(true, Ordering::Acquire) {
+                return;
+            }
+            loop {
+                let next = self
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front();
+                let Some(status) = next else { break };
+                let observers = self
+                    .observers
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                for observer in observers {
+                    // An observer that panics is someone else's bug: the others still hear.
+                    let _ = catch_unwind(AssertUnwindSafe(|| observer(&status)));
+                }
+                // Watchers hear of a change once the observers have: whoever waits for a
+                // status sees what the observers made of it (an expediter told).
+                self.watch.send_replace(status);
+            }
+            self.delivering.store(false, Ordering::Release);
+            if self
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// A supervised stdio MCP server. See the [module docs](super).
+///
+/// # Clone
+///
+/// Clones refer to the same server: one process, one breaker, one status. When the last
+/// clone is dropped the supervisor stops the process.
+#[derive(Clone)]
+pub struct McpServer {
+    pub(crate) shared: Arc<Shared>,
+    control: Arc<Control>,
+}
+
+/// Held by every clone of an [`McpServer`]: the supervisor ends when the last is gone.
+struct Control {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl McpServer {
+    /// A server named `name` (letters, digits, `_`, `-`; it prefixes its tools' names),
+    /// run as `program` with the arguments given next.
+    pub fn builder(name: &str, program: impl AsRef<OsStr>) -> McpServerBuilder {
+        McpServerBuilder::new(name, program.as_ref())
+    }
+
+    pub(crate) fn start(config: McpServerBuilder) -> Result<McpServer, McpConfigError> {
+        let name = config.name.clone();
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| McpConfigError::NoRuntime(name.to_string()))?;
+        let mut breaker = Builder::new()
+            .name(name.clone())
+            .failure_threshold(config.unresponsive_after)
+            .cooldown(Cooldown::Time(config.restart.initial()));
+        if let Some(kill) = &config.kill_switch {
+            breaker = breaker.kill_switch(kill.clone());
+        }
+        let layer = breaker.build().map_err(|source| McpConfigError::Breaker {
+            server: name.to_string(),
+            source,
+        })?;
+        let counters = Arc::new(Counters::default());
+        let calls = layer.clone().with_classifier(ServerCalls).layer(CallInner {
+            server: name.clone(),
+            timeout: config.call_timeout,
+            counters: counters.clone(),
+        });
+        let starts = layer.clone().with_classifier(ServerStarts).layer(Starter);
+        let (notices, notices_rx) = mpsc::unbounded_channel();
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let status = ServerStatus::new(name.clone());
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State {
+                status: status.clone(),
+                connection: None,
+                listed: HashSet::new(),
+            }),
+            watch: watch::Sender::new(status),
+            observers: RwLock::new(Vec::new()),
+            queue: Mutex::new(VecDeque::new()),
+            delivering: AtomicBool::new(false),
+            breaker: layer.handle(),
+            calls,
+            notices,
+            counters,
+        });
+        let supervisor = Supervisor::new(shared.clone(), starts, notices_rx, commands_rx);
+        runtime.spawn(supervisor.run());
+        Ok(McpServer {
+            shared,
+            control: Arc::new(Control { commands }),
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.shared.name()
+    }
+
+    /// Where it stands now.
+    pub fn status(&self) -> ServerStatus {
+        self.shared.status()
+    }
+
+    /// Its status, each change once its [observers](Self::on_change) have seen it (so
+    /// a tool set waiting on it finds the expediter already told).
+    pub fn watch(&self) -> watch::Receiver<ServerStatus> {
+        self.shared.watch.subscribe()
+    }
+
+    /// Runs `observer` on every change of its status, in order, never under the
+    /// server's lock: it may call the server (or anything else) back.
+    pub fn on_change(&self, observer: impl Fn(&ServerStatus) + Send + Sync + 'static) {
+        self.shared
+            .observers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::new(observer));
+    }
+
+    /// Waits (at most `timeout`) until it runs, or until its start has failed.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Unavailable`], saying why, when it is not running when the start
+    /// under way has ended or the time is up.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), McpError> {
+        let mut watch = self.watch();
+        let settled = |s: &ServerStatus| {
+            !matches!(s.state, ServerState::Starting | ServerState::Restarting) || s.killed
+        };
+        let _ = tokio::time::timeout(timeout, watch.wait_for(|s| settled(s))).await;
+        let status = self.status();
+        match status.unavailable_because() {
+            None => Ok(()),
+            Some(why) => Err(McpError::Unavailable {
+                server: status.name,
+                why: why.into(),
+            }),
+        }
+    }
+
+    /// Its tools as last read.
+    pub fn tools(&self) -> ToolList {
+        self.shared.lock().status.tools.clone()
+    }
+
+    /// The handle on its breaker: failed calls open it (the process is then stopped),
+    /// and every restart is its probe. Its kill switch stops calls and restarts.
+    pub fn breaker(&self) -> CircuitBreakerHandle {
+        self.shared.breaker.clone()
+    }
+
+    /// The kill switch of its breaker.
+    pub fn kill_switch(&self) -> &KillSwitch {
+        self.shared.breaker.kill_switch()
+    }
+
+    /// A service calling any of its tools.
+    pub fn service(&self) -> McpService {
+        McpService::new(self.shared.clone())
+    }
+
+    /// A service calling its tool `tool` with the arguments it is given.
+    pub fn tool(&self, tool: &str) -> ToolService {
+        ToolService::new(self.shared.clone(), tool.into())
+    }
+
+    /// Calls sent to it and not yet answered.
+    pub fn calls_in_flight(&self) -> usize {
+        self.shared.counters.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Calls sent to it, over every process it has run.
+    pub fn calls_sent(&self) -> u64 {
+        self.shared.counters.sent.load(Ordering::SeqCst)
+    }
+
+    /// Starts it afresh, as an operator would: a running process is stopped first, its
+    /// breaker is reset and its restart record cleared, so the new start is a call, not
+    /// a probe. The way back from [`ServerState::GaveUp`].
+    pub fn restart(&self) {
+        let _ = self.control.commands.send(Command::Restart);
+    }
+
+    /// Stops it for good: closes its input, waits for it to exit (the stop timeout),
+    /// kills it if it must. Returns once it is stopped (at most the stop timeout and a
+    /// little more).
+    pub async fn stop(&self) {
+        let (done, stopped) = tokio::sync::oneshot::channel();
+        if self.control.commands.send(Command::Stop(done)).is_ok() {
+            let grace = self.shared.config.stop_timeout * 2 + Duration::from_secs(1);
+            let _ = tokio::time::timeout(grace, stopped).await;
+        }
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.name())
+            .field("command", &self.shared.config.command_line())
+            .field("status", &self.status().state.as_str())
+            .finish_non_exhaustive()
+    }
+}

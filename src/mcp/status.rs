@@ -1,0 +1,353 @@
+//! Where a supervised server stands: [`ServerStatus`], and the one rule that says, in
+//! one line, why a server or one of its tools cannot be used now.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::expediter::Availability;
+
+use super::error::StartError;
+use super::tool_list::ToolList;
+
+/// How a server's process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stderr: Option<String>,
+}
+
+impl Exit {
+    pub(crate) fn new(status: Option<std::process::ExitStatus>, stderr: Option<String>) -> Exit {
+        #[cfg(unix)]
+        let signal = status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
+        #[cfg(not(unix))]
+        let signal = None;
+        Exit {
+            code: status.and_then(|s| s.code()),
+            signal,
+            stderr: stderr.filter(|s| !s.is_empty()),
+        }
+    }
+
+    /// Its exit code, if it exited.
+    pub fn code(&self) -> Option<i32> {
+        self.code
+    }
+
+    /// The signal that ended it, if one did (Unix).
+    pub fn signal(&self) -> Option<i32> {
+        self.signal
+    }
+
+    /// The last line it wrote to stderr, if any.
+    pub fn stderr(&self) -> Option<&str> {
+        self.stderr.as_deref()
+    }
+}
+
+/// `exited with status 1 (stderr: "...")`, `was killed by signal 9`: the last line
+/// of stderr is quoted when it may say why (the process exited on its own, not with
+/// status 0).
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let quote_stderr = match (self.code, self.signal) {
+            (_, Some(signal)) => {
+                write!(f, "was killed by signal {signal}")?;
+                false
+            }
+            (Some(code), None) => {
+                write!(f, "exited with status {code}")?;
+                code != 0
+            }
+            (None, None) => {
+                f.write_str("exited")?;
+                true
+            }
+        };
+        if let (true, Some(line)) = (quote_stderr, &self.stderr) {
+            write!(f, " (stderr: {line:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a server is down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Down {
+    /// Its process ended.
+    Exited(Exit),
+    /// It closed its connection (its output ended), or the connection broke; its
+    /// process is being stopped.
+    ConnectionLost,
+    /// It could not be started.
+    StartFailed(StartError),
+    /// Its breaker opened on failed calls (timeouts, broken messages): it was stopped,
+    /// to be started afresh.
+    Unresponsive {
+        /// The last failure its breaker recorded.
+        last_failure: String,
+    },
+}
+
+impl fmt::Display for Down {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Down::Exited(exit) => exit.fmt(f),
+            Down::ConnectionLost => f.write_str("closed its connection"),
+            Down::StartFailed(error) => write!(f, "could not start: {error}"),
+            Down::Unresponsive { last_failure } => {
+                write!(f, "stopped answering ({last_failure}) and was stopped")
+            }
+        }
+    }
+}
+
+/// What a supervised server is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerState {
+    /// Its first start is under way.
+    Starting,
+    /// Serving: started, its tool list read.
+    Running,
+    /// A restart is under way: its breaker let the probe through.
+    Restarting,
+    /// Not serving; restarted when its breaker lets a probe through.
+    Down(Down),
+    /// Restarted too often within the crash-loop window: not started again until an
+    /// operator asks ([`McpServer::restart`](super::McpServer::restart), or a reset of
+    /// its breaker).
+    GaveUp {
+        /// Why it went down the last time.
+        last: Down,
+        /// The restarts within the window.
+        restarts: u32,
+        /// The window.
+        within: Duration,
+    },
+    /// Stopped by [`McpServer::stop`](super::McpServer::stop).
+    Stopped,
+}
+
+impl ServerState {
+    /// `starting`, `running`, `restarting`, `down`, `gave_up` or `stopped`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Running => "running",
+            ServerState::Restarting => "restarting",
+            ServerState::Down(_) => "down",
+            ServerState::GaveUp { .. } => "gave_up",
+            ServerState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A supervised server, as it stands.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ServerStatus {
+    /// The server's name.
+    pub name: Arc<str>,
+    /// What it is doing.
+    pub state: ServerState,
+    /// When it entered that state.
+    pub since: Instant,
+    /// Its process id while it runs.
+    pub pid: Option<u32>,
+    /// Whether its breaker's kill switch is on: no call and no restart.
+    pub killed: bool,
+    /// While down: when its breaker lets the next probe (the restart) through, if that
+    /// is a time.
+    pub next_start: Option<Instant>,
+    /// While down: the backoff its restart waits.
+    pub restart_wait: Option<Duration>,
+    /// How many times it has been started (the first start and every restart).
+    pub starts: u64,
+    /// How many times it started and served (each a new process and connection).
+    pub generation: u64,
+    /// Its tools as last read (kept while it is down: they are what it offered).
+    pub tools: ToolList,
+    /// Tools an earlier tool list had that the last one does not.
+    pub vanished: Vec<Arc<str>>,
+    /// Counts every change, so that two statuses can be ordered.
+    pub seq: u64,
+}
+
+impl ServerStatus {
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        ServerStatus {
+            name,
+            state: ServerState::Starting,
+            since: tokio::time::Instant::now().into_std(),
+            pid: None,
+            killed: false,
+            next_start: None,
+            restart_wait: None,
+            starts: 0,
+            generation: 0,
+            tools: ToolList::default(),
+            vanished: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    /// Whether it serves calls now.
+    pub fn is_running(&self) -> bool {
+        self.state == ServerState::Running && !self.killed
+    }
+
+    /// Why it cannot serve calls now, in one line (`None`: it can).
+    pub fn unavailable_because(&self) -> Option<String> {
+        let name = &self.name;
+        if self.killed {
+            return Some(format!(
+                "server `{name}`'s kill switch is on: no calls and no restarts until it is revived"
+            ));
+        }
+        let restart = match self.restart_wait {
+            Some(wait) => format!(
+                "it is restarted when its breaker lets a probe through, after a {} wait",
+                seconds(wait)
+            ),
+            None => "it is restarted when its breaker lets a probe through".to_string(),
+        };
+        Some(match &self.state {
+            ServerState::Running => return None,
+            ServerState::Starting => format!("server `{name}` is starting"),
+            ServerState::Restarting => {
+                format!("server `{name}` is restarting (its breaker's probe is under way)")
+            }
+            ServerState::Down(down) => format!("server `{name}` {down}; {restart}"),
+            ServerState::GaveUp {
+                last,
+                restarts,
+                within,
+            } => format!(
+                "server `{name}` {last}, after {restarts} restart{} within {}: it is not restarted again until an operator restarts it",
+                if *restarts == 1 { "" } else { "s" },
+                seconds(*within)
+            ),
+            ServerState::Stopped => format!("server `{name}` was stopped"),
+        })
+    }
+
+    /// Whether the tool named `tool` can be called now, and why, in one line.
+    pub fn tool_availability(&self, tool: &str) -> (Availability, String) {
+        if let Some(why) = self.unavailable_because() {
+            return (Availability::Unavailable, why);
+        }
+        let name = &self.name;
+        if self.tools.get(tool).is_some() {
+            return (
+                Availability::Available,
+                format!("server `{name}` serves it"),
+            );
+        }
+        let why = if let Some(refused) = self.tools.refusal(tool) {
+            format!(
+                "server `{name}` lists `{tool}`, but it was refused: {}",
+                refused.why
+            )
+        } else if self.vanished.iter().any(|v| &**v == tool) {
+            format!(
+                "server `{name}` no longer lists `{tool}` (its tool list was read again after a restart or a change)"
+            )
+        } else {
+            format!("server `{name}` does not list `{tool}`")
+        };
+        (Availability::Unavailable, why)
+    }
+}
+
+/// `0.5 s`, `12 s`.
+fn seconds(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 10.0 {
+        format!("{} s", (secs * 10.0).round() / 10.0)
+    } else {
+        format!("{} s", secs.round())
+    }
+}
+
+/// `memory: running (pid 4242, generation 2, 9 tools)`.
+impl fmt::Display for ServerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.state.as_str())?;
+        match (&self.state, self.pid) {
+            (ServerState::Running, Some(pid)) => write!(
+                f,
+                " (pid {pid}, started {} times, {} tools)",
+                self.starts,
+                self.tools.tools().len()
+            ),
+            (ServerState::Running, None) => write!(f, " ({} tools)", self.tools.tools().len()),
+            _ => match self.unavailable_because() {
+                Some(why) => write!(f, " — {why}"),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(state: ServerState) -> ServerStatus {
+        ServerStatus {
+            state,
+            ..ServerStatus::new("memory".into())
+        }
+    }
+
+    #[test]
+    fn every_state_says_why_in_one_line() {
+        let exit = Exit {
+            code: None,
+            signal: Some(9),
+            // Its banner, not why it died: not quoted.
+            stderr: Some("running on stdio".into()),
+        };
+        let mut down = status(ServerState::Down(Down::Exited(exit.clone())));
+        down.restart_wait = Some(Duration::from_millis(500));
+        assert_eq!(
+            down.unavailable_because().unwrap(),
+            "server `memory` was killed by signal 9; it is restarted when its breaker lets a probe through, after a 0.5 s wait"
+        );
+        let gave_up = status(ServerState::GaveUp {
+            last: Down::StartFailed(StartError::Exited {
+                exit: Exit {
+                    code: Some(1),
+                    signal: None,
+                    stderr: Some("boom".into()),
+                },
+            }),
+            restarts: 3,
+            within: Duration::from_secs(60),
+        });
+        assert_eq!(
+            gave_up.unavailable_because().unwrap(),
+            "server `memory` could not start: it exited with status 1 (stderr: \"boom\") before it was ready, after 3 restarts within 60 s: it is not restarted again until an operator restarts it"
+        );
+        let mut killed = status(ServerState::Running);
+        killed.killed = true;
+        assert!(killed
+            .unavailable_because()
+            .unwrap()
+            .contains("kill switch"));
+        assert_eq!(status(ServerState::Running).unavailable_because(), None);
+        let (a, why) = status(ServerState::Running).tool_availability("read_graph");
+        assert_eq!(a, Availability::Unavailable);
+        assert_eq!(why, "server `memory` does not list `read_graph`");
+        let mut vanished = status(ServerState::Running);
+        vanished.vanished = vec!["read_graph".into()];
+        assert!(vanished
+            .tool_availability("read_graph")
+            .1
+            .contains("no longer lists"));
+    }
+}

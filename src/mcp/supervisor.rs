@@ -1,0 +1,387 @@
+//! The task that keeps one server running: it starts the server through its breaker,
+//! watches the process, and when the server dies (or stops answering, or cannot start)
+//! holds the breaker open for the restart backoff, so that the restart is the breaker's
+//! probe. It gives up at the crash-loop limit.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::{broadcast, oneshot, watch};
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+
+use crate::error::Rejected;
+use crate::fallback::NoFallback;
+use crate::machine::{Advice, Cause, NextProbe, State, Transition};
+use crate::service::CircuitBreaker;
+
+use super::classify::ServerStarts;
+use super::connection::{self, Notice, Started};
+use super::error::StartError;
+use super::restart::{Next, Restarts};
+use super::server::{Connection, Shared};
+use super::status::{Down, ServerState};
+
+/// What an operator asks of a server.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Start afresh (stopping a running process first).
+    Restart,
+    /// Stop for good; the sender hears when it is done.
+    Stop(oneshot::Sender<()>),
+}
+
+/// A request to start the server: the breaker decides whether it goes.
+#[derive(Clone)]
+pub(crate) struct StartRequest {
+    shared: Arc<Shared>,
+    generation: u64,
+}
+
+/// The service the server's breaker wraps for starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Starter;
+
+impl Service<StartRequest> for Starter {
+    type Response = Started;
+    type Error = StartError;
+    type Future = Pin<Box<dyn Future<Output = Result<Started, StartError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), StartError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: StartRequest) -> Self::Future {
+        Box::pin(async move {
+            let shared = request.shared;
+            connection::start(&shared.config, request.generation, shared.notices.clone()).await
+        })
+    }
+}
+
+/// Why a serving process ended, or what the supervisor was asked meanwhile.
+enum Ended {
+    Exited(super::status::Exit),
+    Lost,
+    Unresponsive(String),
+    Restart,
+    Stop(oneshot::Sender<()>),
+    Gone,
+}
+
+/// What waiting for the breaker's probe came to.
+enum Wake {
+    Go,
+    Restart,
+    Stop(oneshot::Sender<()>),
+    Gone,
+}
+
+pub(crate) struct Supervisor {
+    shared: Arc<Shared>,
+    starts: CircuitBreaker<Starter, NoFallback, ServerStarts>,
+    notices: UnboundedReceiver<Notice>,
+    commands: UnboundedReceiver<Command>,
+    transitions: broadcast::Receiver<Transition>,
+    kill: watch::Receiver<bool>,
+    restarts: Restarts,
+    /// Processes that started and served.
+    generation: u64,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        starts: CircuitBreaker<Starter, NoFallback, ServerStarts>,
+        notices: UnboundedReceiver<Notice>,
+        commands: UnboundedReceiver<Command>,
+    ) -> Self {
+        let transitions = shared.breaker.subscribe();
+        let kill = shared.breaker.kill_switch().watch();
+        let restarts = Restarts::new(shared.config.restart);
+        Supervisor {
+            shared,
+            starts,
+            notices,
+            commands,
+            transitions,
+            kill,
+            restarts,
+            generation: 0,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        self.sync_killed();
+        // The first start, and one an operator asks for, are not restarts: they go as
+        // calls of the (closed) breaker. Every other start is its probe.
+        let mut fresh = true;
+        loop {
+            if !fresh {
+                match self.await_probe().await {
+                    Wake::Go => {}
+                    Wake::Restart => self.operator_restart(),
+                    Wake::Stop(done) => return self.stopped(done),
+                    Wake::Gone => return,
+                }
+            }
+            let restart = !fresh;
+            fresh = false;
+            let ended = match self.start(restart).await {
+                Err(Wake::Stop(done)) => return self.stopped(done),
+                Err(_) => return,
+                Ok(None) => continue,
+                Ok(Some(started)) => self.serve(started).await,
+            };
+            match ended {
+                (Ended::Restart, _) => {
+                    self.operator_restart();
+                    fresh = true;
+                }
+                (Ended::Stop(done), _) => return self.stopped(done),
+                (Ended::Gone, _) => return,
+                (Ended::Exited(exit), ran_for) => self.down(Down::Exited(exit), Some(ran_for)),
+                (Ended::Lost, ran_for) => self.down(Down::ConnectionLost, Some(ran_for)),
+                (Ended::Unresponsive(last_failure), ran_for) => {
+                    self.down(Down::Unresponsive { last_failure }, Some(ran_for))
+                }
+            }
+        }
+    }
+
+    /// One start through the breaker. `Ok(Some)`: it serves; `Ok(None)`: it failed or
+    /// the breaker skipped it (the state says so); `Err`: a command came meanwhile.
+    async fn start(&mut self, restart: bool) -> Result<Option<Started>, Wake> {
+        let before = self.shared.status().state;
+        self.shared.update(|status, _| {
+            status.state = if status.starts == 0 {
+                ServerState::Starting
+            } else {
+                ServerState::Restarting
+            };
+            status.starts += 1;
+            status.next_start = None;
+            status.restart_wait = None;
+        });
+        if restart {
+            self.restarts.attempted(Instant::now());
+        }
+        let request = StartRequest {
+            shared: self.shared.clone(),
+            generation: self.generation + 1,
+        };
+        let attempt = self.starts.clone().oneshot(request);
+        tokio::pin!(attempt);
+        let result = loop {
+            tokio::select! {
+                result = &mut attempt => break result,
+                command = self.commands.recv() => match command {
+                    // Asked to restart while starting: this start is that restart.
+                    Some(Command::Restart) => {}
+                    // Dropping the start kills the process it spawned.
+                    Some(Command::Stop(done)) => return Err(Wake::Stop(done)),
+                    None => return Err(Wake::Gone),
+                },
+            }
+        };
+        match result {
+            Ok(answer) => Ok(Some(answer.into_inner())),
+            Err(error) => match error.downcast::<StartError>() {
+                Ok(error) => {
+                    self.down(Down::StartFailed(*error), None);
+                    Ok(None)
+                }
+                Err(error) => {
+                    // Skipped between the look and the start (killed, forced open): the
+                    // server is as it was, and the wait goes on.
+                    debug_assert!(error.is::<Rejected>(), "{error}");
+                    self.shared.update(|status, _| status.state = before);
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    /// Serves until the process ends or a command comes; returns why, and how long it
+    /// served.
+    async fn serve(&mut self, started: Started) -> (Ended, std::time::Duration) {
+        let Started {
+            mut child,
+            client,
+            tools,
+            stderr,
+        } = started;
+        self.generation += 1;
+        let generation = self.generation;
+        let since = Instant::now();
+        let pid = child.id();
+        let connection = Arc::new(Connection {
+            generation,
+            peer: client.peer().clone(),
+            tools: tools.clone(),
+        });
+        self.shared.update(|status, current| {
+            status.state = ServerState::Running;
+            status.pid = pid;
+            status.generation = generation;
+            status.tools = tools;
+            *current = Some(connection);
+        });
+        let grace = self.shared.config.stop_timeout;
+        let ended = loop {
+            tokio::select! {
+                status = child.wait() => {
+                    let exit = super::status::Exit::new(status.ok(), stderr.last());
+                    break Ended::Exited(exit);
+                }
+                notice = self.notices.recv() => match notice {
+                    Some(Notice::ToolsChanged(g)) if g == generation => {
+                        self.shared.refresh_tools(generation).await;
+                    }
+                    // Its output ended: most often because it is dying. If it exits
+                    // within the grace period, that is what happened.
+                    Some(Notice::Closed(g)) if g == generation => {
+                        match tokio::time::timeout(grace, child.wait()).await {
+                            Ok(status) => {
+                                break Ended::Exited(super::status::Exit::new(status.ok(), stderr.last()))
+                            }
+                            Err(_) => break Ended::Lost,
+                        }
+                    }
+                    _ => {}
+                },
+                transition = self.transitions.recv() => {
+                    if let Ok(t) = transition {
+                        if t.to == State::Open && t.cause == Cause::Tripped {
+                            let last = self.shared.breaker.snapshot().last_failure
+                                .map_or_else(|| "failed calls".to_string(), |f| f.message.to_string());
+                            break Ended::Unresponsive(last);
+                        }
+                    }
+                }
+                _ = self.kill.changed() => self.sync_killed(),
+                command = self.commands.recv() => break match command {
+                    Some(Command::Restart) => Ended::Restart,
+                    Some(Command::Stop(done)) => Ended::Stop(done),
+                    None => Ended::Gone,
+                },
+            }
+        };
+        // Out of service from now: no call goes to this process any more.
+        self.shared.update(|status, current| {
+            if current.as_ref().is_some_and(|c| c.generation == generation) {
+                *current = None;
+            }
+            status.pid = None;
+        });
+        let ran_for = since.elapsed();
+        let ended = match ended {
+            Ended::Exited(exit) => Ended::Exited(exit),
+            other => {
+                let exit = connection::stop(child, Some(client), grace, &stderr).await;
+                tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
+                other
+            }
+        };
+        (ended, ran_for)
+    }
+
+    /// Waits until the breaker lets the restart through as its probe, or a command
+    /// comes.
+    async fn await_probe(&mut self) -> Wake {
+        loop {
+            let wait = match self.shared.breaker.peek() {
+                Advice::Probe => return Wake::Go,
+                // Closed with the server down: a person reset the breaker, which asks for
+                // a start, and forgets the restarts so far.
+                Advice::Call => {
+                    self.restarts.reset();
+                    return Wake::Go;
+                }
+                Advice::Skip(skip) => match skip.next_probe() {
+                    NextProbe::After { at: Some(at), .. } => Some(at),
+                    _ => None,
+                },
+            };
+            self.shared.update(|status, _| status.next_start = wait);
+            let sleep = async {
+                match wait {
+                    Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {}
+                _ = self.transitions.recv() => {}
+                _ = self.kill.changed() => self.sync_killed(),
+                command = self.commands.recv() => return match command {
+                    Some(Command::Restart) => Wake::Restart,
+                    Some(Command::Stop(done)) => Wake::Stop(done),
+                    None => Wake::Gone,
+                },
+            }
+        }
+    }
+
+    /// The server went down: hold its breaker open for the restart backoff, or give up.
+    fn down(&mut self, why: Down, ran_for: Option<std::time::Duration>) {
+        let now = Instant::now();
+        tracing::info!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "down: it {why}");
+        match self.restarts.failed(now, ran_for) {
+            Next::RestartAfter(wait) => {
+                let until = (now + wait).into_std();
+                self.shared.breaker.hold_open_until(until);
+                self.shared.update(|status, connection| {
+                    *connection = None;
+                    status.state = ServerState::Down(why);
+                    status.pid = None;
+                    status.restart_wait = Some(wait);
+                    status.next_start = Some(until);
+                });
+            }
+            Next::GiveUp { restarts } => {
+                // As an operator would: only a reset (or `McpServer::restart`) ends it.
+                self.shared.breaker.force_open();
+                let within = self.shared.config.restart.window();
+                tracing::warn!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), restarts, "crash loop: not restarted again until an operator restarts it");
+                self.shared.update(|status, connection| {
+                    *connection = None;
+                    status.state = ServerState::GaveUp {
+                        last: why,
+                        restarts,
+                        within,
+                    };
+                    status.pid = None;
+                    status.restart_wait = None;
+                    status.next_start = None;
+                });
+            }
+        }
+    }
+
+    /// An operator asked for a fresh start: the breaker is reset, the restarts so far
+    /// forgotten.
+    fn operator_restart(&mut self) {
+        self.restarts.reset();
+        self.shared.breaker.reset();
+    }
+
+    fn stopped(&mut self, done: oneshot::Sender<()>) {
+        self.shared.update(|status, connection| {
+            *connection = None;
+            status.state = ServerState::Stopped;
+            status.pid = None;
+            status.next_start = None;
+            status.restart_wait = None;
+        });
+        let _ = done.send(());
+    }
+
+    fn sync_killed(&mut self) {
+        let killed = *self.kill.borrow_and_update();
+        self.shared.update(|status, _| status.killed = killed);
+    }
+}

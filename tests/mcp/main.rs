@@ -1,0 +1,10 @@
+//! MCP tool servers under the breaker and the expediter, against real servers from the
+//! npm registry (see `servers.rs`), started over stdio.
+#![cfg(unix)]
+
+mod agent;
+mod attacks;
+mod calls;
+mod common;
+mod death;
+mod servers;
