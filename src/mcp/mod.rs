@@ -4,7 +4,11 @@
 //! held back.
 //!
 //! The feature needs Rust 1.88 (the rust-version of rmcp, the Rust MCP SDK it builds on:
-//! its client, over the child's stdin and stdout), above the crate's own 1.85.
+//! its client, over the child's stdin and stdout), above the crate's own 1.85. It is a
+//! feature rather than a crate of its own: without it, the crate still builds on 1.85
+//! (checked with every other feature on); one crate keeps one version, one changelog and
+//! one set of docs; and MCP support moves with the breaker's holds and the expediter's
+//! availability it is built on.
 //!
 //! # A server
 //!
