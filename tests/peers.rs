@@ -2293,6 +2293,30 @@ async fn a_lowered_threshold_applies_to_the_next_failure() {
     assert_eq!(handle.state(), State::Open);
 }
 
+// resilience4j shouldOpenAfterFailureRateThresholdExceeded (the rate is compared with
+// `>=`: a window whose share of failures equals the threshold opens) and Polly
+// AdvancedCircuitBreakerSpecs ..._failure_threshold_equalled_...: exactly the rate opens,
+// for rates whose decimal has no exact binary form too (28 % of 25 calls is 7 failures,
+// 55 % of 100 is 55).
+#[tokio::test(start_paused = true)]
+async fn a_share_of_failures_exactly_at_a_decimal_rate_opens() {
+    for (rate, window, failures) in [(0.28, 25u32, 7u32), (0.55, 100, 55), (0.14, 50, 7)] {
+        let (mut svc, handle, _) =
+            rig(Builder::new().failure_rate(rate, RateWindow::Calls(window), window));
+        for _ in 0..window - failures {
+            assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        }
+        fail_n(&mut svc, failures as usize - 1).await;
+        assert_eq!(handle.state(), State::Closed, "{rate}: one failure short");
+        fail_n(&mut svc, 1).await;
+        assert_eq!(
+            handle.state(),
+            State::Open,
+            "{failures} of {window} is {rate} of the window"
+        );
+    }
+}
+
 /// A service whose readiness is scripted: never ready, or failing to get ready.
 #[derive(Clone, Debug)]
 struct Readiness {

@@ -659,7 +659,10 @@ impl Machine {
                 ..
             } => {
                 let WindowCounts { failures, calls } = self.window.totals(now);
-                calls >= minimum_calls.max(1) && f64::from(failures) >= rate * f64::from(calls)
+                // The share, divided out and rounded once, against the rate as given: a
+                // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
+                // `failures >= rate * calls` (rounded on the other side) can miss.
+                calls >= minimum_calls.max(1) && f64::from(failures) / f64::from(calls) >= rate
             }
         }
     }
