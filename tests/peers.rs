@@ -532,8 +532,9 @@ async fn a_time_window_forgets_old_outcomes_and_trips_on_the_fresh_ratio() {
 // resilience4j, CircuitBreakerStateMachineTest
 // =================================================================================
 
-// resilience4j shouldThrowCallNotPermittedExceptionWhenStateIsForcedOpen: a forced-open
-// breaker rejects and counts the call as not permitted.
+// resilience4j shouldThrowCallNotPermittedExceptionWhenStateIsForcedOpen and failsafe-go
+// "should reject initial execution when circuit open" (cb.Open()): a breaker opened by
+// hand rejects its first call, and counts it as not permitted.
 #[tokio::test(start_paused = true)]
 async fn a_forced_open_breaker_rejects_with_its_own_reason_and_counts_it() {
     let (mut svc, handle, calls) = rig_rejecting(Builder::new());
@@ -548,8 +549,11 @@ async fn a_forced_open_breaker_rejects_with_its_own_reason_and_counts_it() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
-// resilience4j shouldForceOpenCircuitBreaker: forced open never turns half-open, however
-// long past the wait duration.
+// resilience4j shouldForceOpenCircuitBreaker, and Polly
+// Should_open_circuit_and_block_calls_if_manual_override_open,
+// Should_hold_circuit_open_despite_elapsed_time_if_manual_override_open and
+// Should_close_circuit_again_on_reset_after_manual_override: forced open never turns
+// half-open, however long past the wait duration; a reset closes it.
 #[tokio::test(start_paused = true)]
 async fn forced_open_never_probes_however_long_it_waits() {
     let (mut svc, handle, calls) = rig(Builder::new().cooldown(Cooldown::Time(secs(5))));
@@ -563,6 +567,9 @@ async fn forced_open_never_probes_however_long_it_waits() {
     assert!(!handle.allow_probe(), "forced open waits for a reset");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     assert_eq!(handle.snapshot().counts.skipped_forced_open, 3);
+    handle.reset();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 // resilience4j shouldOnlyPermitFourCallsInHalfOpenState and
@@ -1196,21 +1203,6 @@ async fn a_trial_that_never_ends_does_not_keep_the_breaker_half_open() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
-// Polly Should_open_circuit_and_block_calls_if_manual_override_open,
-// Should_hold_circuit_open_despite_elapsed_time_if_manual_override_open and
-// Should_close_circuit_again_on_reset_after_manual_override.
-#[tokio::test(start_paused = true)]
-async fn a_manual_isolate_blocks_calls_until_a_reset() {
-    let (mut svc, handle, calls) = rig(Builder::new().cooldown(Cooldown::Time(secs(1))));
-    handle.force_open();
-    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
-    advance(secs(3600)).await;
-    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
-    handle.reset();
-    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
-}
-
 // Polly Should_be_able_to_reset_automatically_opened_circuit_without_specified_duration_passing.
 #[tokio::test(start_paused = true)]
 async fn a_reset_closes_a_tripped_breaker_before_its_cooldown() {
@@ -1465,16 +1457,6 @@ async fn a_reset_clears_the_run_of_failures_but_keeps_the_last_failure_as_histor
 // =================================================================================
 // failsafe-go, test/circuitbreaker_test.go and circuitbreaker/*state_test.go
 // =================================================================================
-
-// failsafe-go "should reject initial execution when circuit open" (cb.Open()).
-#[tokio::test(start_paused = true)]
-async fn a_breaker_opened_by_hand_rejects_its_first_call() {
-    let (mut svc, handle, calls) = rig_rejecting(Builder::new());
-    handle.force_open();
-    let error = call(&mut svc, Req::Ok).await.unwrap_err();
-    assert!(error.is::<Rejected>());
-    assert_eq!(calls.load(Ordering::SeqCst), 0);
-}
 
 // failsafe-go "with rejected retries": a retry policy outside the breaker (7 attempts)
 // sees the breaker open after 3 failures; the service is called 3 times and the other 4
