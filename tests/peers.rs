@@ -2229,6 +2229,7 @@ async fn the_siblings_of_a_failed_probe_hold_their_slots_until_they_end() {
     tx_a.send(false).unwrap();
     assert!(a.await.is_err());
     assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().probes_in_flight, 1, "b, still running");
     // The next call is due (cooldown 1 call): half-open again, with one slot free.
     let (c, tx_c) = start_waiting(&mut svc).await;
     assert_eq!(handle.state(), State::HalfOpen);
