@@ -2430,3 +2430,41 @@ async fn a_cooldown_in_time_runs_on_under_the_kill_switch() {
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(handle.state(), State::Closed);
 }
+
+// gobreaker TestRollingWindowCircuitBreakerInParallel: successes, failures and
+// exclusions from many goroutines through a rolling window; whatever the breaker does
+// with them, every call is accounted for once and only made calls reach the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_mixed_outcomes_through_a_rate_window_are_each_counted_once() {
+    let (svc, handle, calls) = rig(Builder::new()
+        .failure_rate(0.6, RateWindow::Calls(30), 3)
+        .cooldown(Cooldown::Calls(5))
+        .half_open_probes(3));
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for j in 0..100 {
+                    let req = match j % 3 {
+                        0 => Req::Ok,
+                        1 => Req::Fail,
+                        _ => Req::Ignore,
+                    };
+                    let _ = call(&mut svc, req).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let c = handle.snapshot().counts;
+    assert_eq!(c.arrived, 1_200);
+    assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned);
+    assert_eq!(
+        c.made,
+        c.successes + c.failures + c.ignored + c.cancelled + c.late
+    );
+    assert_eq!(c.made as usize, calls.load(Ordering::SeqCst));
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+}
