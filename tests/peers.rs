@@ -2468,3 +2468,28 @@ async fn parallel_mixed_outcomes_through_a_rate_window_are_each_counted_once() {
     assert_eq!(c.made as usize, calls.load(Ordering::SeqCst));
     assert_eq!(handle.snapshot().probes_in_flight, 0);
 }
+
+// resilience4j shouldTransitionToHalfOpenAfterWaitDuration and gobreaker's expiry, to the
+// nanosecond for any cooldown: with neither backoff nor jitter, a cooldown in time is
+// waited exactly as configured, however long (a float of seconds holds only 53 bits).
+#[tokio::test(start_paused = true)]
+async fn a_long_cooldown_in_time_is_waited_to_the_nanosecond() {
+    for cooldown in [
+        Duration::new(10_000_000, 1),
+        Duration::new(1_000_000_000, 1),
+    ] {
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(cooldown)));
+        fail_n(&mut svc, 1).await;
+        assert_eq!(handle.snapshot().retry_after(), Some(cooldown));
+        advance(cooldown - NS).await;
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+        advance(NS).await;
+        assert_eq!(
+            got(&mut svc, Req::Ok).await,
+            Ok(Source::Probe),
+            "{cooldown:?}"
+        );
+    }
+}

@@ -743,11 +743,11 @@ impl Machine {
             Some(b) => base * b.multiplier.powi(reopens),
             None => base,
         };
+        let exact = factor == 1.0 && (reopens == 0 || backoff.is_none());
         match (self.config.cooldown, self.config.backoff.map(|b| b.cap)) {
-            // Exact when nothing grows or spreads it: a float holds only 53 bits.
-            (Cooldown::Calls(base), _) if factor == 1.0 && (reopens == 0 || backoff.is_none()) => {
-                Cooldown::Calls(base)
-            }
+            // Exact when nothing grows or spreads it: a float holds only 53 bits (of
+            // calls, or of a time's seconds and nanoseconds).
+            (cooldown, _) if exact => cooldown,
             (Cooldown::Calls(base), cap) => {
                 let cap = match cap {
                     Some(Cooldown::Calls(cap)) => cap,
