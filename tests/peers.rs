@@ -1698,7 +1698,7 @@ async fn a_breaker_disabled_at_runtime_ignores_errors_until_enabled_again() {
 
 // =================================================================================
 // Our own additions to the peers' behaviours: the kill switch and cooldown in calls
-// (SPEC, seed 003), which no peer has in this form
+// (SPEC: the kill switch and cooldowns in calls), which no peer has in this form
 // =================================================================================
 
 // SPEC: "cooldown N = the N-th call after the opening one is the probe"; skipped calls
@@ -1718,7 +1718,7 @@ async fn a_cooldown_in_calls_makes_the_nth_call_after_the_opening_the_probe() {
     assert_eq!(handle.state(), State::Closed);
 }
 
-// SPEC (seed 003's trace with the kill switch on at steps 9 and 10): killed calls are
+// SPEC (a trace with the kill switch on at steps 9 and 10): killed calls are
 // skipped and still take their steps; the state is untouched; step 11 is the probe.
 #[tokio::test(start_paused = true)]
 async fn the_kill_switch_skips_calls_that_still_count_as_steps() {
