@@ -139,7 +139,9 @@ pub struct Snapshot {
     /// The failures and calls in the failure-rate window; both 0 for the
     /// consecutive-failures policy.
     pub window: WindowCounts,
-    /// Probes of the current half-open under way.
+    /// Probes under way: the current half-open's, and those of an earlier half-open
+    /// that still hold a slot (the siblings of a failed probe, until they end or their
+    /// half-open's dwell limit passes), so an open breaker may show some.
     pub probes_in_flight: u32,
     /// The last failure.
     pub last_failure: Option<FailureRecord>,

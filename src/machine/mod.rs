@@ -659,7 +659,10 @@ impl Machine {
                 ..
             } => {
                 let WindowCounts { failures, calls } = self.window.totals(now);
-                calls >= minimum_calls.max(1) && f64::from(failures) >= rate * f64::from(calls)
+                // The share, divided out and rounded once, against the rate as given: a
+                // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
+                // `failures >= rate * calls` (rounded on the other side) can miss.
+                calls >= minimum_calls.max(1) && f64::from(failures) / f64::from(calls) >= rate
             }
         }
     }
@@ -740,11 +743,11 @@ impl Machine {
             Some(b) => base * b.multiplier.powi(reopens),
             None => base,
         };
+        let exact = factor == 1.0 && (reopens == 0 || backoff.is_none());
         match (self.config.cooldown, self.config.backoff.map(|b| b.cap)) {
-            // Exact when nothing grows or spreads it: a float holds only 53 bits.
-            (Cooldown::Calls(base), _) if factor == 1.0 && (reopens == 0 || backoff.is_none()) => {
-                Cooldown::Calls(base)
-            }
+            // Exact when nothing grows or spreads it: a float holds only 53 bits (of
+            // calls, or of a time's seconds and nanoseconds).
+            (cooldown, _) if exact => cooldown,
             (Cooldown::Calls(base), cap) => {
                 let cap = match cap {
                     Some(Cooldown::Calls(cap)) => cap,

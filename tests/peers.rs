@@ -1,0 +1,2495 @@
+//! Behaviours ported from the test suites of other circuit breakers: sony/gobreaker
+//! (`v2/gobreaker_test.go`), resilience4j (`CircuitBreakerStateMachineTest` and friends),
+//! Polly (`CircuitBreakerSpecs`, `AdvancedCircuitBreakerSpecs`, `CircuitStateControllerTests`),
+//! failsafe-go (`test/circuitbreaker_test.go`, `circuitbreaker/*state_test.go`) and Hystrix
+//! (`HystrixCircuitBreakerTest`).
+//!
+//! Each test names the peer test it comes from. Where this crate's documented semantics
+//! differ on purpose (the SPEC: any failed probe re-opens, the probe goes at the exact end
+//! of a cooldown, a forced open is its own state, observe-only moves through the states),
+//! the test is adapted to ours and says so.
+//!
+//! Every test runs on tokio's paused clock (or, for concurrent callers, on a multi-thread
+//! runtime with no time involved), so nothing waits on the wall clock.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tokio::time::advance;
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::config::RateWindow;
+use tower_circuit_breaker::error::{BoxError, Rejected};
+use tower_circuit_breaker::{
+    Advice, Answer, Backoff, Builder, Cause, CircuitBreakerHandle, Cooldown, Event, Failure,
+    KillSwitch, Mode, NextProbe, Outcome, Reason, Source, State, Transition,
+};
+
+const NS: Duration = Duration::from_nanos(1);
+/// The error text of a failed call.
+const FAILED: &str = "connection refused";
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The breaker's clock, as the tests see it.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+// ---------------------------------------------------------------------------------
+// The wrapped service: each request says how the call ends.
+// ---------------------------------------------------------------------------------
+
+#[derive(Debug)]
+enum Req {
+    /// Succeeds at once.
+    Ok,
+    /// Fails at once (an I/O error: a failure).
+    Fail,
+    /// Fails with an error the classifier ignores (a bad request: the caller's mistake,
+    /// resilience4j's ignored exception, gobreaker's excluded error).
+    Ignore,
+    /// Sleeps this long on the tokio clock, then succeeds.
+    Slow(Duration),
+    /// Sleeps this long, then fails.
+    SlowFail(Duration),
+    /// Ends when told: `true` succeeds, `false` fails.
+    Wait(oneshot::Receiver<bool>),
+    /// Panics inside the call's future.
+    Panic,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Backend {
+    calls: Arc<AtomicUsize>,
+}
+
+impl Service<Req> for Backend {
+    type Response = &'static str;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<&'static str, io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match req {
+                Req::Ok => Ok("ok"),
+                Req::Fail => Err(io::Error::other(FAILED)),
+                Req::Ignore => Err(io::Error::new(io::ErrorKind::InvalidInput, "bad request")),
+                Req::Slow(took) => {
+                    tokio::time::sleep(took).await;
+                    Ok("ok")
+                }
+                Req::SlowFail(took) => {
+                    tokio::time::sleep(took).await;
+                    Err(io::Error::other(FAILED))
+                }
+                Req::Wait(rx) => match rx.await {
+                    Ok(true) => Ok("ok"),
+                    _ => Err(io::Error::other(FAILED)),
+                },
+                Req::Panic => panic!("oops"),
+            }
+        })
+    }
+}
+
+/// `InvalidInput` is the caller's mistake: ignored; any other error is a failure.
+fn classify(result: &Result<&'static str, io::Error>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Success,
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Outcome::Ignored,
+        Err(_) => Outcome::failure(),
+    }
+}
+
+type Reply = Result<Answer<&'static str>, BoxError>;
+
+trait Svc:
+    Service<Req, Response = Answer<&'static str>, Error = BoxError, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+impl<T> Svc for T where
+    T: Service<Req, Response = Answer<&'static str>, Error = BoxError, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+/// A breaker around the backend, answering skipped calls from a fallback.
+fn rig(builder: Builder) -> (impl Svc, CircuitBreakerHandle, Arc<AtomicUsize>) {
+    let backend = Backend::default();
+    let calls = backend.calls.clone();
+    let layer = builder.build().expect("valid settings");
+    let handle = layer.handle();
+    let svc = layer
+        .with_classifier(classify)
+        .with_fallback(service_fn(|_: Req| async {
+            Ok::<_, Infallible>("fallback")
+        }))
+        .layer(backend);
+    (svc, handle, calls)
+}
+
+/// A breaker with no fallback: skipped calls are a typed [`Rejected`] error.
+fn rig_rejecting(builder: Builder) -> (impl Svc, CircuitBreakerHandle, Arc<AtomicUsize>) {
+    let backend = Backend::default();
+    let calls = backend.calls.clone();
+    let layer = builder.build().expect("valid settings");
+    let handle = layer.handle();
+    let svc = layer.with_classifier(classify).layer(backend);
+    (svc, handle, calls)
+}
+
+async fn call<S: Svc>(svc: &mut S, req: Req) -> Reply {
+    svc.ready().await?.call(req).await
+}
+
+/// Where the answer came from, or the error's text.
+async fn got<S: Svc>(svc: &mut S, req: Req) -> Result<Source, String> {
+    match call(svc, req).await {
+        Ok(answer) => Ok(answer.source()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Starts a call (its decision is made and the wrapped service is called) without
+/// awaiting its end.
+async fn start<S: Svc>(svc: &mut S, req: Req) -> S::Future {
+    svc.ready().await.expect("ready").call(req)
+}
+
+/// A call that hangs until told how it ends.
+async fn start_waiting<S: Svc>(svc: &mut S) -> (S::Future, oneshot::Sender<bool>) {
+    let (tx, rx) = oneshot::channel();
+    (start(svc, Req::Wait(rx)).await, tx)
+}
+
+async fn fail_n<S: Svc>(svc: &mut S, n: usize) {
+    for _ in 0..n {
+        assert_eq!(got(svc, Req::Fail).await, Err(FAILED.into()));
+    }
+}
+
+fn skipped(reason: Reason) -> Result<Source, String> {
+    Ok(Source::Fallback(reason))
+}
+
+fn summary(transitions: &[Transition]) -> Vec<(State, State, Cause)> {
+    transitions
+        .iter()
+        .map(|t| (t.from, t.to, t.cause))
+        .collect()
+}
+
+fn drain(rx: &mut tokio::sync::broadcast::Receiver<Transition>) -> Vec<(State, State, Cause)> {
+    let mut all = Vec::new();
+    while let Ok(t) = rx.try_recv() {
+        all.push(t);
+    }
+    summary(&all)
+}
+
+/// Every event an observer hears, as one line each.
+fn recorder() -> (
+    Arc<Mutex<Vec<String>>>,
+    impl Fn(&Event<'_>) + Send + Sync + 'static,
+) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let observer = move |event: &Event<'_>| {
+        let line = match event {
+            Event::Transition(t) => format!("transition {}->{} {}", t.from, t.to, t.cause),
+            Event::Recorded { outcome, probe, .. } => {
+                let what = match outcome {
+                    Outcome::Success => "success",
+                    Outcome::Failure(_) => "failure",
+                    Outcome::Ignored => "ignored",
+                };
+                format!("recorded {what}{}", if *probe { " probe" } else { "" })
+            }
+            Event::Skipped { skip, .. } => format!("skipped {}", skip.reason()),
+            Event::ModeChanged { from, to, .. } => {
+                format!("mode {}->{}", from.as_str(), to.as_str())
+            }
+            _ => "other".into(),
+        };
+        sink.lock().unwrap().push(line);
+    };
+    (lines, observer)
+}
+
+fn taken(lines: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    std::mem::take(&mut *lines.lock().unwrap())
+}
+
+/// Brings a breaker to half-open with `probes` probe slots: opened, the cooldown passed
+/// (in calls: 1), nothing in flight.
+fn half_open_rig(probes: u32) -> (impl Svc, CircuitBreakerHandle, Arc<AtomicUsize>) {
+    rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .half_open_probes(probes))
+}
+
+// =================================================================================
+// sony/gobreaker, v2/gobreaker_test.go
+// =================================================================================
+
+// gobreaker TestDefaultCircuitBreaker: five failures in a row stay closed under the
+// default ReadyToTrip (more than 5), a success resets the run, and the sixth in a row
+// opens. Ours counts to the threshold: threshold 6 is gobreaker's default.
+#[tokio::test(start_paused = true)]
+async fn failures_below_the_threshold_stay_closed_and_a_success_resets_the_run() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(6));
+    fail_n(&mut svc, 5).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.consecutive_failures),
+        (State::Closed, 5)
+    );
+    assert_eq!(snapshot.counts.failures, 5);
+
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.snapshot().consecutive_failures, 0);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().consecutive_failures, 1);
+    fail_n(&mut svc, 5).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.consecutive_failures),
+        (State::Open, 6)
+    );
+    assert_eq!(snapshot.counts.made, 12);
+}
+
+// gobreaker TestDefaultCircuitBreaker: an open breaker rejects a success and a failure
+// alike (ErrOpenState), and neither reaches the service.
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_turns_away_every_call_without_calling_the_service() {
+    let (mut svc, handle, calls) = rig_rejecting(Builder::new().failure_threshold(1));
+    fail_n(&mut svc, 1).await;
+    for req in [Req::Ok, Req::Fail, Req::Ignore] {
+        let error = call(&mut svc, req).await.unwrap_err();
+        let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+        assert_eq!(
+            (rejected.reason(), rejected.state()),
+            (Reason::Open, State::Open)
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(handle.snapshot().counts.skipped_open, 3);
+}
+
+// gobreaker TestDefaultCircuitBreaker: open until the timeout passes (timeout - 1ms:
+// open), then half-open. gobreaker probes only strictly after the expiry; ours lets the
+// probe go at the exact end of the cooldown (a caller that waits exactly the time it was
+// told gets the probe), so the boundary is checked to the nanosecond on our side.
+#[tokio::test(start_paused = true)]
+async fn the_probe_goes_at_the_exact_end_of_the_cooldown_and_not_a_nanosecond_before() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(60))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(60) - Duration::from_millis(1)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(Duration::from_millis(1) - NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert_eq!(handle.snapshot().retry_after(), Some(NS));
+    advance(NS).await;
+    assert_eq!(handle.peek(), Advice::Probe);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// gobreaker TestDefaultCircuitBreaker: half-open to open on a failure, with a new
+// expiry: the cooldown starts again from the failed probe.
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_reopens_and_the_cooldown_runs_again_from_the_failure() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(60))));
+    let mut transitions = handle.subscribe();
+    fail_n(&mut svc, 1).await;
+    advance(secs(60)).await;
+    assert_eq!(got(&mut svc, Req::Fail).await, Err(FAILED.into()));
+    assert_eq!(handle.state(), State::Open);
+    let failed_at = now();
+    assert_eq!(
+        handle.snapshot().next_probe,
+        NextProbe::After {
+            calls: 1,
+            at: Some(failed_at + secs(60))
+        }
+    );
+    advance(secs(60) - NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::Closed, State::Open, Cause::Tripped),
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Open, Cause::ProbeFailed),
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
+        ]
+    );
+}
+
+// gobreaker TestCustomCircuitBreaker: in half-open, excluded requests are neutral: they
+// neither count nor use up MaxRequests, and the breaker stays half-open; then the first
+// real failure re-opens it.
+#[tokio::test(start_paused = true)]
+async fn ignored_probes_give_their_slot_back_and_leave_the_breaker_half_open() {
+    let (mut svc, handle, calls) = half_open_rig(3);
+    fail_n(&mut svc, 1).await;
+    for _ in 0..4 {
+        assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+        assert_eq!(handle.state(), State::HalfOpen);
+        assert_eq!(handle.snapshot().probes_in_flight, 0);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    assert_eq!(handle.snapshot().counts.ignored, 4);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// gobreaker TestCustomCircuitBreaker (MaxRequests 3): successes in half-open do not close
+// it until three have succeeded; a call over the limit while the third is in flight is
+// turned away (ErrTooManyRequests); the third success closes it.
+#[tokio::test(start_paused = true)]
+async fn half_open_closes_only_after_as_many_successes_as_probe_slots() {
+    let (mut svc, handle, _) = half_open_rig(3);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::HalfOpen);
+    let (a, tx_a) = start_waiting(&mut svc).await;
+    let (b, tx_b) = start_waiting(&mut svc).await;
+    let (c, tx_c) = start_waiting(&mut svc).await;
+    assert_eq!(handle.snapshot().probes_in_flight, 3);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    tx_a.send(true).unwrap();
+    assert_eq!(a.await.unwrap().source(), Source::Probe);
+    assert_eq!(handle.state(), State::Closed);
+    // The other two were probes of a half-open that is over: late, counted for nothing.
+    tx_b.send(false).unwrap();
+    tx_c.send(true).unwrap();
+    assert!(b.await.is_err());
+    assert!(c.await.is_ok());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.counts.late, 2);
+}
+
+// gobreaker TestPanicInRequest: a panic in the request propagates and counts as one
+// failure.
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_the_call_reaches_the_caller_and_counts_as_one_failure() {
+    let (svc, handle, _) = rig(Builder::new().failure_threshold(3));
+    let mut on_a_task = svc.clone();
+    let joined = tokio::spawn(async move { call(&mut on_a_task, Req::Panic).await }).await;
+    assert!(joined.unwrap_err().is_panic());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.counts.failures, 1);
+    assert_eq!(snapshot.consecutive_failures, 1);
+    assert_eq!(snapshot.counts.made, 1);
+}
+
+// gobreaker TestGeneration: a request from an earlier generation (the window was
+// cleared meanwhile) has no effect on the counts. Ours: a call in flight across a change
+// of state is late.
+#[tokio::test(start_paused = true)]
+async fn a_result_from_an_earlier_generation_changes_nothing() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    fail_n(&mut svc, 1).await;
+    let (pending, tx) = start_waiting(&mut svc).await;
+    handle.force_open();
+    handle.reset();
+    tx.send(false).unwrap();
+    assert!(pending.await.is_err());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.counts.late, 1);
+    assert_eq!(snapshot.counts.failures, 1);
+}
+
+// gobreaker TestCustomIsSuccessful: a classifier that calls every error a success never
+// trips the breaker; the default one does.
+#[tokio::test(start_paused = true)]
+async fn a_classifier_that_calls_errors_successes_never_trips() {
+    let layer = Builder::new().failure_threshold(5).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|_: &Result<&'static str, io::Error>| Outcome::Success)
+        .layer(Backend::default());
+    for _ in 0..10 {
+        let result = svc.ready().await.unwrap().call(Req::Fail).await;
+        assert!(result.is_err(), "the error still reaches the caller");
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(
+        (snapshot.counts.successes, snapshot.counts.failures),
+        (10, 0)
+    );
+}
+
+// gobreaker TestIsExcludedAndIsSuccessfulCombination: excluded errors count as neither
+// success nor failure; in particular they do not reset a run of failures.
+#[tokio::test(start_paused = true)]
+async fn ignored_errors_neither_count_nor_break_a_run_of_failures() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(3));
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (
+            snapshot.counts.ignored,
+            snapshot.counts.successes,
+            snapshot.counts.failures
+        ),
+        (3, 0, 0)
+    );
+    fail_n(&mut svc, 2).await;
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(handle.snapshot().consecutive_failures, 2);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// gobreaker TestCircuitBreakerInParallel: many goroutines, successes and exclusions
+// interleaved; the counts add up exactly and the breaker stays closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_callers_leave_exact_counts() {
+    let (svc, handle, calls) = rig(Builder::new().failure_threshold(3));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for i in 0..1000 {
+                    let req = if i % 2 == 0 { Req::Ok } else { Req::Ignore };
+                    let _ = call(&mut svc, req).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(calls.load(Ordering::SeqCst), 10_000);
+    let counts = snapshot.counts;
+    assert_eq!((counts.arrived, counts.made), (10_000, 10_000));
+    assert_eq!((counts.successes, counts.ignored), (5_000, 5_000));
+    assert_eq!(counts.failures + counts.skipped() + counts.cancelled, 0);
+}
+
+// gobreaker TestCustomCircuitBreaker (Interval): outcomes older than the window no longer
+// count; a ratio over the fresh ones trips (60 % of at least 3).
+#[tokio::test(start_paused = true)]
+async fn a_time_window_forgets_old_outcomes_and_trips_on_the_fresh_ratio() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.6, RateWindow::Time(secs(30)), 3));
+    for _ in 0..5 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        fail_n(&mut svc, 1).await;
+        assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    }
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().window.calls, 10);
+    advance(secs(30)).await;
+    assert_eq!(handle.snapshot().window.calls, 0);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await; // 2 of 3: 67 % >= 60 %
+    assert_eq!(handle.state(), State::Open);
+}
+
+// =================================================================================
+// resilience4j, CircuitBreakerStateMachineTest
+// =================================================================================
+
+// resilience4j shouldThrowCallNotPermittedExceptionWhenStateIsForcedOpen and failsafe-go
+// "should reject initial execution when circuit open" (cb.Open()): a breaker opened by
+// hand rejects its first call, and counts it as not permitted.
+#[tokio::test(start_paused = true)]
+async fn a_forced_open_breaker_rejects_with_its_own_reason_and_counts_it() {
+    let (mut svc, handle, calls) = rig_rejecting(Builder::new());
+    handle.force_open();
+    let error = call(&mut svc, Req::Ok).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().unwrap();
+    assert_eq!(
+        (rejected.reason(), rejected.state(), rejected.next_probe()),
+        (Reason::ForcedOpen, State::ForcedOpen, NextProbe::Manual)
+    );
+    assert_eq!(handle.snapshot().counts.skipped_forced_open, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+// resilience4j shouldForceOpenCircuitBreaker, and Polly
+// Should_open_circuit_and_block_calls_if_manual_override_open,
+// Should_hold_circuit_open_despite_elapsed_time_if_manual_override_open and
+// Should_close_circuit_again_on_reset_after_manual_override: forced open never turns
+// half-open, however long past the wait duration; a reset closes it.
+#[tokio::test(start_paused = true)]
+async fn forced_open_never_probes_however_long_it_waits() {
+    let (mut svc, handle, calls) = rig(Builder::new().cooldown(Cooldown::Time(secs(5))));
+    handle.force_open();
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    advance(secs(6)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    advance(secs(24 * 3600)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    assert_eq!(handle.state(), State::ForcedOpen);
+    assert!(!handle.allow_probe(), "forced open waits for a reset");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(handle.snapshot().counts.skipped_forced_open, 3);
+    handle.reset();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+// resilience4j shouldOnlyPermitFourCallsInHalfOpenState and
+// shouldThrowCallNotPermittedExceptionWhenNotFurtherTestCallsArePermitted (and
+// failsafe-go "should reject excessive attempts when breaker half-open"): exactly the
+// permitted number of probes at once, the rest turned away as half-open-full; the same
+// again in the next half-open.
+#[tokio::test(start_paused = true)]
+async fn half_open_admits_exactly_the_permitted_probes_at_once() {
+    let (mut svc, handle, calls) = half_open_rig(4);
+    for round in 0..2 {
+        fail_n(&mut svc, 1).await;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(start_waiting(&mut svc).await);
+        }
+        assert_eq!(handle.state(), State::HalfOpen);
+        for _ in 0..2 {
+            assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+        }
+        assert_eq!(handle.snapshot().probes_in_flight, 4);
+        // The first probe fails: open again (and the others are written off).
+        let (first, tx) = held.remove(0);
+        tx.send(false).unwrap();
+        assert!(first.await.is_err());
+        assert_eq!(handle.state(), State::Open, "round {round}");
+        for (future, tx) in held {
+            tx.send(true).unwrap();
+            assert!(future.await.is_ok());
+        }
+        // Back to closed for the next round (the late successes changed nothing).
+        assert_eq!(handle.state(), State::Open);
+        handle.reset();
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 10);
+}
+
+// resilience4j shouldIncreaseCounterOnReleasePermission: a permission released without
+// an outcome frees its slot for another probe.
+#[tokio::test(start_paused = true)]
+async fn a_probe_given_back_without_an_outcome_frees_its_slot() {
+    let (mut svc, handle, calls) = half_open_rig(2);
+    fail_n(&mut svc, 1).await;
+    let (a, _tx_a) = start_waiting(&mut svc).await;
+    let (_b, _tx_b) = start_waiting(&mut svc).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    drop(a); // cancelled: its slot is free
+    assert_eq!(handle.snapshot().probes_in_flight, 1);
+    assert_eq!(handle.peek(), Advice::Probe);
+    // A reservation from poll_ready that is never used gives its slot back too.
+    let mut reserving = svc.clone();
+    reserving.ready().await.unwrap();
+    assert_eq!(handle.snapshot().probes_in_flight, 2);
+    drop(reserving);
+    assert_eq!(handle.snapshot().probes_in_flight, 1);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.cancelled, counts.abandoned), (1, 1));
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+// resilience4j shouldOpenAfterFailureRateThresholdExceeded: a count window of 5, 50 %:
+// three failures and a success leave it closed with the rate unknown (-1) until the
+// window is full; the fifth outcome, a success, opens it at 60 %, and the next call is
+// not permitted.
+#[tokio::test(start_paused = true)]
+async fn the_failure_rate_is_unknown_until_the_minimum_then_trips_on_a_success() {
+    let (lines, observer) = recorder();
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let sink = rates.clone();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Calls(5), 5)
+        .on_event(move |event| {
+            observer(event);
+            if let Event::Recorded { failure_rate, .. } = event {
+                sink.lock().unwrap().push(*failure_rate);
+            }
+        }));
+    fail_n(&mut svc, 3).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().window.failures, 3);
+    assert_eq!(handle.snapshot().window.calls, 4);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(
+        *rates.lock().unwrap(),
+        vec![Some(-1.0), Some(-1.0), Some(-1.0), Some(-1.0), Some(60.0)]
+    );
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    let counts = handle.snapshot().counts;
+    assert_eq!(
+        (counts.successes, counts.failures, counts.skipped_open),
+        (2, 3, 1)
+    );
+    // resilience4j CircuitBreakerEventPublisherTest: the outcome is published before the
+    // transition it causes.
+    let lines = taken(&lines);
+    assert_eq!(
+        lines[lines.len() - 3..],
+        [
+            "recorded success".to_string(),
+            "transition closed->open tripped".to_string(),
+            "skipped open".to_string()
+        ]
+    );
+}
+
+// resilience4j shouldOpenAfterFailureRateThresholdExceeded2: a time window; failures
+// spread over seconds inside it trip the breaker once their share reaches the rate.
+#[tokio::test(start_paused = true)]
+async fn a_time_window_trips_on_failures_spread_across_its_buckets() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(20)), 5));
+    for req in [Req::Ok, Req::Ok, Req::Ok, Req::Fail, Req::Fail] {
+        let _ = got(&mut svc, req).await;
+        advance(secs(1)).await;
+    }
+    assert_eq!(handle.state(), State::Closed, "2 of 5 is 40 %");
+    fail_n(&mut svc, 1).await; // 3 of 6: 50 %
+    assert_eq!(handle.state(), State::Open);
+}
+
+// resilience4j shouldOpenAfterSlowCallRateThresholdExceededUsingMockClock: slow calls
+// (above 4 s) open the breaker. resilience4j keeps a slow-call rate apart from the
+// failure rate; ours counts a slow success as a failure of the trip policy, so the same
+// sequence (slow, slow, fast, fast, slow) trips a 50 % failure rate at 60 %.
+#[tokio::test(start_paused = true)]
+async fn slow_successes_count_as_failures_and_trip_the_rate() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Calls(5), 5)
+        .slow_call_threshold(secs(4)));
+    for took in [5, 5, 1, 1] {
+        assert_eq!(
+            got(&mut svc, Req::Slow(secs(took))).await,
+            Ok(Source::Service),
+            "the answer is good, whatever the breaker counts"
+        );
+    }
+    assert_eq!(handle.snapshot().window.failures, 2);
+    assert_eq!(handle.state(), State::Closed);
+    let _ = got(&mut svc, Req::Slow(secs(5))).await;
+    assert_eq!(handle.state(), State::Open);
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.counts.failures, snapshot.counts.successes),
+        (3, 2)
+    );
+    assert!(snapshot.last_failure.unwrap().message.contains("slow call"));
+}
+
+// resilience4j shouldOpenAfterSlowCallRateThresholdExceeded (a slow call is one whose
+// duration exceeds the threshold): exactly the threshold is not slow, a nanosecond more is.
+#[tokio::test(start_paused = true)]
+async fn a_call_exactly_at_the_slow_call_threshold_is_not_slow() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .slow_call_threshold(secs(4)));
+    let _ = got(&mut svc, Req::Slow(secs(4))).await;
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().counts.successes, 1);
+    let _ = got(&mut svc, Req::Slow(secs(4) + NS)).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// resilience4j shouldOpenAfterSlowCallRateThresholdExceeded, call 1: a slow call that
+// fails is one failure, not two.
+#[tokio::test(start_paused = true)]
+async fn a_slow_failure_counts_once() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .slow_call_threshold(secs(4)));
+    assert_eq!(
+        got(&mut svc, Req::SlowFail(secs(5))).await,
+        Err(FAILED.into())
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(
+        (snapshot.counts.failures, snapshot.consecutive_failures),
+        (1, 1)
+    );
+}
+
+// resilience4j shouldTransitionToHalfOpenAfterPassedWaitDuration
+// (transitionToOpenStateFor(2h)): held open for the duration, then the next call goes
+// through. resilience4j reports OPEN; ours, a person's hold, is ForcedOpen until it ends.
+#[tokio::test(start_paused = true)]
+async fn open_for_holds_the_breaker_for_the_duration_then_probes() {
+    let (mut svc, handle, calls) = rig(Builder::new());
+    handle.open_for(secs(2 * 3600));
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    advance(secs(3600)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(3600)));
+    assert_eq!(handle.snapshot().counts.skipped_forced_open, 2);
+    advance(secs(3600) - NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    advance(NS).await;
+    let mut transitions = handle.subscribe();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::ForcedOpen, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
+        ]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+// resilience4j shouldTransitionToHalfOpenAfterPassedWaitUntil: held open until an
+// instant, then the next call goes through.
+#[tokio::test(start_paused = true)]
+async fn open_until_holds_the_breaker_until_the_instant_then_probes() {
+    let (mut svc, handle, _) = rig(Builder::new());
+    let until = now() + secs(30 * 60);
+    handle.open_until(until);
+    assert_eq!(
+        handle.snapshot().next_probe,
+        NextProbe::After {
+            calls: 1,
+            at: Some(until)
+        }
+    );
+    advance(secs(15 * 60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    advance(secs(15 * 60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j open_until with an instant already past (transitionToOpenStateUntil in the
+// past): documented here as "opens it for no time: the next call is a probe".
+#[tokio::test(start_paused = true)]
+async fn open_until_an_instant_already_past_makes_the_next_call_the_probe() {
+    let (mut svc, handle, _) = rig(Builder::new());
+    advance(secs(10)).await;
+    handle.open_until(now() - secs(5));
+    assert_eq!(handle.state(), State::ForcedOpen);
+    assert_eq!(handle.peek(), Advice::Probe);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j shouldTransitionToHalfOpenAfterWaitInterval (exponential backoff from
+// 5 s, multiplier 1.5): the first opening waits 5 s, the re-open after a failed probe
+// 7.5 s; a close starts again from 5 s.
+#[tokio::test(start_paused = true)]
+async fn exponential_backoff_lengthens_each_reopen_and_a_close_restores_the_base() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(5)))
+        .backoff(Backoff::exponential(1.5, Cooldown::Time(secs(60)))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(3)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(secs(2)).await;
+    assert_eq!(got(&mut svc, Req::Fail).await, Err(FAILED.into())); // the probe fails
+    advance(secs(6)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(Duration::from_millis(1500) - NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(NS).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+    // Closed again: the next opening waits the base cooldown.
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(5)));
+}
+
+// resilience4j shouldTransitionBackToOpenStateWhenFailureRateIsAboveThreshold: in
+// resilience4j half-open evaluates a failure rate over its permitted calls. Ours (SPEC:
+// "failure opens it again") re-opens on the first failed probe, whatever came before.
+#[tokio::test(start_paused = true)]
+async fn any_failed_probe_reopens_even_after_successful_ones() {
+    let (mut svc, handle, _) = half_open_rig(4);
+    fail_n(&mut svc, 1).await;
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    }
+    assert_eq!(handle.state(), State::HalfOpen);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().cause, Some(Cause::ProbeFailed));
+}
+
+// resilience4j shouldTransitionBackToOpenStateWhenSlowCallRateIsAboveThreshold: a slow
+// probe is a failed probe.
+#[tokio::test(start_paused = true)]
+async fn a_slow_probe_reopens_the_breaker() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .slow_call_threshold(secs(4)));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Slow(secs(5))).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().cause, Some(Cause::ProbeFailed));
+    assert_eq!(got(&mut svc, Req::Slow(secs(1))).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j shouldTransitionBackToClosedStateWhenFailureIsBelowThreshold: after the
+// half-open closes, the closed state's window starts empty (-1), and the next success is
+// its first outcome.
+#[tokio::test(start_paused = true)]
+async fn after_closing_the_failure_rate_window_starts_empty() {
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let sink = rates.clone();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Calls(5), 5)
+        .cooldown(Cooldown::Calls(1))
+        .half_open_probes(3)
+        .on_event(move |event| {
+            if let Event::Recorded {
+                failure_rate: Some(rate),
+                ..
+            } = event
+            {
+                sink.lock().unwrap().push(*rate);
+            }
+        }));
+    fail_n(&mut svc, 5).await;
+    assert_eq!(handle.state(), State::Open);
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    }
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().window, Default::default());
+    rates.lock().unwrap().clear();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.snapshot().window.calls, 1);
+    assert_eq!(*rates.lock().unwrap(), vec![-1.0]);
+}
+
+// resilience4j shouldResetMetrics and shouldResetClosedState: a reset clears the
+// window and the run of failures (our running totals are a log of calls, and stay).
+#[tokio::test(start_paused = true)]
+async fn a_reset_clears_the_window_and_the_run_of_failures() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Calls(5), 5));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().window.calls, 2);
+    handle.reset();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.window, Default::default());
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.counts.made, 2);
+}
+
+// resilience4j shouldDisableCircuitBreaker: disabled permits every call and records
+// nothing, however many fail.
+#[tokio::test(start_paused = true)]
+async fn disabled_permits_everything_and_records_nothing() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(1)
+        .mode(Mode::Disabled)
+        .on_event(observer));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 4).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.last_failure, None);
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    assert!(taken(&lines).is_empty(), "no outcome is reported");
+}
+
+// resilience4j shouldReleasePermissionWhenExceptionIgnored: three successful probes of
+// four, then an ignored one gives its permission back and the breaker stays half-open.
+// resilience4j then closes on a failure (25 % is below 50 %); ours needs a fourth
+// success, and a failure would re-open it.
+#[tokio::test(start_paused = true)]
+async fn an_ignored_probe_releases_its_permission_and_counts_for_nothing() {
+    let (mut svc, handle, _) = half_open_rig(4);
+    fail_n(&mut svc, 1).await;
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j shouldIgnoreExceptionsAndThenTransitionToClosed: any number of ignored
+// probes keep it half-open; then the permitted number of successes closes it.
+#[tokio::test(start_paused = true)]
+async fn only_ignored_probes_keep_it_half_open_until_real_successes_close_it() {
+    let (mut svc, handle, _) = half_open_rig(4);
+    fail_n(&mut svc, 1).await;
+    for _ in 0..4 {
+        let _ = got(&mut svc, Req::Ignore).await;
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j shouldRecordMetricsInMetricsOnlyState: metrics-only records every
+// outcome and permits every call. resilience4j's METRICS_ONLY never changes state; ours
+// (observe-only) moves through the states as an enabled breaker would, and says so on
+// the answers an enabled breaker would have skipped.
+#[tokio::test(start_paused = true)]
+async fn observe_only_records_and_trips_but_makes_every_call() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Calls(5), 5)
+        .cooldown(Cooldown::Time(secs(30)))
+        .mode(Mode::ObserveOnly));
+    let mut transitions = handle.subscribe();
+    fail_n(&mut svc, 3).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Open);
+    let t = transitions.try_recv().unwrap();
+    assert_eq!((t.to, t.mode), (State::Open, Mode::ObserveOnly));
+    assert_eq!(
+        got(&mut svc, Req::Ok).await,
+        Ok(Source::Shadowed(Reason::Open))
+    );
+    assert_eq!(got(&mut svc, Req::Fail).await, Err(FAILED.into()));
+    assert_eq!(calls.load(Ordering::SeqCst), 7);
+    let counts = handle.snapshot().counts;
+    assert_eq!(counts.would_have_skipped, 2);
+    assert_eq!(counts.skipped(), 0);
+}
+
+// resilience4j circuitBreakerInitializeInMetricOnlyState: a breaker can start in the
+// observe-only mode.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_can_start_observe_only() {
+    let (_, handle, _) = rig(Builder::new().mode(Mode::ObserveOnly));
+    assert_eq!(handle.mode(), Mode::ObserveOnly);
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j circuitBreakerDoesNotPublishStateTransitionEventsForInternalTransitions:
+// staying in a state publishes nothing: forcing open twice, resetting a closed breaker,
+// setting the mode it has.
+#[tokio::test(start_paused = true)]
+async fn staying_in_a_state_publishes_no_transition() {
+    let (lines, observer) = recorder();
+    let (_, handle, _) = rig(Builder::new().on_event(observer));
+    let mut transitions = handle.subscribe();
+    handle.reset();
+    handle.force_open();
+    handle.force_open();
+    handle.set_mode(Mode::Disabled);
+    handle.set_mode(Mode::Disabled);
+    handle.set_mode(Mode::ObserveOnly);
+    handle.set_mode(Mode::ObserveOnly);
+    handle.reset();
+    handle.reset();
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::Closed, State::ForcedOpen, Cause::ForcedOpen),
+            (State::ForcedOpen, State::Closed, Cause::Reset),
+        ]
+    );
+    assert_eq!(
+        taken(&lines),
+        vec![
+            "transition closed->forced_open forced_open",
+            "mode enabled->disabled",
+            "mode disabled->observe_only",
+            "transition forced_open->closed reset",
+        ]
+    );
+}
+
+// resilience4j circuitBreakerTransitionsToOpenAfterWaitDurationInHalfOpenState
+// (maxWaitDurationInHalfOpenState 1 s): half-open past its limit re-opens; ours at the
+// exact deadline, with the cause `DwellExceeded`, and the probe's late result changes
+// nothing.
+#[tokio::test(start_paused = true)]
+async fn half_open_past_its_dwell_limit_reopens_at_the_exact_deadline() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(5)))
+        .max_half_open_dwell(Some(secs(1))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(5)).await;
+    let (probe, tx) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    advance(secs(1) - NS).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    advance(NS).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.cause, Some(Cause::DwellExceeded));
+    // The cooldown runs from the deadline.
+    assert_eq!(snapshot.retry_after(), Some(secs(5)));
+    tx.send(true).unwrap();
+    assert!(probe.await.is_ok());
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().counts.late, 1);
+}
+
+// resilience4j shouldNotAllowTransitionFromClosedToHalfOpen: a closed breaker cannot be
+// sent to half-open (our `allow_probe` applies only to an open breaker).
+#[tokio::test(start_paused = true)]
+async fn a_closed_breaker_cannot_be_made_half_open() {
+    let (_, handle, _) = rig(Builder::new());
+    assert!(!handle.allow_probe());
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.peek(), Advice::Call);
+}
+
+// resilience4j CircuitBreakerTest shouldInvokeAsyncApply... / CircuitBreakerFutureTest
+// (a cancelled future releases its permission and is not a failure): a call whose
+// future is dropped is cancelled, neither a success nor a failure.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_call_is_neither_a_success_nor_a_failure() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    fail_n(&mut svc, 1).await;
+    let (pending, _tx) = start_waiting(&mut svc).await;
+    drop(pending);
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.consecutive_failures, 1);
+    assert_eq!(snapshot.counts.cancelled, 1);
+    assert_eq!(
+        (snapshot.counts.failures, snapshot.counts.successes),
+        (1, 0)
+    );
+    // A timeout inside the breaker is a failure, though (see Hystrix below).
+}
+
+// =================================================================================
+// Polly, CircuitBreakerSpecs / AdvancedCircuitBreakerSpecs / CircuitStateControllerTests
+// =================================================================================
+
+// Polly Should_open_circuit_blocking_executions_and_noting_the_last_raised_exception:
+// after the threshold the circuit blocks and remembers the last error.
+#[tokio::test(start_paused = true)]
+async fn an_opened_breaker_remembers_the_last_error() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    fail_n(&mut svc, 2).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.last_failure.unwrap().message.as_ref(), FAILED);
+}
+
+// Polly Should_set_LastException_on_handling_exception_even_when_not_breaking.
+#[tokio::test(start_paused = true)]
+async fn the_last_failure_is_kept_even_when_the_breaker_stays_closed() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(5));
+    fail_n(&mut svc, 1).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    let last = snapshot.last_failure.unwrap();
+    assert_eq!((last.message.as_ref(), last.at), (FAILED, now()));
+}
+
+// Polly Should_not_open_circuit_if_exception_raised_is_not_the_specified_exception:
+// errors the classifier does not call failures never open it.
+#[tokio::test(start_paused = true)]
+async fn errors_that_are_not_failures_never_open_the_breaker() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    for _ in 0..10 {
+        let _ = got(&mut svc, Req::Ignore).await;
+    }
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().last_failure, None);
+}
+
+// Polly Should_halfopen_circuit_after_the_specified_duration_has_passed: at exactly the
+// break duration the circuit lets the trial through (Polly's boundary is ours).
+#[tokio::test(start_paused = true)]
+async fn at_exactly_the_break_duration_the_trial_call_goes_through() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Time(secs(60))));
+    fail_n(&mut svc, 2).await;
+    advance(secs(60)).await;
+    assert_eq!(handle.peek(), Advice::Probe);
+    assert_eq!(handle.state(), State::Open, "open until a call arrives");
+    let (probe, tx) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    tx.send(true).unwrap();
+    probe.await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly Should_only_allow_single_execution_on_first_entering_halfopen_state: one trial
+// in half-open; a second caller gets the fallback (SPEC: no thundering herd).
+#[tokio::test(start_paused = true)]
+async fn only_one_trial_call_goes_through_in_half_open() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(60))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(60)).await;
+    let (probe, tx) = start_waiting(&mut svc).await;
+    for _ in 0..5 {
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    }
+    assert_eq!(handle.snapshot().next_probe, NextProbe::InFlight);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    tx.send(true).unwrap();
+    probe.await.unwrap();
+    assert_eq!(handle.snapshot().counts.skipped_half_open_full, 5);
+}
+
+// Polly Should_allow_single_execution_per_break_duration_in_halfopen_state: a trial that
+// never ends does not block the circuit for ever. Polly permits another trial after
+// another break duration; ours re-opens at the half-open dwell limit, and after the
+// cooldown the next call is a fresh trial.
+#[tokio::test(start_paused = true)]
+async fn a_trial_that_never_ends_does_not_keep_the_breaker_half_open() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(60)))
+        .max_half_open_dwell(Some(secs(60))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(60)).await;
+    let (_hung, _tx) = start_waiting(&mut svc).await;
+    advance(secs(60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(secs(60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+// Polly Should_be_able_to_reset_automatically_opened_circuit_without_specified_duration_passing.
+#[tokio::test(start_paused = true)]
+async fn a_reset_closes_a_tripped_breaker_before_its_cooldown() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Time(secs(3600))));
+    fail_n(&mut svc, 2).await;
+    handle.reset();
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    // And the run of failures starts from zero: one failure does not re-open it.
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly Should_call_onbreak_when_breaking_circuit_first_time_but_not_for_subsequent_calls_placed_through_open_circuit
+// and Should_not_call_onreset_on_initialise / on successive successful calls.
+#[tokio::test(start_paused = true)]
+async fn on_transition_fires_once_per_change_and_not_for_calls_through_an_open_breaker() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let (mut svc, _, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Time(secs(60)))
+        .on_transition(move |t| sink.lock().unwrap().push((t.from, t.to, t.cause))));
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    fail_n(&mut svc, 2).await;
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Fail).await, skipped(Reason::Open));
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(State::Closed, State::Open, Cause::Tripped)]
+    );
+}
+
+// Polly Should_call_onbreak_when_breaking_circuit_first_time_but_not_for_subsequent_call_failure_which_arrives_on_open_state_though_started_on_closed_state.
+#[tokio::test(start_paused = true)]
+async fn a_failure_started_while_closed_that_ends_after_the_opening_opens_nothing_again() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(60))));
+    let mut transitions = handle.subscribe();
+    let (long_running, tx) = start_waiting(&mut svc).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    let due = handle.snapshot().next_probe;
+    advance(secs(10)).await;
+    tx.send(false).unwrap();
+    assert!(
+        long_running.await.is_err(),
+        "the caller still sees its error"
+    );
+    assert_eq!(
+        drain(&mut transitions),
+        vec![(State::Closed, State::Open, Cause::Tripped)]
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.next_probe, due, "the cooldown is not restarted");
+    assert_eq!(snapshot.counts.late, 1);
+}
+
+// Polly Should_call_onreset_when_automatically_closing_circuit_but_not_when_halfopen and
+// Should_call_onhalfopen_when_automatically_transitioning_to_halfopen_due_to_subsequent_execution:
+// open, half-open (when the trial starts), closed (when it succeeds), in that order.
+#[tokio::test(start_paused = true)]
+async fn the_half_open_transition_comes_with_the_trial_and_the_close_after_it() {
+    let (lines, observer) = recorder();
+    let (mut svc, _, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Time(secs(60)))
+        .on_event(observer));
+    fail_n(&mut svc, 2).await;
+    advance(secs(60)).await;
+    let (trial, tx) = start_waiting(&mut svc).await;
+    let before = taken(&lines);
+    assert_eq!(
+        before,
+        vec![
+            "recorded failure",
+            "recorded failure",
+            "transition closed->open tripped",
+            "transition open->half_open cooldown_elapsed",
+        ]
+    );
+    tx.send(true).unwrap();
+    trial.await.unwrap();
+    assert_eq!(
+        taken(&lines),
+        vec![
+            "recorded success probe",
+            "transition half_open->closed probe_succeeded"
+        ]
+    );
+}
+
+// Polly Should_call_onbreak_with_a_state_of_half_open: a failed trial breaks the circuit
+// from half-open.
+#[tokio::test(start_paused = true)]
+async fn a_failed_trial_breaks_from_half_open() {
+    let (mut svc, handle, _) = half_open_rig(1);
+    fail_n(&mut svc, 1).await;
+    let mut transitions = handle.subscribe();
+    fail_n(&mut svc, 1).await;
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Open, Cause::ProbeFailed),
+        ]
+    );
+}
+
+// Polly Should_call_onbreak_with_the_correct_timespan: the opening says when it will
+// probe: the break duration from the failure.
+#[tokio::test(start_paused = true)]
+async fn the_opening_transition_says_when_the_probe_goes() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(90))));
+    let mut transitions = handle.subscribe();
+    fail_n(&mut svc, 1).await;
+    let t = transitions.try_recv().unwrap();
+    assert_eq!(t.at, now());
+    assert_eq!(t.consecutive_failures, 1);
+    assert_eq!(
+        t.next_probe,
+        NextProbe::After {
+            calls: 1,
+            at: Some(now() + secs(90))
+        }
+    );
+}
+
+// Polly Should_be_able_to_handle_a_duration_of_timespan_maxvalue and
+// Should_open_circuit_with_timespan_maxvalue_if_manual_override_open: the longest
+// durations neither overflow nor panic.
+#[tokio::test(start_paused = true)]
+async fn the_longest_durations_neither_overflow_nor_panic() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(Duration::MAX))
+        .max_half_open_dwell(Some(Duration::MAX)));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert!(handle.snapshot().retry_after().unwrap() >= secs(99 * 365 * 24 * 3600));
+    handle.reset();
+    handle.open_for(Duration::MAX);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::ForcedOpen));
+    assert!(handle.snapshot().retry_after().unwrap() >= secs(99 * 365 * 24 * 3600));
+}
+
+// Polly AdvancedCircuitBreakerSpecs
+// Should_not_open_circuit_if_failure_threshold_exceeded_but_throughput_threshold_not_met:
+// 100 % failures below the minimum throughput do not open it.
+#[tokio::test(start_paused = true)]
+async fn all_failures_below_the_minimum_throughput_do_not_open() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    fail_n(&mut svc, 3).await;
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// Polly AdvancedCircuitBreakerSpecs
+// Should_open_circuit_with_the_last_raised_exception_if_failure_threshold_exceeded_and_throughput_threshold_equalled_within_timeslice_low_failure_threshold:
+// exactly the rate, with exactly the minimum throughput, opens it (the comparisons are
+// inclusive).
+#[tokio::test(start_paused = true)]
+async fn exactly_the_rate_at_exactly_the_minimum_throughput_opens() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await; // 2 of 4
+    assert_eq!(handle.state(), State::Open);
+}
+
+// Polly AdvancedCircuitBreakerSpecs
+// Should_not_open_circuit_if_failures_at_end_of_last_timeslice_below_failure_threshold_and_failures_in_beginning_of_new_timeslice_where_total_equals_failure_threshold
+// (rolling window): outcomes that have left the window no longer count, those still in
+// it do.
+#[tokio::test(start_paused = true)]
+async fn a_rolling_window_counts_only_the_outcomes_still_inside_it() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    // t = 0 s: two successes and a failure.
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 1).await;
+    // t = 9 s: one failure; 2 of 4 in the window would open it...
+    advance(secs(10)).await;
+    // ...but at t = 10 s the first three have left it: one failure of one call.
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().window.calls, 1);
+    assert_eq!(handle.state(), State::Closed);
+    advance(secs(5)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await; // 2 of 4, all inside the window
+    assert_eq!(handle.state(), State::Open);
+}
+
+// Polly Should_not_execute_action_when_cancellationToken_cancelled_before_execute: a call
+// given up before it is made never reaches the service and counts nothing against it.
+#[tokio::test(start_paused = true)]
+async fn a_call_given_up_before_it_is_made_never_reaches_the_service() {
+    let (svc, handle, calls) = rig(Builder::new().failure_threshold(1));
+    let mut reserved = svc.clone();
+    reserved.ready().await.unwrap();
+    drop(reserved);
+    let snapshot = handle.snapshot();
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(snapshot.counts.abandoned, 1);
+    assert_eq!(snapshot.counts.made, 0);
+    assert_eq!(snapshot.state, State::Closed);
+}
+
+// Polly Should_report_cancellation_when_both_open_circuit_and_cancellation: the caller
+// of an open circuit is told it is open, and nothing is cancelled.
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_at_an_open_breaker_is_a_skip_not_a_cancellation() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(1));
+    fail_n(&mut svc, 1).await;
+    let skipped_call = start(&mut svc, Req::Ok).await;
+    drop(skipped_call);
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.skipped_open, counts.cancelled), (1, 0));
+    assert_eq!(
+        counts.arrived,
+        counts.made + counts.skipped() + counts.abandoned
+    );
+}
+
+// Polly Should_set_LastException_to_null_on_circuit_reset: Polly forgets the last
+// exception on a reset. Ours keeps the last failure as history (when it happened and
+// what it said), while the reset clears the run of failures.
+#[tokio::test(start_paused = true)]
+async fn a_reset_clears_the_run_of_failures_but_keeps_the_last_failure_as_history() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(1));
+    fail_n(&mut svc, 1).await;
+    handle.reset();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.last_failure.unwrap().message.as_ref(), FAILED);
+}
+
+// =================================================================================
+// failsafe-go, test/circuitbreaker_test.go and circuitbreaker/*state_test.go
+// =================================================================================
+
+// failsafe-go "with rejected retries": a retry policy outside the breaker (7 attempts)
+// sees the breaker open after 3 failures; the service is called 3 times and the other 4
+// attempts are rejected.
+#[tokio::test(start_paused = true)]
+async fn retries_outside_the_breaker_are_rejected_once_it_opens() {
+    #[derive(Clone)]
+    struct Attempts(usize);
+    impl<Res, E> tower::retry::Policy<(), Res, E> for Attempts {
+        type Future = std::future::Ready<()>;
+        fn retry(&mut self, _: &mut (), result: &mut Result<Res, E>) -> Option<Self::Future> {
+            if result.is_err() && self.0 > 1 {
+                self.0 -= 1;
+                Some(std::future::ready(()))
+            } else {
+                None
+            }
+        }
+        fn clone_request(&mut self, _: &()) -> Option<()> {
+            Some(())
+        }
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let layer = Builder::new().failure_threshold(3).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = ServiceBuilder::new()
+        .retry(Attempts(7))
+        .layer(layer)
+        .service(service_fn(move |()| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(io::Error::other(FAILED)) }
+        }));
+    let error = svc.ready().await.unwrap().call(()).await.unwrap_err();
+    assert!(
+        error.is::<Rejected>(),
+        "the last attempt was rejected: {error}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let counts = handle.snapshot().counts;
+    assert_eq!(
+        (counts.made, counts.failures, counts.skipped_open),
+        (3, 3, 4)
+    );
+}
+
+// failsafe-go TestClosedStateFailureWithFailureThreshold /
+// TestClosedStateSuccessWithFailureThreshold: the threshold is reached only by failures
+// in a row; interleaved successes keep it closed.
+#[tokio::test(start_paused = true)]
+async fn interleaved_successes_keep_a_consecutive_threshold_from_tripping() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    for _ in 0..10 {
+        fail_n(&mut svc, 1).await;
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    }
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 2).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// failsafe-go TestHalfOpenStateFailureWithDefaultConfig: the default (one probe) opens
+// after a single failure in half-open.
+#[tokio::test(start_paused = true)]
+async fn with_the_defaults_one_failed_probe_reopens() {
+    let (mut svc, handle, _) = rig(Builder::new());
+    fail_n(&mut svc, 3).await;
+    advance(secs(30)).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(30)));
+}
+
+// failsafe-go "should support time based failure rate thresholding" (rate .5, at least
+// 3, over 200 ms): outcomes roll off, and the rate over the fresh ones trips it.
+#[tokio::test(start_paused = true)]
+async fn a_time_based_rate_trips_only_on_the_outcomes_of_its_period() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Time(Duration::from_millis(200)), 3)
+        .cooldown(Cooldown::Calls(1)));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(Duration::from_millis(210)).await; // the two roll off
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(Duration::from_millis(50)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed, "1 of 3");
+    fail_n(&mut svc, 1).await; // 2 of 4
+    assert_eq!(handle.state(), State::Open);
+    // failsafe-go keeps counting a rate in half-open; ours re-opens on the failed probe
+    // and closes on a successful one.
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// failsafe-go "support call OnOpen listener" / "should call OnClose listener".
+#[tokio::test(start_paused = true)]
+async fn listeners_hear_the_opening_and_the_closing() {
+    let opened = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let (o, c) = (opened.clone(), closed.clone());
+    let (mut svc, _, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .on_transition(move |t| {
+            if t.cause.opens() {
+                o.fetch_add(1, Ordering::SeqCst);
+            }
+            if t.to == State::Closed {
+                c.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(
+        (opened.load(Ordering::SeqCst), closed.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+}
+
+// =================================================================================
+// Hystrix, HystrixCircuitBreakerTest
+// =================================================================================
+
+// Hystrix testLowVolumeDoesNotTripCircuit: a low request volume does not trip it, even
+// at 100 % errors.
+#[tokio::test(start_paused = true)]
+async fn a_low_volume_of_errors_does_not_trip_the_breaker() {
+    let (mut svc, handle, _) =
+        rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 20));
+    fail_n(&mut svc, 19).await;
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Hystrix testTripCircuitOnTimeouts: timeouts count as failures (tower's timeout inside
+// the breaker).
+#[tokio::test(start_paused = true)]
+async fn timeouts_inside_the_breaker_count_as_failures_and_trip_it() {
+    let layer = Builder::new().failure_threshold(3).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = ServiceBuilder::new()
+        .layer(layer)
+        .timeout(secs(1))
+        .service(Backend::default());
+    for _ in 0..3 {
+        let error = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Req::Slow(secs(5)))
+            .await
+            .unwrap_err();
+        assert!(error.is::<tower::timeout::error::Elapsed>(), "{error}");
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.counts.failures, 3);
+}
+
+// Hystrix testSingleTestOnOpenCircuitAfterTimeWindow and testCircuitClosedAfterSuccess:
+// after the sleep window one test request goes through while the others are still
+// short-circuited; its success closes the circuit.
+#[tokio::test(start_paused = true)]
+async fn after_the_sleep_window_a_single_test_request_decides() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Time(secs(10)), 4)
+        .cooldown(Cooldown::Time(secs(5))));
+    fail_n(&mut svc, 4).await;
+    assert_eq!(handle.state(), State::Open);
+    advance(secs(5)).await;
+    let (test_request, tx) = start_waiting(&mut svc).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    tx.send(true).unwrap();
+    test_request.await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+}
+
+// Hystrix testMultipleTimeWindowRetriesBeforeClosingCircuit: failed test requests keep it
+// open for another sleep window each, until one succeeds.
+#[tokio::test(start_paused = true)]
+async fn failed_test_requests_keep_it_open_window_after_window_until_one_succeeds() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(5))));
+    fail_n(&mut svc, 3).await;
+    for _ in 0..2 {
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+        advance(secs(5)).await;
+        fail_n(&mut svc, 1).await; // the test request fails
+        assert_eq!(handle.state(), State::Open);
+    }
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(secs(5)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+}
+
+// Hystrix testBadRequestsDoNotAffectErrorPercentage (HystrixBadRequestException): bad
+// requests are not in the error percentage, nor in the volume.
+#[tokio::test(start_paused = true)]
+async fn bad_requests_stay_out_of_the_error_percentage() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    for _ in 0..10 {
+        let _ = got(&mut svc, Req::Ignore).await;
+    }
+    assert_eq!(handle.snapshot().window.calls, 0);
+    fail_n(&mut svc, 1).await;
+    for _ in 0..3 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    }
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "1 failure of 4 counted calls"
+    );
+}
+
+// Hystrix testCircuitForceClosed... (circuitBreaker.forceClosed: errors never trip it);
+// ours is the disabled mode, switched at runtime; switching back enables it from a clean
+// start.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_disabled_at_runtime_ignores_errors_until_enabled_again() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(2));
+    fail_n(&mut svc, 1).await;
+    handle.set_mode(Mode::Disabled);
+    fail_n(&mut svc, 10).await;
+    assert_eq!(handle.state(), State::Closed);
+    handle.set_mode(Mode::Enabled);
+    assert_eq!(handle.snapshot().consecutive_failures, 1);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// =================================================================================
+// Our own additions to the peers' behaviours: the kill switch and cooldown in calls
+// (SPEC: the kill switch and cooldowns in calls), which no peer has in this form
+// =================================================================================
+
+// SPEC: "cooldown N = the N-th call after the opening one is the probe"; skipped calls
+// count (like a Hystrix sleep window counted in requests).
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_in_calls_makes_the_nth_call_after_the_opening_the_probe() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Calls(4)));
+    fail_n(&mut svc, 3).await;
+    for left in [3, 2, 1] {
+        let answer = call(&mut svc, Req::Ok).await.unwrap();
+        assert_eq!(answer.source(), Source::Fallback(Reason::Open));
+        assert_eq!(answer.next_probe().calls(), Some(left));
+    }
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// SPEC (a trace with the kill switch on at steps 9 and 10): killed calls are
+// skipped and still take their steps; the state is untouched; step 11 is the probe.
+#[tokio::test(start_paused = true)]
+async fn the_kill_switch_skips_calls_that_still_count_as_steps() {
+    let kill = KillSwitch::new();
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Calls(4))
+        .kill_switch(kill.clone()));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 3).await; // steps 3-5: open at 5
+    for _ in 6..=8 {
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    }
+    kill.kill();
+    for _ in 9..=10 {
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Killed));
+        assert_eq!(handle.state(), State::Open);
+    }
+    kill.revive();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe)); // step 11
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    assert_eq!(handle.snapshot().counts.skipped_killed, 2);
+}
+
+// SPEC: the kill switch applies in every mode, disabled included, and leaves a closed
+// breaker's counts alone.
+#[tokio::test(start_paused = true)]
+async fn the_kill_switch_stops_calls_in_every_mode_and_counts_nothing_against_the_service() {
+    let kill = KillSwitch::new();
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(1)
+        .kill_switch(kill.clone()));
+    kill.kill();
+    for mode in [Mode::Enabled, Mode::ObserveOnly, Mode::Disabled] {
+        handle.set_mode(mode);
+        assert_eq!(got(&mut svc, Req::Fail).await, skipped(Reason::Killed));
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.next_probe, NextProbe::Manual);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+// resilience4j CircuitBreakerResultHandlingTest (a result-derived wait,
+// transitionToOpenStateFor) and our `Failure::retry_after`: one failure that says how
+// long to wait opens at once for that long.
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_says_how_long_to_wait_opens_at_once_for_that_long() {
+    let layer = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(30)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("429").retry_after(secs(7))),
+        })
+        .layer(Backend::default());
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.cause, Some(Cause::RetryAfter));
+    assert_eq!(snapshot.retry_after(), Some(secs(7)));
+    advance(secs(7)).await;
+    assert_eq!(handle.peek(), Advice::Probe);
+}
+
+// resilience4j CircuitBreakerExceptionHandlingTest (an exception recorded with no state
+// change) versus our permanent failure: one that will not pass by itself opens until a
+// reset and never probes.
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_opens_until_a_reset_and_never_probes() {
+    let layer = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(1)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("insufficient_quota").permanent()),
+        })
+        .layer(Backend::default());
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    advance(secs(3600)).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.next_probe, NextProbe::Manual);
+    assert!(!handle.allow_probe());
+    handle.reset();
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// =================================================================================
+// Second pass: states as a caller that decides for itself sees them, backoff in calls,
+// response-given waits, acts on a half-open breaker, racing callers
+// =================================================================================
+
+// resilience4j CircuitBreakerUtilIsCallPermittedTest (isCallPermitted in each state) and
+// gobreaker TestTwoStepCircuitBreaker (Allow): what a call now would get, in every state.
+#[tokio::test(start_paused = true)]
+async fn peek_says_what_a_call_would_get_in_every_state() {
+    let kill = KillSwitch::new();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(5)))
+        .kill_switch(kill.clone()));
+    assert_eq!(handle.peek(), Advice::Call);
+    fail_n(&mut svc, 1).await;
+    let skip_reason = |advice: Advice| match advice {
+        Advice::Skip(skip) => Some(skip.reason()),
+        _ => None,
+    };
+    assert_eq!(skip_reason(handle.peek()), Some(Reason::Open));
+    advance(secs(5)).await;
+    assert_eq!(handle.peek(), Advice::Probe);
+    let (probe, tx) = start_waiting(&mut svc).await;
+    assert_eq!(skip_reason(handle.peek()), Some(Reason::HalfOpenFull));
+    kill.kill();
+    assert_eq!(skip_reason(handle.peek()), Some(Reason::Killed));
+    kill.revive();
+    tx.send(true).unwrap();
+    probe.await.unwrap();
+    assert_eq!(handle.peek(), Advice::Call);
+    handle.force_open();
+    assert_eq!(skip_reason(handle.peek()), Some(Reason::ForcedOpen));
+    handle.set_mode(Mode::Disabled);
+    assert_eq!(handle.peek(), Advice::Call, "disabled: every call is made");
+    handle.set_mode(Mode::ObserveOnly);
+    assert_eq!(
+        handle.peek(),
+        Advice::Call,
+        "observe-only: every call is made"
+    );
+    assert_eq!(
+        handle.snapshot().counts.skipped(),
+        0,
+        "looking counts nothing"
+    );
+}
+
+// gobreaker TestTwoStepCircuitBreaker: a caller that asks first and is turned away is a
+// rejected request. Ours: `advise` counts it (so a cooldown in calls runs on), `peek`
+// does not.
+#[tokio::test(start_paused = true)]
+async fn advise_counts_a_turned_away_attempt_and_peek_does_not() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(3)));
+    fail_n(&mut svc, 1).await;
+    for _ in 0..5 {
+        assert!(matches!(handle.peek(), Advice::Skip(_)));
+    }
+    assert_eq!(handle.snapshot().counts.skipped_open, 0);
+    let told = |advice: Advice| match advice {
+        Advice::Skip(skip) => skip.next_probe().calls(),
+        _ => None,
+    };
+    assert_eq!(told(handle.advise()), Some(2));
+    assert_eq!(told(handle.advise()), Some(1));
+    assert_eq!(handle.advise(), Advice::Probe);
+    assert_eq!(handle.snapshot().counts.skipped_open, 2);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+}
+
+// resilience4j IntervalFunction.ofExponentialBackoff, counted in calls (ours): the
+// re-opens in a row wait 2, 4, 8, then the cap 8 calls; a close restores 2.
+#[tokio::test(start_paused = true)]
+async fn backoff_in_calls_doubles_each_reopen_up_to_its_cap() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(2))
+        .backoff(Backoff::exponential(2.0, Cooldown::Calls(8))));
+    fail_n(&mut svc, 1).await;
+    for wait in [2u64, 4, 8, 8] {
+        assert_eq!(handle.snapshot().next_probe.calls(), Some(wait));
+        for _ in 1..wait {
+            assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+        }
+        fail_n(&mut svc, 1).await; // the probe fails
+    }
+    assert_eq!(handle.snapshot().next_probe.calls(), Some(8));
+    for _ in 1..8 {
+        let _ = got(&mut svc, Req::Ok).await;
+    }
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().next_probe.calls(), Some(2));
+}
+
+// resilience4j IntervalFunction.ofExponentialRandomBackoff (randomized wait within
+// bounds), ours as jitter with a seed: each cooldown is within ±fraction of the base, and
+// two breakers with the same seed wait the same.
+#[tokio::test(start_paused = true)]
+async fn jittered_cooldowns_stay_within_their_fraction_and_repeat_with_a_seed() {
+    let mut waits = Vec::new();
+    for _ in 0..2 {
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(100)))
+            .jitter(0.1)
+            .jitter_seed(42));
+        let mut these = Vec::new();
+        for _ in 0..20 {
+            fail_n(&mut svc, 1).await;
+            let wait = handle.snapshot().retry_after().unwrap();
+            assert!(wait >= secs(90) && wait <= secs(110), "{wait:?}");
+            these.push(wait);
+            handle.reset();
+        }
+        waits.push(these);
+    }
+    assert_eq!(waits[0], waits[1]);
+    assert!(
+        waits[0].iter().any(|w| *w != waits[0][0]),
+        "jitter spreads them"
+    );
+}
+
+// Polly v8 OnActionFailureAsync_EnsureBreakDurationNotOverflow / a result-derived wait
+// (resilience4j): a wait the service asks for is capped by `max_retry_after`.
+#[tokio::test(start_paused = true)]
+async fn a_wait_asked_for_by_the_service_is_capped() {
+    let layer = Builder::new().max_retry_after(secs(300)).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("429").retry_after(secs(86_400))),
+        })
+        .layer(Backend::default());
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(300)));
+}
+
+// Failure::retry_after's docs: "with a cooldown in calls, the probe waits for both".
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_with_a_cooldown_in_calls_waits_for_both() {
+    let layer = Builder::new().cooldown(Cooldown::Calls(3)).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("429").retry_after(secs(10))),
+        })
+        .with_fallback(service_fn(|_: Req| async {
+            Ok::<_, Infallible>("fallback")
+        }))
+        .layer(Backend::default());
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    // Many calls pass, but not the time: still open.
+    for _ in 0..5 {
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    }
+    handle.reset();
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    // The time passes, but not the calls: still open until the third.
+    advance(secs(10)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j transitionToOpenStateFor from HALF_OPEN (an operator's hold while a trial
+// call runs): the hold wins, the trial's late result changes nothing, and no slot is left
+// taken.
+#[tokio::test(start_paused = true)]
+async fn a_hold_made_while_a_probe_runs_writes_the_probe_off() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .on_event(observer));
+    fail_n(&mut svc, 1).await;
+    let (probe, tx) = start_waiting(&mut svc).await;
+    handle.open_for(secs(60));
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+    taken(&lines);
+    tx.send(false).unwrap();
+    assert!(probe.await.is_err());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::ForcedOpen);
+    assert_eq!(snapshot.counts.late, 1);
+    assert!(taken(&lines).is_empty(), "a late result is not reported");
+    advance(secs(60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+}
+
+// resilience4j CircuitBreakerStateMachineTest (the kill switch has no peer; the nearest is
+// a state change during a call): a probe that completes while the kill switch is on is
+// still recorded; the switch changes neither state nor counts.
+#[tokio::test(start_paused = true)]
+async fn a_probe_completing_while_killed_is_still_recorded() {
+    let kill = KillSwitch::new();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .kill_switch(kill.clone()));
+    fail_n(&mut svc, 1).await;
+    let (probe, tx) = start_waiting(&mut svc).await;
+    kill.kill();
+    tx.send(true).unwrap();
+    assert_eq!(probe.await.unwrap().source(), Source::Probe);
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Killed));
+}
+
+// resilience4j maxWaitDurationInHalfOpenState with an IntervalFunction: a half-open that
+// outlives its dwell limit is a re-open in a row, so the backoff grows.
+#[tokio::test(start_paused = true)]
+async fn a_dwell_limit_reopen_grows_the_backoff_like_a_failed_probe() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(5)))
+        .backoff(Backoff::exponential(2.0, Cooldown::Time(secs(60))))
+        .max_half_open_dwell(Some(secs(1))));
+    fail_n(&mut svc, 1).await;
+    advance(secs(5)).await;
+    let (_hung, _tx) = start_waiting(&mut svc).await;
+    advance(secs(1)).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.cause, Some(Cause::DwellExceeded));
+    assert_eq!(snapshot.retry_after(), Some(secs(10)));
+}
+
+// Polly v8 OnActionFailureAsync_EnsureCorrectBehavior (HalfOpen -> Open with the break
+// duration the result asks for): a failed probe that says how long to wait re-opens for
+// that long.
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_that_says_how_long_to_wait_reopens_for_that_long() {
+    let layer = Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(5)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(e) if e.to_string() == "later" => {
+                Outcome::Failure(Failure::new("503").retry_after(secs(42)))
+            }
+            Err(_) => Outcome::failure(),
+        })
+        .layer(service_fn(|later: bool| async move {
+            if later {
+                Err::<&'static str, _>(io::Error::other("later"))
+            } else {
+                Err(io::Error::other("down"))
+            }
+        }));
+    assert!(svc.ready().await.unwrap().call(false).await.is_err());
+    advance(secs(5)).await;
+    assert!(svc.ready().await.unwrap().call(true).await.is_err());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.cause, Some(Cause::ProbeFailed));
+    assert_eq!(snapshot.retry_after(), Some(secs(42)));
+}
+
+// resilience4j transitionToDisabledState / back to enabled (ours keeps the state across
+// a change of mode, documented on `set_mode`): an open breaker disabled and enabled
+// again is still open, and probes after its cooldown.
+#[tokio::test(start_paused = true)]
+async fn a_change_of_mode_leaves_an_open_breaker_open() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(10))));
+    fail_n(&mut svc, 1).await;
+    handle.set_mode(Mode::Disabled);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Open);
+    handle.set_mode(Mode::Enabled);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(secs(10)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+}
+
+// resilience4j METRICS_ONLY reaching the half-open's permitted calls (adapted: ours
+// observes as an enabled breaker would): after the cooldown the next call is a real
+// probe, and the calls an enabled breaker would have turned away are made and marked.
+#[tokio::test(start_paused = true)]
+async fn observe_only_probes_like_an_enabled_breaker_and_marks_the_rest() {
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(2))
+        .mode(Mode::ObserveOnly));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(
+        got(&mut svc, Req::Ok).await,
+        Ok(Source::Shadowed(Reason::Open))
+    );
+    let (probe, tx) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(
+        got(&mut svc, Req::Ok).await,
+        Ok(Source::Shadowed(Reason::HalfOpenFull))
+    );
+    tx.send(true).unwrap();
+    assert_eq!(probe.await.unwrap().source(), Source::Probe);
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+// Hystrix testCircuitDoesNotTripOnFailuresBelowThreshold: enough volume, but an error
+// percentage below the threshold keeps it closed.
+#[tokio::test(start_paused = true)]
+async fn an_error_percentage_below_the_threshold_keeps_it_closed() {
+    let (mut svc, handle, _) =
+        rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 10));
+    for i in 0..30 {
+        let req = if i % 3 == 0 { Req::Fail } else { Req::Ok };
+        let _ = got(&mut svc, req).await;
+        advance(Duration::from_millis(100)).await;
+    }
+    assert_eq!(handle.state(), State::Closed);
+    let window = handle.snapshot().window;
+    assert_eq!((window.failures, window.calls), (10, 30));
+}
+
+// gobreaker TestCircuitBreakerInParallel and Hystrix testSingleTestOnOpenCircuit..., on
+// two threads: callers racing at a half-open breaker never have more probes at the
+// service at once than the limit, siblings of a failed probe included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_callers_never_have_more_probes_at_the_service_than_the_limit() {
+    #[derive(Default)]
+    struct Gauge {
+        now: AtomicUsize,
+        max: AtomicUsize,
+        calls: AtomicUsize,
+    }
+    let gauge = Arc::new(Gauge::default());
+    let inner = gauge.clone();
+    let layer = Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .half_open_probes(2)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer
+        .with_fallback(service_fn(|_: ()| async {
+            Ok::<_, Infallible>("fallback")
+        }))
+        .layer(service_fn(move |()| {
+            let gauge = inner.clone();
+            async move {
+                gauge.calls.fetch_add(1, Ordering::SeqCst);
+                let now = gauge.now.fetch_add(1, Ordering::SeqCst) + 1;
+                gauge.max.fetch_max(now, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                gauge.now.fetch_sub(1, Ordering::SeqCst);
+                Err::<&'static str, _>(io::Error::other(FAILED))
+            }
+        }));
+    // The first failure, alone: from then on every call that reaches the service is a probe.
+    let mut first = svc.clone();
+    let _ = first.ready().await.unwrap().call(()).await;
+    assert_eq!(handle.state(), State::Open);
+    gauge.max.store(0, Ordering::SeqCst);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for _ in 0..500 {
+                    let _ = svc.ready().await.unwrap().call(()).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(
+        gauge.max.load(Ordering::SeqCst) <= 2,
+        "{}",
+        gauge.max.load(Ordering::SeqCst)
+    );
+    let counts = handle.snapshot().counts;
+    assert_eq!(
+        counts.probes as usize,
+        gauge.calls.load(Ordering::SeqCst) - 1
+    );
+    assert_eq!(counts.arrived, 8_001);
+    assert_eq!(
+        counts.arrived,
+        counts.made + counts.skipped() + counts.abandoned
+    );
+}
+
+// A failed probe's siblings (resilience4j permits 4 half-open calls; ours writes the
+// half-open off at the first failure): the siblings still running hold their slots until
+// they end, so a later half-open cannot exceed the limit.
+#[tokio::test(start_paused = true)]
+async fn the_siblings_of_a_failed_probe_hold_their_slots_until_they_end() {
+    let (mut svc, handle, calls) = half_open_rig(2);
+    fail_n(&mut svc, 1).await;
+    let (a, tx_a) = start_waiting(&mut svc).await;
+    let (b, tx_b) = start_waiting(&mut svc).await;
+    tx_a.send(false).unwrap();
+    assert!(a.await.is_err());
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().probes_in_flight, 1, "b, still running");
+    // The next call is due (cooldown 1 call): half-open again, with one slot free.
+    let (c, tx_c) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    tx_b.send(true).unwrap();
+    assert!(b.await.is_ok());
+    assert_eq!(handle.peek(), Advice::Probe, "b's slot is free now");
+    tx_c.send(true).unwrap();
+    assert!(c.await.is_ok());
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+// Polly Should_report_cancellation_during_faulting_action_execution_when_user_delegate_observes_cancellationToken:
+// a classifier may call the caller's own cancellation "ignored": it says nothing of the
+// service.
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_the_classifier_ignores_says_nothing_about_the_service() {
+    let layer = Builder::new().failure_threshold(1).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<(), io::Error>| match result {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Outcome::Ignored,
+            Err(_) => Outcome::failure(),
+            Ok(_) => Outcome::Success,
+        })
+        .layer(service_fn(|()| async {
+            Err::<(), _>(io::Error::new(io::ErrorKind::Interrupted, "cancelled"))
+        }));
+    for _ in 0..5 {
+        assert!(svc.ready().await.unwrap().call(()).await.is_err());
+    }
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().counts.ignored, 5);
+}
+
+// Threshold relief (a degraded pre-call check) against resilience4j's
+// changeConfig-at-runtime tests: the lowered threshold applies to the next outcome.
+#[tokio::test(start_paused = true)]
+async fn a_lowered_threshold_applies_to_the_next_failure() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(3));
+    fail_n(&mut svc, 1).await;
+    handle.set_threshold_relief(1);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// resilience4j shouldOpenAfterFailureRateThresholdExceeded (the rate is compared with
+// `>=`: a window whose share of failures equals the threshold opens) and Polly
+// AdvancedCircuitBreakerSpecs ..._failure_threshold_equalled_...: exactly the rate opens,
+// for rates whose decimal has no exact binary form too (28 % of 25 calls is 7 failures,
+// 55 % of 100 is 55).
+#[tokio::test(start_paused = true)]
+async fn a_share_of_failures_exactly_at_a_decimal_rate_opens() {
+    for (rate, window, failures) in [(0.28, 25u32, 7u32), (0.55, 100, 55), (0.14, 50, 7)] {
+        let (mut svc, handle, _) =
+            rig(Builder::new().failure_rate(rate, RateWindow::Calls(window), window));
+        for _ in 0..window - failures {
+            assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        }
+        fail_n(&mut svc, failures as usize - 1).await;
+        assert_eq!(handle.state(), State::Closed, "{rate}: one failure short");
+        fail_n(&mut svc, 1).await;
+        assert_eq!(
+            handle.state(),
+            State::Open,
+            "{failures} of {window} is {rate} of the window"
+        );
+    }
+}
+
+/// A service whose readiness is scripted: never ready, or failing to get ready.
+#[derive(Clone, Debug)]
+struct Readiness {
+    fail: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Service<()> for Readiness {
+    type Response = &'static str;
+    type Error = io::Error;
+    type Future = std::future::Ready<Result<&'static str, io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+        if self.fail {
+            Poll::Ready(Err(io::Error::other("no connection")))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, (): ()) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok("ok"))
+    }
+}
+
+// Hystrix testShortCircuit... (a short-circuited command never touches its thread pool)
+// and Polly (an open circuit throws before the delegate): an open breaker answers from
+// the fallback without waiting for the wrapped service to be ready.
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_answers_without_waiting_for_the_service_to_be_ready() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = Builder::new().build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_fallback(service_fn(|()| async { Ok::<_, Infallible>("fallback") }))
+        .layer(Readiness {
+            fail: false,
+            calls: calls.clone(),
+        });
+    handle.force_open();
+    let answer = tokio::time::timeout(secs(1), async {
+        svc.ready().await.unwrap().call(()).await.unwrap()
+    })
+    .await
+    .expect("the fallback answers at once");
+    assert_eq!(answer.source(), Source::Fallback(Reason::ForcedOpen));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+// failsafe-go / resilience4j count a failure to get a connection as a failure of the
+// call; the SPEC: "an inner poll_ready error is a failure too", for a probe as well.
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_service_cannot_get_ready_is_a_failed_probe() {
+    let layer = Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Calls(1))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(Readiness {
+        fail: true,
+        calls: Arc::new(AtomicUsize::new(0)),
+    });
+    for _ in 0..2 {
+        let error = svc.ready().await.unwrap_err();
+        assert!(error.to_string().contains("no connection"), "{error}");
+    }
+    assert_eq!(handle.state(), State::Open);
+    let mut transitions = handle.subscribe();
+    assert!(svc.ready().await.is_err());
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Open, Cause::ProbeFailed),
+        ]
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.probes_in_flight, 0);
+    assert_eq!(snapshot.counts.failures, 3);
+    assert_eq!(snapshot.counts.probes, 1);
+}
+
+// Polly CircuitBreakerManualControlTests (one manual control isolating several
+// strategies): one kill switch shared by two breakers stops both and revives both.
+#[tokio::test(start_paused = true)]
+async fn one_kill_switch_stops_and_revives_every_breaker_that_shares_it() {
+    let kill = KillSwitch::new();
+    let (mut model, model_handle, model_calls) =
+        rig(Builder::new().name("model").kill_switch(kill.clone()));
+    let (mut search, search_handle, search_calls) =
+        rig(Builder::new().name("search").kill_switch(kill.clone()));
+    kill.kill();
+    assert_eq!(got(&mut model, Req::Ok).await, skipped(Reason::Killed));
+    assert_eq!(got(&mut search, Req::Ok).await, skipped(Reason::Killed));
+    assert!(model_handle
+        .kill_switch()
+        .same_as(search_handle.kill_switch()));
+    kill.revive();
+    assert_eq!(got(&mut model, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut search, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(
+        (
+            model_calls.load(Ordering::SeqCst),
+            search_calls.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
+}
+
+// SPEC ("time/steps keep running" under the kill switch), against Polly's isolate:
+// killed through the whole cooldown, the breaker probes on the first call after the
+// revive.
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_in_time_runs_on_under_the_kill_switch() {
+    let kill = KillSwitch::new();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(30)))
+        .kill_switch(kill.clone()));
+    fail_n(&mut svc, 1).await;
+    kill.kill();
+    advance(secs(45)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Killed));
+    assert_eq!(handle.state(), State::Open);
+    kill.revive();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// gobreaker TestRollingWindowCircuitBreakerInParallel: successes, failures and
+// exclusions from many goroutines through a rolling window; whatever the breaker does
+// with them, every call is accounted for once and only made calls reach the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_mixed_outcomes_through_a_rate_window_are_each_counted_once() {
+    let (svc, handle, calls) = rig(Builder::new()
+        .failure_rate(0.6, RateWindow::Calls(30), 3)
+        .cooldown(Cooldown::Calls(5))
+        .half_open_probes(3));
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let mut svc = svc.clone();
+            tokio::spawn(async move {
+                for j in 0..100 {
+                    let req = match j % 3 {
+                        0 => Req::Ok,
+                        1 => Req::Fail,
+                        _ => Req::Ignore,
+                    };
+                    let _ = call(&mut svc, req).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let c = handle.snapshot().counts;
+    assert_eq!(c.arrived, 1_200);
+    assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned);
+    assert_eq!(
+        c.made,
+        c.successes + c.failures + c.ignored + c.cancelled + c.late
+    );
+    assert_eq!(c.made as usize, calls.load(Ordering::SeqCst));
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+}
+
+// resilience4j shouldTransitionToHalfOpenAfterWaitDuration and gobreaker's expiry, to the
+// nanosecond for any cooldown: with neither backoff nor jitter, a cooldown in time is
+// waited exactly as configured, however long (a float of seconds holds only 53 bits).
+#[tokio::test(start_paused = true)]
+async fn a_long_cooldown_in_time_is_waited_to_the_nanosecond() {
+    for cooldown in [
+        Duration::new(10_000_000, 1),
+        Duration::new(1_000_000_000, 1),
+    ] {
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(cooldown)));
+        fail_n(&mut svc, 1).await;
+        assert_eq!(handle.snapshot().retry_after(), Some(cooldown));
+        advance(cooldown - NS).await;
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+        advance(NS).await;
+        assert_eq!(
+            got(&mut svc, Req::Ok).await,
+            Ok(Source::Probe),
+            "{cooldown:?}"
+        );
+    }
+}
