@@ -113,6 +113,21 @@ fn empty_count_window_is_rejected() {
 }
 
 #[test]
+fn a_count_window_over_a_million_calls_is_rejected_instead_of_allocated() {
+    let error = rejects(Builder::new().failure_rate(0.5, RateWindow::Calls(u32::MAX), 5));
+    assert_eq!(error, ConfigError::WindowTooLong { window: u32::MAX });
+    let error =
+        rejects(Builder::new().failure_rate(0.5, RateWindow::Calls(RateWindow::MAX_CALLS + 1), 5));
+    assert_eq!(
+        error,
+        ConfigError::WindowTooLong {
+            window: RateWindow::MAX_CALLS + 1
+        }
+    );
+    builds(Builder::new().failure_rate(0.5, RateWindow::Calls(RateWindow::MAX_CALLS), 5));
+}
+
+#[test]
 fn empty_time_window_is_rejected() {
     let error = rejects(Builder::new().failure_rate(0.5, RateWindow::Time(Duration::ZERO), 1));
     assert_eq!(error, ConfigError::EmptyWindow);
@@ -343,6 +358,7 @@ fn every_error_display_is_a_lowercase_phrase_without_full_stop() {
         ConfigError::InvalidFailureRate(f64::NAN),
         ConfigError::InvalidFailureRate(0.0),
         ConfigError::EmptyWindow,
+        ConfigError::WindowTooLong { window: u32::MAX },
         ConfigError::MinimumCallsAboveWindow {
             minimum_calls: 11,
             window: 10,

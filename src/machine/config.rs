@@ -31,10 +31,18 @@ impl Default for TripPolicy {
 /// The window a [`TripPolicy::FailureRate`] is computed over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateWindow {
-    /// The last N outcomes (a ring).
+    /// The last N outcomes (a ring of bits, one per outcome), at most
+    /// [`RateWindow::MAX_CALLS`].
     Calls(u32),
     /// The outcomes of the last duration, kept in ten buckets.
     Time(Duration),
+}
+
+impl RateWindow {
+    /// The longest window in calls: a million outcomes (125 KiB of ring). A longer one
+    /// is [`ConfigError::WindowTooLong`] when the breaker is built, not an allocation of
+    /// up to 512 MiB per breaker (per key, in a keyed registry).
+    pub const MAX_CALLS: u32 = 1_000_000;
 }
 
 /// How long an open breaker waits before it lets one probe through.
@@ -143,6 +151,12 @@ pub enum ConfigError {
     /// The failure-rate window holds no calls or no time.
     #[error("failure-rate window must not be empty")]
     EmptyWindow,
+    /// A count window longer than [`RateWindow::MAX_CALLS`].
+    #[error("failure-rate window must be at most 1000000 calls, got {window}")]
+    WindowTooLong {
+        /// The window's size in calls.
+        window: u32,
+    },
     /// A count window smaller than its minimum number of calls can never trip.
     #[error("minimum calls ({minimum_calls}) exceed the window of {window} calls, so the breaker could never trip")]
     MinimumCallsAboveWindow {
@@ -256,6 +270,9 @@ impl Config {
                 }
                 match window {
                     RateWindow::Calls(0) => return Err(ConfigError::EmptyWindow),
+                    RateWindow::Calls(n) if n > RateWindow::MAX_CALLS => {
+                        return Err(ConfigError::WindowTooLong { window: n })
+                    }
                     RateWindow::Time(d) if d.is_zero() => return Err(ConfigError::EmptyWindow),
                     RateWindow::Calls(n) if minimum_calls > n => {
                         return Err(ConfigError::MinimumCallsAboveWindow {
