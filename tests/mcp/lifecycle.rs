@@ -1,0 +1,126 @@
+//! A server's life as its operator and its callers race it: stop and restart during a
+//! start, a call or each other; the kill switch during a restart; the last handle dropped
+//! with calls in flight; and the status (so the offer and the expediter's decisions)
+//! while a process is being stopped.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tower::ServiceExt;
+use tower_circuit_breaker::mcp::{McpError, McpServer, RestartPolicy, ServerState};
+
+use crate::common::{alive, args, eventually, running, until, TestResult, PATIENCE};
+use crate::servers::{self, quick, shell_quote};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_restart_during_a_start_during_a_call_twice_and_at_once_never_hang() -> TestResult
+{
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("lifecycle-races");
+    let pid_file = dir.join("pid");
+    let hostile = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.js");
+    // Each start writes its pid and takes a while before it serves.
+    let script = format!(
+        "echo $$ > {}; sleep 0.5; exec node {} hang-calls",
+        shell_quote(&pid_file),
+        shell_quote(&hostile)
+    );
+    let server = quick(McpServer::builder("racy", "sh").args(["-c", &script]))
+        .call_timeout(Duration::from_secs(20))
+        .start()?;
+    // A restart asked during the first start: that start is the restart.
+    server.restart();
+    server.restart();
+    let first = running(&server).await;
+    assert_eq!(first.starts, 1, "{first}");
+
+    // A call in flight, then restarts and a stop at once: the call fails once, typed.
+    let call = tokio::spawn(server.tool("ping").oneshot(args(json!({}))));
+    eventually("the call is in flight", || async {
+        server.calls_in_flight() == 1
+    })
+    .await;
+    server.restart();
+    let (a, b) = (server.clone(), server.clone());
+    let stops = tokio::spawn(async move {
+        tokio::join!(a.stop(), b.stop());
+    });
+    tokio::time::timeout(PATIENCE, stops).await??;
+    let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            McpError::ConnectionLost { .. } | McpError::Unavailable { .. }
+        ),
+        "{error}"
+    );
+    assert_eq!(server.status().state, ServerState::Stopped);
+    assert_eq!(server.calls_in_flight(), 0);
+    // Stopped twice, restarted after the stop: nothing happens, nothing hangs.
+    tokio::time::timeout(PATIENCE, server.stop()).await?;
+    server.restart();
+    let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    eventually("its process is gone", || async move { !alive(pid) }).await;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_start_kills_the_process_being_started() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("stop-starting");
+    let pid_file = dir.join("pid");
+    // It never gets to serve: its start is stopped while it is under way.
+    let slow = format!("echo $$ > {}; sleep 30", shell_quote(&pid_file));
+    let server = quick(McpServer::builder("slow", "sh").args(["-c", &slow])).start()?;
+    eventually("its pid is written", || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+    })
+    .await;
+    let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    assert_eq!(server.status().state, ServerState::Starting);
+    tokio::time::timeout(PATIENCE, server.stop()).await?;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    eventually("the process being started is killed", || async move {
+        !alive(pid)
+    })
+    .await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_switch_flipped_during_a_restart_holds_the_next_one_until_revived() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("kill-restart-switch");
+    let pid_file = dir.join("pid");
+    let script = format!("echo $$ > {}; sleep 0.3; exit 1", shell_quote(&pid_file));
+    let server = quick(McpServer::builder("killed", "sh").args(["-c", &script]))
+        .restart(
+            RestartPolicy::new().backoff(Duration::from_millis(100), Duration::from_millis(100)),
+        )
+        .start()?;
+    until(&server, "restarting", |s| {
+        s.state == ServerState::Restarting
+    })
+    .await;
+    server.kill_switch().kill();
+    let held = until(&server, "down and killed", |s| {
+        s.killed && matches!(s.state, ServerState::Down(_))
+    })
+    .await;
+    let starts = held.starts;
+    assert!(held.unavailable_because().unwrap().contains("kill switch"));
+    // However long one waits (several backoffs), no start comes while it is on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.status().starts, starts, "{}", server.status());
+    server.kill_switch().revive();
+    until(&server, "started again", |s| s.starts > starts).await;
+    server.stop().await;
+    Ok(())
+}
