@@ -75,6 +75,8 @@ enum Ended {
 /// What waiting for the breaker's probe came to.
 enum Wake {
     Go,
+    /// A person reset the breaker: a fresh start, its restarts so far forgotten.
+    Reset,
     Restart,
     Stop(oneshot::Sender<()>),
     Gone,
@@ -123,7 +125,11 @@ impl Supervisor {
             if !fresh {
                 match self.await_probe().await {
                     Wake::Go => {}
-                    Wake::Restart => self.operator_restart(),
+                    Wake::Reset => fresh = true,
+                    Wake::Restart => {
+                        self.operator_restart();
+                        fresh = true;
+                    }
                     Wake::Stop(done) => return self.stopped(done),
                     Wake::Gone => return,
                 }
@@ -299,7 +305,7 @@ impl Supervisor {
                 // a start, and forgets the restarts so far.
                 Advice::Call => {
                     self.restarts.reset();
-                    return Wake::Go;
+                    return Wake::Reset;
                 }
                 Advice::Skip(skip) => match skip.next_probe() {
                     NextProbe::After { at: Some(at), .. } => Some(at),

@@ -124,3 +124,40 @@ async fn the_kill_switch_flipped_during_a_restart_holds_the_next_one_until_reviv
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_restart_after_a_crash_loop_gets_the_whole_allowance_again() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    // One restart allowed: the first start and one restart, then it gives up.
+    let server = quick(McpServer::builder("crashy", "sh").args(["-c", "exit 3"]))
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(100), Duration::from_millis(100))
+                .crash_loop(1, Duration::from_secs(60)),
+        )
+        .start()?;
+    let gave_up = until(&server, "given up", |s| {
+        matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(gave_up.starts, 2);
+    // An operator's restart is a fresh start, as the first one was: not one of the
+    // restarts the limit counts, so one restart follows it before it gives up again.
+    server.restart();
+    let again = until(&server, "given up again", |s| {
+        s.starts > 2 && matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(again.starts, 4, "{again}");
+    // So is a reset of its breaker.
+    server.breaker().reset();
+    let reset = until(&server, "given up after the reset", |s| {
+        s.starts > 4 && matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(reset.starts, 6, "{reset}");
+    server.stop().await;
+    Ok(())
+}
