@@ -130,15 +130,15 @@ impl Supervisor {
                         self.operator_restart();
                         fresh = true;
                     }
-                    Wake::Stop(done) => return self.stopped(done),
-                    Wake::Gone => return,
+                    Wake::Stop(done) => return self.stopped(Some(done)),
+                    Wake::Gone => return self.stopped(None),
                 }
             }
             let restart = !fresh;
             fresh = false;
             let ended = match self.start(restart).await {
-                Err(Wake::Stop(done)) => return self.stopped(done),
-                Err(_) => return,
+                Err(Wake::Stop(done)) => return self.stopped(Some(done)),
+                Err(_) => return self.stopped(None),
                 Ok(None) => continue,
                 Ok(Some(started)) => self.serve(started).await,
             };
@@ -147,8 +147,8 @@ impl Supervisor {
                     self.operator_restart();
                     fresh = true;
                 }
-                (Ended::Stop(done), _) => return self.stopped(done),
-                (Ended::Gone, _) => return,
+                (Ended::Stop(done), _) => return self.stopped(Some(done)),
+                (Ended::Gone, _) => return self.stopped(None),
                 (Ended::Exited(exit), ran_for) => self.down(Down::Exited(exit), Some(ran_for)),
                 (Ended::Lost, ran_for) => self.down(Down::ConnectionLost, Some(ran_for)),
                 (Ended::Unresponsive(last_failure), ran_for) => {
@@ -276,13 +276,27 @@ impl Supervisor {
                 },
             }
         };
-        // Out of service from now: no call goes to this process any more.
-        self.shared.update(|status, current| {
-            if current.as_ref().is_some_and(|c| c.generation == generation) {
-                *current = None;
-            }
-            status.pid = None;
-        });
+        // Out of service from now: no call goes to this process any more, and while it
+        // is being stopped its status says what comes next, never that it serves. (A
+        // process that exited needs no stopping: `down` says so at once.)
+        let next = match &ended {
+            Ended::Exited(_) => None,
+            Ended::Lost => Some(ServerState::Down(Down::ConnectionLost)),
+            Ended::Unresponsive(last_failure) => Some(ServerState::Down(Down::Unresponsive {
+                last_failure: last_failure.clone(),
+            })),
+            Ended::Restart => Some(ServerState::Restarting),
+            Ended::Stop(_) | Ended::Gone => Some(ServerState::Stopped),
+        };
+        if let Some(next) = next {
+            self.shared.update(|status, current| {
+                if current.as_ref().is_some_and(|c| c.generation == generation) {
+                    *current = None;
+                }
+                status.pid = None;
+                status.state = next;
+            });
+        }
         let ran_for = since.elapsed();
         let ended = match ended {
             Ended::Exited(exit) => Ended::Exited(exit),
@@ -375,7 +389,9 @@ impl Supervisor {
         self.shared.breaker.reset();
     }
 
-    fn stopped(&mut self, done: oneshot::Sender<()>) {
+    /// Stopped for good: by [`McpServer::stop`](super::McpServer::stop) (`done` hears of
+    /// it), or because its last handle is gone.
+    fn stopped(&mut self, done: Option<oneshot::Sender<()>>) {
         self.shared.update(|status, connection| {
             *connection = None;
             status.state = ServerState::Stopped;
@@ -383,7 +399,9 @@ impl Supervisor {
             status.next_start = None;
             status.restart_wait = None;
         });
-        let _ = done.send(());
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
     }
 
     fn sync_killed(&mut self) {

@@ -7,10 +7,39 @@ use std::time::Duration;
 
 use serde_json::json;
 use tower::ServiceExt;
-use tower_circuit_breaker::mcp::{McpError, McpServer, RestartPolicy, ServerState};
+use tower_circuit_breaker::expediter::{Attempt, Expediter, SkipReason};
+use tower_circuit_breaker::mcp::{McpError, McpServer, McpTools, RestartPolicy, ServerState};
 
 use crate::common::{alive, args, eventually, running, until, TestResult, PATIENCE};
 use crate::servers::{self, quick, shell_quote};
+
+/// Asserts that a status without a process is not offered as serving, and that the tool
+/// set routes away from `tool` without a call and without spending its budget.
+async fn not_offered_while_out_of_service(tools: &McpTools, server: &McpServer, tool: &str) {
+    let out = until(server, "out of service", |s| s.pid.is_none()).await;
+    assert!(
+        !out.is_running() && out.unavailable_because().is_some(),
+        "a server without a process says it serves: {out}"
+    );
+    let used = tools.expediter().report().budget.used;
+    let sent = server.calls_sent();
+    let offer = tools.offered();
+    assert!(!offer.offers(tool), "{offer}");
+    let attempt = tools.execute(tool, args(json!({}))).await.unwrap();
+    assert!(
+        matches!(
+            attempt,
+            Attempt::Skipped {
+                reason: SkipReason::Unavailable,
+                ..
+            }
+        ),
+        "{:?}",
+        attempt.decision()
+    );
+    assert_eq!(tools.expediter().report().budget.used, used);
+    assert_eq!(server.calls_sent(), sent);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_and_restart_during_a_start_during_a_call_twice_and_at_once_never_hang() -> TestResult
@@ -159,5 +188,96 @@ async fn an_operators_restart_after_a_crash_loop_gets_the_whole_allowance_again(
     .await;
     assert_eq!(reset.starts, 6, "{reset}");
     server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_being_stopped_is_never_offered_and_spends_no_budget() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    // It never answers a call and does not exit when its input is closed: each stop
+    // takes the whole stop timeout before the process is killed.
+    let server = servers
+        .hostile("stubborn", "stubborn-hang")
+        .call_timeout(Duration::from_millis(300))
+        .stop_timeout(Duration::from_secs(2))
+        .unresponsive_after(1)
+        .restart(RestartPolicy::new().backoff(Duration::from_millis(200), Duration::from_secs(1)))
+        .start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    running(&server).await;
+    tools.add_server(&server)?;
+
+    // Stopped as unresponsive after one timeout.
+    let attempt = tools.execute("stubborn__ping", args(json!({}))).await?;
+    assert!(matches!(attempt, Attempt::Made { result: Err(_), .. }));
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    let back = running(&server).await;
+    assert_eq!(back.generation, 2);
+
+    // Restarted by an operator.
+    server.restart();
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    let back = running(&server).await;
+    assert_eq!(back.generation, 3);
+
+    // Stopped for good.
+    let stopping = {
+        let server = server.clone();
+        tokio::spawn(async move { server.stop().await })
+    };
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    tokio::time::timeout(PATIENCE, stopping).await??;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    assert!(!alive(back.pid.unwrap()), "killed after its stop timeout");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_with_calls_in_flight_leaves_no_process() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers.hostile("dropped", "stubborn-hang").start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let pid = running(&server).await.pid.unwrap();
+    tools.add_server(&server)?;
+    let service = server.tool("ping");
+    // Calls through the server's service and through the tool set's: neither holds the
+    // server up once its last handle is gone.
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        calls.push(tokio::spawn(service.clone().oneshot(args(json!({})))));
+    }
+    let mut guarded = Vec::new();
+    for _ in 0..2 {
+        let service = tools.service("dropped__ping")?;
+        guarded.push(tokio::spawn(service.oneshot(args(json!({})))));
+    }
+    eventually("the calls are in flight", || async {
+        server.calls_in_flight() == 4
+    })
+    .await;
+    let watch = server.watch();
+    drop(server);
+    drop(tools);
+    for call in calls {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        assert!(matches!(error, McpError::ConnectionLost { .. }), "{error}");
+    }
+    for call in guarded {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        let error = error.downcast_ref::<McpError>().expect("an MCP error");
+        assert!(matches!(error, McpError::ConnectionLost { .. }), "{error}");
+    }
+    eventually("its process is gone", || async move { !alive(pid) }).await;
+    // A service that outlives every handle says the server was stopped, and sends nothing.
+    let error = service.oneshot(args(json!({}))).await.unwrap_err();
+    assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
+    let last = watch.borrow().clone();
+    assert_eq!(last.state, ServerState::Stopped, "{last}");
     Ok(())
 }
