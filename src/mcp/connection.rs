@@ -19,6 +19,8 @@ use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{timeout_at, Instant};
 
+use crate::machine::later;
+
 use super::config::McpServerBuilder;
 use super::error::StartError;
 use super::status::Exit;
@@ -133,7 +135,8 @@ pub(crate) async fn start(
     generation: u64,
     notices: UnboundedSender<Notice>,
 ) -> Result<Started, StartError> {
-    let deadline = Instant::now() + config.start_timeout;
+    // A timeout too long for the clock means none.
+    let deadline = Instant::from_std(later(Instant::now().into_std(), config.start_timeout));
     let mut command = Command::new(&config.program);
     command
         .args(&config.args)

@@ -15,7 +15,7 @@ use tower::{Service, ServiceExt};
 
 use crate::error::Rejected;
 use crate::fallback::NoFallback;
-use crate::machine::{Advice, Cause, NextProbe, State, Transition};
+use crate::machine::{later, Advice, Cause, NextProbe, State, Transition};
 use crate::service::CircuitBreaker;
 
 use super::classify::ServerStarts;
@@ -352,7 +352,7 @@ impl Supervisor {
         tracing::info!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "down: it {why}");
         match self.restarts.failed(now, ran_for) {
             Next::RestartAfter(wait) => {
-                let until = (now + wait).into_std();
+                let until = later(now.into_std(), wait);
                 self.shared.breaker.hold_open_until(until);
                 self.shared.update(|status, connection| {
                     *connection = None;
