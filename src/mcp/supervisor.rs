@@ -7,7 +7,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
@@ -19,7 +21,7 @@ use crate::machine::{later, Advice, Cause, NextProbe, State, Transition};
 use crate::service::CircuitBreaker;
 
 use super::classify::ServerStarts;
-use super::connection::{self, Notice, Started};
+use super::connection::{self, Notice, Started, StderrTail};
 use super::error::StartError;
 use super::restart::{Next, Restarts};
 use super::server::{Connection, Shared};
@@ -70,6 +72,15 @@ enum Ended {
     Restart,
     Stop(oneshot::Sender<()>),
     Gone,
+}
+
+/// A server's output ended: most often because it is dying. If it exits within `grace`,
+/// that is what happened; otherwise it lives on without a connection, and is stopped.
+async fn output_ended(child: &mut Child, grace: Duration, stderr: &StderrTail) -> Ended {
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => Ended::Exited(super::status::Exit::new(status.ok(), stderr.last())),
+        Err(_) => Ended::Lost,
+    }
 }
 
 /// What waiting for the breaker's probe came to.
@@ -213,10 +224,10 @@ impl Supervisor {
 
     /// Serves until the process ends or a command comes; returns why, and how long it
     /// served.
-    async fn serve(&mut self, started: Started) -> (Ended, std::time::Duration) {
+    async fn serve(&mut self, started: Started) -> (Ended, Duration) {
         let Started {
             mut child,
-            client,
+            mut session,
             tools,
             stderr,
         } = started;
@@ -226,7 +237,7 @@ impl Supervisor {
         let pid = child.id();
         let connection = Arc::new(Connection {
             generation,
-            peer: client.peer().clone(),
+            peer: session.peer().clone(),
             tools: tools.clone(),
         });
         self.shared.update(|status, current| {
@@ -243,19 +254,17 @@ impl Supervisor {
                     let exit = super::status::Exit::new(status.ok(), stderr.last());
                     break Ended::Exited(exit);
                 }
+                // Its output ended with no call under way: out of service at once.
+                () = session.ended() => {
+                    self.shared.connection_lost(generation);
+                    break output_ended(&mut child, grace, &stderr).await;
+                }
                 notice = self.notices.recv() => match notice {
                     Some(Notice::ToolsChanged(g)) if g == generation => {
                         self.shared.refresh_tools(generation).await;
                     }
-                    // Its output ended: most often because it is dying. If it exits
-                    // within the grace period, that is what happened.
                     Some(Notice::Closed(g)) if g == generation => {
-                        match tokio::time::timeout(grace, child.wait()).await {
-                            Ok(status) => {
-                                break Ended::Exited(super::status::Exit::new(status.ok(), stderr.last()))
-                            }
-                            Err(_) => break Ended::Lost,
-                        }
+                        break output_ended(&mut child, grace, &stderr).await;
                     }
                     _ => {}
                 },
@@ -301,7 +310,7 @@ impl Supervisor {
         let ended = match ended {
             Ended::Exited(exit) => Ended::Exited(exit),
             other => {
-                let exit = connection::stop(child, Some(client), grace, &stderr).await;
+                let exit = connection::stop(child, session, grace, &stderr).await;
                 tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
                 other
             }
@@ -347,7 +356,7 @@ impl Supervisor {
     }
 
     /// The server went down: hold its breaker open for the restart backoff, or give up.
-    fn down(&mut self, why: Down, ran_for: Option<std::time::Duration>) {
+    fn down(&mut self, why: Down, ran_for: Option<Duration>) {
         let now = Instant::now();
         tracing::info!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "down: it {why}");
         match self.restarts.failed(now, ran_for) {

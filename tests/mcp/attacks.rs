@@ -568,3 +568,39 @@ async fn a_tool_list_that_changes_between_lives_is_followed_by_the_offer() -> Te
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_its_output_and_keeps_running_is_down_before_anyone_calls_it(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = slow_restarts(servers.hostile("mute", "close-stdout")).start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let pid = running(&server).await.pid.unwrap();
+    tools.add_server(&server)?;
+    // Nobody calls it: its supervisor finds the connection gone on its own, and stops
+    // the process that is still running.
+    let down = until(&server, "down", |s| !s.is_running()).await;
+    assert!(down.unavailable_because().is_some(), "{down}");
+    eventually("the process without an output is stopped", || async move {
+        !alive(pid)
+    })
+    .await;
+    let offer = tools.offered();
+    assert!(!offer.offers("mute__ping"), "{offer}");
+    let attempt = tools.execute("mute__ping", args(json!({}))).await?;
+    assert!(
+        matches!(
+            attempt,
+            tower_circuit_breaker::expediter::Attempt::Skipped { .. }
+        ),
+        "{:?}",
+        attempt.decision()
+    );
+    assert_eq!(server.calls_sent(), 0);
+    assert_eq!(expediter.report().budget.used, 0);
+    server.stop().await;
+    Ok(())
+}
