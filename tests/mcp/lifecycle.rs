@@ -104,7 +104,7 @@ async fn a_stop_during_a_start_kills_the_process_being_started() -> TestResult {
     let dir = servers::scratch("stop-starting");
     let pid_file = dir.join("pid");
     // It never gets to serve: its start is stopped while it is under way.
-    let slow = format!("echo $$ > {}; sleep 30", shell_quote(&pid_file));
+    let slow = format!("echo $$ > {}; exec sleep 30", shell_quote(&pid_file));
     let server = quick(McpServer::builder("slow", "sh").args(["-c", &slow])).start()?;
     eventually("its pid is written", || async {
         std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
@@ -279,5 +279,43 @@ async fn dropping_the_last_handle_with_calls_in_flight_leaves_no_process() -> Te
     assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
     let last = watch.borrow().clone();
     assert_eq!(last.state, ServerState::Stopped, "{last}");
+    Ok(())
+}
+
+/// Known defect, not fixed here: a server started through a launcher (`npx`, `sh -c`, a
+/// wrapper script) runs as a child of the process the supervisor spawned. When that
+/// process is killed (a start that timed out, a stop past its timeout, a drop), only it is
+/// killed: its children live on. Killing the whole process group needs the server spawned
+/// in a group of its own and a signal to the group, which takes `unsafe` or a new
+/// dependency (rustix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known defect: the children of a killed server process are left running"]
+async fn a_killed_launcher_takes_the_server_it_launched_with_it() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("launcher");
+    let child_file = dir.join("child");
+    // A launcher whose server never answers and does not read its input.
+    let script = format!("sleep 60 & echo $! > {}; wait", shell_quote(&child_file));
+    let server = quick(McpServer::builder("launched", "sh").args(["-c", &script]))
+        .start_timeout(Duration::from_millis(500))
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(30), Duration::from_secs(30)))
+        .start()?;
+    until(&server, "down", |s| matches!(s.state, ServerState::Down(_))).await;
+    let child: u32 = std::fs::read_to_string(&child_file)?.trim().parse()?;
+    server.stop().await;
+    let gone = tokio::time::timeout(PATIENCE, async {
+        while alive(child) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if gone.is_err() {
+        let _ = std::process::Command::new("kill")
+            .arg(child.to_string())
+            .status();
+        panic!("the launched server {child} outlived its launcher");
+    }
     Ok(())
 }
