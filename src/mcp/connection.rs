@@ -3,6 +3,8 @@
 //! messages, and stopping it.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,13 +13,17 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
     PaginatedRequestParams, ServerResult,
 };
-use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
+use rmcp::service::{
+    MaybeSendFuture, NotificationContext, RunningService, RunningServiceCancellationToken,
+};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{timeout_at, Instant};
+
+use crate::machine::later;
 
 use super::config::McpServerBuilder;
 use super::error::StartError;
@@ -112,9 +118,55 @@ pub(crate) fn quote(text: &str) -> String {
 /// A started server: its process, its connection and its tools.
 pub(crate) struct Started {
     pub(crate) child: Child,
-    pub(crate) client: RunningService<RoleClient, Handler>,
+    pub(crate) session: Session,
     pub(crate) tools: ToolList,
     pub(crate) stderr: StderrTail,
+}
+
+/// The client's side of one connection, watched: it ends when the server closes its
+/// output (dead or alive), or when it is closed.
+pub(crate) struct Session {
+    peer: Peer<RoleClient>,
+    cancel: Option<RunningServiceCancellationToken>,
+    ended: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl Session {
+    fn new(client: RunningService<RoleClient, Handler>) -> Self {
+        Session {
+            peer: client.peer().clone(),
+            cancel: Some(client.cancellation_token()),
+            ended: Some(Box::pin(async move {
+                let _ = client.waiting().await;
+            })),
+        }
+    }
+
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// Resolves once the connection has ended, and never again after (cancel-safe).
+    pub(crate) async fn ended(&mut self) {
+        match &mut self.ended {
+            Some(ended) => {
+                ended.await;
+                self.ended = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Closes the connection (the server's input), waiting at most `grace` for it to
+    /// end.
+    async fn close(&mut self, grace: Duration) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel();
+        }
+        if let Some(ended) = self.ended.take() {
+            let _ = tokio::time::timeout(grace, ended).await;
+        }
+    }
 }
 
 impl std::fmt::Debug for Started {
@@ -133,7 +185,8 @@ pub(crate) async fn start(
     generation: u64,
     notices: UnboundedSender<Notice>,
 ) -> Result<Started, StartError> {
-    let deadline = Instant::now() + config.start_timeout;
+    // A timeout too long for the clock means none.
+    let deadline = Instant::from_std(later(Instant::now().into_std(), config.start_timeout));
     let mut command = Command::new(&config.program);
     command
         .args(&config.args)
@@ -210,7 +263,7 @@ pub(crate) async fn start(
     };
     Ok(Started {
         child,
-        client,
+        session: Session::new(client),
         tools,
         stderr,
     })
@@ -297,13 +350,11 @@ pub(crate) fn service_error(error: &ServiceError) -> String {
 /// kills it. Returns how it ended.
 pub(crate) async fn stop(
     mut child: Child,
-    client: Option<RunningService<RoleClient, Handler>>,
+    mut session: Session,
     grace: Duration,
     stderr: &StderrTail,
 ) -> Exit {
-    if let Some(mut client) = client {
-        let _ = client.close_with_timeout(grace).await;
-    }
+    session.close(grace).await;
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(Ok(status)) => Some(status),
         _ => {

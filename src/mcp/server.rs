@@ -404,7 +404,8 @@ impl McpServer {
     pub async fn stop(&self) {
         let (done, stopped) = tokio::sync::oneshot::channel();
         if self.control.commands.send(Command::Stop(done)).is_ok() {
-            let grace = self.shared.config.stop_timeout * 2 + Duration::from_secs(1);
+            let grace = (self.shared.config.stop_timeout.saturating_mul(2))
+                .saturating_add(Duration::from_secs(1));
             let _ = tokio::time::timeout(grace, stopped).await;
         }
     }

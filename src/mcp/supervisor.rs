@@ -7,7 +7,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
@@ -15,11 +17,11 @@ use tower::{Service, ServiceExt};
 
 use crate::error::Rejected;
 use crate::fallback::NoFallback;
-use crate::machine::{Advice, Cause, NextProbe, State, Transition};
+use crate::machine::{later, Advice, Cause, NextProbe, State, Transition};
 use crate::service::CircuitBreaker;
 
 use super::classify::ServerStarts;
-use super::connection::{self, Notice, Started};
+use super::connection::{self, Notice, Started, StderrTail};
 use super::error::StartError;
 use super::restart::{Next, Restarts};
 use super::server::{Connection, Shared};
@@ -72,9 +74,20 @@ enum Ended {
     Gone,
 }
 
+/// A server's output ended: most often because it is dying. If it exits within `grace`,
+/// that is what happened; otherwise it lives on without a connection, and is stopped.
+async fn output_ended(child: &mut Child, grace: Duration, stderr: &StderrTail) -> Ended {
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => Ended::Exited(super::status::Exit::new(status.ok(), stderr.last())),
+        Err(_) => Ended::Lost,
+    }
+}
+
 /// What waiting for the breaker's probe came to.
 enum Wake {
     Go,
+    /// A person reset the breaker: a fresh start, its restarts so far forgotten.
+    Reset,
     Restart,
     Stop(oneshot::Sender<()>),
     Gone,
@@ -123,16 +136,20 @@ impl Supervisor {
             if !fresh {
                 match self.await_probe().await {
                     Wake::Go => {}
-                    Wake::Restart => self.operator_restart(),
-                    Wake::Stop(done) => return self.stopped(done),
-                    Wake::Gone => return,
+                    Wake::Reset => fresh = true,
+                    Wake::Restart => {
+                        self.operator_restart();
+                        fresh = true;
+                    }
+                    Wake::Stop(done) => return self.stopped(Some(done)),
+                    Wake::Gone => return self.stopped(None),
                 }
             }
             let restart = !fresh;
             fresh = false;
             let ended = match self.start(restart).await {
-                Err(Wake::Stop(done)) => return self.stopped(done),
-                Err(_) => return,
+                Err(Wake::Stop(done)) => return self.stopped(Some(done)),
+                Err(_) => return self.stopped(None),
                 Ok(None) => continue,
                 Ok(Some(started)) => self.serve(started).await,
             };
@@ -141,8 +158,8 @@ impl Supervisor {
                     self.operator_restart();
                     fresh = true;
                 }
-                (Ended::Stop(done), _) => return self.stopped(done),
-                (Ended::Gone, _) => return,
+                (Ended::Stop(done), _) => return self.stopped(Some(done)),
+                (Ended::Gone, _) => return self.stopped(None),
                 (Ended::Exited(exit), ran_for) => self.down(Down::Exited(exit), Some(ran_for)),
                 (Ended::Lost, ran_for) => self.down(Down::ConnectionLost, Some(ran_for)),
                 (Ended::Unresponsive(last_failure), ran_for) => {
@@ -207,10 +224,10 @@ impl Supervisor {
 
     /// Serves until the process ends or a command comes; returns why, and how long it
     /// served.
-    async fn serve(&mut self, started: Started) -> (Ended, std::time::Duration) {
+    async fn serve(&mut self, started: Started) -> (Ended, Duration) {
         let Started {
             mut child,
-            client,
+            mut session,
             tools,
             stderr,
         } = started;
@@ -220,7 +237,7 @@ impl Supervisor {
         let pid = child.id();
         let connection = Arc::new(Connection {
             generation,
-            peer: client.peer().clone(),
+            peer: session.peer().clone(),
             tools: tools.clone(),
         });
         self.shared.update(|status, current| {
@@ -237,19 +254,17 @@ impl Supervisor {
                     let exit = super::status::Exit::new(status.ok(), stderr.last());
                     break Ended::Exited(exit);
                 }
+                // Its output ended with no call under way: out of service at once.
+                () = session.ended() => {
+                    self.shared.connection_lost(generation);
+                    break output_ended(&mut child, grace, &stderr).await;
+                }
                 notice = self.notices.recv() => match notice {
                     Some(Notice::ToolsChanged(g)) if g == generation => {
                         self.shared.refresh_tools(generation).await;
                     }
-                    // Its output ended: most often because it is dying. If it exits
-                    // within the grace period, that is what happened.
                     Some(Notice::Closed(g)) if g == generation => {
-                        match tokio::time::timeout(grace, child.wait()).await {
-                            Ok(status) => {
-                                break Ended::Exited(super::status::Exit::new(status.ok(), stderr.last()))
-                            }
-                            Err(_) => break Ended::Lost,
-                        }
+                        break output_ended(&mut child, grace, &stderr).await;
                     }
                     _ => {}
                 },
@@ -270,18 +285,32 @@ impl Supervisor {
                 },
             }
         };
-        // Out of service from now: no call goes to this process any more.
-        self.shared.update(|status, current| {
-            if current.as_ref().is_some_and(|c| c.generation == generation) {
-                *current = None;
-            }
-            status.pid = None;
-        });
+        // Out of service from now: no call goes to this process any more, and while it
+        // is being stopped its status says what comes next, never that it serves. (A
+        // process that exited needs no stopping: `down` says so at once.)
+        let next = match &ended {
+            Ended::Exited(_) => None,
+            Ended::Lost => Some(ServerState::Down(Down::ConnectionLost)),
+            Ended::Unresponsive(last_failure) => Some(ServerState::Down(Down::Unresponsive {
+                last_failure: last_failure.clone(),
+            })),
+            Ended::Restart => Some(ServerState::Restarting),
+            Ended::Stop(_) | Ended::Gone => Some(ServerState::Stopped),
+        };
+        if let Some(next) = next {
+            self.shared.update(|status, current| {
+                if current.as_ref().is_some_and(|c| c.generation == generation) {
+                    *current = None;
+                }
+                status.pid = None;
+                status.state = next;
+            });
+        }
         let ran_for = since.elapsed();
         let ended = match ended {
             Ended::Exited(exit) => Ended::Exited(exit),
             other => {
-                let exit = connection::stop(child, Some(client), grace, &stderr).await;
+                let exit = connection::stop(child, session, grace, &stderr).await;
                 tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
                 other
             }
@@ -299,7 +328,7 @@ impl Supervisor {
                 // a start, and forgets the restarts so far.
                 Advice::Call => {
                     self.restarts.reset();
-                    return Wake::Go;
+                    return Wake::Reset;
                 }
                 Advice::Skip(skip) => match skip.next_probe() {
                     NextProbe::After { at: Some(at), .. } => Some(at),
@@ -327,12 +356,12 @@ impl Supervisor {
     }
 
     /// The server went down: hold its breaker open for the restart backoff, or give up.
-    fn down(&mut self, why: Down, ran_for: Option<std::time::Duration>) {
+    fn down(&mut self, why: Down, ran_for: Option<Duration>) {
         let now = Instant::now();
         tracing::info!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "down: it {why}");
         match self.restarts.failed(now, ran_for) {
             Next::RestartAfter(wait) => {
-                let until = (now + wait).into_std();
+                let until = later(now.into_std(), wait);
                 self.shared.breaker.hold_open_until(until);
                 self.shared.update(|status, connection| {
                     *connection = None;
@@ -369,7 +398,9 @@ impl Supervisor {
         self.shared.breaker.reset();
     }
 
-    fn stopped(&mut self, done: oneshot::Sender<()>) {
+    /// Stopped for good: by [`McpServer::stop`](super::McpServer::stop) (`done` hears of
+    /// it), or because its last handle is gone.
+    fn stopped(&mut self, done: Option<oneshot::Sender<()>>) {
         self.shared.update(|status, connection| {
             *connection = None;
             status.state = ServerState::Stopped;
@@ -377,7 +408,9 @@ impl Supervisor {
             status.next_start = None;
             status.restart_wait = None;
         });
-        let _ = done.send(());
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
     }
 
     fn sync_killed(&mut self) {

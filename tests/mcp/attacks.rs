@@ -410,3 +410,197 @@ async fn calls_racing_restarts_never_reach_a_dead_process_and_every_failure_is_t
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_right_after_initialize_fails_its_start_with_its_exit() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = slow_restarts(servers.hostile("brief", "exit-after-init")).start()?;
+    let error = start_failure(&server).await;
+    assert!(
+        matches!(&error, StartError::Exited { exit } if exit.code() == Some(0)),
+        "{error}"
+    );
+    assert_eq!(server.status().generation, 0, "it never served");
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_after_every_call_answers_each_once_and_gives_up_at_the_limit(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers
+        .hostile("mayfly", "one-call")
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(50), Duration::from_millis(50))
+                .crash_loop(3, Duration::from_secs(60)),
+        )
+        .start()?;
+    let mut answered = 0;
+    let deadline = tokio::time::Instant::now() + crate::common::PATIENCE;
+    loop {
+        let status = until(&server, "running or given up", |s| {
+            s.is_running() || matches!(s.state, ServerState::GaveUp { .. })
+        })
+        .await;
+        if !status.is_running() {
+            break;
+        }
+        let generation = status.generation;
+        match server.tool("ping").oneshot(args(json!({}))).await {
+            Ok(_) => answered += 1,
+            // Found it between its answer and its death.
+            Err(McpError::Unavailable { .. } | McpError::ConnectionLost { .. }) => {}
+            Err(other) => panic!("an unexpected failure: {other}"),
+        }
+        until(&server, "the next life", |s| {
+            s.generation != generation || !s.is_running()
+        })
+        .await;
+        assert!(tokio::time::Instant::now() < deadline, "never gave up");
+    }
+    let status = server.status();
+    assert!(
+        matches!(status.state, ServerState::GaveUp { restarts: 3, .. }),
+        "{status}"
+    );
+    assert_eq!(status.starts, 4);
+    // Every call sent was answered, or lost with the process it was sent to.
+    assert!(
+        answered >= 1 && server.calls_sent() <= 4,
+        "{answered} answered, {} sent",
+        server.calls_sent()
+    );
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_twice_is_taken_once() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers.hostile("echoing", "twice").start()?;
+    running(&server).await;
+    for _ in 0..3 {
+        let answer = server.tool("ping").oneshot(args(json!({}))).await?;
+        assert_eq!(answer.content[0].as_text().unwrap().text, "first");
+    }
+    assert_eq!(server.calls_in_flight(), 0);
+    assert_eq!(server.breaker().state(), State::Closed);
+    assert!(server.status().is_running());
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_line_without_a_newline_is_dropped_unread_and_the_call_times_out() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers
+        .hostile("flood", "huge-line")
+        .max_message_bytes(64 * 1024)
+        .call_timeout(Duration::from_millis(800))
+        .start()?;
+    running(&server).await;
+    let error = server
+        .tool("ping")
+        .oneshot(args(json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, McpError::Timeout { .. }), "{error}");
+    assert_eq!(server.calls_in_flight(), 0);
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_list_that_changes_between_lives_is_followed_by_the_offer() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let dir = servers::scratch("lives");
+    let server = servers
+        .hostile("shifty", "lives")
+        .arg(dir.join("lives"))
+        .start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let first = running(&server).await;
+    tools.add_server(&server)?;
+    assert_eq!(tools.offered().names(), ["shifty__a", "shifty__b"]);
+    kill_9(first.pid.unwrap());
+    until(&server, "its second life", |s| {
+        s.generation == 2 && s.is_running()
+    })
+    .await;
+    let offer = tools.offered();
+    assert_eq!(offer.names(), ["shifty__b", "shifty__c"], "{offer}");
+    // `b`'s schema is the new one.
+    let b = offer.tools.iter().find(|t| t.name == "shifty__b").unwrap();
+    assert!(
+        b.input_schema.get("required").is_some(),
+        "{:?}",
+        b.input_schema
+    );
+    // `a` is gone: said so, not sent, no budget.
+    let line = &offer
+        .withheld
+        .iter()
+        .find(|w| &*w.name == "shifty__a")
+        .expect("a is held back")
+        .line;
+    assert!(line.contains("no longer lists `a`"), "{line}");
+    let sent = server.calls_sent();
+    let attempt = tools.execute("shifty__a", args(json!({}))).await?;
+    assert!(matches!(
+        attempt,
+        tower_circuit_breaker::expediter::Attempt::Skipped { .. }
+    ));
+    assert_eq!(server.calls_sent(), sent);
+    assert_eq!(expediter.report().budget.used, 0);
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_its_output_and_keeps_running_is_down_before_anyone_calls_it(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = slow_restarts(servers.hostile("mute", "close-stdout")).start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let pid = running(&server).await.pid.unwrap();
+    tools.add_server(&server)?;
+    // Nobody calls it: its supervisor finds the connection gone on its own, and stops
+    // the process that is still running.
+    let down = until(&server, "down", |s| !s.is_running()).await;
+    assert!(down.unavailable_because().is_some(), "{down}");
+    eventually("the process without an output is stopped", || async move {
+        !alive(pid)
+    })
+    .await;
+    let offer = tools.offered();
+    assert!(!offer.offers("mute__ping"), "{offer}");
+    let attempt = tools.execute("mute__ping", args(json!({}))).await?;
+    assert!(
+        matches!(
+            attempt,
+            tower_circuit_breaker::expediter::Attempt::Skipped { .. }
+        ),
+        "{:?}",
+        attempt.decision()
+    );
+    assert_eq!(server.calls_sent(), 0);
+    assert_eq!(expediter.report().budget.used, 0);
+    server.stop().await;
+    Ok(())
+}

@@ -187,3 +187,38 @@ async fn a_tool_the_server_does_not_list_is_never_sent() -> TestResult {
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_timeout_shorter_than_the_answer_fails_it_and_the_late_answer_is_dropped(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers
+        .everything("everything")
+        .call_timeout(std::time::Duration::from_millis(300))
+        .start()?;
+    running(&server).await;
+    let error = server
+        .tool("trigger-long-running-operation")
+        .oneshot(args(json!({"duration": 1, "steps": 1})))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, McpError::Timeout { .. }), "{error}");
+    assert_eq!(server.calls_in_flight(), 0);
+    // The answer that comes after (the operation takes 1 s) is no one's: whenever it
+    // comes, the next call gets its own.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let answer = server
+        .tool("get-sum")
+        .oneshot(args(json!({"a": 1, "b": 2})))
+        .await?;
+    assert!(answer.content[0].as_text().unwrap().text.contains('3'));
+    assert_eq!(
+        server.status().generation,
+        1,
+        "one timeout does not restart it"
+    );
+    server.stop().await;
+    Ok(())
+}

@@ -15,6 +15,15 @@
 //                   every later list
 //   hang-calls      serves `ping` but never answers a call
 //   wrong-id        answers every call with another request's id
+//   twice           answers every call twice
+//   stubborn-hang   as hang-calls, and it does not exit when its input ends
+//   exit-after-init answers initialize, then exits with status 0
+//   close-stdout    serves `ping`, then closes its stdout a moment after its tool list
+//                   is read, and keeps running
+//   one-call        answers one call, then exits with status 0
+//   huge-line       answers a call with several megabytes that never end in a newline
+//   lives FILE      counts its starts in FILE: its first life lists `a` and `b`, every
+//                   later one `b` (with another input schema) and `c`
 "use strict";
 
 const mode = process.argv[2];
@@ -34,6 +43,18 @@ if (mode === "garbage-first") {
 }
 
 let vanished = false;
+
+let life = 0;
+if (mode === "lives") {
+  const fs = require("fs");
+  const file = process.argv[3];
+  life = (fs.existsSync(file) ? Number(fs.readFileSync(file, "utf8")) : 0) + 1;
+  fs.writeFileSync(file, String(life));
+}
+if (mode === "stubborn-hang" || mode === "close-stdout") {
+  // Keeps running whatever happens to its input and output.
+  setInterval(() => {}, 1000);
+}
 
 function tools(params) {
   switch (mode) {
@@ -65,13 +86,40 @@ function tools(params) {
       return { tools: [tool("huge", { description: "h".repeat(4 * 1024 * 1024) })] };
     case "vanish":
       return { tools: vanished ? [tool("stay")] : [tool("vanishing"), tool("stay")] };
+    case "lives":
+      return life === 1
+        ? { tools: [tool("a"), tool("b")] }
+        : {
+            tools: [
+              tool("b", {
+                inputSchema: { type: "object", properties: { n: { type: "number" } }, required: ["n"] },
+              }),
+              tool("c"),
+            ],
+          };
     default:
       return { tools: [tool("ping")] };
   }
 }
 
 function call(id, params) {
-  if (mode === "hang-calls") return;
+  if (mode === "hang-calls" || mode === "stubborn-hang") return;
+  if (mode === "twice") {
+    send({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "first" }] } });
+    send({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "second" }] } });
+    return;
+  }
+  if (mode === "huge-line") {
+    process.stdout.write("x".repeat(8 * 1024 * 1024));
+    return;
+  }
+  if (mode === "one-call") {
+    process.stdout.write(
+      JSON.stringify({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "pong" }] } }) + "\n",
+      () => process.exit(0),
+    );
+    return;
+  }
   if (mode === "wrong-id") {
     send({ jsonrpc: "2.0", id: 987654, result: { content: [{ type: "text", text: "not yours" }] } });
     return;
@@ -118,9 +166,11 @@ process.stdin.on("data", (chunk) => {
             serverInfo: { name: "hostile", version: "0.0.0" },
           },
         });
+        if (mode === "exit-after-init") process.stdout.write("", () => process.exit(0));
         break;
       case "tools/list":
         send({ jsonrpc: "2.0", id: message.id, result: tools(message.params) });
+        if (mode === "close-stdout") setTimeout(() => require("fs").closeSync(1), 200);
         break;
       case "tools/call":
         call(message.id, message.params);
@@ -130,4 +180,6 @@ process.stdin.on("data", (chunk) => {
     }
   }
 });
-process.stdin.on("end", () => process.exit(0));
+process.stdin.on("end", () => {
+  if (mode !== "stubborn-hang" && mode !== "close-stdout") process.exit(0);
+});

@@ -7,4 +7,6 @@ mod attacks;
 mod calls;
 mod common;
 mod death;
+mod lifecycle;
 mod servers;
+mod settings;

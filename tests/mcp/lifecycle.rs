@@ -1,0 +1,321 @@
+//! A server's life as its operator and its callers race it: stop and restart during a
+//! start, a call or each other; the kill switch during a restart; the last handle dropped
+//! with calls in flight; and the status (so the offer and the expediter's decisions)
+//! while a process is being stopped.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tower::ServiceExt;
+use tower_circuit_breaker::expediter::{Attempt, Expediter, SkipReason};
+use tower_circuit_breaker::mcp::{McpError, McpServer, McpTools, RestartPolicy, ServerState};
+
+use crate::common::{alive, args, eventually, running, until, TestResult, PATIENCE};
+use crate::servers::{self, quick, shell_quote};
+
+/// Asserts that a status without a process is not offered as serving, and that the tool
+/// set routes away from `tool` without a call and without spending its budget.
+async fn not_offered_while_out_of_service(tools: &McpTools, server: &McpServer, tool: &str) {
+    let out = until(server, "out of service", |s| s.pid.is_none()).await;
+    assert!(
+        !out.is_running() && out.unavailable_because().is_some(),
+        "a server without a process says it serves: {out}"
+    );
+    let used = tools.expediter().report().budget.used;
+    let sent = server.calls_sent();
+    let offer = tools.offered();
+    assert!(!offer.offers(tool), "{offer}");
+    let attempt = tools.execute(tool, args(json!({}))).await.unwrap();
+    assert!(
+        matches!(
+            attempt,
+            Attempt::Skipped {
+                reason: SkipReason::Unavailable,
+                ..
+            }
+        ),
+        "{:?}",
+        attempt.decision()
+    );
+    assert_eq!(tools.expediter().report().budget.used, used);
+    assert_eq!(server.calls_sent(), sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_restart_during_a_start_during_a_call_twice_and_at_once_never_hang() -> TestResult
+{
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("lifecycle-races");
+    let pid_file = dir.join("pid");
+    let hostile = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.js");
+    // Each start writes its pid and takes a while before it serves.
+    let script = format!(
+        "echo $$ > {}; sleep 0.5; exec node {} hang-calls",
+        shell_quote(&pid_file),
+        shell_quote(&hostile)
+    );
+    let server = quick(McpServer::builder("racy", "sh").args(["-c", &script]))
+        .call_timeout(Duration::from_secs(20))
+        .start()?;
+    // A restart asked during the first start: that start is the restart.
+    server.restart();
+    server.restart();
+    let first = running(&server).await;
+    assert_eq!(first.starts, 1, "{first}");
+
+    // A call in flight, then restarts and a stop at once: the call fails once, typed.
+    let call = tokio::spawn(server.tool("ping").oneshot(args(json!({}))));
+    eventually("the call is in flight", || async {
+        server.calls_in_flight() == 1
+    })
+    .await;
+    server.restart();
+    let (a, b) = (server.clone(), server.clone());
+    let stops = tokio::spawn(async move {
+        tokio::join!(a.stop(), b.stop());
+    });
+    tokio::time::timeout(PATIENCE, stops).await??;
+    let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            McpError::ConnectionLost { .. } | McpError::Unavailable { .. }
+        ),
+        "{error}"
+    );
+    assert_eq!(server.status().state, ServerState::Stopped);
+    assert_eq!(server.calls_in_flight(), 0);
+    // Stopped twice, restarted after the stop: nothing happens, nothing hangs.
+    tokio::time::timeout(PATIENCE, server.stop()).await?;
+    server.restart();
+    let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    eventually("its process is gone", || async move { !alive(pid) }).await;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_start_kills_the_process_being_started() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("stop-starting");
+    let pid_file = dir.join("pid");
+    // It never gets to serve: its start is stopped while it is under way.
+    let slow = format!("echo $$ > {}; exec sleep 30", shell_quote(&pid_file));
+    let server = quick(McpServer::builder("slow", "sh").args(["-c", &slow])).start()?;
+    eventually("its pid is written", || async {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+    })
+    .await;
+    let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    assert_eq!(server.status().state, ServerState::Starting);
+    tokio::time::timeout(PATIENCE, server.stop()).await?;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    eventually("the process being started is killed", || async move {
+        !alive(pid)
+    })
+    .await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_switch_flipped_during_a_restart_holds_the_next_one_until_revived() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("kill-restart-switch");
+    let pid_file = dir.join("pid");
+    let script = format!("echo $$ > {}; sleep 0.3; exit 1", shell_quote(&pid_file));
+    let server = quick(McpServer::builder("killed", "sh").args(["-c", &script]))
+        .restart(
+            RestartPolicy::new().backoff(Duration::from_millis(100), Duration::from_millis(100)),
+        )
+        .start()?;
+    until(&server, "restarting", |s| {
+        s.state == ServerState::Restarting
+    })
+    .await;
+    server.kill_switch().kill();
+    let held = until(&server, "down and killed", |s| {
+        s.killed && matches!(s.state, ServerState::Down(_))
+    })
+    .await;
+    let starts = held.starts;
+    assert!(held.unavailable_because().unwrap().contains("kill switch"));
+    // However long one waits (several backoffs), no start comes while it is on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.status().starts, starts, "{}", server.status());
+    server.kill_switch().revive();
+    until(&server, "started again", |s| s.starts > starts).await;
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_restart_after_a_crash_loop_gets_the_whole_allowance_again() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    // One restart allowed: the first start and one restart, then it gives up.
+    let server = quick(McpServer::builder("crashy", "sh").args(["-c", "exit 3"]))
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(100), Duration::from_millis(100))
+                .crash_loop(1, Duration::from_secs(60)),
+        )
+        .start()?;
+    let gave_up = until(&server, "given up", |s| {
+        matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(gave_up.starts, 2);
+    // An operator's restart is a fresh start, as the first one was: not one of the
+    // restarts the limit counts, so one restart follows it before it gives up again.
+    server.restart();
+    let again = until(&server, "given up again", |s| {
+        s.starts > 2 && matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(again.starts, 4, "{again}");
+    // So is a reset of its breaker.
+    server.breaker().reset();
+    let reset = until(&server, "given up after the reset", |s| {
+        s.starts > 4 && matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(reset.starts, 6, "{reset}");
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_being_stopped_is_never_offered_and_spends_no_budget() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    // It never answers a call and does not exit when its input is closed: each stop
+    // takes the whole stop timeout before the process is killed.
+    let server = servers
+        .hostile("stubborn", "stubborn-hang")
+        .call_timeout(Duration::from_millis(300))
+        .stop_timeout(Duration::from_secs(2))
+        .unresponsive_after(1)
+        .restart(RestartPolicy::new().backoff(Duration::from_millis(200), Duration::from_secs(1)))
+        .start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    running(&server).await;
+    tools.add_server(&server)?;
+
+    // Stopped as unresponsive after one timeout.
+    let attempt = tools.execute("stubborn__ping", args(json!({}))).await?;
+    assert!(matches!(attempt, Attempt::Made { result: Err(_), .. }));
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    let back = running(&server).await;
+    assert_eq!(back.generation, 2);
+
+    // Restarted by an operator.
+    server.restart();
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    let back = running(&server).await;
+    assert_eq!(back.generation, 3);
+
+    // Stopped for good.
+    let stopping = {
+        let server = server.clone();
+        tokio::spawn(async move { server.stop().await })
+    };
+    not_offered_while_out_of_service(&tools, &server, "stubborn__ping").await;
+    tokio::time::timeout(PATIENCE, stopping).await??;
+    assert_eq!(server.status().state, ServerState::Stopped);
+    assert!(!alive(back.pid.unwrap()), "killed after its stop timeout");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_with_calls_in_flight_leaves_no_process() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers.hostile("dropped", "stubborn-hang").start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let pid = running(&server).await.pid.unwrap();
+    tools.add_server(&server)?;
+    let service = server.tool("ping");
+    // Calls through the server's service and through the tool set's: neither holds the
+    // server up once its last handle is gone.
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        calls.push(tokio::spawn(service.clone().oneshot(args(json!({})))));
+    }
+    let mut guarded = Vec::new();
+    for _ in 0..2 {
+        let service = tools.service("dropped__ping")?;
+        guarded.push(tokio::spawn(service.oneshot(args(json!({})))));
+    }
+    eventually("the calls are in flight", || async {
+        server.calls_in_flight() == 4
+    })
+    .await;
+    let watch = server.watch();
+    drop(server);
+    drop(tools);
+    for call in calls {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        assert!(matches!(error, McpError::ConnectionLost { .. }), "{error}");
+    }
+    for call in guarded {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        let error = error.downcast_ref::<McpError>().expect("an MCP error");
+        assert!(matches!(error, McpError::ConnectionLost { .. }), "{error}");
+    }
+    eventually("its process is gone", || async move { !alive(pid) }).await;
+    // A service that outlives every handle says the server was stopped, and sends nothing.
+    let error = service.oneshot(args(json!({}))).await.unwrap_err();
+    assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
+    let last = watch.borrow().clone();
+    assert_eq!(last.state, ServerState::Stopped, "{last}");
+    Ok(())
+}
+
+/// Known defect, not fixed here: a server started through a launcher (`npx`, `sh -c`, a
+/// wrapper script) runs as a child of the process the supervisor spawned. When that
+/// process is killed (a start that timed out, a stop past its timeout, a drop), only it is
+/// killed: its children live on. Killing the whole process group needs the server spawned
+/// in a group of its own and a signal to the group, which takes `unsafe` or a new
+/// dependency (rustix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known defect: the children of a killed server process are left running"]
+async fn a_killed_launcher_takes_the_server_it_launched_with_it() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("launcher");
+    let child_file = dir.join("child");
+    // A launcher whose server never answers and does not read its input.
+    let script = format!("sleep 60 & echo $! > {}; wait", shell_quote(&child_file));
+    let server = quick(McpServer::builder("launched", "sh").args(["-c", &script]))
+        .start_timeout(Duration::from_millis(500))
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(30), Duration::from_secs(30)))
+        .start()?;
+    until(&server, "down", |s| matches!(s.state, ServerState::Down(_))).await;
+    let child: u32 = std::fs::read_to_string(&child_file)?.trim().parse()?;
+    server.stop().await;
+    let gone = tokio::time::timeout(PATIENCE, async {
+        while alive(child) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if gone.is_err() {
+        let _ = std::process::Command::new("kill")
+            .arg(child.to_string())
+            .status();
+        panic!("the launched server {child} outlived its launcher");
+    }
+    Ok(())
+}
