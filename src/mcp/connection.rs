@@ -194,6 +194,9 @@ pub(crate) async fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // A group of its own, so that stopping it stops what it launched (see `kill`).
+    #[cfg(unix)]
+    command.process_group(0);
     for (key, value) in &config.env {
         match value {
             Some(value) => command.env(key, value),
@@ -287,10 +290,34 @@ async fn broken_start(child: &mut Child, stderr: &StderrTail, error: StartError)
             exit: Exit::new(Some(status), stderr.last()),
         },
         None => {
-            let _ = child.kill().await;
+            kill(child).await;
             error
         }
     }
+}
+
+/// Kills the server and everything in its process group: a launcher (`npx`, `sh -c`, a
+/// wrapper script) would otherwise leave the server it launched running. Then reaps the
+/// server's own process.
+async fn kill(child: &mut Child) {
+    kill_group(child.id());
+    let _ = child.kill().await;
+}
+
+/// Kills what is left of the process group the server leads, if any. Called while the
+/// server's process is not yet reaped, or right after: its group id cannot have been
+/// given to another process meanwhile while any member lives.
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid
+        .and_then(|pid| i32::try_from(pid).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        // ESRCH (the group is gone) is the usual answer after a clean exit.
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
 }
 
 /// Reads every page of the tool list, refusing more pages or tools than allowed, and
@@ -354,11 +381,16 @@ pub(crate) async fn stop(
     grace: Duration,
     stderr: &StderrTail,
 ) -> Exit {
+    let pid = child.id();
     session.close(grace).await;
     let status = match tokio::time::timeout(grace, child.wait()).await {
-        Ok(Ok(status)) => Some(status),
+        Ok(Ok(status)) => {
+            // It exited; what it launched may not have.
+            kill_group(pid);
+            Some(status)
+        }
         _ => {
-            let _ = child.kill().await;
+            kill(&mut child).await;
             child.try_wait().ok().flatten()
         }
     };

@@ -282,14 +282,10 @@ async fn dropping_the_last_handle_with_calls_in_flight_leaves_no_process() -> Te
     Ok(())
 }
 
-/// Known defect, not fixed here: a server started through a launcher (`npx`, `sh -c`, a
-/// wrapper script) runs as a child of the process the supervisor spawned. When that
-/// process is killed (a start that timed out, a stop past its timeout, a drop), only it is
-/// killed: its children live on. Killing the whole process group needs the server spawned
-/// in a group of its own and a signal to the group, which takes `unsafe` or a new
-/// dependency (rustix).
+/// A server started through a launcher (`npx`, `sh -c`, a wrapper script) runs as a child
+/// of the process the supervisor spawned: when that process is killed (a start that timed
+/// out, a stop past its timeout), what it launched is killed with it (its process group).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known defect: the children of a killed server process are left running"]
 async fn a_killed_launcher_takes_the_server_it_launched_with_it() -> TestResult {
     if servers::get().is_none() {
         return Ok(());
