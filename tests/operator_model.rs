@@ -986,9 +986,14 @@ fn many_tasks(seed: u64) {
                 snapshots
             })
         };
+        // A change of mode waits for calls between their decision and their reaching the
+        // service: the service tells a disabled-mode pass by the mode it finds, which must
+        // be the mode the call was decided in. (Calls in flight past that point, and every
+        // other act, race freely.)
+        let deciding = Arc::new(tokio::sync::RwLock::new(()));
         let mut tasks = Vec::new();
         for task in 0..TASKS {
-            let (mut svc, handle) = (svc.clone(), handle.clone());
+            let (mut svc, handle, deciding) = (svc.clone(), handle.clone(), deciding.clone());
             let mut rng = Rng::new(seed * 1_000 + task);
             tasks.push(tokio::spawn(async move {
                 let mut held = Vec::new();
@@ -997,11 +1002,14 @@ fn many_tasks(seed: u64) {
                         0 if task == 0 => handle.reset(),
                         1 if task == 0 => handle.force_open(),
                         2 if task == 0 => handle.open_for(Duration::from_millis(1)),
-                        3 if task == 0 => handle.set_mode(match rng.below(3) {
-                            0 => Mode::Enabled,
-                            1 => Mode::ObserveOnly,
-                            _ => Mode::Disabled,
-                        }),
+                        3 if task == 0 => {
+                            let _changing = deciding.write().await;
+                            handle.set_mode(match rng.below(3) {
+                                0 => Mode::Enabled,
+                                1 => Mode::ObserveOnly,
+                                _ => Mode::Disabled,
+                            })
+                        }
                         4 if task == 0 => handle.kill_switch().kill(),
                         5..=6 if task == 0 => handle.kill_switch().revive(),
                         12 if task == 0 => {
@@ -1016,7 +1024,10 @@ fn many_tasks(seed: u64) {
                         }
                         7..=9 => {
                             // Held in flight for a while, then dropped or finished.
-                            let future = svc.ready().await.unwrap().call(rng.chance(50));
+                            let future = {
+                                let _deciding = deciding.read().await;
+                                svc.ready().await.unwrap().call(rng.chance(50))
+                            };
                             held.push(tokio::spawn(future));
                         }
                         10 if !held.is_empty() => {
@@ -1029,7 +1040,11 @@ fn many_tasks(seed: u64) {
                             let _ = spare.ready().await;
                         }
                         _ => {
-                            let _ = svc.ready().await.unwrap().call(rng.chance(60)).await;
+                            let future = {
+                                let _deciding = deciding.read().await;
+                                svc.ready().await.unwrap().call(rng.chance(60))
+                            };
+                            let _ = future.await;
                         }
                     }
                     common::yields(rng.below(3)).await;
