@@ -1,0 +1,65 @@
+//! What an operator or an attacker on the network does to a fleet: extreme settings,
+//! connections cut from the server side, a slow Redis, hand-made messages.
+
+use tower_circuit_breaker::fleet::FleetBuilder;
+
+use super::*;
+
+/// A replica of `model` with extra settings.
+pub(crate) async fn member_with(
+    url: &str,
+    prefix: &str,
+    name: &str,
+    settings: impl FnOnce(FleetBuilder) -> FleetBuilder,
+) -> Result<Member, FleetError> {
+    let builder = Fleet::builder()
+        .address(url)
+        .prefix(prefix)
+        .replica(name)
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .max_hold(Duration::from_secs(60));
+    let fleet = settings(builder).start()?;
+    let stop = KillSwitch::new();
+    fleet.share_kill_switch("model", &stop).unwrap();
+    let model = breaker("model", &stop);
+    fleet
+        .share_breaker(&model.handle(), HintPolicy::Follow)
+        .unwrap();
+    Ok(Member { fleet, stop, model })
+}
+
+#[tokio::test]
+async fn waits_too_long_for_the_links_clock_are_refused_when_built_and_a_day_works() {
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
+    let prefix = unique_prefix("long-waits");
+    // Unrefused, these overflowed in the link's task: a resync from the moment the link
+    // came up (the link then said "up" with nobody listening), a timeout doubled before
+    // the first connection (the link never came up).
+    for (setting, builder) in [
+        ("resync_every", Fleet::builder().resync_every(Duration::MAX)),
+        ("timeout", Fleet::builder().timeout(Duration::MAX)),
+    ] {
+        match builder.address(redis.url.as_str()).prefix(&prefix).start() {
+            Err(FleetError::BadSetting { setting: s, .. }) => assert_eq!(s, setting),
+            other => panic!("{setting}: {other:?}"),
+        }
+    }
+    let day = Duration::from_secs(24 * 3600);
+    let member = member_with(&redis.url, &prefix, "a", |b| {
+        b.resync_every(day).timeout(day)
+    })
+    .await
+    .unwrap();
+    up(&member.fleet).await;
+    let mut events = member.fleet.events();
+    let mut raw = by_hand(&redis.url).await;
+    let kill = r#"{"v":1,"name":"model","killed":true}"#;
+    publish(&mut raw, &format!("{prefix}:kills"), kill).await;
+    event(&mut events, BOUND, "the kill", killed(true)).await;
+    assert_eq!(
+        call(&member.model, true).await,
+        Got::Skipped(Reason::Killed)
+    );
+}
