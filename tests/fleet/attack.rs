@@ -63,3 +63,38 @@ async fn waits_too_long_for_the_links_clock_are_refused_when_built_and_a_day_wor
         Got::Skipped(Reason::Killed)
     );
 }
+
+#[tokio::test]
+async fn a_kill_key_of_another_type_is_refused_and_counted_not_read_as_absent() {
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
+    let prefix = unique_prefix("key-type");
+    let member = member_with(&redis.url, &prefix, "a", |b| b).await.unwrap();
+    up(&member.fleet).await;
+    member.fleet.kill("model").await.unwrap();
+    let mut raw = by_hand(&redis.url).await;
+    let key = format!("{prefix}:kill:model");
+    let mut replace = redis::pipe();
+    replace
+        .atomic()
+        .del(&key)
+        .ignore()
+        .rpush(&key, "1")
+        .ignore();
+    replace.query_async::<()>(&mut raw).await.unwrap();
+    member.fleet.sync().await.unwrap();
+    // A key that is not a string says nothing: refused as a string of garbage is.
+    assert!(member.stop.is_killed());
+    assert_eq!(member.fleet.counts().malformed, 1);
+    // A key that is gone revives.
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    member.fleet.sync().await.unwrap();
+    assert!(!member.stop.is_killed());
+    assert_eq!(member.fleet.counts().malformed, 1);
+    assert_eq!(call(&member.model, true).await, Got::Made);
+}
