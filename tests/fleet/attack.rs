@@ -98,3 +98,44 @@ async fn a_kill_key_of_another_type_is_refused_and_counted_not_read_as_absent() 
     assert_eq!(member.fleet.counts().malformed, 1);
     assert_eq!(call(&member.model, true).await, Got::Made);
 }
+
+#[tokio::test]
+async fn one_kill_switch_is_shared_under_one_name_so_names_never_cross() {
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
+    let prefix = unique_prefix("two-names");
+    let fleet = replica(&redis.url, &prefix, "a");
+    let stop = KillSwitch::new();
+    fleet.share_kill_switch("openai", &stop).unwrap();
+    fleet.share_kill_switch("openai", &stop.clone()).unwrap();
+    // Under a second name, a kill heard for one was published for the other: a kill of
+    // "openai" wrote the key of "all-models", and killed it on every replica.
+    match fleet.share_kill_switch("all-models", &stop.clone()) {
+        Err(FleetError::SharedAs { name, shared_as }) => {
+            assert_eq!(
+                (name.as_str(), shared_as.as_str()),
+                ("all-models", "openai")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    up(&fleet).await;
+    fleet.sync().await.unwrap();
+    let mut raw = by_hand(&redis.url).await;
+    let kill = r#"{"v":1,"name":"openai","killed":true}"#;
+    publish(&mut raw, &format!("{prefix}:kills"), kill).await;
+    poll_until(BOUND, "the kill applied", || stop.is_killed()).await;
+    // Whatever the replica writes on the kill's account, it writes within the bound.
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while tokio::time::Instant::now() < deadline {
+        let all_models: Option<String> = redis::cmd("GET")
+            .arg(format!("{prefix}:kill:all-models"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(all_models, None, "a kill of openai killed all-models");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(fleet.counts().kills_published, 0);
+}
