@@ -604,7 +604,10 @@ impl Supervisor {
                 None => shared.reports.closed(&replica),
             }
             let wanted = shared.reports.wanted(policy, now);
-            shared.hold.decide(wanted, now, settings.max_hold)
+            match until {
+                Some(_) => shared.hold.decide(wanted, now, settings.max_hold),
+                None => shared.hold.decide_closed(wanted, now),
+            }
         };
         self.act(&name, &handle, act, replica, now);
     }
@@ -658,7 +661,7 @@ impl Supervisor {
                 add(&counters.capped, 1);
                 return;
             }
-            Act::Keep(Kept::Nothing | Kept::Held) => return,
+            Act::Keep(Kept::Nothing | Kept::Held | Kept::Closed) => return,
         };
         // Told once recorded: a listener that looks at the snapshot sees the hold.
         self.replica.emit(event);

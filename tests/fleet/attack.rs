@@ -139,3 +139,41 @@ async fn one_kill_switch_is_shared_under_one_name_so_names_never_cross() {
     }
     assert_eq!(fleet.counts().kills_published, 0);
 }
+
+#[tokio::test]
+async fn a_peer_reporting_closed_never_holds_a_breaker_a_person_just_reset() {
+    let Some(redis) = Redis::get().await else {
+        return;
+    };
+    let prefix = unique_prefix("reset-then-closed");
+    let member = member_with(&redis.url, &prefix, "a", |b| b).await.unwrap();
+    up(&member.fleet).await;
+    let mut events = member.fleet.events();
+    let mut raw = by_hand(&redis.url).await;
+    let hints = format!("{prefix}:hints");
+    let hint = |replica: &str, state: &str, until: &str| {
+        format!(
+            r#"{{"v":1,"replica":"{replica}","run":"r","seq":1,"name":"model","state":"{state}","cause":"tripped","at_ms":0,"until_ms":{until}}}"#
+        )
+    };
+    let until = (wall_ms() + 30_000).to_string();
+    publish(&mut raw, &hints, &hint("p", "open", &until)).await;
+    event(&mut events, BOUND, "p's hold", is_held).await;
+    // A person resets it: p's report stays, its episode is over.
+    member.model.handle().reset();
+    // q reports closed, then, as a barrier, r reports on a breaker not shared here.
+    publish(&mut raw, &hints, &hint("q", "closed", "null")).await;
+    let barrier = hint("r", "closed", "null").replace(r#""model""#, r#""other""#);
+    publish(&mut raw, &hints, &barrier).await;
+    poll_until(BOUND, "both hints read", || {
+        member.fleet.counts().hints == 3
+    })
+    .await;
+    assert_eq!(member.model.handle().state(), State::Closed);
+    assert_eq!(member.fleet.counts().holds, 1, "q's closing held it again");
+    assert_eq!(call(&member.model, true).await, Got::Made);
+    // A peer reporting open after the reset still holds it.
+    publish(&mut raw, &hints, &hint("s", "open", &until)).await;
+    event(&mut events, BOUND, "s's hold", is_held).await;
+    assert_eq!(skipped(&member.model).await.0, Reason::Open);
+}
