@@ -53,12 +53,21 @@ struct Replica {
 /// answers.
 async fn connect(name: &str) -> Option<Fleet> {
     let url = redis_url();
-    let fleet = Fleet::builder()
+    let started = Fleet::builder()
         .address(url.as_str())
         .prefix(PREFIX)
         .replica(name)
-        .start()
-        .expect("the example's fleet settings");
+        .start();
+    let fleet = match started {
+        Ok(fleet) => fleet,
+        Err(error) => {
+            eprintln!(
+                "REDIS_URL {url:?} cannot be used ({error}).\n\
+                 Set it to a Redis address, e.g. REDIS_URL=redis://127.0.0.1:6379."
+            );
+            return None;
+        }
+    };
     match fleet.wait_for_link(Duration::from_secs(3)).await {
         Ok(()) => Some(fleet),
         Err(error) => {

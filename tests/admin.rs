@@ -522,3 +522,25 @@ fn the_admin_service_can_be_shared_across_threads_as_hyper_and_axum_need() {
     send::<tower_circuit_breaker::admin::AdminFuture<hyper::body::Incoming>>();
     send::<tower_circuit_breaker::admin::AdminBody>();
 }
+
+#[tokio::test]
+async fn an_open_for_too_short_for_the_clock_is_refused_not_an_opening_for_no_time() {
+    let (all, chat, embed) = breakers();
+    let server = AdminServer::start(admin(&all, &chat, &embed, true)).await;
+    // More than zero as a number, nothing once a duration (under a nanosecond).
+    for body in [r#"{"seconds": 1e-10}"#, r#"{"seconds": 5e-324}"#] {
+        let (status, error) =
+            send(Method::POST, &server.url("/breakers/chat/open_for"), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(error["error"]["code"], "bad_request", "{body}");
+    }
+    assert_eq!(chat.state(), State::Closed, "nothing acted");
+    // A nanosecond is a duration.
+    let (status, _) = send(
+        Method::POST,
+        &server.url("/breakers/chat/open_for"),
+        r#"{"seconds": 1e-9}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -386,7 +386,8 @@ fn duration_of(body: &[u8]) -> Result<Duration, Problem> {
         (1, None, Some(ms)) => ms.as_u64().filter(|ms| *ms > 0).map(Duration::from_millis),
         _ => return Err(Problem::bad_request(asked)),
     };
-    duration.ok_or_else(|| {
+    // A number of seconds more than zero can still round to no time at all.
+    duration.filter(|d| !d.is_zero()).ok_or_else(|| {
         Problem::bad_request("the duration must be a number more than zero that a clock can hold")
     })
 }
@@ -513,6 +514,7 @@ mod tests {
             r#"{"seconds": 0}"#,
             r#"{"seconds": -1}"#,
             r#"{"seconds": 1e300}"#,
+            r#"{"seconds": 1e-10}"#,
             r#"{"seconds": "30"}"#,
             r#"{"duration_ms": 0}"#,
             r#"{"duration_ms": 1.5}"#,

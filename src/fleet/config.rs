@@ -163,7 +163,7 @@ impl FleetBuilder {
 
     /// How often the kill keys are read again while the link is up (default 30 s): a
     /// key written without a message, or a message lost, is applied within this time.
-    /// The read also checks that Redis still answers.
+    /// The read also checks that Redis still answers. At most a day.
     pub fn resync_every(mut self, every: Duration) -> Self {
         self.resync_every = every;
         self
@@ -178,7 +178,7 @@ impl FleetBuilder {
     }
 
     /// How long to wait for Redis to accept a connection or answer a command (default
-    /// 2 s); past it the link is down.
+    /// 2 s, at most a day); past it the link is down.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -225,8 +225,14 @@ impl FleetBuilder {
         if !(256..=1 << 20).contains(&self.max_message_bytes) {
             return bad("max_message_bytes", "it must be from 256 bytes to 1 MiB");
         }
-        if self.resync_every.is_zero() {
-            return bad("resync_every", "it must be longer than zero");
+        // The link's task adds these to instants and doubles them: past a day they are
+        // refused here rather than left to overflow there.
+        let day = Duration::from_secs(24 * 3600);
+        if self.resync_every.is_zero() || self.resync_every > day {
+            return bad(
+                "resync_every",
+                "it must be longer than zero and at most a day",
+            );
         }
         if self.reconnect_first.is_zero() || self.reconnect_longest < self.reconnect_first {
             return bad(
@@ -234,8 +240,8 @@ impl FleetBuilder {
                 "the first wait must be longer than zero and the longest at least the first",
             );
         }
-        if self.timeout.is_zero() {
-            return bad("timeout", "it must be longer than zero");
+        if self.timeout.is_zero() || self.timeout > day {
+            return bad("timeout", "it must be longer than zero and at most a day");
         }
         if self.max_peers == 0 {
             return bad("max_peers", "at least one peer must be remembered");
@@ -466,8 +472,10 @@ mod tests {
             FleetBuilder::new().default_hold(s(600)),
             FleetBuilder::new().max_message_bytes(10),
             FleetBuilder::new().resync_every(Duration::ZERO),
+            FleetBuilder::new().resync_every(Duration::MAX),
             FleetBuilder::new().reconnect_backoff(s(5), s(1)),
             FleetBuilder::new().timeout(Duration::ZERO),
+            FleetBuilder::new().timeout(s(24 * 3600 + 1)),
             FleetBuilder::new().max_peers(0),
         ];
         for builder in cases {

@@ -57,6 +57,16 @@ pub enum FleetError {
         /// The name.
         name: String,
     },
+    /// The kill switch is already shared under another name. One switch follows one
+    /// name: under two, a flip heard for one would be published for the other, and kill
+    /// it on every replica.
+    #[error("this kill switch is already shared as {shared_as:?}, not {name:?}")]
+    SharedAs {
+        /// The name asked for.
+        name: String,
+        /// The name it is shared under.
+        shared_as: String,
+    },
     /// Redis is not reachable: the command was applied on this replica only (a kill or
     /// revive), or not at all (a sync). When the link comes back, the kill keys are read
     /// again and win over what this replica did meanwhile.

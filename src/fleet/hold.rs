@@ -46,6 +46,9 @@ pub(crate) enum Kept {
     Held,
     /// This episode has used up the longest hold.
     Capped,
+    /// A peer reported closed: that never starts or lengthens a hold, whatever other
+    /// peers reported before.
+    Closed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +96,18 @@ impl Hold {
         Act::Hold {
             until,
             capped: wanted > cap,
+        }
+    }
+
+    /// What to do when a peer reports closed (or its report ran out), given the hold the
+    /// policy still wants: end the hold in force if none is wanted; never start one, so a
+    /// breaker whose episode a person or its own probe ended is not held again on
+    /// reports older than that.
+    pub(crate) fn decide_closed(&self, wanted: Option<Instant>, now: Instant) -> Act {
+        match (wanted, self.until(now)) {
+            (None, Some(_)) => Act::Release,
+            (None, None) => Act::Keep(Kept::Nothing),
+            (Some(_), _) => Act::Keep(Kept::Closed),
         }
     }
 
@@ -225,6 +240,26 @@ mod tests {
                 capped: false
             }
         );
+    }
+
+    #[test]
+    fn a_peer_closing_ends_a_hold_and_never_starts_one() {
+        let t0 = Instant::now();
+        let mut hold = Hold::default();
+        assert_eq!(hold.decide_closed(None, t0), Act::Keep(Kept::Nothing));
+        // Another peer still reports open, but the episode was ended (a reset): a close
+        // does not start a new one.
+        assert_eq!(
+            hold.decide_closed(Some(t0 + s(30)), t0),
+            Act::Keep(Kept::Closed)
+        );
+        hold.held(t0 + s(30), t0, MAX);
+        assert_eq!(
+            hold.decide_closed(Some(t0 + s(60)), t0),
+            Act::Keep(Kept::Closed),
+            "nor lengthens one"
+        );
+        assert_eq!(hold.decide_closed(None, t0), Act::Release);
     }
 
     #[test]

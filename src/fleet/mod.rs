@@ -218,8 +218,9 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// A name that cannot be used in keys, or another switch already shared under it
-    /// (sharing the same one again is fine).
+    /// A name that cannot be used in keys, another switch already shared under it
+    /// (sharing the same one again is fine), or this switch already shared under
+    /// another name ([`FleetError::SharedAs`]).
     pub fn share_kill_switch(&self, name: &str, switch: &KillSwitch) -> Result<(), FleetError> {
         check_name("kill switch", name)?;
         {
@@ -233,6 +234,13 @@ impl Fleet {
                     })
                 }
                 None => {
+                    let other = registry.switches.iter().find(|(_, s)| s.same_as(switch));
+                    if let Some((shared_as, _)) = other {
+                        return Err(FleetError::SharedAs {
+                            name: name.into(),
+                            shared_as: shared_as.to_string(),
+                        });
+                    }
                     registry.switches.insert(name.into(), switch.clone());
                 }
             }

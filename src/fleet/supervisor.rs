@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
-use redis::{AsyncConnectionConfig, Client, Msg};
+use redis::{from_redis_value, AsyncConnectionConfig, Client, Msg, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time;
 
@@ -457,18 +457,30 @@ impl Supervisor {
         }
         let settings = &self.replica.settings;
         let keys: Vec<String> = names.iter().map(|n| settings.keys.kill_key(n)).collect();
-        let mut read = redis::cmd("MGET");
-        read.arg(&keys);
-        let values = within(
-            settings.timeout,
-            read.query_async::<Vec<Option<Vec<u8>>>>(conn),
-        )
-        .await?;
-        for ((name, key), value) in names.iter().zip(keys).zip(values) {
-            match value.as_deref() {
-                None | Some(b"0") => self.apply_kill(name, false, KillOrigin::Key, unshared),
-                Some(b"1") => self.apply_kill(name, true, KillOrigin::Key, unshared),
-                Some(_) => self.rejected(key.into(), Rejection::Malformed),
+        // MGET reads a key of another type (a list, a hash) as absent: each key's type,
+        // read in the same transaction, tells it from one that is not there.
+        let mut read = redis::pipe();
+        read.atomic().cmd("MGET").arg(&keys);
+        for key in &keys {
+            read.cmd("TYPE").arg(key);
+        }
+        let replies = within(settings.timeout, read.query_async::<Vec<Value>>(conn)).await?;
+        let Some((values, types)) = replies.split_first() else {
+            return Err("redis answered no kill keys".into());
+        };
+        let values: Vec<Option<Vec<u8>>> =
+            from_redis_value(values).map_err(|error| Failed::from(error.to_string()))?;
+        let types: Vec<String> = types
+            .iter()
+            .map(|kind| from_redis_value(kind).unwrap_or_default())
+            .collect();
+        for (((name, key), value), kind) in names.iter().zip(keys).zip(values).zip(types) {
+            match (value.as_deref(), kind.as_str()) {
+                (None, "none") | (Some(b"0"), _) => {
+                    self.apply_kill(name, false, KillOrigin::Key, unshared)
+                }
+                (Some(b"1"), _) => self.apply_kill(name, true, KillOrigin::Key, unshared),
+                _ => self.rejected(key.into(), Rejection::Malformed),
             }
         }
         Ok(())
@@ -592,7 +604,10 @@ impl Supervisor {
                 None => shared.reports.closed(&replica),
             }
             let wanted = shared.reports.wanted(policy, now);
-            shared.hold.decide(wanted, now, settings.max_hold)
+            match until {
+                Some(_) => shared.hold.decide(wanted, now, settings.max_hold),
+                None => shared.hold.decide_closed(wanted, now),
+            }
         };
         self.act(&name, &handle, act, replica, now);
     }
@@ -646,7 +661,7 @@ impl Supervisor {
                 add(&counters.capped, 1);
                 return;
             }
-            Act::Keep(Kept::Nothing | Kept::Held) => return,
+            Act::Keep(Kept::Nothing | Kept::Held | Kept::Closed) => return,
         };
         // Told once recorded: a listener that looks at the snapshot sees the hold.
         self.replica.emit(event);
