@@ -134,7 +134,9 @@ impl FleetBuilder {
     }
 
     /// This replica's name in the hints it publishes (a host or pod name). Two live
-    /// replicas must not share one: a quorum counts names.
+    /// replicas must not share one: a quorum counts names. Give a stable one where a
+    /// breaker follows a quorum: the default (the process id and a random part) is new
+    /// at every start, so a node that crash-loops would count as several replicas.
     pub fn replica(mut self, replica: impl Into<String>) -> Self {
         self.replica = Some(replica.into());
         self
