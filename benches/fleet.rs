@@ -20,41 +20,23 @@
 //! itself shared with a live fleet (link up, hints read under `Follow`). Both killed,
 //! too.
 
+mod common;
 #[path = "../tests/fleet/server.rs"]
 mod server;
 
-use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast;
-use tower::{service_fn, Layer, Service};
+use tower::{Layer, Service};
 use tower_circuit_breaker::fleet::{Fleet, FleetEvent, HintPolicy};
 use tower_circuit_breaker::{CircuitBreakerLayer, KillSwitch};
 
-type Noop = tower::util::ServiceFn<fn(u64) -> Ready<Result<u64, Infallible>>>;
-
-fn noop() -> Noop {
-    service_fn(|x: u64| ready(Ok(x)))
-}
-
-fn call_once<S: Service<u64>>(svc: &mut S, cx: &mut Context<'_>, request: u64) -> bool {
-    match svc.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => unreachable!("the benchmark's services are always ready"),
-    }
-    let future = pin!(svc.call(request));
-    match future.poll(cx) {
-        Poll::Ready(result) => result.is_ok(),
-        Poll::Pending => unreachable!("the benchmark's futures are ready at once"),
-    }
-}
+use common::{call_once, noop};
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()

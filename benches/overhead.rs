@@ -29,20 +29,7 @@ use tower_circuit_breaker::fallback::{Fallback, NoFallback};
 use tower_circuit_breaker::{Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Outcome};
 
 mod common;
-use common::{noop, Noop};
-
-/// One call through `svc`, driven by hand; whether it answered `Ok`.
-fn call_once<S: Service<u64>>(svc: &mut S, cx: &mut Context<'_>, request: u64) -> bool {
-    match svc.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => unreachable!("the benchmark's services are always ready"),
-    }
-    let future = pin!(svc.call(request));
-    match future.poll(cx) {
-        Poll::Ready(result) => result.is_ok(),
-        Poll::Pending => unreachable!("the benchmark's futures are ready at once"),
-    }
-}
+use common::{call_once, noop, Noop};
 
 /// The floor for a breaker: a lock-free consecutive-failure breaker written by hand,
 /// with atomics and an `Arc` clone per call, and no counts, fallback or provenance.
