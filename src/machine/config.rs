@@ -152,7 +152,10 @@ pub enum ConfigError {
     #[error("failure-rate window must not be empty")]
     EmptyWindow,
     /// A count window longer than [`RateWindow::MAX_CALLS`].
-    #[error("failure-rate window must be at most 1000000 calls, got {window}")]
+    #[error(
+        "failure-rate window must be at most {} calls, got {window}",
+        RateWindow::MAX_CALLS
+    )]
     WindowTooLong {
         /// The window's size in calls.
         window: u32,
