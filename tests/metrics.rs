@@ -8,7 +8,7 @@
 #![cfg(feature = "metrics")]
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{LocalRecorderGuard, Unit};
@@ -17,7 +17,7 @@ use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::config::RateWindow;
 use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 use tower_circuit_breaker::metrics::{Metrics, Naming, Series};
-use tower_circuit_breaker::{Builder, Cooldown, Mode, State};
+use tower_circuit_breaker::{Builder, Cooldown, Event, Mode, State};
 
 /// A request: succeed, fail, or succeed after a while.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -779,13 +779,24 @@ fn mode_changes_racing_calls_leave_the_gauge_consistent() {
         .expect("runtime");
     for round in 0..20u64 {
         let name = format!("raced-{round}");
-        let layer = Builder::new()
-            .name(name.clone())
-            .failure_threshold(2)
-            .cooldown(Cooldown::Calls(3))
-            .metrics()
-            .build()
-            .expect("valid");
+        // Counts the changes of state and mode delivered, after the metrics' observer.
+        let delivered = Arc::new((Mutex::new(0u64), Condvar::new()));
+        let layer = {
+            let delivered = delivered.clone();
+            Builder::new()
+                .name(name.clone())
+                .failure_threshold(2)
+                .cooldown(Cooldown::Calls(3))
+                .metrics()
+                .on_event(move |event| {
+                    if matches!(event, Event::Transition(_) | Event::ModeChanged { .. }) {
+                        *delivered.0.lock().unwrap() += 1;
+                        delivered.1.notify_all();
+                    }
+                })
+                .build()
+                .expect("valid")
+        };
         let handle = layer.handle();
         runtime.block_on(async {
             let callers: Vec<_> = (0..4u64)
@@ -835,6 +846,19 @@ fn mode_changes_racing_calls_leave_the_gauge_consistent() {
             Mode::ObserveOnly => "observe_only",
             _ => snapshot.state.as_str(),
         };
+        // When more events were queued than a caller delivers at a time, a task of the
+        // runtime delivers the rest and may still be at it: wait until every change (one
+        // per generation) has reached the observers.
+        let (count, changed) = &*delivered;
+        let (count, _) = changed
+            .wait_timeout_while(count.lock().unwrap(), Duration::from_secs(10), |count| {
+                *count < snapshot.generation
+            })
+            .unwrap();
+        assert_eq!(
+            *count, snapshot.generation,
+            "round {round}: every change delivered once"
+        );
         // Every series was written at least once (when built), and the last write of
         // each is what the snapshot holds.
         let m = read(snapshotter);
