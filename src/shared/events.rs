@@ -118,12 +118,13 @@ impl Events {
     /// runtime the caller goes on until the queue is empty.
     pub(super) fn deliver(self: &Arc<Self>) {
         while self.take_turn() {
-            while !self.deliver_batch() {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            if !self.deliver_batch() {
+                match tokio::runtime::Handle::try_current() {
                     // The turn goes with the task.
-                    runtime.spawn(Arc::clone(self).deliver_later());
-                    return;
+                    Ok(runtime) => drop(runtime.spawn(Turn::handed(self).deliver_later())),
+                    Err(_) => self.deliver_all(),
                 }
+                return;
             }
             if self.end_turn() {
                 return;
@@ -131,13 +132,10 @@ impl Events {
         }
     }
 
-    /// The rest of a turn, in a task: a batch at a time, yielding to the runtime between
-    /// batches.
-    async fn deliver_later(self: Arc<Self>) {
+    /// Delivers, in the turn, until the queue is empty, and ends the turn.
+    fn deliver_all(&self) {
         loop {
-            while !self.deliver_batch() {
-                tokio::task::yield_now().await;
-            }
+            while !self.deliver_batch() {}
             if self.end_turn() || !self.take_turn() {
                 return;
             }
@@ -255,6 +253,48 @@ impl Events {
     }
 }
 
+/// The turn to deliver, handed to a task of the runtime with the rest of a flood.
+///
+/// A runtime that shuts down drops its tasks unfinished: dropped still holding the
+/// turn, this delivers the rest where it is dropped and ends the turn, as otherwise no
+/// later event of the breaker would ever be delivered (every caller would find the turn
+/// taken).
+struct Turn {
+    events: Arc<Events>,
+    ended: bool,
+}
+
+impl Turn {
+    fn handed(events: &Arc<Events>) -> Turn {
+        Turn {
+            events: Arc::clone(events),
+            ended: false,
+        }
+    }
+
+    /// The rest of the turn: a batch at a time, yielding to the runtime between
+    /// batches.
+    async fn deliver_later(mut self) {
+        loop {
+            while !self.events.deliver_batch() {
+                tokio::task::yield_now().await;
+            }
+            if self.events.end_turn() || !self.events.take_turn() {
+                self.ended = true;
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.events.deliver_all();
+        }
+    }
+}
+
 fn log(t: &Transition) {
     if t.cause.opens() {
         tracing::warn!(
@@ -331,6 +371,41 @@ mod tests {
         }
         let seen = seen.lock().unwrap();
         let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
+        assert_eq!(*seen, expected, "every event once, in order");
+    }
+
+    /// The task handed the rest of a flood is dropped with its runtime before it runs:
+    /// the turn goes back, and the rest is delivered, each event once and in order, by
+    /// the next caller (here, outside any runtime).
+    #[test]
+    fn a_runtime_dropped_before_its_task_delivers_does_not_silence_the_breaker() {
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let observer: Observer = {
+            let seen = seen.clone();
+            Arc::new(move |event: &Event<'_>| {
+                if let Event::Recorded { failure_rate, .. } = event {
+                    seen.lock().unwrap().push(failure_rate.unwrap());
+                }
+            })
+        };
+        let events = Arc::new(Events::new("dropped".into(), vec![observer]));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for n in 0..(2 * Events::BATCH) {
+                events.queue(recorded(n));
+            }
+            // One batch now; the rest goes to a task, which never runs.
+            events.deliver();
+        });
+        assert_eq!(seen.lock().unwrap().len(), Events::BATCH);
+        drop(runtime);
+
+        events.queue(recorded(2 * Events::BATCH));
+        events.deliver();
+        let seen = seen.lock().unwrap();
+        let expected: Vec<f64> = (0..=2 * Events::BATCH).map(|n| n as f64).collect();
         assert_eq!(*seen, expected, "every event once, in order");
     }
 
