@@ -40,7 +40,9 @@ use serde_json::{json, Value};
 use tower::BoxError;
 use tower_circuit_breaker::expediter::{Attempt, Expediter, SubTask, WorkStatus};
 use tower_circuit_breaker::mcp::rmcp::model::CallToolResult;
-use tower_circuit_breaker::mcp::{McpOffer, McpServer, McpTools, RestartPolicy, ServerStatus};
+use tower_circuit_breaker::mcp::{
+    Down, McpOffer, McpServer, McpTools, RestartPolicy, ServerState, ServerStatus,
+};
 use tower_circuit_breaker::Transition;
 
 use model::{Model, Step};
@@ -467,7 +469,9 @@ fn print_offer(turn: usize, offer: &McpOffer) {
     }
 }
 
-/// `kill -9` of a server's process; returns once its supervisor has seen it die.
+/// `kill -9` of a server's process; returns once its supervisor has seen it die. (Its
+/// output ends first, which takes it out of service at once, as "closed its connection";
+/// the exit, "killed by signal 9", is known a moment later.)
 async fn kill(server: &McpServer) -> Result<(), BoxError> {
     let pid = server.status().pid.ok_or("the server has no process")?;
     println!("** kill -9 {pid}: the {} server dies", server.name());
@@ -477,7 +481,7 @@ async fn kill(server: &McpServer) -> Result<(), BoxError> {
     let mut watch = server.watch();
     tokio::time::timeout(
         START,
-        watch.wait_for(|s| !s.is_running() && s.pid.is_none()),
+        watch.wait_for(|s| matches!(s.state, ServerState::Down(Down::Exited(_)))),
     )
     .await??;
     Ok(())
