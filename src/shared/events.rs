@@ -117,7 +117,10 @@ impl Events {
     /// runtime, so no caller's call waits on other callers' events for ever. Outside a
     /// runtime the caller goes on until the queue is empty.
     pub(super) fn deliver(self: &Arc<Self>) {
-        while self.take_turn() {
+        if !self.take_turn() {
+            return;
+        }
+        loop {
             if !self.deliver_batch() {
                 match tokio::runtime::Handle::try_current() {
                     // The turn goes with the task.
@@ -136,7 +139,7 @@ impl Events {
     fn deliver_all(&self) {
         loop {
             while !self.deliver_batch() {}
-            if self.end_turn() || !self.take_turn() {
+            if self.end_turn() {
                 return;
             }
         }
@@ -163,12 +166,12 @@ impl Events {
             .is_ok()
     }
 
-    /// Ends the turn; whether nothing was left behind. An event queued after the last pop
-    /// and before the turn ended found it taken and left it to this task: then the task
-    /// takes the turn again, unless another has.
+    /// Ends the turn; whether it is over for this task. An event queued after the last
+    /// pop and before the turn ended found it taken and left it to this task: then the
+    /// task takes the turn again (and it is not over), unless another has.
     fn end_turn(&self) -> bool {
         self.delivering.store(false, Ordering::Release);
-        self.is_empty()
+        self.is_empty() || !self.take_turn()
     }
 
     fn pop(&self) -> Option<Queued> {
@@ -279,7 +282,7 @@ impl Turn {
             while !self.events.deliver_batch() {
                 tokio::task::yield_now().await;
             }
-            if self.events.end_turn() || !self.events.take_turn() {
+            if self.events.end_turn() {
                 self.ended = true;
                 return;
             }
