@@ -8,14 +8,18 @@ use crate::outcome::Outcome;
 
 /// One thing that happened in a breaker.
 ///
-/// Observers never run under the breaker's lock, so they may use its handle. Transitions,
-/// changes of mode and the outcomes the breaker records under its lock reach them in the
-/// order the breaker made them (delivered by the task that caused them, or by one
-/// delivering an earlier event at the time; a task delivers a bounded batch, and when
-/// more are waiting a task of the runtime delivers the rest, so an observer may hear of
-/// a change shortly after the call that made it returned); skips, and successes that
-/// change nothing, are reported at once by the task whose call they were. A panic in an
-/// observer is logged and not passed on.
+/// Observers never run under the breaker's lock, so they may use its handle, and one is
+/// never run inside itself: what it causes by acting on its breaker (a transition, a
+/// skipped or successful call of its own) reaches the observers after it returns.
+/// Transitions, changes of mode and the outcomes the breaker records under its lock
+/// reach them in the order the breaker made them (delivered by the task that caused
+/// them, or by one delivering an earlier event at the time; a task delivers a bounded
+/// batch, and when more are waiting on a multi-thread runtime a task of the runtime
+/// delivers the rest, so an observer may hear of a change shortly after the call that
+/// made it returned). Skips, and successes that change nothing, are reported at once
+/// by the task whose call they were: they are not ordered against events another task
+/// is delivering (a skip for `open` may arrive just before the transition to open). A
+/// panic in an observer is logged and not passed on.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Event<'a> {

@@ -144,6 +144,102 @@ fn an_observer_that_acts_on_its_breaker_neither_deadlocks_nor_reorders() {
     );
 }
 
+/// The events an observer with a lock of its own sees, as (kind, state) pairs.
+fn kinds(events: &[String]) -> Vec<&str> {
+    events.iter().map(String::as_str).collect()
+}
+
+/// An observer that holds a lock of its own across its body and acts on its breaker
+/// when told of a skip (a person's rule: a call refused while open resets it). The skip
+/// is reported at once by the skipped call, outside any delivery: the reset's transition
+/// must still wait until the observer returns, never run it again inside itself (which,
+/// with its lock held, deadlocks).
+#[test]
+fn an_observer_acting_on_a_skip_it_is_told_of_is_not_run_inside_itself() {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let handle_slot: Arc<Mutex<Option<CircuitBreakerHandle>>> = Arc::default();
+    let layer = {
+        let (seen, slot) = (seen.clone(), handle_slot.clone());
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(1_000))
+            .on_event(move |event| {
+                let mut seen = seen.lock().unwrap();
+                match event {
+                    Event::Skipped { .. } => {
+                        seen.push("skipped".to_owned());
+                        let handle = slot.lock().unwrap().clone().expect("set before any call");
+                        handle.reset();
+                    }
+                    Event::Transition(t) => seen.push(format!("to {}", t.to)),
+                    _ => {}
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    *handle_slot.lock().unwrap() = Some(layer.handle());
+    let mut svc = layer.layer(failing());
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = call(&mut svc); // fails: open
+        let skipped = call(&mut svc); // skipped: the observer resets
+        done_tx.send(skipped.is_err()).unwrap();
+    });
+    let rejected = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no deadlock: the observer is not run inside itself");
+    assert!(rejected, "the second call was skipped");
+    assert_eq!(
+        kinds(&seen.lock().unwrap()),
+        vec!["to open", "skipped", "to closed"]
+    );
+}
+
+/// An observer told of a transition calls the service, whose call is skipped (the
+/// breaker just opened): the skip is reported after the observer returns, not inside it.
+#[test]
+fn an_observer_whose_own_call_is_skipped_is_told_after_it_returns() {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    type Svc =
+        tower_circuit_breaker::CircuitBreaker<tower::util::ServiceFn<fn(()) -> Ready<Reply>>>;
+    let svc_slot: Arc<Mutex<Option<Svc>>> = Arc::default();
+    let layer = {
+        let (seen, slot) = (seen.clone(), svc_slot.clone());
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(1_000))
+            .on_event(move |event| {
+                let mut seen = seen.lock().unwrap();
+                match event {
+                    Event::Skipped { .. } => seen.push("skipped".to_owned()),
+                    Event::Transition(t) => {
+                        seen.push(format!("to {}", t.to));
+                        if t.to == State::Open {
+                            let mut svc =
+                                slot.lock().unwrap().clone().expect("set before any call");
+                            assert!(call(&mut svc).is_err(), "skipped while open");
+                        }
+                    }
+                    _ => {}
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let mut svc = layer.layer(failing());
+    *svc_slot.lock().unwrap() = Some(svc.clone());
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = call(&mut svc); // fails: open; the observer's own call is skipped
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no deadlock: the observer is not run inside itself");
+    assert_eq!(kinds(&seen.lock().unwrap()), vec!["to open", "skipped"]);
+}
+
 /// Many threads trip, force open and reset one breaker at once: every listener sees the
 /// generations in increasing order, and the last transition it sees is the state the
 /// breaker is left in.

@@ -8,14 +8,18 @@
 //! breaker (calls its handle, causes a transition) does not wait for itself: its own
 //! event is queued and delivered after it returns. What is decided without the lock (a
 //! skip, a quiet success) changes no state and is reported at once by the task that
-//! decided it.
+//! decided it, unless that task is running one of the breaker's observers (the call was
+//! the observer's own): then it is queued too, and reported after the observer returns.
+//! An observer is never run inside itself.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tokio::runtime::RuntimeFlavor;
 use tokio::sync::broadcast;
 
 use crate::event::Event;
@@ -63,6 +67,10 @@ pub(super) enum Queued {
         to: Mode,
         state: State,
     },
+    /// A skip, or a quiet success, decided without the lock while an observer of the
+    /// breaker ran on the deciding thread: reported once that observer returns.
+    Skipped(Skip),
+    Succeeded(Option<Duration>),
 }
 
 /// See the [module docs](self).
@@ -75,6 +83,9 @@ pub(super) struct Events {
     queue: Mutex<VecDeque<Queued>>,
     /// Set while a task delivers the queue.
     delivering: AtomicBool,
+    /// Set when an observer acted on its breaker and left events queued, for the report
+    /// that ran it to deliver once it returns.
+    left: AtomicBool,
 }
 
 impl Events {
@@ -85,6 +96,7 @@ impl Events {
             channel: OnceLock::new(),
             queue: Mutex::new(VecDeque::new()),
             delivering: AtomicBool::new(false),
+            left: AtomicBool::new(false),
         }
     }
 
@@ -114,18 +126,32 @@ impl Events {
     ///
     /// A caller delivers at most [`Events::BATCH`] events at a time: when others keep
     /// queueing faster than the observers take them, the rest goes on in a task of the
-    /// runtime, so no caller's call waits on other callers' events for ever. Outside a
-    /// runtime the caller goes on until the queue is empty.
+    /// multi-thread runtime it runs on, so no caller's call waits on other callers'
+    /// events for ever. Outside one (no runtime, or a current-thread runtime) the caller
+    /// goes on until the queue is empty.
+    ///
+    /// Called from one of this breaker's observers (which acted on the breaker), it
+    /// leaves the events queued: they are delivered after the observer returns, by the
+    /// delivery or the report that runs it.
     pub(super) fn deliver(self: &Arc<Self>) {
+        if Reporting::on_this_thread(self) {
+            self.left.store(true, Ordering::Relaxed);
+            return;
+        }
         if !self.take_turn() {
             return;
         }
         loop {
             if !self.deliver_batch() {
                 match tokio::runtime::Handle::try_current() {
-                    // The turn goes with the task.
-                    Ok(runtime) => drop(runtime.spawn(Turn::handed(self).deliver_later())),
-                    Err(_) => self.deliver_all(),
+                    // Its workers run the task whatever this caller does: the turn goes
+                    // with the task.
+                    Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                        drop(runtime.spawn(Turn::handed(self).deliver_later()));
+                    }
+                    // A current-thread runtime runs a task only when this caller's task
+                    // lets it, and may never run it again: the caller goes on.
+                    _ => self.deliver_all(),
                 }
                 return;
             }
@@ -215,6 +241,17 @@ impl Events {
                     state,
                 });
             }
+            Queued::Skipped(skip) => self.notify(&Event::Skipped {
+                name: &self.name,
+                skip: &skip,
+            }),
+            Queued::Succeeded(elapsed) => self.notify(&Event::Recorded {
+                name: &self.name,
+                outcome: &Outcome::Success,
+                probe: false,
+                elapsed,
+                failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
+            }),
             Queued::Transition(transition) => {
                 log(&transition);
                 self.notify(&Event::Transition(&transition));
@@ -227,32 +264,77 @@ impl Events {
     }
 
     /// Reports a skip decided now.
-    pub(super) fn skipped(&self, skip: &Skip) {
-        self.notify(&Event::Skipped {
-            name: &self.name,
-            skip,
-        });
+    pub(super) fn skipped(self: &Arc<Self>, skip: &Skip) {
+        self.report_now(Queued::Skipped(*skip));
     }
 
     /// Reports a quiet success counted now; `elapsed` if the call was timed.
     #[cold]
-    pub(super) fn succeeded(&self, elapsed: Option<Duration>) {
-        self.notify(&Event::Recorded {
-            name: &self.name,
-            outcome: &Outcome::Success,
-            probe: false,
-            elapsed,
-            failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
-        });
+    pub(super) fn succeeded(self: &Arc<Self>, elapsed: Option<Duration>) {
+        self.report_now(Queued::Succeeded(elapsed));
+    }
+
+    /// Reports an event decided without the lock, at once; from one of this breaker's
+    /// observers (its call was skipped, or succeeded), after that observer returns.
+    fn report_now(self: &Arc<Self>, event: Queued) {
+        if Reporting::on_this_thread(self) {
+            self.queue(event);
+            self.left.store(true, Ordering::Relaxed);
+            return;
+        }
+        self.report(event);
+        // What the observers caused by acting on the breaker.
+        if self.left.load(Ordering::Relaxed) && self.left.swap(false, Ordering::Relaxed) {
+            self.deliver();
+        }
     }
 
     /// Runs every observer; a panicking one is logged and does not reach the caller.
     fn notify(&self, event: &Event<'_>) {
+        let _reporting = Reporting::enter(self);
         for observer in self.observers.iter() {
             if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
                 tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "an event observer panicked");
             }
         }
+    }
+}
+
+#[cfg(not(tcb_loom))]
+std::thread_local! {
+    static REPORTING: Cell<usize> = const { Cell::new(0) };
+}
+
+#[cfg(tcb_loom)]
+loom::thread_local! {
+    static REPORTING: Cell<usize> = Cell::new(0);
+}
+
+/// Marks, while a thread runs a breaker's observers, which breaker's they are (by the
+/// address of its [`Events`]): an observer that acts on its own breaker (its handle, a
+/// call) must not be run again inside itself, where a lock it holds would deadlock.
+struct Reporting {
+    outer: usize,
+}
+
+impl Reporting {
+    fn key(events: &Events) -> usize {
+        events as *const Events as usize
+    }
+
+    fn enter(events: &Events) -> Reporting {
+        let outer = REPORTING.with(|reporting| reporting.replace(Self::key(events)));
+        Reporting { outer }
+    }
+
+    fn on_this_thread(events: &Events) -> bool {
+        REPORTING.with(|reporting| reporting.get() == Self::key(events))
+    }
+}
+
+impl Drop for Reporting {
+    fn drop(&mut self) {
+        REPORTING.with(|reporting| reporting.set(self.outer));
     }
 }
 
@@ -320,6 +402,7 @@ fn log(t: &Transition) {
 mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::{Mutex as StdMutex, Weak};
+    use std::thread;
 
     use super::*;
 
@@ -333,24 +416,25 @@ mod tests {
         }
     }
 
-    /// Others keep queueing while the observer runs, as other callers would while a
-    /// caller delivers: the caller stops after a batch and a task of the runtime
-    /// delivers the rest, every event once and in order.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_caller_delivers_a_batch_and_a_task_the_rest_of_a_flood() {
-        const FLOOD: usize = 1_000;
+    /// Each event's number, and the thread that delivered it.
+    type Seen = Vec<(f64, thread::ThreadId)>;
+
+    /// An observer that queues another event each time it runs, as other callers would
+    /// while a caller delivers, up to `flood` events in all; records each event's number
+    /// and the thread that delivered it.
+    fn flooding(flood: usize) -> (Arc<Events>, Arc<StdMutex<Seen>>) {
         let queued = Arc::new(AtomicUsize::new(1));
         let seen = Arc::new(StdMutex::new(Vec::new()));
         let this: Arc<OnceLock<Weak<Events>>> = Arc::new(OnceLock::new());
         let observer: Observer = {
-            let (queued, seen, this) = (queued.clone(), seen.clone(), this.clone());
+            let (seen, this) = (seen.clone(), this.clone());
             Arc::new(move |event: &Event<'_>| {
                 if let Event::Recorded { failure_rate, .. } = event {
-                    seen.lock().unwrap().push(failure_rate.unwrap());
+                    let by = thread::current().id();
+                    seen.lock().unwrap().push((failure_rate.unwrap(), by));
                 }
-                // Another caller queues an event and finds the turn taken.
                 let n = queued.fetch_add(1, Ordering::SeqCst);
-                if n < FLOOD {
+                if n < flood {
                     let events = this.get().unwrap().upgrade().unwrap();
                     events.queue(recorded(n));
                 }
@@ -359,57 +443,101 @@ mod tests {
         let events = Arc::new(Events::new("flood".into(), vec![observer]));
         this.set(Arc::downgrade(&events)).unwrap();
         events.queue(recorded(0));
-
-        events.deliver();
-        let by_the_caller = seen.lock().unwrap().len();
-        assert_eq!(
-            by_the_caller,
-            Events::BATCH,
-            "the caller stops after a batch"
-        );
-
-        // The task delivers the rest as the runtime runs it.
-        while !events.is_empty() || events.delivering.load(Ordering::SeqCst) {
-            tokio::task::yield_now().await;
-        }
-        let seen = seen.lock().unwrap();
-        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
-        assert_eq!(*seen, expected, "every event once, in order");
+        (events, seen)
     }
 
-    /// The task handed the rest of a flood is dropped with its runtime before it runs:
-    /// the turn goes back, and the rest is delivered, each event once and in order, by
-    /// the next caller (here, outside any runtime).
+    fn numbers(seen: &[(f64, thread::ThreadId)]) -> Vec<f64> {
+        seen.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// On a multi-thread runtime, the caller stops after a batch and a task of the
+    /// runtime delivers the rest, every event once and in order.
     #[test]
-    fn a_runtime_dropped_before_its_task_delivers_does_not_silence_the_breaker() {
-        let seen = Arc::new(StdMutex::new(Vec::new()));
-        let observer: Observer = {
-            let seen = seen.clone();
-            Arc::new(move |event: &Event<'_>| {
-                if let Event::Recorded { failure_rate, .. } = event {
-                    seen.lock().unwrap().push(failure_rate.unwrap());
-                }
-            })
-        };
-        let events = Arc::new(Events::new("dropped".into(), vec![observer]));
+    fn a_caller_delivers_a_batch_and_a_task_the_rest_of_a_flood() {
+        const FLOOD: usize = 1_000;
+        let (events, seen) = flooding(FLOOD);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let caller = thread::current().id();
+        runtime.block_on(async {
+            events.deliver();
+            let by_the_caller = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, by)| *by == caller)
+                .count();
+            assert_eq!(
+                by_the_caller,
+                Events::BATCH,
+                "the caller stops after a batch"
+            );
+            // The task delivers the rest.
+            while !events.is_empty() || events.delivering.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        });
+        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
+        assert_eq!(
+            numbers(&seen.lock().unwrap()),
+            expected,
+            "every event once, in order"
+        );
+    }
+
+    /// A current-thread runtime runs a task only when the caller's task lets it: the
+    /// caller delivers the whole flood, and nothing is left for a task that might never
+    /// run (the runtime dropped, or never driven again).
+    #[test]
+    fn on_a_current_thread_runtime_the_caller_delivers_the_whole_flood() {
+        const FLOOD: usize = 300;
+        let (events, seen) = flooding(FLOOD);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         runtime.block_on(async {
-            for n in 0..(2 * Events::BATCH) {
-                events.queue(recorded(n));
-            }
-            // One batch now; the rest goes to a task, which never runs.
             events.deliver();
+            assert!(events.is_empty(), "all delivered when the caller returns");
+            assert!(
+                !events.delivering.load(Ordering::SeqCst),
+                "the turn is free"
+            );
         });
-        assert_eq!(seen.lock().unwrap().len(), Events::BATCH);
-        drop(runtime);
+        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
+        assert_eq!(
+            numbers(&seen.lock().unwrap()),
+            expected,
+            "every event once, in order"
+        );
+    }
 
-        events.queue(recorded(2 * Events::BATCH));
+    /// The task handed the rest of a flood is dropped unfinished (its runtime shut down
+    /// before it ran): it delivers the rest where it is dropped, each event once and in
+    /// order, and gives the turn back, so later events are delivered as usual.
+    #[test]
+    fn a_handed_turn_dropped_unfinished_delivers_the_rest_and_gives_the_turn_back() {
+        let (events, seen) = flooding(0);
+        for n in 1..3 * Events::BATCH {
+            events.queue(recorded(n));
+        }
+        assert!(events.take_turn());
+        assert!(!events.deliver_batch(), "more than a batch queued");
+        // Handed to a task, then dropped before the task is polled.
+        drop(Turn::handed(&events).deliver_later());
+        assert!(
+            !events.delivering.load(Ordering::SeqCst),
+            "the turn is free"
+        );
+        events.queue(recorded(3 * Events::BATCH));
         events.deliver();
-        let seen = seen.lock().unwrap();
-        let expected: Vec<f64> = (0..=2 * Events::BATCH).map(|n| n as f64).collect();
-        assert_eq!(*seen, expected, "every event once, in order");
+        let expected: Vec<f64> = (0..=3 * Events::BATCH).map(|n| n as f64).collect();
+        assert_eq!(
+            numbers(&seen.lock().unwrap()),
+            expected,
+            "every event once, in order"
+        );
     }
 
     /// Outside a runtime there is no task to hand the rest to: the caller delivers all.
