@@ -104,13 +104,16 @@ impl fmt::Debug for McpClassifier {
 }
 
 /// The server's breaker over calls: only the server's own faults count; any answer
-/// shows it is there.
+/// shows it is there. A lost connection says nothing here: its supervisor sees the
+/// connection end and the process exit, and says why; counted, the calls in flight when
+/// a server is killed would trip its breaker first, as if it had stopped answering.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ServerCalls;
 
 impl Classify<CallToolResult, McpError> for ServerCalls {
     fn classify(&self, result: &Result<CallToolResult, McpError>) -> Outcome {
         match result {
+            Err(McpError::ConnectionLost { .. }) => Outcome::Ignored,
             Err(error) if error.fault() == Fault::Server => {
                 Outcome::failure_with(error.to_string())
             }
@@ -189,14 +192,14 @@ mod tests {
     }
 
     #[test]
-    fn the_server_breaker_counts_only_the_servers_own_faults() {
+    fn the_server_breaker_counts_only_the_servers_own_faults_and_not_a_lost_connection() {
         let counted: Vec<bool> = errors()
             .into_iter()
             .map(|e| ServerCalls.classify(&Err(e)).is_failure())
             .collect();
         assert_eq!(
             counted,
-            [true, true, true, false, false, false, false, false]
+            [true, false, true, false, false, false, false, false]
         );
     }
 }

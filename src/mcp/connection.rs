@@ -275,6 +275,7 @@ pub(crate) async fn start(
 /// A start that broke: if the process ended (or ends within a moment), that is the
 /// reason; otherwise it is killed and `error` stands.
 async fn broken_start(child: &mut Child, stderr: &StderrTail, error: StartError) -> StartError {
+    let pid = child.id();
     let exited = match child.try_wait() {
         Ok(Some(status)) => Some(status),
         _ if !matches!(error, StartError::Timeout { .. }) => {
@@ -286,9 +287,13 @@ async fn broken_start(child: &mut Child, stderr: &StderrTail, error: StartError)
         _ => None,
     };
     match exited {
-        Some(status) => StartError::Exited {
-            exit: Exit::new(Some(status), stderr.last()),
-        },
+        Some(status) => {
+            // It exited; what it launched may not have.
+            kill_group(pid);
+            StartError::Exited {
+                exit: Exit::new(Some(status), stderr.last()),
+            }
+        }
         None => {
             kill(child).await;
             error
@@ -307,7 +312,7 @@ async fn kill(child: &mut Child) {
 /// Kills what is left of the process group the server leads, if any. Called while the
 /// server's process is not yet reaped, or right after: its group id cannot have been
 /// given to another process meanwhile while any member lives.
-fn kill_group(pid: Option<u32>) {
+pub(crate) fn kill_group(pid: Option<u32>) {
     #[cfg(unix)]
     if let Some(pid) = pid
         .and_then(|pid| i32::try_from(pid).ok())

@@ -308,8 +308,19 @@ impl Supervisor {
         }
         let ran_for = since.elapsed();
         let ended = match ended {
-            Ended::Exited(exit) => Ended::Exited(exit),
+            Ended::Exited(exit) => {
+                // It exited; what it launched (through `npx`, `sh -c`) may not have.
+                connection::kill_group(pid);
+                Ended::Exited(exit)
+            }
             other => {
+                // A process whose output ended has had its stop timeout already, waiting
+                // for it to exit: it is killed at once.
+                let grace = if matches!(other, Ended::Lost) {
+                    Duration::ZERO
+                } else {
+                    grace
+                };
                 let exit = connection::stop(child, session, grace, &stderr).await;
                 tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
                 other

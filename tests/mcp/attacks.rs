@@ -604,3 +604,32 @@ async fn a_server_that_closes_its_output_and_keeps_running_is_down_before_anyone
     server.stop().await;
     Ok(())
 }
+
+/// A server that closes its output and keeps running is given its stop timeout to exit,
+/// once, and then killed: not a second stop timeout for a connection that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_its_output_and_keeps_running_is_killed_after_one_stop_timeout(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let stop_timeout = Duration::from_secs(2);
+    let server = slow_restarts(servers.hostile("mute-long", "close-stdout"))
+        .stop_timeout(stop_timeout)
+        .start()?;
+    let pid = running(&server).await.pid.unwrap();
+    until(&server, "down", |s| !s.is_running()).await;
+    let out_at = tokio::time::Instant::now();
+    eventually("the process without an output is stopped", || async move {
+        !alive(pid)
+    })
+    .await;
+    let took = out_at.elapsed();
+    // Killed at the end of one stop timeout; two would be 4 s.
+    assert!(
+        took < stop_timeout + Duration::from_millis(1_500),
+        "killed {took:?} after its output ended"
+    );
+    server.stop().await;
+    Ok(())
+}

@@ -351,3 +351,53 @@ async fn a_server_killed_while_it_restarts_backs_off_and_comes_back() -> TestRes
     server.stop().await;
     Ok(())
 }
+
+/// Killed with more calls in flight than make it "unresponsive": each call fails once as
+/// a lost connection, and the server is reported killed (what happened), never as having
+/// stopped answering, whichever the supervisor hears of first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_under_many_calls_is_reported_killed_not_unresponsive() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers
+        .everything("crowded")
+        .unresponsive_after(2)
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(2), Duration::from_secs(4)))
+        .start()?;
+    let pid = running(&server).await.pid.expect("a pid");
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let mut long = server.tool("trigger-long-running-operation");
+            tokio::spawn(async move {
+                long.ready()
+                    .await?
+                    .call(args(json!({"duration": 60, "steps": 60})))
+                    .await
+            })
+        })
+        .collect();
+    eventually("the calls are in flight", || async {
+        server.calls_in_flight() == 6
+    })
+    .await;
+    kill_9(pid);
+    for call in calls {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        assert!(matches!(error, McpError::ConnectionLost { .. }), "{error}");
+    }
+    let down = until(&server, "down for good", |s| {
+        matches!(
+            s.state,
+            ServerState::Down(Down::Exited(_) | Down::Unresponsive { .. })
+        )
+    })
+    .await;
+    match &down.state {
+        ServerState::Down(Down::Exited(exit)) => assert_eq!(exit.signal(), Some(9), "{exit}"),
+        other => panic!("reported as {other:?}, not as killed"),
+    }
+    assert_eq!(server.calls_sent(), 6, "nothing replayed");
+    server.stop().await;
+    Ok(())
+}

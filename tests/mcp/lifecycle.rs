@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 use tower::ServiceExt;
 use tower_circuit_breaker::expediter::{Attempt, Expediter, SkipReason};
-use tower_circuit_breaker::mcp::{McpError, McpServer, McpTools, RestartPolicy, ServerState};
+use tower_circuit_breaker::mcp::{Down, McpError, McpServer, McpTools, RestartPolicy, ServerState};
 
-use crate::common::{alive, args, eventually, running, until, TestResult, PATIENCE};
+use crate::common::{alive, args, eventually, kill_9, running, until, TestResult, PATIENCE};
 use crate::servers::{self, quick, shell_quote};
 
 /// Asserts that a status without a process is not offered as serving, and that the tool
@@ -313,5 +313,51 @@ async fn a_killed_launcher_takes_the_server_it_launched_with_it() -> TestResult 
             .status();
         panic!("the launched server {child} outlived its launcher");
     }
+    Ok(())
+}
+
+/// A launcher killed while its server serves: its supervisor sees the launcher exit
+/// (the server still holds the connection) and takes the server it launched with it,
+/// rather than leave it running beside the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launcher_killed_under_its_server_takes_the_server_with_it() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("killed-launcher");
+    let child_file = dir.join("child");
+    // The server keeps the launcher's input (through fd 3: an asynchronous command's
+    // input is /dev/null before its own redirections) and output, and does not exit when
+    // its input ends; the launcher waits for it.
+    let hostile = servers::manifest_dir().join("tests/mcp/hostile.js");
+    let script = format!(
+        "exec 3<&0; node {} stubborn-hang <&3 3<&- & echo $! > {}; wait",
+        shell_quote(&hostile),
+        shell_quote(&child_file)
+    );
+    let server = quick(McpServer::builder("wrapped", "sh").args(["-c", &script]))
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(30), Duration::from_secs(30)))
+        .start()?;
+    let launcher = running(&server).await.pid.expect("a pid");
+    let child: u32 = std::fs::read_to_string(&child_file)?.trim().parse()?;
+    assert!(alive(child));
+    kill_9(launcher);
+    until(&server, "down", |s| {
+        matches!(s.state, ServerState::Down(Down::Exited(_)))
+    })
+    .await;
+    let gone = tokio::time::timeout(PATIENCE, async {
+        while alive(child) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if gone.is_err() {
+        let _ = std::process::Command::new("kill")
+            .arg(child.to_string())
+            .status();
+        panic!("the launched server {child} outlived its killed launcher");
+    }
+    server.stop().await;
     Ok(())
 }

@@ -43,7 +43,7 @@ pub fn get() -> Option<&'static Servers> {
     }
 }
 
-fn manifest_dir() -> &'static Path {
+pub fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
