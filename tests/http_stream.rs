@@ -176,6 +176,63 @@ async fn an_event_stream_must_reach_its_end_marker_even_split_across_chunks() {
         .contains("end marker"));
 }
 
+/// An event-stream client stops reading at `data: [DONE]` and drops the body: its
+/// call is a success (the answer was whole), so a probe that does so closes the breaker.
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_stops_reading_at_the_end_marker_has_had_a_success() {
+    let broken = Script {
+        status: 200,
+        pieces: vec![Err("reset")],
+        length: None,
+    };
+    let answer = ok(&["data: a\n\n", "data: [DONE]\n\n", ": trailing comment\n\n"]);
+    let (mut model, handle) = model(
+        vec![answer.clone(), broken.clone(), broken, answer],
+        Some(b"data: [DONE]"),
+    );
+    async fn read_to_marker(answer: Answer<Response<StreamBody<Chunks>>>) {
+        let mut body = answer.into_inner().into_body();
+        while let Some(frame) = body.frame().await {
+            let data = frame.expect("data").into_data().unwrap();
+            if data.ends_with(b"[DONE]\n\n") {
+                return; // the body is dropped here, unread to its end
+            }
+        }
+        panic!("no end marker");
+    }
+    read_to_marker(call(&mut model).await).await;
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.successes, counts.cancelled), (1, 0));
+
+    for _ in 0..2 {
+        let _ = read(call(&mut model).await).await;
+    }
+    assert_eq!(handle.state(), State::Open);
+    let probe = call(&mut model).await;
+    assert_eq!(probe.source(), Source::Probe);
+    read_to_marker(probe).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "the probe's success closed it"
+    );
+}
+
+/// A 304 (or 204) has no body whatever its headers say: its `Content-Length` and the end
+/// marker are not asked of it.
+#[tokio::test(start_paused = true)]
+async fn a_status_without_a_body_is_not_held_to_its_length_or_the_end_marker() {
+    let not_modified = Script {
+        status: 304,
+        pieces: vec![],
+        length: Some(1_234),
+    };
+    let (mut model, handle) = model(vec![not_modified], Some(b"data: [DONE]"));
+    read(call(&mut model).await).await.unwrap();
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.successes, counts.failures), (1, 0));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_before_its_end_is_cancelled_not_counted() {
     let (mut model, handle) = model(vec![ok(&["a", "b", "c"])], None);

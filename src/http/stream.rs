@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Buf;
-use http::{header, Response};
+use http::{header, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
@@ -26,10 +26,16 @@ use crate::settle::Settlement;
 /// the headers like [`HttpClassifier`] and, for a success, hands the call's
 /// [`Settlement`] to the body, which settles it when the stream ends:
 ///
-/// - the stream ends normally (and, if set, its end marker was seen): a success;
+/// - the stream ends normally (and, if set, its end marker was seen): a success; with an
+///   end marker, the success is recorded as soon as the marker arrives (and every byte
+///   its `Content-Length` announced, if any), so a caller may stop reading there;
 /// - the body yields an error, ends before its `Content-Length`, or ends without its
 ///   end marker: a failure;
-/// - the caller drops the body before the end: cancelled, neither.
+/// - the caller drops the body before the end (or before the end marker): cancelled,
+///   neither.
+///
+/// A status without a body (1xx, 204, 304) is not held to a `Content-Length` or an end
+/// marker.
 ///
 /// A fallback only ever answers a call that was skipped, before any byte: the breaker
 /// never swaps an answer whose first byte reached the caller.
@@ -138,12 +144,18 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.future.poll(cx))?;
+        // These statuses have no body, whatever their headers say.
+        let status = response.status();
+        let bodiless = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
         let expected = response
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let marker = *this.end_marker;
+            .and_then(|v| v.parse().ok())
+            .filter(|_| !bodiless);
+        let marker = this.end_marker.filter(|_| !bodiless);
         Poll::Ready(Ok(
             response.map(|body| StreamBody::new(body, expected, marker))
         ))
@@ -216,6 +228,13 @@ where
                         let keep = marker.len().saturating_sub(1);
                         let drop = this.tail.len().saturating_sub(keep);
                         this.tail.drain(..drop);
+                        // The answer is whole at its end marker: a caller that stops
+                        // reading there (as event-stream clients do) has had a success.
+                        if *this.marker_seen && ended(*this.seen, *this.expected, true).is_ok() {
+                            if let Some(settlement) = this.settlement.take() {
+                                settlement.success();
+                            }
+                        }
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -228,16 +247,9 @@ where
             }
             None => {
                 if let Some(settlement) = this.settlement.take() {
-                    let short = this.expected.filter(|&n| *this.seen < n);
-                    match (short, *this.marker_seen) {
-                        (Some(n), _) => settlement.failure(Failure::new(format!(
-                            "the answer's stream ended early: {} of {n} bytes",
-                            this.seen
-                        ))),
-                        (None, false) => settlement.failure(Failure::new(
-                            "the answer's stream ended before its end marker",
-                        )),
-                        (None, true) => settlement.success(),
+                    match ended(*this.seen, *this.expected, *this.marker_seen) {
+                        Ok(()) => settlement.success(),
+                        Err(failure) => settlement.failure(failure),
                     }
                 }
                 Poll::Ready(None)
@@ -253,6 +265,20 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Whether a stream that has given `seen` bytes (of `expected`, if announced), its end
+/// marker seen or not, is a whole answer; if not, the failure it is.
+fn ended(seen: u64, expected: Option<u64>, marker_seen: bool) -> Result<(), Failure> {
+    match (expected.filter(|&n| seen < n), marker_seen) {
+        (Some(n), _) => Err(Failure::new(format!(
+            "the answer's stream ended early: {seen} of {n} bytes"
+        ))),
+        (None, false) => Err(Failure::new(
+            "the answer's stream ended before its end marker",
+        )),
+        (None, true) => Ok(()),
     }
 }
 
