@@ -105,6 +105,12 @@
 //! open until a person resets it through [`get`](KeyedCircuitBreakerHandle::get), after
 //! which it can be evicted.
 //!
+//! The overflow stops at twice the capacity: past it, the least recently used idle
+//! breaker that is **open** (opened by its failures: never one a person forced open, one
+//! half-open or one in use or held) is evicted too, forgetting its failures. Keys that
+//! come from the network (a host, a model, a tool name) and fail would otherwise grow
+//! the registry without bound.
+//!
 //! Recency is counted on a clock that moves once per new key, not per call: a call on
 //! a known key reads the clock and writes its breaker's "last used" only when the clock
 //! has moved. Eviction takes a batch of the oldest candidates (a sixteenth of the
@@ -780,15 +786,33 @@ impl Entry {
         }
     }
 
-    /// Closed, with no call in flight and no handle held: the registry's reference is
-    /// the only one. (Under the shard's write lock nobody can take another.)
-    fn evictable(&self) -> bool {
-        Arc::strong_count(&self.shared) == 1 && self.shared.published_state() == State::Closed
+    /// Within `reach`, with no call in flight and no handle held: the registry's
+    /// reference is the only one. (Under the shard's write lock nobody can take another.)
+    fn evictable(&self, reach: Reach) -> bool {
+        Arc::strong_count(&self.shared) == 1
+            && match self.shared.published_state() {
+                State::Closed => true,
+                State::Open => reach == Reach::Open,
+                State::HalfOpen | State::ForcedOpen => false,
+            }
     }
+}
+
+/// Which idle breakers an eviction may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Closed ones: nothing is forgotten but their counts.
+    Closed,
+    /// Open ones too (opened by failures; never one a person forced open, or one
+    /// half-open): only past twice the capacity, so that keys that fail cannot grow the
+    /// registry without bound.
+    Open,
 }
 
 /// Breakers the last scan found evictable.
 struct Victims<K> {
+    /// What the scan looked for.
+    reach: Reach,
     /// The least recently used last.
     queue: Vec<Candidate<K>>,
     /// No scan before the clock reaches this: the last one found too few candidates,
@@ -848,6 +872,7 @@ impl<K> Registry<K> {
             batch: (capacity / 16).max(1),
             counters: Padded(Counters::default()),
             victims: Mutex::new(Victims {
+                reach: Reach::Closed,
                 queue: Vec::new(),
                 next_scan: 0,
             }),
@@ -926,7 +951,12 @@ impl<K: Hash + Eq + Clone> Registry<K> {
             if self.live() <= self.capacity {
                 break;
             }
-            if !self.evict_one() {
+            let reach = if self.live() > self.capacity.saturating_mul(2) {
+                Reach::Open
+            } else {
+                Reach::Closed
+            };
+            if !self.evict_one(reach) {
                 if round == 0 {
                     self.counters.over_capacity.fetch_add(1, Ordering::Relaxed);
                     if !self.counters.over.swap(true, Ordering::Relaxed) {
@@ -951,14 +981,20 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         }
     }
 
-    /// Evicts the least recently used idle closed breaker the registry knows of.
-    /// Returns whether there was one.
-    fn evict_one(&self) -> bool {
+    /// Evicts the least recently used idle breaker within `reach` the registry knows
+    /// of. Returns whether there was one.
+    fn evict_one(&self, reach: Reach) -> bool {
         let mut victims = lock(&self.victims);
+        if victims.reach != reach {
+            // The last scan looked for other breakers: look again, at once.
+            victims.reach = reach;
+            victims.queue.clear();
+            victims.next_scan = 0;
+        }
         let mut scans = 0;
         loop {
             while let Some(candidate) = victims.queue.pop() {
-                if self.try_evict(&candidate) {
+                if self.try_evict(&candidate, reach) {
                     return true;
                 }
             }
@@ -970,7 +1006,7 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         }
     }
 
-    /// Finds the `batch` least recently used idle closed breakers.
+    /// Finds the `batch` least recently used idle breakers within the victims' reach.
     fn scan(&self, victims: &mut Victims<K>) {
         // Moves the clock on, so that a use after this scan is newer than every mark it
         // records.
@@ -979,7 +1015,7 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         for shard in self.shards.iter() {
             let map = read(shard);
             for (stored, entry) in map.iter() {
-                if !entry.evictable() {
+                if !entry.evictable(victims.reach) {
                     continue;
                 }
                 let used = entry.used.load(Ordering::Relaxed);
@@ -1008,14 +1044,14 @@ impl<K: Hash + Eq + Clone> Registry<K> {
     }
 
     /// Evicts a candidate if it is still there, unused since the scan, and evictable.
-    fn try_evict(&self, candidate: &Candidate<K>) -> bool {
+    fn try_evict(&self, candidate: &Candidate<K>, reach: Reach) -> bool {
         let probe = Probe {
             hash: candidate.hash,
             key: &candidate.key,
         };
         let mut map = write(self.shard(candidate.hash));
         let still = map.get(&probe as &dyn Lookup<K>).is_some_and(|entry| {
-            entry.used.load(Ordering::Relaxed) == candidate.used && entry.evictable()
+            entry.used.load(Ordering::Relaxed) == candidate.used && entry.evictable(reach)
         });
         if !still {
             return false;

@@ -653,6 +653,62 @@ async fn it_never_evicts_an_open_half_open_or_forced_open_breaker_and_goes_over_
     assert!(registry.get(&"f").is_some());
 }
 
+/// Keys from the network that each fail once: the registry goes over its capacity with
+/// their open breakers, but never past twice it; past that, the least recently used open
+/// ones are evicted. A breaker a person forced open, or one whose handle is held, stays.
+#[test]
+fn failing_keys_without_end_never_grow_the_registry_past_twice_its_capacity() {
+    const CAPACITY: usize = 64;
+    let layer =
+        KeyedCircuitBreakerLayer::builder(Builder::new().failure_threshold(1), |n: &u64| *n)
+            .capacity(CAPACITY)
+            .build()
+            .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|n: u64| {
+        std::future::ready(if n == 0 || n == 1 {
+            Ok(n)
+        } else {
+            Err(io::Error::other("refused"))
+        })
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut call = |n: u64| {
+        assert!(svc.poll_ready(&mut cx).is_ready());
+        let Poll::Ready(_) = pin!(svc.call(n)).poll(&mut cx) else {
+            panic!("the call completes at once")
+        };
+    };
+    call(0);
+    registry.get(&0).unwrap().force_open();
+    call(1);
+    let held = registry.get(&1).unwrap();
+    held.force_open();
+    held.reset();
+    let mut most = 0;
+    for n in 2..20_000 {
+        call(n);
+        most = most.max(registry.len());
+    }
+    assert!(most <= 2 * CAPACITY, "{most} breakers at most");
+    assert!(
+        registry.len() > CAPACITY,
+        "open breakers are kept up to the ceiling"
+    );
+    assert!(registry.evictions() > 19_000);
+    assert_eq!(
+        state(&registry, 0),
+        State::ForcedOpen,
+        "a person's forced open stays"
+    );
+    assert!(
+        registry.get(&1).is_some(),
+        "a held handle keeps its breaker"
+    );
+    // The newest failing key is still open: only the least recently used went.
+    assert_eq!(state(&registry, 19_999), State::Open);
+}
+
 #[test]
 fn a_registry_full_of_open_breakers_goes_over_by_at_most_a_sixteenth_and_drains() {
     const CAPACITY: usize = 160;
