@@ -66,7 +66,10 @@ impl<R> GoodAnswer<R> for EverySuccess {
 /// what the classifier calls a success, probes included, and never a failure (an HTTP
 /// 503 is an `Ok` to tower, and a failure to an HTTP classifier), an ignored or deferred
 /// answer, or a fallback's answer. There is no second classifier to keep in step with
-/// the breaker's.
+/// the breaker's. An HTTP classifier calls a 4xx other than 429 a success (the caller's
+/// mistake, not the service's): to keep such an answer from replacing a good one, save
+/// only 2xx with [`only_if`](SaveLayer::only_if), as in
+/// `.only_if(|answer: &BufferedResponse| answer.status().is_success())`.
 ///
 /// It changes no readiness, response or error, and never delays one: a call costs the
 /// key function (and, with a key, a reference-count increment for the store and a
