@@ -105,8 +105,9 @@ impl BufferedResponse {
     }
 
     /// The same response with an `Age` header of `age` in whole seconds (rounded down,
-    /// as HTTP caches write it): how a saved answer served by a fallback says how old it
-    /// is, in a way HTTP clients and caches understand. Put a label in the content too
+    /// as HTTP caches write it), added to the `Age` it arrived with, if any: how a saved
+    /// answer served by a fallback says how old it is, in a way HTTP clients and caches
+    /// understand. Put a label in the content too
     /// where a person or a model reads it ([`stale_label`](crate::saved::stale_label)).
     ///
     /// ```
@@ -117,11 +118,24 @@ impl BufferedResponse {
     /// let saved = BufferedResponse::from(http::Response::new(Bytes::from_static(b"42")));
     /// let served = saved.with_age(Duration::from_millis(600_900));
     /// assert_eq!(served.headers()["age"], "600");
+    ///
+    /// // An answer that came through a cache with `Age: 3600` is older by as much.
+    /// let cached = http::Response::builder().header("age", "3600").body(Bytes::new()).unwrap();
+    /// let served = BufferedResponse::from(cached).with_age(Duration::from_secs(10));
+    /// assert_eq!(served.headers()["age"], "3610");
     /// ```
     pub fn with_age(mut self, age: Duration) -> Self {
-        self.head
+        // An answer that was already this old when it arrived (from a cache on the way)
+        // is older still now.
+        let arrived_aged = self
+            .head
             .headers
-            .insert(AGE, HeaderValue::from(age.as_secs()));
+            .get(AGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let age = arrived_aged.saturating_add(age.as_secs());
+        self.head.headers.insert(AGE, HeaderValue::from(age));
         self
     }
 
