@@ -79,4 +79,13 @@ pub enum Event<'a> {
         /// The breaker's state, which the change of mode leaves as it was.
         state: State,
     },
+    /// The breaker was evicted from its keyed registry
+    /// ([`KeyedCircuitBreakerLayer`](crate::keyed::KeyedCircuitBreakerLayer)) to make
+    /// room: it decides no call again, and its key, if it comes back, gets a fresh
+    /// breaker. The last event of this breaker.
+    #[non_exhaustive]
+    Evicted {
+        /// The breaker's name.
+        name: &'a str,
+    },
 }

@@ -1058,6 +1058,9 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         }
         let evicted = map.remove(&probe as &dyn Lookup<K>);
         drop(map);
+        if let Some(entry) = &evicted {
+            entry.shared.evicted();
+        }
         self.counters.live.fetch_sub(1, Ordering::AcqRel);
         self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         drop(evicted);

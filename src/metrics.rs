@@ -96,9 +96,11 @@
 //!   (`disabled`, `observe_only`) while it is not, since then its state decides no call.
 //!   Every transition and every change of mode ([`Event::ModeChanged`]) sets all six, in
 //!   the order the breaker made them. It is set when the breaker is built (closed, or its
-//!   starting mode), and for a keyed registry when each key's breaker is made. The kill
-//!   switch is not a state: it leaves the gauge as it is, and its skips are counted as
-//!   rejections with reason `killed`.
+//!   starting mode), and for a keyed registry when each key's breaker is made; a key's
+//!   breaker evicted from its registry ([`Event::Evicted`]) sets all six to 0 and its
+//!   failure rate to -1, so only live breakers show a state. The kill switch is not a
+//!   state: it leaves the gauge as it is, and its skips are counted as rejections with
+//!   reason `killed`.
 //! - **FailureRate** is the trip policy's reading ([`Event::Recorded`]'s
 //!   `failure_rate`), set after every outcome the policy counts:
 //!   - with [`Builder::failure_rate`], the failures among the outcomes in the window, in
@@ -169,6 +171,7 @@
 //! [`Event::Recorded`]: crate::Event::Recorded
 //! [`Event::Skipped`]: crate::Event::Skipped
 //! [`Event::ModeChanged`]: crate::Event::ModeChanged
+//! [`Event::Evicted`]: crate::Event::Evicted
 //! [`Builder::slow_call_threshold`]: crate::Builder::slow_call_threshold
 //! [`Builder::failure_rate`]: crate::Builder::failure_rate
 //! [`Builder::failure_threshold`]: crate::Builder::failure_threshold
@@ -580,6 +583,13 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
             }
         }
         Event::ModeChanged { to, state, .. } => show(Shown::of(state, to), update),
+        // Gone: it shows no state, and no failure rate.
+        Event::Evicted { .. } => {
+            for shown in Shown::ALL {
+                update(Point::State(shown), 0.0);
+            }
+            update(Point::FailureRate, NO_RATE);
+        }
     }
 }
 

@@ -644,6 +644,38 @@ async fn resilience4j_naming_emits_its_names_and_labels() -> Result<(), BoxError
     Ok(())
 }
 
+/// A breaker evicted from its keyed registry shows no state and no failure rate, so
+/// that a dashboard counting breakers in each state counts the live ones, and an alert on
+/// its old failure rate stops.
+#[tokio::test(start_paused = true)]
+async fn an_evicted_keys_series_show_no_state_and_no_failure_rate() -> Result<(), BoxError> {
+    let (snapshotter, _local) = record_here();
+    let layer = KeyedCircuitBreakerLayer::builder(
+        Builder::new().name("tool").failure_threshold(2).metrics(),
+        |req: &Req| *req,
+    )
+    .capacity(1)
+    .build()?;
+    let mut svc = tower::Layer::layer(&layer, service_fn(serve));
+    send(&mut svc, Req::Fail).await; // tool[Fail]: closed, one failure of two
+    send(&mut svc, Req::Ok).await; // tool[Ok] evicts tool[Fail]
+    let registry = layer.handle();
+    assert_eq!(registry.keys(), [Req::Ok]);
+    assert_eq!(registry.evictions(), 1);
+    let m = read(&snapshotter);
+    for state in SHOWN {
+        let label = format!("state={state}");
+        assert_eq!(
+            gauge(&m, "circuit_breaker_state", &["breaker=tool[Fail]", &label]),
+            0.0,
+            "{state}"
+        );
+    }
+    assert_eq!(rate(&m, "tool[Fail]"), -1.0);
+    assert_eq!(shown(&m, "tool[Ok]"), "closed");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_keyed_registrys_breakers_get_series_of_their_own() -> Result<(), BoxError> {
     let (snapshotter, _local) = record_here();

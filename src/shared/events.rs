@@ -71,6 +71,7 @@ pub(super) enum Queued {
     /// breaker ran on the deciding thread: reported once that observer returns.
     Skipped(Skip),
     Succeeded(Option<Duration>),
+    Evicted,
 }
 
 /// See the [module docs](self).
@@ -252,6 +253,7 @@ impl Events {
                 elapsed,
                 failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
             }),
+            Queued::Evicted => self.notify(&Event::Evicted { name: &self.name }),
             Queued::Transition(transition) => {
                 log(&transition);
                 self.notify(&Event::Transition(&transition));
@@ -261,6 +263,13 @@ impl Events {
                 }
             }
         }
+    }
+
+    /// Reports that the breaker was evicted from its keyed registry, after whatever is
+    /// queued.
+    pub(super) fn evicted(self: &Arc<Self>) {
+        self.queue(Queued::Evicted);
+        self.deliver();
     }
 
     /// Reports a skip decided now.

@@ -476,4 +476,9 @@ impl Shared {
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.events.subscribe()
     }
+
+    /// Tells the observers that the breaker was evicted from its keyed registry.
+    pub(crate) fn evicted(&self) {
+        self.events.evicted();
+    }
 }
