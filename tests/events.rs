@@ -36,6 +36,16 @@ where
     }
 }
 
+/// Runs `f` on a thread of its own and returns what it returns, failing if it has not
+/// returned within 10 s (a deadlock: an observer waiting on itself).
+fn without_deadlock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || done_tx.send(f()).unwrap());
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no deadlock: an observer is never run inside itself")
+}
+
 fn summary(transitions: &[Transition]) -> Vec<(u64, State)> {
     transitions.iter().map(|t| (t.generation, t.to)).collect()
 }
@@ -130,14 +140,9 @@ fn an_observer_that_acts_on_its_breaker_neither_deadlocks_nor_reorders() {
     };
     *handle_slot.lock().unwrap() = Some(layer.handle());
     let mut svc = layer.layer(failing());
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::spawn(move || {
+    without_deadlock(move || {
         let _ = call(&mut svc);
-        done_tx.send(()).unwrap();
     });
-    done_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("no deadlock");
     assert_eq!(
         summary(&seen.lock().unwrap()),
         vec![(1, State::Open), (2, State::ForcedOpen)]
@@ -180,15 +185,10 @@ fn an_observer_acting_on_a_skip_it_is_told_of_is_not_run_inside_itself() {
     };
     *handle_slot.lock().unwrap() = Some(layer.handle());
     let mut svc = layer.layer(failing());
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::spawn(move || {
+    let rejected = without_deadlock(move || {
         let _ = call(&mut svc); // fails: open
-        let skipped = call(&mut svc); // skipped: the observer resets
-        done_tx.send(skipped.is_err()).unwrap();
+        call(&mut svc).is_err() // skipped: the observer resets
     });
-    let rejected = done_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("no deadlock: the observer is not run inside itself");
     assert!(rejected, "the second call was skipped");
     assert_eq!(
         kinds(&seen.lock().unwrap()),
@@ -229,14 +229,9 @@ fn an_observer_whose_own_call_is_skipped_is_told_after_it_returns() {
     };
     let mut svc = layer.layer(failing());
     *svc_slot.lock().unwrap() = Some(svc.clone());
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::spawn(move || {
+    without_deadlock(move || {
         let _ = call(&mut svc); // fails: open; the observer's own call is skipped
-        done_tx.send(()).unwrap();
     });
-    done_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("no deadlock: the observer is not run inside itself");
     assert_eq!(kinds(&seen.lock().unwrap()), vec!["to open", "skipped"]);
 }
 

@@ -89,3 +89,20 @@ pub fn args(value: serde_json::Value) -> serde_json::Map<String, serde_json::Val
         other => panic!("not an object: {other}"),
     }
 }
+
+/// Waits (at most [`PATIENCE`]) for a process the supervisor should have killed to be
+/// gone; if it lives on, kills it (so that no test leaves one behind) and fails.
+pub async fn assert_gone(pid: u32, what: &str) {
+    let gone = tokio::time::timeout(PATIENCE, async {
+        while alive(pid) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if gone.is_err() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+        panic!("{what} {pid} outlived it");
+    }
+}

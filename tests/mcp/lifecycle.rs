@@ -10,7 +10,9 @@ use tower::ServiceExt;
 use tower_circuit_breaker::expediter::{Attempt, Expediter, SkipReason};
 use tower_circuit_breaker::mcp::{Down, McpError, McpServer, McpTools, RestartPolicy, ServerState};
 
-use crate::common::{alive, args, eventually, kill_9, running, until, TestResult, PATIENCE};
+use crate::common::{
+    alive, args, assert_gone, eventually, kill_9, running, until, TestResult, PATIENCE,
+};
 use crate::servers::{self, quick, shell_quote};
 
 /// Asserts that a status without a process is not offered as serving, and that the tool
@@ -301,18 +303,7 @@ async fn a_killed_launcher_takes_the_server_it_launched_with_it() -> TestResult 
     until(&server, "down", |s| matches!(s.state, ServerState::Down(_))).await;
     let child: u32 = std::fs::read_to_string(&child_file)?.trim().parse()?;
     server.stop().await;
-    let gone = tokio::time::timeout(PATIENCE, async {
-        while alive(child) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    if gone.is_err() {
-        let _ = std::process::Command::new("kill")
-            .arg(child.to_string())
-            .status();
-        panic!("the launched server {child} outlived its launcher");
-    }
+    assert_gone(child, "the server its launcher launched").await;
     Ok(())
 }
 
@@ -346,18 +337,7 @@ async fn a_launcher_killed_under_its_server_takes_the_server_with_it() -> TestRe
         matches!(s.state, ServerState::Down(Down::Exited(_)))
     })
     .await;
-    let gone = tokio::time::timeout(PATIENCE, async {
-        while alive(child) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    if gone.is_err() {
-        let _ = std::process::Command::new("kill")
-            .arg(child.to_string())
-            .status();
-        panic!("the launched server {child} outlived its killed launcher");
-    }
+    assert_gone(child, "the server its killed launcher launched").await;
     server.stop().await;
     Ok(())
 }
