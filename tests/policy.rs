@@ -32,7 +32,7 @@ enum Req {
 type Reply = Result<Answer<&'static str>, BoxError>;
 
 /// The failure-rate window's counts.
-fn window(failures: u32, calls: u32) -> WindowCounts {
+fn window(failures: u64, calls: u64) -> WindowCounts {
     WindowCounts { failures, calls }
 }
 

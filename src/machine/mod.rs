@@ -635,10 +635,10 @@ impl Machine {
             }
             TripPolicy::FailureRate { minimum_calls, .. } => {
                 let WindowCounts { failures, calls } = self.window.totals(now);
-                if calls < minimum_calls.max(1) {
+                if calls < u64::from(minimum_calls.max(1)) {
                     -1.0
                 } else {
-                    f64::from(failures) * 100.0 / f64::from(calls)
+                    failures as f64 * 100.0 / calls as f64
                 }
             }
         }
@@ -662,7 +662,8 @@ impl Machine {
                 // The share, divided out and rounded once, against the rate as given: a
                 // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
                 // `failures >= rate * calls` (rounded on the other side) can miss.
-                calls >= minimum_calls.max(1) && f64::from(failures) / f64::from(calls) >= rate
+                calls >= u64::from(minimum_calls.max(1))
+                    && failures as f64 / calls as f64 >= rate
             }
         }
     }

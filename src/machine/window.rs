@@ -10,9 +10,9 @@ use super::config::{RateWindow, TripPolicy};
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct WindowCounts {
     /// Calls in the window that failed.
-    pub failures: u32,
+    pub failures: u64,
     /// Calls in the window.
-    pub calls: u32,
+    pub calls: u64,
 }
 
 /// Outcomes kept for the trip decision.
@@ -52,8 +52,8 @@ impl Window {
         match self {
             Window::None => WindowCounts::default(),
             Window::Ring(ring) => WindowCounts {
-                failures: ring.failures,
-                calls: ring.len,
+                failures: ring.failures.into(),
+                calls: ring.len.into(),
             },
             Window::Time(buckets) => buckets.totals(now),
         }
@@ -127,8 +127,8 @@ pub(crate) struct Buckets {
 struct Bucket {
     /// Which bucket-width interval since the epoch this slot holds.
     index: u64,
-    calls: u32,
-    failures: u32,
+    calls: u64,
+    failures: u64,
 }
 
 impl Buckets {
@@ -156,8 +156,9 @@ impl Buckets {
                 failures: 0,
             };
         }
-        slot.calls += 1;
-        slot.failures += u32::from(failed);
+        // Counted in 64 bits, saturating: a window in time has no bound on its calls.
+        slot.calls = slot.calls.saturating_add(1);
+        slot.failures = slot.failures.saturating_add(u64::from(failed));
     }
 
     fn totals(&self, now: Instant) -> WindowCounts {
@@ -166,8 +167,8 @@ impl Buckets {
             .iter()
             .filter(|b| b.calls > 0 && b.index + (BUCKETS as u64) > index && b.index <= index)
             .fold(WindowCounts::default(), |sum, b| WindowCounts {
-                failures: sum.failures + b.failures,
-                calls: sum.calls + b.calls,
+                failures: sum.failures.saturating_add(b.failures),
+                calls: sum.calls.saturating_add(b.calls),
             })
     }
 
@@ -179,6 +180,23 @@ impl Buckets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window in time has no bound on its calls: past 2^32 in one window (50 days at
+    /// 1,000 calls a second), the counts go on, and the share stays a share.
+    #[test]
+    fn a_time_window_counts_past_four_billion_calls() {
+        let epoch = Instant::now();
+        let mut buckets = Buckets::new(Duration::from_secs(3600), epoch);
+        buckets.push(true, epoch);
+        let slot = &mut buckets.slots[0];
+        (slot.calls, slot.failures) = (u64::from(u32::MAX), u64::from(u32::MAX / 2));
+        buckets.push(false, epoch);
+        buckets.push(true, epoch);
+        let totals = buckets.totals(epoch);
+        assert_eq!(totals.calls, u64::from(u32::MAX) + 2);
+        assert_eq!(totals.failures, u64::from(u32::MAX / 2) + 1);
+        assert!(totals.failures <= totals.calls);
+    }
 
     #[test]
     fn ring_forgets_the_oldest_outcome() {
