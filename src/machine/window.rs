@@ -21,7 +21,8 @@ pub(crate) enum Window {
     /// Consecutive failures need no window: the machine's counter is enough.
     None,
     Ring(Ring),
-    Time(Buckets),
+    // Boxed: ten buckets of three words each.
+    Time(Box<Buckets>),
 }
 
 impl Window {
@@ -35,7 +36,7 @@ impl Window {
             TripPolicy::FailureRate {
                 window: RateWindow::Time(d),
                 ..
-            } => Window::Time(Buckets::new(d, epoch)),
+            } => Window::Time(Box::new(Buckets::new(d, epoch))),
         }
     }
 
