@@ -152,6 +152,41 @@ fn cycle_of_alternatives_is_rejected_and_named() {
     assert!(cycle.contains(&"Read".to_string()) && cycle.contains(&"Bash".to_string()));
 }
 
+/// A chain of alternatives as long as the map (each tool standing in for the next) is
+/// checked without running out of stack: built when it ends, refused and named whole when
+/// it loops back.
+#[test]
+fn a_chain_of_alternatives_tens_of_thousands_long_is_checked_without_overflow() {
+    const TOOLS: usize = 30_000;
+    let chain = |last_back_to_first: bool| {
+        let mut builder = Expediter::builder();
+        for i in 0..TOOLS {
+            let mut spec = ToolSpec::new(&format!("t{i}")).fallback("ask the user");
+            if i + 1 < TOOLS {
+                spec =
+                    spec.alternative(Alternative::low(&format!("t{}", i + 1), "stand in", "some"));
+            } else if last_back_to_first {
+                spec = spec.alternative(Alternative::low("t0", "stand in", "some"));
+            }
+            builder = builder.tool(spec);
+        }
+        // On a thread with a small stack: a search that recursed once per tool would
+        // overflow it.
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || builder.build().map(|_| ()))
+            .unwrap()
+            .join()
+            .expect("no stack overflow")
+    };
+    assert!(chain(false).is_ok());
+    let Err(ExpediterError::AlternativeCycle(cycle)) = chain(true) else {
+        panic!("expected AlternativeCycle");
+    };
+    assert_eq!(cycle.len(), TOOLS + 1);
+    assert_eq!(cycle.first(), cycle.last());
+}
+
 #[test]
 fn longer_cycle_of_alternatives_is_rejected() {
     let tool = |name: &str, next: &str| {

@@ -69,14 +69,24 @@ const CALLER_ERRORS: &[&str] = &[
 ];
 
 /// Messages that contain a caller error's words but are the tool's (or its
-/// environment's) fault.
-const TOOL_ERRORS: &[&str] = &["command not found"];
+/// environment's) fault: a program, a library or a host the tool needs is missing.
+const TOOL_ERRORS: &[&str] = &[
+    "command not found",
+    "executable not found",
+    "executable file not found",
+    "program not found",
+    "library not found",
+    "module not found",
+    "host not found",
+    "no such host",
+];
 
 impl Blame {
     /// The default rule: [`Blame::Caller`] when the message says the thing asked for
     /// does not exist ("no such file or directory", "not found", HTTP 404) or the
     /// request is malformed ("invalid argument", "bad request", HTTP 400 or 422);
-    /// [`Blame::Tool`] for everything else, "command not found" included.
+    /// [`Blame::Tool`] for everything else, a missing program, library or host ("command
+    /// not found", "executable file not found in $PATH", "host not found") included.
     pub fn of(message: &str) -> Blame {
         let lower = message.to_lowercase();
         let caller = CALLER_ERRORS.iter().any(|words| lower.contains(words))
@@ -167,6 +177,9 @@ mod tests {
         for message in [
             "connect 127.0.0.1:40404: Connection refused (os error 111)",
             "sh: rg: command not found",
+            r#"exec: "rg": executable file not found in $PATH"#,
+            "dial tcp: lookup api.internal: no such host",
+            "ldd: libssl.so.3: library not found",
             "request timed out after 30s",
             "GET /search: HTTP 503",
             "open /etc/shadow: Permission denied",

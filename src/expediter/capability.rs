@@ -256,40 +256,45 @@ pub(crate) fn validate<'a>(
             edges.entry(&tool.name).or_default().push(&alt.tool);
         }
     }
-    // Depth-first search for a back edge; the path on the stack names the cycle.
+    // Depth-first search for a back edge; the path names the cycle. With a stack of
+    // its own, not the thread's: a chain of alternatives may be as long as the map.
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Visiting,
         Done,
     }
-    fn visit<'a>(
-        node: &'a str,
-        edges: &HashMap<&'a str, Vec<&'a str>>,
-        marks: &mut HashMap<&'a str, Mark>,
-        path: &mut Vec<&'a str>,
-    ) -> Result<(), ExpediterError> {
-        match marks.get(node) {
-            Some(Mark::Done) => return Ok(()),
-            Some(Mark::Visiting) => {
-                let start = path.iter().position(|n| *n == node).unwrap_or(0);
-                let mut cycle: Vec<String> = path[start..].iter().map(|n| n.to_string()).collect();
-                cycle.push(node.to_string());
-                return Err(ExpediterError::AlternativeCycle(cycle));
-            }
-            None => {}
-        }
-        marks.insert(node, Mark::Visiting);
-        path.push(node);
-        for next in edges.get(node).into_iter().flatten() {
-            visit(next, edges, marks, path)?;
-        }
-        path.pop();
-        marks.insert(node, Mark::Done);
-        Ok(())
-    }
-    let mut marks = HashMap::new();
+    let none = Vec::new();
+    let mut marks: HashMap<&str, Mark> = HashMap::new();
     for tool in tools {
-        visit(&tool.name, &edges, &mut marks, &mut Vec::new())?;
+        if marks.contains_key(tool.name.as_ref()) {
+            continue;
+        }
+        // Each frame: a tool on the path, and how many of its alternatives were visited.
+        let mut path: Vec<(&str, usize)> = vec![(&tool.name, 0)];
+        marks.insert(&tool.name, Mark::Visiting);
+        while let Some((node, next)) = path.last_mut() {
+            let alternatives = edges.get(*node).unwrap_or(&none);
+            let Some(&alt) = alternatives.get(*next) else {
+                marks.insert(*node, Mark::Done);
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            match marks.get(alt) {
+                Some(Mark::Done) => {}
+                Some(Mark::Visiting) => {
+                    let start = path.iter().position(|(n, _)| *n == alt).unwrap_or(0);
+                    let mut cycle: Vec<String> =
+                        path[start..].iter().map(|(n, _)| n.to_string()).collect();
+                    cycle.push(alt.to_string());
+                    return Err(ExpediterError::AlternativeCycle(cycle));
+                }
+                None => {
+                    marks.insert(alt, Mark::Visiting);
+                    path.push((alt, 0));
+                }
+            }
+        }
     }
     Ok(())
 }

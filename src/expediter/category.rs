@@ -48,7 +48,9 @@ impl fmt::Display for FailureCategory {
 pub(crate) type Rule = Arc<dyn Fn(&str) -> Option<FailureCategory> + Send + Sync>;
 
 /// The built-in signatures, checked after the user's rules. Matching is on the
-/// lowercased message; the first match wins, so the specific come before the general.
+/// lowercased message; the first match wins, so the specific come before the general. A
+/// short needle (`403`, `dns`) counts only as a word of its own, never inside a request
+/// id, an address or another word (`7f4031`, `10.0.0.5:14030`).
 const BUILT_IN: &[(&[&str], &str, &str)] = &[
     (
         &["connection refused", "econnrefused"],
@@ -121,10 +123,24 @@ impl Categorizer {
         BUILT_IN.iter().find_map(|(needles, signature, domain)| {
             needles
                 .iter()
-                .any(|n| lower.contains(n))
+                .any(|n| found(&lower, n))
                 .then(|| FailureCategory::new(*signature, *domain))
         })
     }
+}
+
+/// Whether `needle` is in `message`; a short one only with no letter or digit on
+/// either side.
+fn found(message: &str, needle: &str) -> bool {
+    const SHORT: usize = 3;
+    if needle.len() > SHORT {
+        return message.contains(needle);
+    }
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    message.match_indices(needle).any(|(at, _)| {
+        !word(message[..at].chars().next_back())
+            && !word(message[at + needle.len()..].chars().next())
+    })
 }
 
 impl fmt::Debug for Categorizer {
@@ -160,6 +176,25 @@ mod tests {
             Some("timeout")
         );
         assert_eq!(sig("model said something odd"), None);
+    }
+
+    #[test]
+    fn a_short_signature_is_a_word_never_part_of_an_id_or_an_address() {
+        let c = Categorizer::default();
+        let sig = |m: &str| c.categorize(m).map(|c| c.signature().to_string());
+        assert_eq!(sig("upstream 500, request id 7f4031"), None);
+        assert_eq!(sig("bad gateway, trace 9403"), None);
+        assert_eq!(sig("connect 10.0.0.5:14030: bad gateway"), None);
+        assert_eq!(sig("dnsmasq restarted"), None);
+        assert_eq!(
+            sig("HTTP 403 from the API").as_deref(),
+            Some("permission denied")
+        );
+        assert_eq!(sig("status=403").as_deref(), Some("permission denied"));
+        assert_eq!(
+            sig("dns error: no record").as_deref(),
+            Some("network unreachable")
+        );
     }
 
     #[test]

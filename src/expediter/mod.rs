@@ -237,7 +237,7 @@ impl Expediter {
             .unwrap_or_else(|p| p.into_inner());
         check(&registry)?;
         let name = tool.spec.name.clone();
-        *registry = Arc::new(registry.with(tool));
+        *registry = Arc::new(Registry::clone(&registry).with(tool));
         drop(registry);
         self.lock().add_tool(name);
         Ok(())

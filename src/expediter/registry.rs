@@ -69,11 +69,11 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn with(&self, tool: Tool) -> Registry {
-        let mut next = self.clone();
-        next.index.insert(tool.spec.name.clone(), next.tools.len());
-        next.tools.push(Arc::new(tool));
-        next
+    /// This registry with `tool` added (a copy, for a registry that is shared).
+    pub(crate) fn with(mut self, tool: Tool) -> Registry {
+        self.index.insert(tool.spec.name.clone(), self.tools.len());
+        self.tools.push(Arc::new(tool));
+        self
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Tool>> {

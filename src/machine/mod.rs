@@ -662,8 +662,7 @@ impl Machine {
                 // The share, divided out and rounded once, against the rate as given: a
                 // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
                 // `failures >= rate * calls` (rounded on the other side) can miss.
-                calls >= u64::from(minimum_calls.max(1))
-                    && failures as f64 / calls as f64 >= rate
+                calls >= u64::from(minimum_calls.max(1)) && failures as f64 / calls as f64 >= rate
             }
         }
     }
