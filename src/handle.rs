@@ -148,7 +148,8 @@ impl CircuitBreakerHandle {
     /// A hint never overrides what knows better, and is decided under the breaker's lock,
     /// so no act slips in between: a breaker a person forced open, one half-open (its
     /// probe decides), one open until a reset, or one already open until `until` or later
-    /// is left as it is. Returns whether the hint applied.
+    /// is left as it is, and a closed one is not opened for a time that has passed (a
+    /// late or stale hint). Returns whether the hint applied.
     ///
     /// ```
     /// use std::time::Duration;

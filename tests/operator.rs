@@ -432,6 +432,18 @@ async fn a_hint_never_overrides_a_person_a_probe_or_a_longer_wait() {
     );
 }
 
+/// A hold whose time has already passed (a late or stale hint) does not open a closed
+/// breaker: its calls go on as before.
+#[tokio::test(start_paused = true)]
+async fn a_hold_that_has_already_ended_leaves_a_closed_breaker_closed() {
+    let (mut svc, handle) = breaker(Builder::new().failure_threshold(1));
+    tokio::time::advance(secs(60)).await;
+    assert!(!handle.hold_open_until(now() - secs(1)));
+    assert!(!handle.hold_open_until(now()));
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Service));
+}
+
 /// Releasing a hint's hold puts the breaker's own wait back: the rest of a cooldown the
 /// hint lengthened, or none (the next call probes) if the hint opened it.
 #[tokio::test(start_paused = true)]

@@ -576,6 +576,7 @@ impl Model {
     fn hint(&mut self, t: u64, to: u64) -> bool {
         self.tick(t);
         match &mut self.phase {
+            Phase::Closed if to <= t => false,
             Phase::Closed => {
                 self.enter(Phase::Open {
                     since: 0,

@@ -466,7 +466,8 @@ impl Machine {
     /// opening, so its calls are skipped as open and the next one after `until` is the
     /// probe. A hint never overrides what knows better: a breaker a person forced open,
     /// one half-open (its probe decides), one open until a reset, or one already open
-    /// until `until` or later is left as it is. Returns whether it applied. What time
+    /// until `until` or later is left as it is, and a closed one is not opened for a
+    /// time that has passed. Returns whether it applied. What time
     /// alone changes applies first: a half-open past its dwell limit is open again, and a
     /// hint may then lengthen its wait.
     pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
@@ -478,6 +479,8 @@ impl Machine {
             time: Some(until),
         };
         match &mut self.phase {
+            // A hold that has already ended holds nothing.
+            Phase::Closed if until <= at.now => (false, None),
             Phase::Closed => {
                 let own = Due::At {
                     step: None,
