@@ -383,7 +383,14 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if !self.ended {
+        if self.ended {
+            return;
+        }
+        if std::thread::panicking() {
+            // Dropped by a panic under the delivery (not an observer's: those are
+            // caught): the turn is given back, and the next event delivers the rest.
+            self.events.delivering.store(false, Ordering::Release);
+        } else {
             self.events.deliver_all();
         }
     }
