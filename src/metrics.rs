@@ -576,18 +576,16 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
         Event::Transition(transition) => {
             let (from, to) = (transition.from, transition.to);
             update(Point::Transition { from, to }, 1.0);
-            show(Shown::of(to, transition.mode), update);
+            show(Some(Shown::of(to, transition.mode)), update);
             if to == State::Closed {
                 // The count starts afresh.
                 update(Point::FailureRate, NO_RATE);
             }
         }
-        Event::ModeChanged { to, state, .. } => show(Shown::of(state, to), update),
+        Event::ModeChanged { to, state, .. } => show(Some(Shown::of(state, to)), update),
         // Gone: it shows no state, and no failure rate.
         Event::Evicted { .. } => {
-            for shown in Shown::ALL {
-                update(Point::State(shown), 0.0);
-            }
+            show(None, update);
             update(Point::FailureRate, NO_RATE);
         }
     }
@@ -596,20 +594,20 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
 /// The values a breaker's series start with: closed (or its starting mode), no failure
 /// rate yet.
 fn starting(mode: Mode, update: &mut impl FnMut(Point, f64)) {
-    show(Shown::of(State::Closed, mode), update);
+    show(Some(Shown::of(State::Closed, mode)), update);
     update(Point::FailureRate, NO_RATE);
 }
 
 /// The failure rate before any outcome is counted, as resilience4j reports it.
 const NO_RATE: f64 = -1.0;
 
-/// Every series of the state gauge: 1 for `current`, 0 for the rest, so that what was
-/// shown before goes back to 0.
-fn show(current: Shown, update: &mut impl FnMut(Point, f64)) {
+/// Every series of the state gauge: 1 for `current`, 0 for the rest (all of them for
+/// `None`, a breaker that is gone), so that what was shown before goes back to 0.
+fn show(current: Option<Shown>, update: &mut impl FnMut(Point, f64)) {
     for shown in Shown::ALL {
         update(
             Point::State(shown),
-            if shown == current { 1.0 } else { 0.0 },
+            if Some(shown) == current { 1.0 } else { 0.0 },
         );
     }
 }

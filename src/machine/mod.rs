@@ -637,11 +637,11 @@ impl Machine {
                 (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
             }
             TripPolicy::FailureRate { minimum_calls, .. } => {
-                let WindowCounts { failures, calls } = self.window.totals(now);
-                if calls < u64::from(minimum_calls.max(1)) {
-                    -1.0
-                } else {
-                    failures as f64 * 100.0 / calls as f64
+                match self.counted_window(minimum_calls, now) {
+                    Some(WindowCounts { failures, calls }) => {
+                        failures as f64 * 100.0 / calls as f64
+                    }
+                    None => -1.0,
                 }
             }
         }
@@ -661,13 +661,20 @@ impl Machine {
                 minimum_calls,
                 ..
             } => {
-                let WindowCounts { failures, calls } = self.window.totals(now);
                 // The share, divided out and rounded once, against the rate as given: a
                 // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
                 // `failures >= rate * calls` (rounded on the other side) can miss.
-                calls >= u64::from(minimum_calls.max(1)) && failures as f64 / calls as f64 >= rate
+                self.counted_window(minimum_calls, now)
+                    .is_some_and(|w| w.failures as f64 / w.calls as f64 >= rate)
             }
         }
+    }
+
+    /// The failure-rate window's counts as of `now`, once it holds the `minimum_calls`
+    /// (at least one) a rate is read from; `None` before.
+    fn counted_window(&self, minimum_calls: u32, now: Instant) -> Option<WindowCounts> {
+        let counts = self.window.totals(now);
+        (counts.calls >= u64::from(minimum_calls.max(1))).then_some(counts)
     }
 
     fn open(&mut self, at: Fixed, cause: Cause, failure: &Failure) -> Transition {
