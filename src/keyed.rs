@@ -892,6 +892,34 @@ impl<K> Registry<K> {
     }
 }
 
+/// A slot of the registry's count, taken for a breaker being made: given back when
+/// dropped unfilled (another call made the key's breaker first, or the key's own `Eq`,
+/// `Hash` or `Clone` panicked while the map held the lock), so that `len()` counts only
+/// what the map holds.
+struct Room<'a> {
+    live: &'a AtomicUsize,
+    /// The count before this slot was taken.
+    taken: usize,
+}
+
+impl<'a> Room<'a> {
+    fn take(live: &'a AtomicUsize) -> Self {
+        let taken = live.fetch_add(1, Ordering::AcqRel);
+        Room { live, taken }
+    }
+
+    /// The breaker is in the map: the slot is its.
+    fn fill(self) {
+        mem::forget(self);
+    }
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl<K: Hash + Eq + Clone> Registry<K> {
     /// `key`'s breaker, made if the registry has none.
     #[inline]
@@ -921,7 +949,8 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         };
         // Room next, so that the registry holds no more than its capacity while it has
         // something to evict.
-        if self.counters.live.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+        let room = Room::take(&self.counters.live);
+        if room.taken >= self.capacity {
             self.make_room();
         }
         let mut map = write(self.shard(hash));
@@ -930,7 +959,6 @@ impl<K: Hash + Eq + Clone> Registry<K> {
             entry.touch(&self.clock);
             let shared = entry.shared.clone();
             drop(map);
-            self.counters.live.fetch_sub(1, Ordering::AcqRel);
             return shared;
         }
         let used = self.clock.fetch_add(1, Ordering::Relaxed);
@@ -941,6 +969,7 @@ impl<K: Hash + Eq + Clone> Registry<K> {
                 used: AtomicU64::new(used),
             },
         );
+        room.fill();
         fresh
     }
 

@@ -825,6 +825,61 @@ async fn a_registry_capped_at_10_000_holds_no_more_through_100_000_keys() {
     assert!(registry.get(&0).is_none());
 }
 
+/// A key whose every value hashes alike, and whose `Eq` panics at its `n`th comparison
+/// after [`PanickyKey::arm`]: user code the registry runs under its locks.
+#[derive(Debug, Clone)]
+struct PanickyKey(&'static str);
+
+static COMPARISONS_LEFT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+impl PanickyKey {
+    fn arm(comparisons_before_the_panic: usize) {
+        COMPARISONS_LEFT.store(comparisons_before_the_panic, Ordering::SeqCst);
+    }
+}
+
+impl std::hash::Hash for PanickyKey {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl PartialEq for PanickyKey {
+    fn eq(&self, other: &Self) -> bool {
+        if COMPARISONS_LEFT.fetch_sub(1, Ordering::SeqCst) == 0 {
+            COMPARISONS_LEFT.store(usize::MAX, Ordering::SeqCst);
+            panic!("the key's Eq panicked");
+        }
+        self.0 == other.0
+    }
+}
+
+impl Eq for PanickyKey {}
+
+#[tokio::test]
+async fn a_key_whose_eq_panics_while_its_breaker_is_made_leaves_no_slot_taken() {
+    let layer = KeyedCircuitBreakerLayer::builder(Builder::new(), |r: &Req| PanickyKey(key(r)))
+        .capacity(10)
+        .build()
+        .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    call(&mut svc, "a:ok").await.unwrap();
+    assert_eq!(registry.len(), 1);
+
+    // "b" is looked up against "a" once to find it missing, then again under the write
+    // lock, where the comparison panics.
+    PanickyKey::arm(1);
+    svc.ready().await.unwrap();
+    let outcome = catch_unwind(AssertUnwindSafe(|| drop(svc.call("b:ok"))));
+    assert!(outcome.is_err(), "the key's panic goes on to the caller");
+    assert_eq!(registry.len(), 1, "the panic took no slot");
+    assert_eq!(registry.keys().len(), 1);
+
+    // The registry goes on: "b" is made, and counted once.
+    call(&mut svc, "b:ok").await.unwrap();
+    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.keys().len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_callers_get_one_breaker_per_key_and_respect_the_capacity() {
     const CAPACITY: usize = 500;
