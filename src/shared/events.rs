@@ -139,24 +139,25 @@ impl Events {
             self.left.store(true, Ordering::Relaxed);
             return;
         }
-        if !self.take_turn() {
+        let Some(mut turn) = Turn::take(self) else {
             return;
-        }
+        };
         loop {
             if !self.deliver_batch() {
                 match tokio::runtime::Handle::try_current() {
                     // Its workers run the task whatever this caller does: the turn goes
                     // with the task.
                     Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                        drop(runtime.spawn(Turn::handed(self).deliver_later()));
+                        drop(runtime.spawn(turn.deliver_later()));
                     }
                     // A current-thread runtime runs a task only when this caller's task
-                    // lets it, and may never run it again: the caller goes on.
-                    _ => self.deliver_all(),
+                    // lets it, and may never run it again: the caller goes on (the
+                    // turn, dropped unfinished, delivers the rest).
+                    _ => drop(turn),
                 }
                 return;
             }
-            if self.end_turn() {
+            if turn.end() {
                 return;
             }
         }
@@ -347,23 +348,31 @@ impl Drop for Reporting {
     }
 }
 
-/// The turn to deliver, handed to a task of the runtime with the rest of a flood.
+/// The turn to deliver, held by the caller that took it or by the task of the runtime
+/// it hands the rest of a flood to.
 ///
-/// A runtime that shuts down drops its tasks unfinished: dropped still holding the
-/// turn, this delivers the rest where it is dropped and ends the turn, as otherwise no
+/// Dropped still holding the turn, it delivers the rest where it is dropped and ends
+/// the turn: a runtime that shuts down drops its tasks unfinished, and otherwise no
 /// later event of the breaker would ever be delivered (every caller would find the turn
-/// taken).
+/// taken). Dropped by a panic under the delivery, it gives the turn back.
 struct Turn {
     events: Arc<Events>,
     ended: bool,
 }
 
 impl Turn {
-    fn handed(events: &Arc<Events>) -> Turn {
-        Turn {
+    /// The turn, unless another task has it.
+    fn take(events: &Arc<Events>) -> Option<Turn> {
+        events.take_turn().then(|| Turn {
             events: Arc::clone(events),
             ended: false,
-        }
+        })
+    }
+
+    /// Ends the turn; whether it is over (see [`Events::end_turn`]).
+    fn end(&mut self) -> bool {
+        self.ended = self.events.end_turn();
+        self.ended
     }
 
     /// The rest of the turn: a batch at a time, yielding to the runtime between
@@ -373,8 +382,7 @@ impl Turn {
             while !self.events.deliver_batch() {
                 tokio::task::yield_now().await;
             }
-            if self.events.end_turn() {
-                self.ended = true;
+            if self.end() {
                 return;
             }
         }
@@ -388,7 +396,8 @@ impl Drop for Turn {
         }
         if std::thread::panicking() {
             // Dropped by a panic under the delivery (not an observer's: those are
-            // caught): the turn is given back, and the next event delivers the rest.
+            // caught; a `tracing` subscriber's, say): the turn is given back, and the
+            // next event delivers the rest.
             self.events.delivering.store(false, Ordering::Release);
         } else {
             self.events.deliver_all();
@@ -538,10 +547,10 @@ mod tests {
         for n in 1..3 * Events::BATCH {
             events.queue(recorded(n));
         }
-        assert!(events.take_turn());
+        let turn = Turn::take(&events).expect("the turn is free");
         assert!(!events.deliver_batch(), "more than a batch queued");
         // Handed to a task, then dropped before the task is polled.
-        drop(Turn::handed(&events).deliver_later());
+        drop(turn.deliver_later());
         assert!(
             !events.delivering.load(Ordering::SeqCst),
             "the turn is free"
@@ -554,6 +563,52 @@ mod tests {
             expected,
             "every event once, in order"
         );
+    }
+
+    /// A `tracing` subscriber that panics at every event it is given.
+    struct PanickingSubscriber;
+
+    impl tracing::Subscriber for PanickingSubscriber {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            panic!("the subscriber panicked");
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A caller delivering meets a panic outside the observers (a `tracing` subscriber
+    /// logging a mode change): the panic goes on to the caller, and the turn is given
+    /// back, so the breaker's later events are still delivered.
+    #[test]
+    fn a_panic_under_a_callers_delivery_gives_the_turn_back() {
+        let (events, seen) = flooding(0);
+        events.queue(Queued::ModeChanged {
+            from: Mode::Enabled,
+            to: Mode::ObserveOnly,
+            state: State::Closed,
+        });
+        let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
+            catch_unwind(AssertUnwindSafe(|| events.deliver()))
+        });
+        assert!(
+            outcome.is_err(),
+            "the subscriber's panic reaches the caller"
+        );
+        assert!(
+            !events.delivering.load(Ordering::SeqCst),
+            "the turn is free"
+        );
+        events.queue(recorded(1));
+        events.deliver();
+        assert_eq!(numbers(&seen.lock().unwrap()), vec![0.0, 1.0]);
     }
 
     /// Outside a runtime there is no task to hand the rest to: the caller delivers all.
