@@ -1053,3 +1053,22 @@ async fn the_calls_until_the_probe_are_told_exactly_even_for_the_longest_cooldow
         tower_circuit_breaker::error::ConfigError::CooldownTooLong
     );
 }
+
+/// Times past what the breaker keeps exactly (a paused clock moved on by centuries):
+/// every call is still decided, none panics, and a cooldown long over lets the next call
+/// through (a probe), whose failure opens the breaker again.
+#[tokio::test(start_paused = true)]
+async fn a_clock_moved_on_by_centuries_still_decides_every_call() {
+    let year = secs(365 * 24 * 3600);
+    let (mut svc, handle) = breaker(Builder::new().failure_threshold(1));
+    expect_service(&mut svc, 500).await;
+    assert_eq!(handle.state(), State::Open);
+    for _ in 0..4 {
+        advance(year * 150).await;
+        expect_probe(&mut svc, 500).await;
+        assert_eq!(handle.state(), State::Open);
+    }
+    handle.reset();
+    expect_service(&mut svc, 200).await;
+    assert_eq!(handle.state(), State::Closed);
+}

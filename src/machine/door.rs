@@ -194,8 +194,11 @@ impl Door {
     }
 
     /// A half-open door: probes go while a slot is `free`, everyone else is skipped; at
-    /// `until` (a dwell limit) the machine must look again.
+    /// `until` (a dwell limit) the machine must look again. A limit the door cannot keep
+    /// exactly (a paused clock moved on by centuries) is left out: read early, it would
+    /// send every call to a machine that finds it not passed.
     pub(crate) fn half_open(epoch: Epoch, free: bool, until: Option<Instant>) -> Door {
+        let until = until.filter(|&at| Nanos::holds(at));
         Self::made(epoch, Self::HALF_OPEN | Self::flag_if(free), 0, until)
     }
 

@@ -26,6 +26,11 @@ impl Nanos {
         })
     }
 
+    /// Whether `at` is within the range kept exactly (292 years of the anchor).
+    pub(crate) fn holds(at: Instant) -> bool {
+        Nanos::of(at).instant() == at
+    }
+
     #[inline]
     pub(crate) fn instant(self) -> Instant {
         let by = Duration::from_nanos(self.0.unsigned_abs());
