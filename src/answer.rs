@@ -151,6 +151,7 @@ impl Origin {
     ///
     /// For a tool adapter that answers `Answer<T>` without a breaker of its own (an
     /// in-process tool): `Origin::called(Source::Service, State::Closed, Verdict::Success)`.
+    #[inline]
     pub fn called(source: Source, state: State, verdict: Verdict) -> Self {
         Origin {
             kind: Kind::Called {
@@ -162,6 +163,7 @@ impl Origin {
     }
 
     /// The breaker skipped the call, as `skip` says; the fallback answered.
+    #[inline]
     pub fn skipped(skip: Skip) -> Self {
         Origin {
             kind: Kind::Skipped(skip),
@@ -291,13 +293,7 @@ impl<T> Answer<T> {
     pub(crate) fn called(value: T, source: Source, state: State, verdict: Verdict) -> Self {
         Answer {
             value,
-            origin: Origin {
-                kind: Kind::Called {
-                    source,
-                    state,
-                    verdict,
-                },
-            },
+            origin: Origin::called(source, state, verdict),
         }
     }
 
@@ -384,10 +380,7 @@ impl<T> Answer<T> {
 
     /// Changes the response, keeping the provenance.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
-        Answer {
-            value: f(self.value),
-            origin: self.origin,
-        }
+        Answer::from_parts(f(self.value), self.origin)
     }
 
     /// Changes the response with a function that may fail, keeping the provenance.
@@ -396,11 +389,7 @@ impl<T> Answer<T> {
     ///
     /// `f`'s error; the provenance is dropped with the response.
     pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Answer<U>, E> {
-        let value = f(self.value)?;
-        Ok(Answer {
-            value,
-            origin: self.origin,
-        })
+        Ok(Answer::from_parts(f(self.value)?, self.origin))
     }
 
     /// Changes the response with an async function (reading a body), keeping the
@@ -410,10 +399,7 @@ impl<T> Answer<T> {
         Fut: Future<Output = U>,
     {
         let origin = self.origin;
-        Answer {
-            value: f(self.value).await,
-            origin,
-        }
+        Answer::from_parts(f(self.value).await, origin)
     }
 
     /// Changes the response with an async function that may fail (reading a body as
@@ -428,9 +414,6 @@ impl<T> Answer<T> {
         Fut: Future<Output = Result<U, E>>,
     {
         let origin = self.origin;
-        Ok(Answer {
-            value: f(self.value).await?,
-            origin,
-        })
+        Ok(Answer::from_parts(f(self.value).await?, origin))
     }
 }

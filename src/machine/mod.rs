@@ -43,12 +43,11 @@ pub(crate) enum Kind {
 /// How the machine took an outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Recorded {
-    /// Counted, as this outcome (after the slow-call rule); `towards_state`: it could
-    /// move the breaker (not a shadow call); `failure_rate`: the trip policy's reading
-    /// after it (see [`Machine::failure_rate`]), if the outcome entered the policy's count.
+    /// Counted, as this outcome (after the slow-call rule); `failure_rate`: the trip
+    /// policy's reading after it (see [`Machine::failure_rate`]), if the outcome entered
+    /// the policy's count.
     Counted {
         outcome: Outcome,
-        towards_state: bool,
         failure_rate: Option<f64>,
     },
     /// The breaker moved on since the call was admitted (another state or mode): the
@@ -303,7 +302,6 @@ impl Machine {
         };
         let recorded = Recorded::Counted {
             outcome,
-            towards_state: kind != Kind::Shadow,
             failure_rate,
         };
         (recorded, transition)

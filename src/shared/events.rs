@@ -25,7 +25,7 @@ use tokio::sync::broadcast;
 use crate::event::Event;
 use crate::machine::{Config, Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
-use crate::sync::{AtomicBool, Mutex};
+use crate::sync::{lock, AtomicBool, Mutex};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
@@ -116,10 +116,7 @@ impl Events {
     /// Queues an event; under the machine's lock, so the queue is in the machine's
     /// order.
     pub(super) fn queue(&self, event: Queued) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push_back(event);
+        lock(&self.queue).push_back(event);
     }
 
     /// Delivers what is queued, unless another task is delivering: that task delivers
@@ -203,17 +200,11 @@ impl Events {
     }
 
     fn pop(&self) -> Option<Queued> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop_front()
+        lock(&self.queue).pop_front()
     }
 
     fn is_empty(&self) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .is_empty()
+        lock(&self.queue).is_empty()
     }
 
     fn report(&self, event: Queued) {

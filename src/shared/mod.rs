@@ -22,7 +22,7 @@ use crate::machine::{
 };
 use crate::outcome::Outcome;
 use crate::snapshot::Snapshot;
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{lock, Mutex, MutexGuard};
 
 mod events;
 mod permit;
@@ -34,7 +34,7 @@ pub(crate) use self::events::{Observer, Watcher};
 pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
 use self::published::Published;
-use self::tally::{Ended, Tally};
+use self::tally::Tally;
 
 /// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
 #[inline(always)]
@@ -107,7 +107,7 @@ impl Shared {
     pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
         let name = machine.config().name.clone();
         Shared {
-            tally: Tally::new(),
+            tally: Tally::default(),
             published: Apart(Published::new(&machine.door())),
             events: Arc::new(Events::new(name.clone(), observers)),
             name: BreakerName::new(name),
@@ -116,13 +116,9 @@ impl Shared {
         }
     }
 
-    /// The machine. No user code runs under this lock, so a poisoned lock only means a
-    /// panic inside the machine's own bookkeeping; the state it left is still the best
-    /// there is, so the breaker goes on with it rather than taking every call down.
+    /// The machine (see [`lock`]).
     fn lock(&self) -> MutexGuard<'_, Machine> {
-        self.machine
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.machine)
     }
 
     /// Runs `f` on the machine and publishes its door; queues what `f` reports (an
@@ -339,42 +335,34 @@ impl Shared {
                 now,
             };
             let (recorded, transition) = machine.record(epoch, kind, outcome, elapsed, at);
-            let (ended, reported) = match recorded {
-                Recorded::Late => (Ended::Late, None),
+            tally.recorded(kind, &recorded);
+            // A shadow call's outcome could not move the breaker: not reported.
+            let reported = match recorded {
                 Recorded::Counted {
                     outcome,
-                    towards_state,
                     failure_rate,
-                } => {
-                    let ended = match outcome {
-                        Outcome::Success => Ended::Success,
-                        Outcome::Failure(_) => Ended::Failure,
-                        Outcome::Ignored => Ended::Ignored,
-                    };
-                    let reported = (observed && towards_state).then_some(Queued::Recorded {
-                        outcome,
-                        probe: kind == Kind::Probe,
-                        elapsed,
-                        failure_rate,
-                    });
-                    (ended, reported)
-                }
+                } if observed && kind != Kind::Shadow => Some(Queued::Recorded {
+                    outcome,
+                    probe: kind == Kind::Probe,
+                    elapsed,
+                    failure_rate,
+                }),
+                _ => None,
             };
-            tally.ended(kind, ended);
             ((), reported, transition)
         });
     }
 
     /// A call ended without an outcome (its permit was dropped): cancelled if it was
-    /// made, abandoned if not. Only a probe needs the machine, for its slot.
-    fn release(&self, ticket: Ticket) {
+    /// made, abandoned if not; or a call reserved but not made is decided again, and
+    /// handed back uncounted (`counted: false`: its new decision counts it). Only a
+    /// probe needs the machine, for its slot. Out of line: every call's permit is
+    /// settled instead.
+    #[cold]
+    #[inline(never)]
+    fn release(&self, ticket: Ticket, counted: bool) {
         let Some(kind) = ticket.kind() else {
             return;
-        };
-        let ended = if ticket.called() {
-            Ended::Cancelled
-        } else {
-            Ended::Abandoned
         };
         if kind == Kind::Probe {
             self.locked(|machine, _| {
@@ -382,17 +370,8 @@ impl Shared {
                 ((), None, None)
             });
         }
-        self.tally.ended(kind, ended);
-    }
-
-    /// A call reserved but not made is decided again: it is handed back uncounted (its
-    /// new decision counts it).
-    fn withdraw(&self, ticket: Ticket) {
-        if ticket.kind() == Some(Kind::Probe) {
-            self.locked(|machine, _| {
-                machine.release(ticket.epoch(), Kind::Probe);
-                ((), None, None)
-            });
+        if counted {
+            self.tally.released(kind, ticket.called());
         }
     }
 

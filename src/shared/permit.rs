@@ -169,7 +169,7 @@ impl Permit {
     /// Hands the call back without counting it: it is being decided again.
     pub(crate) fn withdraw(mut self) {
         self.ticket.0 |= Ticket::SETTLED;
-        self.shared.withdraw(self.ticket);
+        self.shared.release(self.ticket, false);
     }
 }
 
@@ -177,17 +177,9 @@ impl Drop for Permit {
     #[inline(always)]
     fn drop(&mut self) {
         if self.ticket.0 & Ticket::SETTLED == 0 {
-            released(&self.shared, self.ticket);
+            self.shared.release(self.ticket, true);
         }
     }
-}
-
-/// Out of line, so that dropping a settled permit (which every call does) stays a test
-/// and a jump.
-#[cold]
-#[inline(never)]
-fn released(shared: &Shared, ticket: Ticket) {
-    shared.release(ticket);
 }
 
 impl fmt::Debug for Permit {

@@ -12,27 +12,15 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::machine::{Kind, Reason};
+use crate::machine::{Kind, Reason, Recorded};
+use crate::outcome::Outcome;
 use crate::snapshot::Counts;
 use crate::sync::AtomicU64;
-
-/// How a call made (or reserved) ended, for the totals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ended {
-    Success,
-    Failure,
-    Ignored,
-    /// Its future was dropped after the wrapped service was called.
-    Cancelled,
-    /// It ended after the breaker had moved on: not counted towards the state.
-    Late,
-    /// Reserved, never called.
-    Abandoned,
-}
 
 /// See the [module docs](self). The counters most calls write come first, so that they
 /// share a cache line with the breaker's reference counts, which every call writes too.
 #[repr(C)]
+#[derive(Default)]
 pub(super) struct Tally {
     /// Closed-state calls whose success changed nothing but this count: each arrived,
     /// was made and succeeded.
@@ -61,23 +49,6 @@ fn get(counter: &AtomicU64) -> u64 {
 }
 
 impl Tally {
-    pub(super) fn new() -> Self {
-        let zero = || AtomicU64::new(0);
-        Tally {
-            quiet_successes: zero(),
-            skipped: [zero(), zero(), zero(), zero()],
-            steps: zero(),
-            successes: zero(),
-            failures: zero(),
-            ignored: zero(),
-            cancelled: zero(),
-            late: zero(),
-            abandoned: zero(),
-            probes: zero(),
-            shadowed: zero(),
-        }
-    }
-
     /// Takes the next step for an arriving call, and returns it.
     #[inline(always)]
     pub(super) fn take_step(&self) -> u64 {
@@ -106,16 +77,35 @@ impl Tally {
         add(&self.quiet_successes);
     }
 
-    /// A call of `kind` ended (or its reservation was dropped).
-    pub(super) fn ended(&self, kind: Kind, ended: Ended) {
-        add(match ended {
-            Ended::Success => &self.successes,
-            Ended::Failure => &self.failures,
-            Ended::Ignored => &self.ignored,
-            Ended::Cancelled => &self.cancelled,
-            Ended::Late => &self.late,
-            Ended::Abandoned => return add(&self.abandoned),
-        });
+    /// A call of `kind` ended with what the machine made of its outcome: counted as
+    /// a success, a failure or ignored, or late (the breaker had moved on).
+    pub(super) fn recorded(&self, kind: Kind, recorded: &Recorded) {
+        self.made(
+            kind,
+            match recorded {
+                Recorded::Counted { outcome, .. } => match outcome {
+                    Outcome::Success => &self.successes,
+                    Outcome::Failure(_) => &self.failures,
+                    Outcome::Ignored => &self.ignored,
+                },
+                Recorded::Late => &self.late,
+            },
+        );
+    }
+
+    /// A call of `kind` ended without an outcome: cancelled (its future was dropped) if
+    /// the wrapped service was `called`, abandoned (a reservation never used) if not.
+    pub(super) fn released(&self, kind: Kind, called: bool) {
+        if called {
+            self.made(kind, &self.cancelled);
+        } else {
+            add(&self.abandoned);
+        }
+    }
+
+    /// A call of `kind` was made and ended as `counter` counts.
+    fn made(&self, kind: Kind, counter: &AtomicU64) {
+        add(counter);
         match kind {
             Kind::Call => {}
             Kind::Probe => add(&self.probes),
