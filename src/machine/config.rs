@@ -116,16 +116,16 @@ impl Backoff {
 pub enum Mode {
     /// The breaker works: it trips, skips and probes.
     #[default]
-    Enabled,
+    Enabled = 0,
     /// Records outcomes and moves through its states as if enabled, but every call is
     /// made: answers that an enabled breaker would have skipped say so
     /// ([`Source::Shadowed`](crate::Source::Shadowed)).
-    ObserveOnly,
+    ObserveOnly = 1,
     /// Pass-through: nothing is decided and nothing is recorded. The kill switch still
     /// applies, because it is a person's decision. The state is kept as it was, and
     /// time alone still moves it: a half-open breaker whose dwell limit passes re-opens
     /// (and an open one's wait runs on), as the snapshot then shows.
-    Disabled,
+    Disabled = 2,
 }
 
 impl Mode {

@@ -29,12 +29,7 @@ impl Epoch {
     pub(crate) const BITS: u32 = 56;
 
     pub(crate) fn new(generation: u64, mode: Mode) -> Epoch {
-        let mode = match mode {
-            Mode::Enabled => 0,
-            Mode::ObserveOnly => 1,
-            Mode::Disabled => 2,
-        };
-        Epoch((generation << 2 | mode) & ((1 << Self::BITS) - 1))
+        Epoch((generation << 2 | mode as u64) & ((1 << Self::BITS) - 1))
     }
 
     /// The epoch of these bits: the high byte of a word shifted right by 8 is clear.
@@ -69,6 +64,22 @@ pub(crate) enum Due {
         step: Option<u64>,
         time: Option<Instant>,
     },
+}
+
+impl Due {
+    /// The next call.
+    pub(crate) const NEXT_CALL: Due = Due::At {
+        step: None,
+        time: None,
+    };
+
+    /// Once the clock reaches `time`.
+    pub(crate) fn at(time: Instant) -> Due {
+        Due::At {
+            step: None,
+            time: Some(time),
+        }
+    }
 }
 
 /// Everything an arriving call is decided on. See the [module docs](self).
@@ -118,6 +129,14 @@ pub(crate) trait Clock {
     fn counted(&mut self) -> u64;
     /// The time now. The first call reads the clock; later calls return the same time.
     fn now(&mut self) -> Instant;
+
+    /// The calls counted so far and the time now, for what the machine does at once.
+    fn fixed(&mut self) -> Fixed {
+        Fixed {
+            step: self.counted(),
+            now: self.now(),
+        }
+    }
 }
 
 /// A clock that has already been read: for a call, its step; for anything else, the
@@ -155,7 +174,7 @@ impl Door {
     const HAS_TIME: u64 = 1 << 5;
     /// Calls are timed, for a slow-call rule.
     pub(crate) const TIMED: u64 = 1 << 6;
-    const EPOCH_SHIFT: u32 = 8;
+    pub(crate) const EPOCH_SHIFT: u32 = 8;
 
     fn made(epoch: Epoch, flags: u64, step: u64, time: Option<Instant>) -> Door {
         let (has_time, time) = time.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
@@ -282,10 +301,9 @@ impl Door {
         self.epoch().mode()
     }
 
-    /// Whether the mode is disabled, read off the word's bits.
     #[inline(always)]
     fn disabled(&self) -> bool {
-        self.word >> Self::EPOCH_SHIFT & 3 == 2
+        self.mode() == Mode::Disabled
     }
 
     /// Whether, at the door whose first word is `word`, a success of a call admitted in

@@ -28,16 +28,17 @@ use self::window::Window;
 pub use self::window::WindowCounts;
 use crate::outcome::{Failure, Outcome};
 
-/// What a call admitted by the machine, or on its door, is.
+/// What a call admitted by the machine, or on its door, is. Its discriminant is its
+/// code in a permit's word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// A call in the closed state.
-    Call,
+    Call = 0,
     /// A half-open probe: it holds a slot of its half-open until it ends.
-    Probe,
+    Probe = 1,
     /// An observe-only call an enabled breaker would have skipped: its outcome is
     /// counted, and changes no state.
-    Shadow,
+    Shadow = 2,
 }
 
 /// How the machine took an outcome.
@@ -220,27 +221,18 @@ impl Machine {
         let mut verdict = self.door().admit(killed, clock);
         let mut transition = None;
         if verdict == Verdict::Expired {
-            let at = Fixed {
-                step: clock.counted(),
-                now: clock.now(),
-            };
-            transition = self.tick(at);
+            transition = self.tick(clock.fixed());
             verdict = self.door().admit(killed, clock);
         }
         if verdict == Verdict::Probe && matches!(self.phase, Phase::Open { .. }) {
             // The wait is over: half-open starts, whatever probes of earlier ones still
             // run; the call is its probe if they leave a slot.
-            let now = clock.now();
             let phase = Phase::HalfOpen {
-                entered_at: now,
+                entered_at: clock.now(),
                 running: 0,
                 successes: 0,
             };
-            let at = Fixed {
-                step: clock.counted(),
-                now,
-            };
-            transition = Some(self.enter(phase, at, Cause::CooldownElapsed));
+            transition = Some(self.enter(phase, clock.fixed(), Cause::CooldownElapsed));
             verdict = self.door().admit(killed, clock);
         }
         if verdict == Verdict::Probe {
@@ -407,8 +399,7 @@ impl Machine {
     /// its deadline (the cooldown runs from there, not from this later look). Open never
     /// turns half-open by itself: the next call does that.
     pub(crate) fn tick(&mut self, at: Fixed) -> Option<Transition> {
-        self.lingering
-            .retain(|l| l.until.is_none_or(|until| at.now < until));
+        self.drop_lingering(at.now);
         let Phase::HalfOpen { entered_at, .. } = self.phase else {
             return None;
         };
@@ -436,13 +427,7 @@ impl Machine {
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
     pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
-        let due = match until {
-            None => Due::Never,
-            Some(time) => Due::At {
-                step: None,
-                time: Some(time),
-            },
-        };
+        let due = until.map_or(Due::Never, Due::at);
         if let Phase::Open {
             due: held,
             by: Opener::Person,
@@ -472,18 +457,12 @@ impl Machine {
         if let Some(expired) = self.tick(at) {
             return (self.hold_open(until, at).0, Some(expired));
         }
-        let hinted = Due::At {
-            step: None,
-            time: Some(until),
-        };
+        let hinted = Due::at(until);
         match &mut self.phase {
             // A hold that has already ended holds nothing.
             Phase::Closed if until <= at.now => (false, None),
             Phase::Closed => {
-                let own = Due::At {
-                    step: None,
-                    time: None,
-                };
+                let own = Due::NEXT_CALL;
                 let phase = Phase::Open {
                     due: hinted,
                     by: Opener::Hint { own },
@@ -543,10 +522,7 @@ impl Machine {
                 due: due @ Due::At { .. },
                 by: by @ (Opener::Breaker | Opener::Hint { .. }),
             } => {
-                *due = Due::At {
-                    step: None,
-                    time: None,
-                };
+                *due = Due::NEXT_CALL;
                 *by = Opener::Breaker;
                 true
             }
@@ -605,14 +581,6 @@ impl Machine {
         self.threshold_relief = relief;
     }
 
-    /// The consecutive-failure threshold in force, if that is the policy.
-    pub(crate) fn failure_threshold(&self) -> Option<u32> {
-        match self.config.trip {
-            TripPolicy::ConsecutiveFailures(n) => Some(self.threshold_in_force(n)),
-            TripPolicy::FailureRate { .. } => None,
-        }
-    }
-
     /// A configured consecutive-failure threshold, lowered by the relief (never below 1).
     fn threshold_in_force(&self, configured: u32) -> u32 {
         configured.saturating_sub(self.threshold_relief).max(1)
@@ -651,8 +619,8 @@ impl Machine {
 
     fn should_trip(&self, now: Instant) -> bool {
         match self.config.trip {
-            TripPolicy::ConsecutiveFailures(_) => {
-                Some(self.consecutive) >= self.failure_threshold()
+            TripPolicy::ConsecutiveFailures(configured) => {
+                self.consecutive >= self.threshold_in_force(configured)
             }
             TripPolicy::FailureRate {
                 rate,
@@ -681,10 +649,7 @@ impl Machine {
                 step: Some(at.step.saturating_add(n)),
                 time: None,
             },
-            Cooldown::Time(d) => Due::At {
-                step: None,
-                time: Some(later(at.now, d)),
-            },
+            Cooldown::Time(d) => Due::at(later(at.now, d)),
         };
         if let (Some(hint), Due::At { time, .. }) = (failure.retry_after_hint(), &mut due) {
             *time = Some(later(at.now, hint.min(self.config.max_retry_after)));
@@ -710,6 +675,13 @@ impl Machine {
         Some(self.enter(Phase::Closed, at, cause))
     }
 
+    /// Earlier half-opens' probes whose dwell limit has passed by `now` hold no slot
+    /// (a re-open at the deadline).
+    fn drop_lingering(&mut self, now: Instant) {
+        self.lingering
+            .retain(|l| l.until.is_none_or(|until| now < until));
+    }
+
     fn enter(&mut self, phase: Phase, at: Fixed, cause: Cause) -> Transition {
         let from = self.state();
         // A failed probe's siblings linger; a person's act or the dwell limit writes them
@@ -718,9 +690,7 @@ impl Machine {
             cause,
             Cause::ProbeFailed | Cause::PermanentFailure
         ));
-        // Probes whose dwell limit has passed hold no slot (a re-open at the deadline).
-        self.lingering
-            .retain(|l| l.until.is_none_or(|until| at.now < until));
+        self.drop_lingering(at.now);
         self.phase = phase;
         self.cause = Some(cause);
         self.generation += 1;

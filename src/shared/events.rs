@@ -67,10 +67,10 @@ pub(super) enum Queued {
         to: Mode,
         state: State,
     },
-    /// A skip, or a quiet success, decided without the lock while an observer of the
-    /// breaker ran on the deciding thread: reported once that observer returns.
+    /// A skip decided without the lock while an observer of the breaker ran on the
+    /// deciding thread: reported once that observer returns (as is a quiet success
+    /// then, queued as `Recorded`).
     Skipped(Skip),
-    Succeeded(Option<Duration>),
     Evicted,
 }
 
@@ -238,13 +238,6 @@ impl Events {
                 name: &self.name,
                 skip: &skip,
             }),
-            Queued::Succeeded(elapsed) => self.notify(&Event::Recorded {
-                name: &self.name,
-                outcome: &Outcome::Success,
-                probe: false,
-                elapsed,
-                failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
-            }),
             Queued::Evicted => self.notify(&Event::Evicted { name: &self.name }),
             Queued::Transition(transition) => {
                 log(&transition);
@@ -272,7 +265,12 @@ impl Events {
     /// Reports a quiet success counted now; `elapsed` if the call was timed.
     #[cold]
     pub(super) fn succeeded(self: &Arc<Self>, elapsed: Option<Duration>) {
-        self.report_now(Queued::Succeeded(elapsed));
+        self.report_now(Queued::Recorded {
+            outcome: Outcome::Success,
+            probe: false,
+            elapsed,
+            failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
+        });
     }
 
     /// Reports an event decided without the lock, at once; from one of this breaker's

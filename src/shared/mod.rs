@@ -216,11 +216,7 @@ impl Shared {
     pub(crate) fn advise(&self, count: bool) -> Advice {
         let killed = self.kill.is_killed();
         loop {
-            let door = self
-                .published
-                .0
-                .load()
-                .unwrap_or_else(|| self.lock().door());
+            let door = self.door();
             let mut looking = Fixed {
                 step: self.tally.steps() + 1,
                 now: now(),
@@ -279,12 +275,7 @@ impl Shared {
         let state = permit.state();
         permit.withdraw();
         let skip = Skip::manual(Reason::Killed, state);
-        let door = self
-            .published
-            .0
-            .load()
-            .unwrap_or_else(|| self.lock().door());
-        self.skipped(&door, skip)
+        self.skipped(&self.door(), skip)
     }
 
     /// Whether a call admitted with `ticket` may still be made: the kill switch is off
@@ -440,12 +431,17 @@ impl Shared {
         self.lock().mode()
     }
 
+    /// The door as last published, or the machine's while one is being published.
+    fn door(&self) -> Door {
+        self.published
+            .0
+            .load()
+            .unwrap_or_else(|| self.lock().door())
+    }
+
     /// The state as last published, read without the lock.
     pub(crate) fn published_state(&self) -> State {
-        match self.published.0.load() {
-            Some(door) => door.state(),
-            None => self.lock().state(),
-        }
+        self.door().state()
     }
 
     pub(crate) fn set_threshold_relief(&self, relief: u32) {

@@ -24,26 +24,21 @@ impl Ticket {
     /// A call the machine records as `kind`; `shadowed` for an observe-only shadow call.
     #[inline(always)]
     pub(super) fn new(door: &Door, kind: Kind, shadowed: Option<Reason>) -> Ticket {
-        let kind = match kind {
-            Kind::Call => 0,
-            Kind::Probe => 1,
-            Kind::Shadow => 2,
-        };
         let reason = shadowed.map_or(0, Reason::code);
         let timed = if door.timed() { Self::TIMED } else { 0 };
-        Ticket(door.epoch().bits() << 8 | timed | reason << 2 | kind)
+        Ticket(door.epoch().bits() << Door::EPOCH_SHIFT | timed | reason << 2 | kind as u64)
     }
 
     /// A disabled-mode call: nothing is recorded; the state it found is kept where a
     /// shadow call keeps its reason.
     #[inline(always)]
     pub(super) fn pass(door: &Door) -> Ticket {
-        Ticket(door.epoch().bits() << 8 | door.state().code() << 2 | Self::PASS)
+        Ticket(door.epoch().bits() << Door::EPOCH_SHIFT | door.state().code() << 2 | Self::PASS)
     }
 
     #[inline(always)]
     pub(super) fn epoch(self) -> Epoch {
-        Epoch::from_bits(self.0 >> 8)
+        Epoch::from_bits(self.0 >> Door::EPOCH_SHIFT)
     }
 
     /// What the machine records the call as; `None` for a disabled-mode call.

@@ -63,12 +63,7 @@ impl Tally {
 
     #[inline(always)]
     pub(super) fn skipped(&self, reason: Reason) {
-        add(&self.skipped[match reason {
-            Reason::Open => 0,
-            Reason::HalfOpenFull => 1,
-            Reason::Killed => 2,
-            Reason::ForcedOpen => 3,
-        }]);
+        add(&self.skipped[reason.code() as usize]);
     }
 
     /// A closed-state call succeeded and changed nothing else.
