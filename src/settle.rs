@@ -35,7 +35,7 @@ impl Settlement {
     /// Records a success.
     #[inline]
     pub fn success(self) {
-        self.permit.succeed(self.elapsed);
+        self.settle(Outcome::Success);
     }
 
     /// Records a failure.

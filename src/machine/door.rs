@@ -339,21 +339,37 @@ impl Door {
     }
 
     /// When the probe may go, as a call skipped at `step` (the calls counted so far) is
-    /// told.
+    /// told: what [`Door::gate`] would tell it.
     pub(crate) fn next_probe(&self, step: u64, now: Instant) -> NextProbe {
-        match self.word & Self::KIND {
-            Self::CLOSED => return NextProbe::NotNeeded,
-            Self::OPEN => {}
-            _ if self.flag() => return NextProbe::After { calls: 1, at: None },
-            _ => return NextProbe::InFlight,
+        match self.gate(&mut Fixed { step, now }) {
+            Verdict::Skip(skip) => skip.next_probe(),
+            Verdict::Call => NextProbe::NotNeeded,
+            _ => NextProbe::After { calls: 1, at: None },
         }
-        match self.wait(&mut Fixed { step, now }) {
-            Some((0, _)) => NextProbe::Manual,
-            Some((calls, at)) => NextProbe::After {
-                calls,
-                at: at.map(Nanos::instant),
-            },
-            None => NextProbe::After { calls: 1, at: None },
+    }
+
+    /// What the state alone makes of an arriving call (before the kill switch, the mode
+    /// and a passed deadline): made (closed), the probe, or skipped and told when the
+    /// probe may go.
+    #[inline(always)]
+    fn gate(&self, clock: &mut impl Clock) -> Verdict {
+        let state = self.state();
+        match self.word & Self::KIND {
+            Self::CLOSED => Verdict::Call,
+            Self::OPEN => {
+                let reason = if self.flag() {
+                    Reason::ForcedOpen
+                } else {
+                    Reason::Open
+                };
+                Verdict::Skip(match self.wait(clock) {
+                    None => return Verdict::Probe,
+                    Some((0, _)) => Skip::new(reason, state, NextProbe::Manual),
+                    Some((calls, at)) => Skip::waiting(reason, state, calls, at),
+                })
+            }
+            _ if self.flag() => Verdict::Probe,
+            _ => Verdict::Skip(Skip::new(Reason::HalfOpenFull, state, NextProbe::InFlight)),
         }
     }
 
@@ -377,37 +393,17 @@ impl Door {
             {
                 clock.step();
             }
-            return Verdict::Skip(Skip::manual(Reason::Killed, self.state()));
+            return Verdict::Skip(Skip::new(Reason::Killed, self.state(), NextProbe::Manual));
         }
         if disabled {
             return Verdict::Pass;
         }
-        let state = self.state();
-        let skip = match self.word & Self::KIND {
-            Self::CLOSED => return Verdict::Call,
-            Self::OPEN => {
-                let reason = if self.flag() {
-                    Reason::ForcedOpen
-                } else {
-                    Reason::Open
-                };
-                match self.wait(clock) {
-                    None => return Verdict::Probe,
-                    Some((0, _)) => Skip::manual(reason, state),
-                    Some((calls, at)) => Skip::waiting(reason, state, calls, at),
-                }
+        match self.gate(clock) {
+            Verdict::Skip(skip) if self.mode() == Mode::ObserveOnly => {
+                Verdict::Shadow(skip.reason())
             }
-            _ => {
-                if self.flag() {
-                    return Verdict::Probe;
-                }
-                Skip::in_flight(state)
-            }
-        };
-        if self.mode() == Mode::ObserveOnly {
-            return Verdict::Shadow(skip.reason());
+            verdict => verdict,
         }
-        Verdict::Skip(skip)
     }
 }
 

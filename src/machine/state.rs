@@ -202,6 +202,7 @@ impl Skip {
     }
 
     /// A skip for this reason, in this state, told this about the next probe.
+    #[inline(always)]
     pub fn new(reason: Reason, state: State, next_probe: NextProbe) -> Skip {
         match next_probe {
             NextProbe::NotNeeded => Self::pack(reason, state, Self::NOT_NEEDED, 0, None),
@@ -211,18 +212,6 @@ impl Skip {
                 Self::pack(reason, state, Self::AFTER, calls, at.map(Nanos::of))
             }
         }
-    }
-
-    /// Only a person ends it.
-    #[inline(always)]
-    pub(crate) fn manual(reason: Reason, state: State) -> Skip {
-        Self::pack(reason, state, Self::MANUAL, 0, None)
-    }
-
-    /// Every probe slot is taken.
-    #[inline(always)]
-    pub(crate) fn in_flight(state: State) -> Skip {
-        Self::pack(Reason::HalfOpenFull, state, Self::IN_FLIGHT, 0, None)
     }
 
     /// The probe is the `calls`-th call from now, not before `at`.

@@ -274,7 +274,7 @@ impl Shared {
     pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {
         let state = permit.state();
         permit.withdraw();
-        let skip = Skip::manual(Reason::Killed, state);
+        let skip = Skip::new(Reason::Killed, state, NextProbe::Manual);
         self.skipped(&self.door(), skip)
     }
 
@@ -285,24 +285,14 @@ impl Shared {
         !self.kill.is_killed() && Door::in_epoch(self.published.0.word(), ticket.epoch())
     }
 
-    /// Records a call's outcome.
+    /// Records a call's outcome: a success that changes nothing is counted with one
+    /// atomic add; anything else goes to the machine.
     #[inline(always)]
     fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
-        match outcome {
-            Outcome::Success => self.succeeded(ticket, elapsed),
-            outcome => {
-                if let Some(kind) = ticket.kind() {
-                    self.record(ticket.epoch(), kind, outcome, elapsed);
-                }
-            }
-        }
-    }
-
-    /// Records a success: one that changes nothing is counted with one atomic add;
-    /// anything else goes to the machine.
-    #[inline(always)]
-    fn succeeded(&self, ticket: Ticket, elapsed: Option<Duration>) {
-        if ticket.is_call() && Door::quiet_in(self.published.0.word(), ticket.epoch()) {
+        if matches!(outcome, Outcome::Success)
+            && ticket.is_call()
+            && Door::quiet_in(self.published.0.word(), ticket.epoch())
+        {
             // Looked up before the count: after an atomic add a load waits for it.
             let observed = self.events.observed();
             self.tally.quiet_success();
@@ -312,7 +302,7 @@ impl Shared {
             return;
         }
         if let Some(kind) = ticket.kind() {
-            self.record(ticket.epoch(), kind, Outcome::Success, elapsed);
+            self.record(ticket.epoch(), kind, outcome, elapsed);
         }
     }
 

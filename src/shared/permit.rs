@@ -154,13 +154,6 @@ impl Permit {
         self.shared.settle(self.ticket, outcome, elapsed);
     }
 
-    /// Gives the call's outcome: a success.
-    #[inline(always)]
-    pub(crate) fn succeed(mut self, elapsed: Option<Duration>) {
-        self.ticket.0 |= Ticket::SETTLED;
-        self.shared.succeeded(self.ticket, elapsed);
-    }
-
     /// Hands the call back without counting it: it is being decided again.
     pub(crate) fn withdraw(mut self) {
         self.ticket.0 |= Ticket::SETTLED;
