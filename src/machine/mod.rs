@@ -575,8 +575,9 @@ impl Machine {
         }
     }
 
-    /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a tool
-    /// a pre-call check found degraded. 0 restores the configured threshold.
+    /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a
+    /// service known to be degraded: it trips sooner. 0 restores the configured
+    /// threshold.
     pub(crate) fn set_threshold_relief(&mut self, relief: u32) {
         self.threshold_relief = relief;
     }

@@ -220,6 +220,12 @@ impl Skip {
         Self::pack(reason, state, Self::AFTER, calls, at)
     }
 
+    /// Whether the breaker that skipped is held open by a failure of the service's own
+    /// until a reset: open (not killed or forced), with no probe scheduled.
+    pub(crate) fn held_by_a_permanent_failure(&self) -> bool {
+        self.reason() == Reason::Open && self.next_probe() == NextProbe::Manual
+    }
+
     /// Why.
     #[inline]
     pub fn reason(&self) -> Reason {

@@ -77,7 +77,7 @@ impl Unavailable {
             next_probe,
             retry_after: next_probe.retry_after(now),
             failure: None,
-            permanent: skip.reason() == Reason::Open && next_probe == NextProbe::Manual,
+            permanent: skip.held_by_a_permanent_failure(),
         }
     }
 

@@ -255,8 +255,7 @@ impl Shared {
     /// only in this state, which only a person ends.
     #[inline]
     pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
-        let permanent = skip.reason() == Reason::Open && skip.next_probe() == NextProbe::Manual;
-        if permanent {
+        if skip.held_by_a_permanent_failure() {
             self.last_failure()
         } else {
             None
