@@ -33,8 +33,8 @@ use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_
 use tower::util::BoxCloneService;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
-    provenance, BufferBodyLayer, BufferedResponse, ErrorBodyBytes, ErrorBodyLayer, HttpClassifier,
-    ProvenanceLayer, X_CIRCUIT_BREAKER,
+    provenance, BodyTooLarge, BufferBodyLayer, BufferedResponse, ErrorBodyBytes, ErrorBodyLayer,
+    HttpClassifier, ProvenanceLayer, DEFAULT_BUFFER_LIMIT, X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::recover::RecoverLayer;
 use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers, Unavailable};
@@ -66,6 +66,9 @@ enum Reply {
     RateLimitedMs(&'static str),
     /// 429 with an `insufficient_quota` body.
     QuotaExhausted,
+    /// 429 with `Retry-After: <secs>` and a body one byte over the buffer's default
+    /// limit.
+    HugeRateLimited(u64),
 }
 
 impl ScriptedReply for Reply {
@@ -78,6 +81,14 @@ impl ScriptedReply for Reply {
                 Reply_::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
             }
             Reply::QuotaExhausted => Reply_::json(429, QUOTA_BODY),
+            Reply::HugeRateLimited(wait) => {
+                let body = Bytes::from(vec![b' '; DEFAULT_BUFFER_LIMIT + 1]);
+                let response = Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .body(Full::new(body))
+                    .expect("a valid response");
+                Reply_::Respond(response).retry_after(wait)
+            }
         }
     }
 }
@@ -546,6 +557,54 @@ async fn openais_retry_after_ms_opens_it_for_that_long_and_counting_only_lets_ca
     assert_eq!(
         (source(&next), next.status()),
         (Source::Service, StatusCode::OK)
+    );
+    assert_eq!(server.requests(), 2);
+}
+
+#[tokio::test]
+async fn a_429_too_large_to_buffer_still_opens_the_breaker_for_its_retry_after() {
+    let server = TestServer::start([Reply::HugeRateLimited(7)], Reply::Ok).await;
+    let builder = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(30)));
+    let mut model = hyper_model(builder, false);
+    let mut transitions = model.handle.subscribe();
+
+    // The body is over the buffer's limit: the caller gets the error, which keeps the
+    // status and the server's wait.
+    let request = chat(&server, "q");
+    let call = async { model.svc.ready().await?.call(request).await };
+    let error = tokio::time::timeout(CALL_BOUND, call)
+        .await
+        .expect("a call ends within its bound")
+        .expect_err("too large to buffer");
+    let too_large = error.downcast_ref::<BodyTooLarge>().expect("BodyTooLarge");
+    assert_eq!(too_large.limit(), DEFAULT_BUFFER_LIMIT);
+    assert_eq!(too_large.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(too_large.retry_after(), Some(secs(7)));
+
+    // The breaker honours the wait as it would for the 429 itself: open at once (one
+    // failure of three), for 7 s, and named by the status.
+    assert_eq!(model.handle.state(), State::Open);
+    let opened = transitions.try_recv().expect("the opening");
+    assert_eq!((opened.to, opened.cause), (State::Open, Cause::RetryAfter));
+    let snapshot = model.handle.snapshot();
+    let wait = snapshot.retry_after().unwrap();
+    assert!(wait <= secs(7) && wait > secs(6), "{wait:?}");
+    assert_eq!(
+        &*snapshot.last_failure.unwrap().message,
+        "429 Too Many Requests"
+    );
+
+    // Nothing reaches the server until then; after it, the probe.
+    skip(secs(5)).await;
+    let skipped = ask(&mut model, &server, "q").await;
+    assert_eq!(source(&skipped), Source::Fallback(Reason::Open));
+    skip(secs(2)).await;
+    let probe = ask(&mut model, &server, "q").await;
+    assert_eq!(
+        (source(&probe), probe.status()),
+        (Source::Probe, StatusCode::OK)
     );
     assert_eq!(server.requests(), 2);
 }

@@ -178,7 +178,8 @@ impl Labelled for BufferedResponse {
 
 /// As an `http::Response`, its error body read from the response itself (or from an
 /// [`ErrorBodyBytes`] extension an [`ErrorBodyLayer`](super::ErrorBodyLayer) left);
-/// an error's message is its text with its sources.
+/// an error's message is its text with its sources, and a [`BodyTooLarge`] counts as
+/// its status and its `Retry-After` say.
 impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
     fn classify(&self, result: &Result<BufferedResponse, E>) -> Outcome {
         match result {
@@ -187,25 +188,89 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
                 let error_body = read.map_or(&response.body[..], |read| read.as_bytes());
                 self.classify_parts(response.status(), response.headers(), Some(error_body))
             }
-            Err(error) => match super::classify::transport_message(error) {
-                Some(message) => Outcome::failure_with(message),
-                None => Outcome::failure(),
-            },
+            Err(error) => self.classify_error(error),
         }
     }
 }
 
-/// A body larger than a [`BufferBodyLayer`]'s limit: the response is not read further.
+/// A body larger than a [`BufferBodyLayer`]'s limit: the response is not read further,
+/// and the call ends in this error.
+///
+/// It keeps what the breaker needs of the response it stands for: the status, and the
+/// wait a 429 or a 503 asked for (OpenAI's `retry-after-ms`, else `Retry-After`, read as
+/// [`HttpClassifier`] reads them, when the response arrived). So [`HttpClassifier`]
+/// classifies the error as it would the response: a 429 with `Retry-After: 20` still
+/// opens the breaker at once for 20 seconds (under the classifier's cap), a 503 is a
+/// failure named by its status. A status that is no failure of the service (a 200 too
+/// large to buffer, say) still fails the call, with this error's text as the message.
+/// The body is not kept, so a quota error in it is not seen: such a 429 counts as a rate
+/// limit.
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::http::{BodyTooLarge, BufferBodyLayer, HttpClassifier};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, State};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let client = service_fn(|_: Request<()>| async {
+///     let body = Full::new(Bytes::from(vec![b' '; 4096]));
+///     let response = Response::builder().status(429).header("retry-after", "20").body(body);
+///     Ok::<_, http::Error>(response?)
+/// });
+/// let breaker = CircuitBreakerLayer::builder().failure_threshold(5).build()?;
+/// let handle = breaker.handle();
+/// let mut svc = ServiceBuilder::new()
+///     .layer(breaker.with_classifier(HttpClassifier::new()))
+///     .layer(BufferBodyLayer::new().limit(1024))
+///     .service(client);
+///
+/// let error = svc.ready().await?.call(Request::new(())).await.unwrap_err();
+/// let too_large = error.downcast_ref::<BodyTooLarge>().unwrap();
+/// assert_eq!(too_large.status(), http::StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(too_large.retry_after(), Some(Duration::from_secs(20)));
+/// // The server's wait opens the breaker at once, as the 429 itself would.
+/// assert_eq!(handle.state(), State::Open);
+/// assert!(handle.snapshot().retry_after() > Some(Duration::from_secs(19)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("response body larger than the buffer limit of {limit} bytes")]
+#[error("{status} response body larger than the buffer limit of {limit} bytes")]
 pub struct BodyTooLarge {
     limit: usize,
+    status: StatusCode,
+    retry_after: Option<Duration>,
 }
 
 impl BodyTooLarge {
+    /// The error for the response whose head is `head`, past `limit` bytes.
+    fn of(head: &Parts, limit: usize) -> Self {
+        BodyTooLarge {
+            limit,
+            status: head.status,
+            retry_after: super::classify::requested_wait(head.status, &head.headers),
+        }
+    }
+
     /// The limit, in bytes.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// The status of the response.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The wait the response asked for: on a 429 or a 503, its `retry-after-ms` or
+    /// `Retry-After` as [`HttpClassifier`] reads them (a date measured from when the
+    /// response arrived), not yet cut to the classifier's cap; `None` otherwise.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 }
 
@@ -267,7 +332,8 @@ impl BufferBodyLayer {
         }
     }
 
-    /// Reads bodies of up to `bytes`; a longer one is an error ([`BodyTooLarge`]).
+    /// Reads bodies of up to `bytes`; a longer one is an error ([`BodyTooLarge`], which
+    /// keeps the response's status and `Retry-After` for the breaker).
     pub fn limit(mut self, bytes: usize) -> Self {
         self.limit = bytes;
         self
@@ -517,8 +583,8 @@ where
             Ok(()) => {}
             Err(Unread::Body(error)) => return Poll::Ready(Err(error.into())),
             Err(Unread::TooLarge) => {
-                let limit = this.limit;
-                return Poll::Ready(Err(Box::new(BodyTooLarge { limit })));
+                let head = this.head.as_ref().expect("polled after completion");
+                return Poll::Ready(Err(Box::new(BodyTooLarge::of(head, this.limit))));
             }
         }
         let head = this.head.take().expect("polled after completion");

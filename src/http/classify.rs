@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 use ::http::header::RETRY_AFTER;
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
+use super::buffer::BodyTooLarge;
 use super::error_body::ErrorBodyBytes;
 use crate::classify::Classify;
 use crate::error::{text_with_sources, BoxError};
@@ -21,6 +22,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | Result | Outcome |
 /// | --- | --- |
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
+/// | `Err(_)` that is a [`BodyTooLarge`](super::BodyTooLarge) (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer); classifying a `BufferedResponse` or a `reqwest::Response`) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
 /// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
@@ -143,8 +145,6 @@ impl HttpClassifier {
         headers: &HeaderMap,
         error_body: Option<&[u8]>,
     ) -> Outcome {
-        let rate_limited = status == StatusCode::TOO_MANY_REQUESTS;
-        let failed = rate_limited || status.is_server_error();
         if status.as_u16() >= 400 {
             if let Some(marker) = error_body.and_then(|body| self.permanent_marker_in(body)) {
                 let message = match meaning_of(marker) {
@@ -154,23 +154,37 @@ impl HttpClassifier {
                 return Outcome::Failure(Failure::new(message).permanent());
             }
         }
-        if !failed {
+        self.status_outcome(status, requested_wait(status, headers))
+    }
+
+    /// What `status` says of the service, with the wait its response asked for
+    /// ([`requested_wait`]), cut to the cap.
+    fn status_outcome(&self, status: StatusCode, wait: Option<Duration>) -> Outcome {
+        if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
             return Outcome::Success;
         }
         let failure = Failure::new(status_text(status));
-        let wait = if rate_limited || status == StatusCode::SERVICE_UNAVAILABLE {
-            let millis = headers.get(RETRY_AFTER_MS).and_then(parse_retry_after_ms);
-            millis.or_else(|| {
-                headers
-                    .get(RETRY_AFTER)
-                    .and_then(|value| parse_retry_after(value, SystemTime::now()))
-            })
-        } else {
-            None
-        };
         match wait {
             Some(wait) => Outcome::Failure(failure.retry_after(wait.min(self.max_retry_after))),
             None => Outcome::Failure(failure),
+        }
+    }
+
+    /// The outcome of a call that ended in `error`: a response too large to buffer
+    /// ([`BodyTooLarge`]) as its status and its wait say when they make it a failure of
+    /// the service (a 429 still opens the breaker for the server's wait); any other
+    /// error, or a status that is no failure, with the error's text as the message (for
+    /// a [`BoxError`] or a `reqwest::Error`, else the breaker fills it in).
+    pub(super) fn classify_error<E: 'static>(&self, error: &E) -> Outcome {
+        if let Some(too_large) = too_large_in(error) {
+            let outcome = self.status_outcome(too_large.status(), too_large.retry_after());
+            if outcome.is_failure() {
+                return outcome;
+            }
+        }
+        match transport_message(error) {
+            Some(message) => Outcome::failure_with(message),
+            None => Outcome::failure(),
         }
     }
 
@@ -221,6 +235,21 @@ pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duratio
     }
 }
 
+/// The wait a 429 or a 503 asks for, not yet cut to any cap: `retry-after-ms` in
+/// milliseconds if it is a number, else `Retry-After` (seconds, or a date measured from
+/// now); `None` for other statuses and for a response that asks for nothing readable.
+pub(super) fn requested_wait(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let millis = headers.get(RETRY_AFTER_MS).and_then(parse_retry_after_ms);
+    millis.or_else(|| {
+        headers
+            .get(RETRY_AFTER)
+            .and_then(|value| parse_retry_after(value, SystemTime::now()))
+    })
+}
+
 /// OpenAI's `retry-after-ms` header.
 const RETRY_AFTER_MS: &str = "retry-after-ms";
 
@@ -235,10 +264,23 @@ fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
     Some(Duration::try_from_secs_f64(millis / 1000.0).unwrap_or(Duration::MAX))
 }
 
+/// The [`BodyTooLarge`] a [`BoxError`] is, or has among its sources.
+fn too_large_in<E: 'static>(error: &E) -> Option<&BodyTooLarge> {
+    let error = (error as &dyn std::any::Any).downcast_ref::<BoxError>()?;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&**error);
+    while let Some(error) = next {
+        if let Some(too_large) = error.downcast_ref::<BodyTooLarge>() {
+            return Some(too_large);
+        }
+        next = error.source();
+    }
+    None
+}
+
 /// The text of a [`BoxError`] (as a `timeout` layer returns) or a `reqwest::Error`
 /// with its sources, skipping a source whose text is already there; `None` for other
 /// error types (the breaker fills in their text).
-pub(super) fn transport_message<E: 'static>(error: &E) -> Option<String> {
+fn transport_message<E: 'static>(error: &E) -> Option<String> {
     let error = error as &dyn std::any::Any;
     #[cfg(feature = "reqwest")]
     if let Some(error) = error.downcast_ref::<::reqwest::Error>() {

@@ -106,11 +106,7 @@ impl<E: 'static> Classify<Response, E> for HttpClassifier {
     fn classify(&self, result: &Result<Response, E>) -> Outcome {
         match result {
             Ok(response) => self.classify_reqwest(response),
-            Err(error) => match super::classify::transport_message(error) {
-                Some(message) => Outcome::failure_with(message),
-                // The breaker fills in the error's text as the message.
-                None => Outcome::failure(),
-            },
+            Err(error) => self.classify_error(error),
         }
     }
 }
