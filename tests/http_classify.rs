@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -28,9 +29,9 @@ use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::Classify;
 use tower_circuit_breaker::http::{
-    parse_retry_after, provenance, source_from_header, AnswerInfo, ErrorBody, ErrorBodyBytes,
-    ErrorBodyFuture, ErrorBodyLayer, HttpClassifier, Provenance, ProvenanceLayer, ResponseBody,
-    X_CIRCUIT_BREAKER,
+    parse_retry_after, provenance, source_from_header, AnswerInfo, BodyTooLarge, BufferBodyLayer,
+    ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, HttpClassifier, Provenance,
+    ProvenanceLayer, ResponseBody, MAX_EMPTY_FRAMES, X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
     Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Mode, NextProbe,
@@ -806,6 +807,97 @@ async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
     assert!(error.is::<io::Error>(), "{error}");
     assert_eq!(handle.state(), State::Open);
     assert_eq!(last_failure(&handle), "connection reset");
+}
+
+/// A peer that sends empty data frames without end, each one at once. It counts the
+/// frames it was asked for, and gives up (panics) at 100,000: a reader still reading
+/// then would have held every one.
+struct EmptyFrames {
+    polled: Arc<AtomicUsize>,
+}
+
+impl Body for EmptyFrames {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let polled = self.polled.fetch_add(1, Ordering::SeqCst) + 1;
+        assert!(
+            polled < 100_000,
+            "{polled} empty frames read and still reading"
+        );
+        Poll::Ready(Some(Ok(Frame::data(Bytes::new()))))
+    }
+}
+
+/// An endpoint that answers with `status` and a body of endless empty frames, and the
+/// count of the frames read from it.
+fn flooding(
+    status: u16,
+) -> (
+    impl Service<Request<()>, Response = Response<EmptyFrames>, Error = io::Error>,
+    Arc<AtomicUsize>,
+) {
+    let polled = Arc::new(AtomicUsize::new(0));
+    let counter = polled.clone();
+    let svc = service_fn(move |_: Request<()>| {
+        let body = EmptyFrames {
+            polled: counter.clone(),
+        };
+        let response = Response::builder().status(status).body(body).unwrap();
+        ready(Ok::<_, io::Error>(response))
+    });
+    (svc, polled)
+}
+
+#[tokio::test]
+async fn an_error_body_of_endless_empty_frames_is_handed_on_after_a_bounded_read() {
+    let (endpoint, polled) = flooding(503);
+    let mut svc = ErrorBodyLayer::new().layer(endpoint);
+
+    // The byte limit is never reached, yet the read stops, holding nothing.
+    let response = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .now_or_never()
+        .expect("the read stops by itself")
+        .unwrap();
+    let read = polled.load(Ordering::SeqCst);
+    assert!(read <= MAX_EMPTY_FRAMES + 1, "{read} frames read");
+    assert_eq!(
+        response.extensions().get::<ErrorBodyBytes>(),
+        Some(&ErrorBodyBytes(Bytes::new()))
+    );
+
+    // The rest streams on to the caller, as past the byte limit.
+    let mut body = response.into_body();
+    let frame = body.frame().now_or_never().unwrap().unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "");
+    assert_eq!(polled.load(Ordering::SeqCst), read + 1);
+}
+
+#[tokio::test]
+async fn a_body_of_endless_empty_frames_is_over_the_buffer_limit() {
+    let (endpoint, polled) = flooding(200);
+    let mut svc = BufferBodyLayer::new().layer(endpoint);
+
+    let error = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .now_or_never()
+        .expect("the read stops by itself")
+        .expect_err("never whole");
+    let too_large = error.downcast_ref::<BodyTooLarge>().expect("BodyTooLarge");
+    assert_eq!(too_large.status(), StatusCode::OK);
+    let read = polled.load(Ordering::SeqCst);
+    assert!(read <= MAX_EMPTY_FRAMES + 1, "{read} frames read");
 }
 
 #[tokio::test]

@@ -82,7 +82,6 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use ::http::{Method, Request, Response, StatusCode};
-use bytes::BytesMut;
 use http_body::Body;
 use tower::Service;
 
@@ -90,7 +89,7 @@ pub use self::reply::AdminBody;
 use self::reply::{json, Problem};
 use self::route::{Act, Target};
 use crate::handle::CircuitBreakerHandle;
-use crate::http::buffer::{poll_read_whole, Unread};
+use crate::http::bounded_read::{BoundedRead, Unread};
 use crate::kill::KillSwitch;
 use crate::snapshot::Snapshot;
 
@@ -410,7 +409,7 @@ where
             Ok(Next::Answer(response)) => State::Answer(Some(response)),
             Ok(Next::ReadDuration(handle)) => State::Reading {
                 body: Box::pin(request.into_body()),
-                read: BytesMut::new(),
+                read: BoundedRead::whole(MAX_BODY),
                 handle,
             },
         };
@@ -428,7 +427,7 @@ enum State<B> {
     Answer(Option<Response<AdminBody>>),
     Reading {
         body: Pin<Box<B>>,
-        read: BytesMut,
+        read: BoundedRead,
         handle: CircuitBreakerHandle,
     },
 }
@@ -444,8 +443,8 @@ impl<B: Body> Future for AdminFuture<B> {
             }
             State::Reading { body, read, handle } => (body, read, handle),
         };
-        let answer = match ready!(poll_read_whole(body, read, MAX_BODY, cx)) {
-            Ok(()) => open_for(handle, read),
+        let answer = match ready!(read.poll_read_whole(body, cx)) {
+            Ok(()) => open_for(handle, read.bytes()),
             Err(Unread::Body(_)) => Problem::bad_request("the request body broke off").response(),
             Err(Unread::TooLarge) => Problem::body_too_large(MAX_BODY).response(),
         };

@@ -9,14 +9,17 @@ use std::time::Duration;
 use ::http::header::{HeaderValue, AGE};
 use ::http::response::Parts;
 use ::http::{Extensions, HeaderMap, Response, StatusCode, Version};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::bounded_read::{BoundedRead, Unread};
 use super::error_body::ErrorBodyBytes;
 use super::provenance::Labelled;
 use super::HttpClassifier;
+#[cfg(doc)]
+use super::MAX_EMPTY_FRAMES;
 use crate::classify::Classify;
 use crate::error::BoxError;
 use crate::outcome::Outcome;
@@ -193,7 +196,8 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
     }
 }
 
-/// A body larger than a [`BufferBodyLayer`]'s limit: the response is not read further,
+/// A body larger than a [`BufferBodyLayer`]'s limit (or sending more than
+/// [`MAX_EMPTY_FRAMES`] frames with no data in them): the response is not read further,
 /// and the call ends in this error.
 ///
 /// It keeps what the breaker needs of the response it stands for: the status, and the
@@ -289,6 +293,10 @@ impl BodyTooLarge {
 /// converts to and from `http::Response<Bytes>` and, with the `reqwest` feature, to and
 /// from `reqwest::Response` (URL included).
 ///
+/// What it holds of a body is bounded by the limit: a longer body, or one that sends more
+/// than [`MAX_EMPTY_FRAMES`] frames with no data in them, is not read further and the
+/// call ends in [`BodyTooLarge`]. Trailers are skipped.
+///
 /// The order, outside in: provenance, save, breaker, (retry, timeout,) buffer, client.
 ///
 /// ```
@@ -332,8 +340,9 @@ impl BufferBodyLayer {
         }
     }
 
-    /// Reads bodies of up to `bytes`; a longer one is an error ([`BodyTooLarge`], which
-    /// keeps the response's status and `Retry-After` for the breaker).
+    /// Reads bodies of up to `bytes`; a longer one (or one of more than
+    /// [`MAX_EMPTY_FRAMES`] frames with no data) is an error ([`BodyTooLarge`], which keeps
+    /// the response's status and `Retry-After` for the breaker).
     pub fn limit(mut self, bytes: usize) -> Self {
         self.limit = bytes;
         self
@@ -508,8 +517,7 @@ impl<F, B> fmt::Debug for BufferBodyFuture<F, B> {
 struct Reading<B> {
     head: Option<Parts>,
     body: B,
-    read: BytesMut,
-    limit: usize,
+    read: BoundedRead,
 }
 
 impl<B> Reading<B> {
@@ -517,50 +525,7 @@ impl<B> Reading<B> {
         Reading {
             head: Some(head),
             body,
-            read: BytesMut::new(),
-            limit,
-        }
-    }
-}
-
-/// Why a body could not be read whole.
-pub(crate) enum Unread<E> {
-    /// It is longer than the limit.
-    TooLarge,
-    /// It broke off.
-    Body(E),
-}
-
-/// Reads `body`'s data frames into `read` until the body ends, `limit` bytes in all at
-/// most; trailers are skipped.
-pub(crate) fn poll_read_whole<B: Body + Unpin>(
-    body: &mut B,
-    read: &mut BytesMut,
-    limit: usize,
-    cx: &mut Context<'_>,
-) -> Poll<Result<(), Unread<B::Error>>> {
-    // A length announced past the limit is refused before a byte is read.
-    if body.size_hint().lower() > (limit - read.len()) as u64 {
-        return Poll::Ready(Err(Unread::TooLarge));
-    }
-    loop {
-        match ready!(Pin::new(&mut *body).poll_frame(cx)) {
-            None => return Poll::Ready(Ok(())),
-            Some(Err(error)) => return Poll::Ready(Err(Unread::Body(error))),
-            Some(Ok(frame)) => {
-                let Ok(mut data) = frame.into_data() else {
-                    continue; // trailers
-                };
-                if data.remaining() > limit - read.len() {
-                    return Poll::Ready(Err(Unread::TooLarge));
-                }
-                while data.has_remaining() {
-                    let chunk = data.chunk();
-                    read.extend_from_slice(chunk);
-                    let n = chunk.len();
-                    data.advance(n);
-                }
-            }
+            read: BoundedRead::whole(limit),
         }
     }
 }
@@ -574,21 +539,17 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match ready!(poll_read_whole(
-            &mut this.body,
-            &mut this.read,
-            this.limit,
-            cx
-        )) {
+        match ready!(this.read.poll_read_whole(&mut this.body, cx)) {
             Ok(()) => {}
             Err(Unread::Body(error)) => return Poll::Ready(Err(error.into())),
             Err(Unread::TooLarge) => {
                 let head = this.head.as_ref().expect("polled after completion");
-                return Poll::Ready(Err(Box::new(BodyTooLarge::of(head, this.limit))));
+                let limit = this.read.limit();
+                return Poll::Ready(Err(Box::new(BodyTooLarge::of(head, limit))));
             }
         }
         let head = this.head.take().expect("polled after completion");
-        let body = this.read.split().freeze();
+        let body = this.read.take();
         Poll::Ready(Ok(BufferedResponse { head, body }))
     }
 }

@@ -8,11 +8,14 @@ use std::task::{ready, Context, Poll};
 
 use ::http::response::Parts;
 use ::http::{Response, StatusCode};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::bounded_read::{BoundedRead, Stop};
+#[cfg(doc)]
+use super::MAX_EMPTY_FRAMES;
 use crate::error::BoxError;
 
 /// How much of an error body is read by default: 64 KiB.
@@ -42,6 +45,12 @@ impl ErrorBodyBytes {
 /// [`ErrorBodyBytes`] extension, and hands the caller a body that replays those bytes
 /// and then streams the rest. Responses below 400 pass through as they came,
 /// streamed and unread.
+///
+/// What it holds of a body is bounded, whatever the peer sends: the bytes read, at most
+/// the limit (plus the rest of the frame that crossed it), and its trailers, where the
+/// read stops. A body that sends more than [`MAX_EMPTY_FRAMES`]
+/// frames with no data in them is read no further, as at the limit: the caller gets what
+/// was read, then the rest.
 ///
 /// It serves any client whose response is a [`ReadAhead`]: `http::Response<B>` (hyper,
 /// most tower stacks), whose body becomes a [`ResponseBody<B>`], and, with the feature
@@ -257,8 +266,7 @@ pin_project! {
         Reading {
             head: Option<R::Head>,
             body: Option<R::Body>,
-            frames: VecDeque<Frame<Bytes>>,
-            read: BytesMut,
+            read: BoundedRead,
         },
         Done,
     }
@@ -303,40 +311,43 @@ where
                     this.state.set(FutureState::Reading {
                         head: Some(head),
                         body: Some(body),
-                        frames: VecDeque::new(),
-                        read: BytesMut::new(),
+                        read: BoundedRead::start(limit),
                     });
                 }
-                FutureStateProj::Reading {
-                    head,
-                    body,
-                    frames,
-                    read,
-                } => {
-                    while read.len() < limit {
-                        let Some(stream) = body.as_mut() else { break };
-                        match ready!(Pin::new(stream).poll_frame(cx)) {
-                            None => *body = None,
-                            Some(Err(error)) => {
-                                this.state.set(FutureState::Done);
-                                return Poll::Ready(Err(error.into()));
-                            }
-                            Some(Ok(frame)) => {
-                                let frame = frame.map_data(to_bytes);
-                                if let Some(data) = frame.data_ref() {
-                                    let room = limit - read.len();
-                                    read.extend_from_slice(&data[..data.len().min(room)]);
-                                }
-                                frames.push_back(frame);
-                            }
+                FutureStateProj::Reading { head, body, read } => {
+                    let stream = body.as_mut().expect("polled after completion");
+                    let stop = match ready!(read.poll_read(stream, cx)) {
+                        Ok(stop) => stop,
+                        Err(error) => {
+                            this.state.set(FutureState::Done);
+                            return Poll::Ready(Err(error.into()));
                         }
+                    };
+                    // What was read is held as one frame (and what the frame that
+                    // crossed the limit brought past it as another), then the trailers:
+                    // at most three frames, however many the body sent.
+                    let bytes = read.take();
+                    let mut frames = VecDeque::new();
+                    if !bytes.is_empty() {
+                        frames.push_back(Frame::data(bytes.clone()));
                     }
-                    let rest = body.take().filter(|body| !body.is_end_stream());
+                    let rest = match stop {
+                        Stop::End => None,
+                        Stop::Limit { past } => {
+                            if !past.is_empty() {
+                                frames.push_back(Frame::data(past));
+                            }
+                            body.take()
+                        }
+                        Stop::Trailers(trailers) => {
+                            frames.push_back(Frame::trailers(trailers));
+                            body.take()
+                        }
+                    };
+                    let rest = rest.filter(|body| !body.is_end_stream());
                     let head = head.take().expect("polled after completion");
-                    let read = ErrorBodyBytes(read.split().freeze());
-                    let frames = std::mem::take(frames);
                     this.state.set(FutureState::Done);
-                    return Poll::Ready(Ok(R::join(head, read, frames, rest)));
+                    return Poll::Ready(Ok(R::join(head, ErrorBodyBytes(bytes), frames, rest)));
                 }
                 FutureStateProj::Done => panic!("polled after completion"),
             }

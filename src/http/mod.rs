@@ -92,6 +92,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod bounded_read;
 pub(crate) mod buffer;
 mod classify;
 pub(crate) mod error_body;
@@ -100,6 +101,7 @@ mod provenance;
 mod reqwest;
 mod stream;
 
+pub use self::bounded_read::MAX_EMPTY_FRAMES;
 pub use self::buffer::{
     BodyTooLarge, BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,
     DEFAULT_BUFFER_LIMIT,
