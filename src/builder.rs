@@ -4,11 +4,12 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::ConfigError;
 use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{
-    Backoff, Config, ConfigError, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
+    Backoff, Config, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
 };
 use crate::shared::{now, Observer, Shared, Watcher};
 

@@ -4,9 +4,84 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{NextProbe, Reason, Skip, State};
+use crate::machine::{NextProbe, RateWindow, Reason, Skip, State};
 
-pub use crate::machine::ConfigError;
+/// A setting that cannot work, found when the breaker is built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The consecutive-failure threshold is 0, so the breaker would open before any call.
+    #[error("failure threshold must be at least 1, got 0")]
+    ZeroThreshold,
+    /// The failure rate is not a number in `0.0..=1.0`, or is 0 (which would trip on a
+    /// window of successes).
+    #[error("failure rate must be in (0.0, 1.0], got {0}")]
+    InvalidFailureRate(f64),
+    /// The failure-rate window holds no calls or no time.
+    #[error("failure-rate window must not be empty")]
+    EmptyWindow,
+    /// A count window longer than [`RateWindow::MAX_CALLS`].
+    #[error(
+        "failure-rate window must be at most {} calls, got {window}",
+        RateWindow::MAX_CALLS
+    )]
+    WindowTooLong {
+        /// The window's size in calls.
+        window: u32,
+    },
+    /// A count window smaller than its minimum number of calls can never trip.
+    #[error("minimum calls ({minimum_calls}) exceed the window of {window} calls, so the breaker could never trip")]
+    MinimumCallsAboveWindow {
+        /// The minimum number of calls.
+        minimum_calls: u32,
+        /// The window's size in calls.
+        window: u32,
+    },
+    /// The cooldown is zero calls or zero time.
+    #[error("cooldown must not be zero")]
+    ZeroCooldown,
+    /// A cooldown (or backoff cap) in calls is longer than
+    /// [`Cooldown::MAX_CALLS`](crate::Cooldown::MAX_CALLS).
+    #[error("cooldown in calls must be at most 2^56 - 1")]
+    CooldownTooLong,
+    /// Half-open must admit at least one probe.
+    #[error("half-open probes must be at least 1, got 0")]
+    ZeroHalfOpenProbes,
+    /// The backoff multiplier is below 1 or not finite.
+    #[error("backoff multiplier must be a finite number of at least 1.0, got {0}")]
+    InvalidMultiplier(f64),
+    /// The backoff cap is counted in another unit than the cooldown.
+    #[error("backoff cap is in {cap}, but the cooldown is in {cooldown}")]
+    BackoffUnitMismatch {
+        /// The cooldown's unit.
+        cooldown: &'static str,
+        /// The cap's unit.
+        cap: &'static str,
+    },
+    /// The backoff cap is shorter than the cooldown it grows from.
+    #[error("backoff cap is below the base cooldown")]
+    BackoffCapBelowBase,
+    /// Jitter is a fraction in `0.0..1.0`.
+    #[error("jitter must be in [0.0, 1.0), got {0}")]
+    InvalidJitter(f64),
+    /// A zero half-open dwell limit would re-open the breaker before any probe ends.
+    #[error("maximum half-open dwell must not be zero")]
+    ZeroDwell,
+    /// A zero slow-call threshold would count every call as slow.
+    #[error("slow-call threshold must not be zero")]
+    ZeroSlowCall,
+    /// A zero cap on response-given cooldowns would ignore them all; leave it unset
+    /// instead.
+    #[error("maximum retry-after must not be zero")]
+    ZeroMaxRetryAfter,
+    /// The breaker's name is empty.
+    #[error("breaker name must not be empty")]
+    EmptyName,
+    /// A keyed registry must hold at least one breaker
+    /// ([`KeyedBuilder::capacity`](crate::keyed::KeyedBuilder::capacity)).
+    #[error("keyed registry capacity must be at least 1, got 0")]
+    ZeroCapacity,
+}
 
 /// The boxed error a [`CircuitBreaker`](crate::CircuitBreaker) returns, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -172,12 +172,12 @@ use tower::{Layer, Service};
 use crate::answer::Answer;
 use crate::builder::Builder;
 use crate::classify::{Classify, DefaultClassifier};
-use crate::error::BoxError;
+use crate::error::{BoxError, ConfigError};
 use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::{Config, ConfigError, Machine, State};
+use crate::machine::{Config, Machine, State};
 use crate::shared::{now, Decision, Shared, Watcher};
 
 /// How many breakers a registry holds unless told otherwise.

@@ -42,8 +42,9 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 
 use crate::answer::Source;
 use crate::builder::Builder;
+use crate::error::ConfigError;
 use crate::layer::CircuitBreakerLayer;
-use crate::machine::{ConfigError, Cooldown, State};
+use crate::machine::{Cooldown, State};
 use crate::outcome::Outcome;
 use crate::snapshot::Counts;
 

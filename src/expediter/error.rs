@@ -1,7 +1,7 @@
 //! What can go wrong when an expediter is built or asked about something it does not
 //! know: [`ExpediterError`].
 
-use crate::machine::ConfigError;
+use crate::error::ConfigError;
 
 /// A capability map or expediter setting that cannot work, or a name the expediter does
 /// not know.

@@ -21,7 +21,7 @@ mod window;
 
 use std::time::{Duration, Instant};
 
-pub use self::config::{Backoff, Config, ConfigError, Cooldown, Mode, RateWindow, TripPolicy};
+pub use self::config::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
 use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
 pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
