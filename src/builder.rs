@@ -220,7 +220,7 @@ impl Builder {
     ///
     /// The first setting that cannot work.
     pub fn build_config(&self) -> Result<Config, ConfigError> {
-        self.config.validate()?;
+        validate(&self.config)?;
         let mut config = self.config.clone();
         if config.jitter_seed.is_none() {
             config.jitter_seed = Some(RandomState::new().hash_one(config.name.as_ref()));
@@ -250,8 +250,102 @@ impl Builder {
     /// The checked settings (the jitter seed left as set), the kill switch and the
     /// observers: the template a keyed registry makes each key's breaker from.
     pub(crate) fn into_template(self) -> Result<(Config, KillSwitch, Vec<Watcher>), ConfigError> {
-        self.config.validate()?;
+        validate(&self.config)?;
         Ok((self.config, self.kill.unwrap_or_default(), self.observers))
+    }
+}
+
+/// Checks every value of `config`; the first bad one is the error. The builder's check,
+/// made when a configuration is built: the machine trusts the [`Config`] it is given.
+fn validate(config: &Config) -> Result<(), ConfigError> {
+    if config.name.is_empty() {
+        return Err(ConfigError::EmptyName);
+    }
+    match config.trip {
+        TripPolicy::ConsecutiveFailures(0) => return Err(ConfigError::ZeroThreshold),
+        TripPolicy::ConsecutiveFailures(_) => {}
+        TripPolicy::FailureRate {
+            rate,
+            window,
+            minimum_calls,
+        } => {
+            if !(rate > 0.0 && rate <= 1.0) {
+                return Err(ConfigError::InvalidFailureRate(rate));
+            }
+            match window {
+                RateWindow::Calls(0) => return Err(ConfigError::EmptyWindow),
+                RateWindow::Calls(n) if n > RateWindow::MAX_CALLS => {
+                    return Err(ConfigError::WindowTooLong { window: n })
+                }
+                RateWindow::Time(d) if d.is_zero() => return Err(ConfigError::EmptyWindow),
+                RateWindow::Calls(n) if minimum_calls > n => {
+                    return Err(ConfigError::MinimumCallsAboveWindow {
+                        minimum_calls,
+                        window: n,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+    if is_zero(config.cooldown) {
+        return Err(ConfigError::ZeroCooldown);
+    }
+    let too_long = |c: Cooldown| matches!(c, Cooldown::Calls(n) if n > Cooldown::MAX_CALLS);
+    if too_long(config.cooldown) || config.backoff.is_some_and(|b| too_long(b.cap)) {
+        return Err(ConfigError::CooldownTooLong);
+    }
+    if let Some(backoff) = config.backoff {
+        if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
+            return Err(ConfigError::InvalidMultiplier(backoff.multiplier));
+        }
+        match (config.cooldown, backoff.cap) {
+            (Cooldown::Calls(base), Cooldown::Calls(cap)) if cap < base => {
+                return Err(ConfigError::BackoffCapBelowBase)
+            }
+            (Cooldown::Time(base), Cooldown::Time(cap)) if cap < base => {
+                return Err(ConfigError::BackoffCapBelowBase)
+            }
+            (Cooldown::Calls(_), Cooldown::Calls(_)) | (Cooldown::Time(_), Cooldown::Time(_)) => {}
+            (cooldown, cap) => {
+                return Err(ConfigError::BackoffUnitMismatch {
+                    cooldown: unit(cooldown),
+                    cap: unit(cap),
+                })
+            }
+        }
+    }
+    if !(config.jitter >= 0.0 && config.jitter < 1.0) {
+        return Err(ConfigError::InvalidJitter(config.jitter));
+    }
+    if config.half_open_probes == 0 {
+        return Err(ConfigError::ZeroHalfOpenProbes);
+    }
+    if config.max_half_open_dwell.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::ZeroDwell);
+    }
+    if config.slow_call.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::ZeroSlowCall);
+    }
+    if config.max_retry_after.is_zero() {
+        return Err(ConfigError::ZeroMaxRetryAfter);
+    }
+    Ok(())
+}
+
+/// The unit a cooldown is counted in, as a [`ConfigError::BackoffUnitMismatch`] names it.
+fn unit(cooldown: Cooldown) -> &'static str {
+    match cooldown {
+        Cooldown::Calls(_) => "calls",
+        Cooldown::Time(_) => "time",
+    }
+}
+
+/// Whether a cooldown is zero calls or zero time.
+fn is_zero(cooldown: Cooldown) -> bool {
+    match cooldown {
+        Cooldown::Calls(n) => n == 0,
+        Cooldown::Time(d) => d.is_zero(),
     }
 }
 

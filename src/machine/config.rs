@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
-
 /// When the breaker trips from closed to open.
 ///
 /// The default is [`TripPolicy::ConsecutiveFailures`] with a threshold of 3, which tells a
@@ -70,20 +68,6 @@ impl Cooldown {
     /// a skipped call is told the exact number of calls until the probe, in the word it
     /// travels in.
     pub const MAX_CALLS: u64 = (1 << 56) - 1;
-
-    fn unit(&self) -> &'static str {
-        match self {
-            Cooldown::Calls(_) => "calls",
-            Cooldown::Time(_) => "time",
-        }
-    }
-
-    fn is_zero(&self) -> bool {
-        match *self {
-            Cooldown::Calls(n) => n == 0,
-            Cooldown::Time(d) => d.is_zero(),
-        }
-    }
 }
 
 /// Exponential growth of the cooldown when a breaker re-opens without having closed
@@ -184,84 +168,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Checks every value; the first bad one is the error.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.name.is_empty() {
-            return Err(ConfigError::EmptyName);
-        }
-        match self.trip {
-            TripPolicy::ConsecutiveFailures(0) => return Err(ConfigError::ZeroThreshold),
-            TripPolicy::ConsecutiveFailures(_) => {}
-            TripPolicy::FailureRate {
-                rate,
-                window,
-                minimum_calls,
-            } => {
-                if !(rate > 0.0 && rate <= 1.0) {
-                    return Err(ConfigError::InvalidFailureRate(rate));
-                }
-                match window {
-                    RateWindow::Calls(0) => return Err(ConfigError::EmptyWindow),
-                    RateWindow::Calls(n) if n > RateWindow::MAX_CALLS => {
-                        return Err(ConfigError::WindowTooLong { window: n })
-                    }
-                    RateWindow::Time(d) if d.is_zero() => return Err(ConfigError::EmptyWindow),
-                    RateWindow::Calls(n) if minimum_calls > n => {
-                        return Err(ConfigError::MinimumCallsAboveWindow {
-                            minimum_calls,
-                            window: n,
-                        })
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if self.cooldown.is_zero() {
-            return Err(ConfigError::ZeroCooldown);
-        }
-        let too_long = |c: Cooldown| matches!(c, Cooldown::Calls(n) if n > Cooldown::MAX_CALLS);
-        if too_long(self.cooldown) || self.backoff.is_some_and(|b| too_long(b.cap)) {
-            return Err(ConfigError::CooldownTooLong);
-        }
-        if let Some(backoff) = self.backoff {
-            if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
-                return Err(ConfigError::InvalidMultiplier(backoff.multiplier));
-            }
-            match (self.cooldown, backoff.cap) {
-                (Cooldown::Calls(base), Cooldown::Calls(cap)) if cap < base => {
-                    return Err(ConfigError::BackoffCapBelowBase)
-                }
-                (Cooldown::Time(base), Cooldown::Time(cap)) if cap < base => {
-                    return Err(ConfigError::BackoffCapBelowBase)
-                }
-                (Cooldown::Calls(_), Cooldown::Calls(_))
-                | (Cooldown::Time(_), Cooldown::Time(_)) => {}
-                (cooldown, cap) => {
-                    return Err(ConfigError::BackoffUnitMismatch {
-                        cooldown: cooldown.unit(),
-                        cap: cap.unit(),
-                    })
-                }
-            }
-        }
-        if !(self.jitter >= 0.0 && self.jitter < 1.0) {
-            return Err(ConfigError::InvalidJitter(self.jitter));
-        }
-        if self.half_open_probes == 0 {
-            return Err(ConfigError::ZeroHalfOpenProbes);
-        }
-        if self.max_half_open_dwell.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::ZeroDwell);
-        }
-        if self.slow_call.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::ZeroSlowCall);
-        }
-        if self.max_retry_after.is_zero() {
-            return Err(ConfigError::ZeroMaxRetryAfter);
-        }
-        Ok(())
-    }
-
     /// The breaker's name, used in logs, events and errors.
     pub fn name(&self) -> &str {
         &self.name
