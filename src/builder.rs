@@ -11,7 +11,7 @@ use crate::layer::CircuitBreakerLayer;
 use crate::machine::{
     Backoff, Config, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
 };
-use crate::shared::{now, Observer, Shared, Watcher};
+use crate::shared::{now, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.
 ///
@@ -235,15 +235,11 @@ impl Builder {
     /// The first setting that cannot work.
     pub fn build(self) -> Result<CircuitBreakerLayer, ConfigError> {
         let config = self.build_config()?;
-        let observers = self
-            .observers
-            .iter()
-            .map(|watcher| watcher.for_breaker(&config))
-            .collect();
-        let machine = Machine::new(config, now());
         let kill = self.kill.unwrap_or_default();
-        Ok(CircuitBreakerLayer::from_shared(Arc::new(Shared::new(
-            machine, kill, observers,
+        Ok(CircuitBreakerLayer::from_shared(Arc::new(breaker(
+            config,
+            kill,
+            &self.observers,
         ))))
     }
 
@@ -253,6 +249,39 @@ impl Builder {
         validate(&self.config)?;
         Ok((self.config, self.kill.unwrap_or_default(), self.observers))
     }
+}
+
+/// What a builder holds for each observer: one observer shared by every breaker it
+/// builds, or a maker of one observer per breaker, from that breaker's settings (a keyed
+/// registry builds a breaker per key; an observer with state of its own, such as the
+/// metrics' handles, is made for each).
+#[derive(Clone)]
+pub(crate) enum Watcher {
+    Shared(Observer),
+    // Only the metrics make observers per breaker.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    PerBreaker(Arc<dyn Fn(&Config) -> Observer + Send + Sync>),
+}
+
+impl Watcher {
+    /// The observer for the breaker with these settings.
+    fn for_breaker(&self, config: &Config) -> Observer {
+        match self {
+            Watcher::Shared(observer) => observer.clone(),
+            Watcher::PerBreaker(make) => make(config),
+        }
+    }
+}
+
+/// A closed breaker with these checked settings, obeying `kill`, told of its events by
+/// an observer made from each watcher for it: a builder's layer, and each key's breaker
+/// in a keyed registry, are made so.
+pub(crate) fn breaker(config: Config, kill: KillSwitch, watchers: &[Watcher]) -> Shared {
+    let observers = watchers
+        .iter()
+        .map(|watcher| watcher.for_breaker(&config))
+        .collect();
+    Shared::new(Machine::new(config, now()), kill, observers)
 }
 
 /// Checks every value of `config`; the first bad one is the error. The builder's check,

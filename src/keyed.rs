@@ -170,15 +170,15 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use crate::answer::Answer;
-use crate::builder::Builder;
+use crate::builder::{self, Builder, Watcher};
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, ConfigError};
 use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::{Config, Machine, State};
-use crate::shared::{now, Decision, Shared, Watcher};
+use crate::machine::{Config, State};
+use crate::shared::{Decision, Shared};
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -722,12 +722,7 @@ impl<K> Template<K> {
             }
             None => RandomState::new().hash_one(&*config.name),
         });
-        let observers = self
-            .observers
-            .iter()
-            .map(|watcher| watcher.for_breaker(&config))
-            .collect();
-        Shared::new(Machine::new(config, now()), self.kill.clone(), observers)
+        builder::breaker(config, self.kill.clone(), &self.observers)
     }
 }
 

@@ -23,34 +23,12 @@ use tokio::runtime::RuntimeFlavor;
 use tokio::sync::broadcast;
 
 use crate::event::Event;
-use crate::machine::{Config, Mode, Skip, State, Transition};
+use crate::machine::{Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
 use crate::sync::{lock, AtomicBool, Mutex};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
-
-/// What a builder holds for each observer: one observer shared by every breaker it
-/// builds, or a maker of one observer per breaker, from that breaker's settings (a keyed
-/// registry builds a breaker per key; an observer with state of its own, such as the
-/// metrics' handles, is made for each).
-#[derive(Clone)]
-pub(crate) enum Watcher {
-    Shared(Observer),
-    // Only the metrics make observers per breaker.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    PerBreaker(Arc<dyn Fn(&Config) -> Observer + Send + Sync>),
-}
-
-impl Watcher {
-    /// The observer for the breaker with these settings.
-    pub(crate) fn for_breaker(&self, config: &Config) -> Observer {
-        match self {
-            Watcher::Shared(observer) => observer.clone(),
-            Watcher::PerBreaker(make) => make(config),
-        }
-    }
-}
 
 /// An event made under the machine's lock, waiting to be delivered.
 #[derive(Debug)]

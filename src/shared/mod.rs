@@ -29,8 +29,8 @@ mod permit;
 mod published;
 mod tally;
 
+pub(crate) use self::events::Observer;
 use self::events::{Events, Queued};
-pub(crate) use self::events::{Observer, Watcher};
 pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
 use self::published::Published;
