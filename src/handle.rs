@@ -228,6 +228,14 @@ impl CircuitBreakerHandle {
         self.shared.set_threshold_relief(relief);
     }
 
+    /// Waits until every event the breaker made before this call (its transitions,
+    /// the outcomes it recorded) has reached its observers, whichever task delivers
+    /// them: for a layer above that learns of outcomes through an observer and must not
+    /// decide before it has.
+    pub(crate) async fn events_delivered(&self) {
+        self.shared.events_delivered().await;
+    }
+
     /// Every transition from now on. The channel never makes the breaker wait: a
     /// receiver that falls more than 64 events behind loses the oldest and is told how
     /// many (`RecvError::Lagged`).

@@ -633,3 +633,92 @@ async fn tools_held_open_on_hints_spend_no_budget_and_make_no_systemic_event() -
     assert_eq!(expediter.decide("A").await?.action, Action::Probe);
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------
+// A failure still being delivered to the breaker's observers when its caller decides
+// again.
+// ---------------------------------------------------------------------------------
+
+/// Another observer of the tool's breaker is slow: it holds the delivery of the first
+/// failure (on another thread) while a second call fails and its caller decides again.
+/// That decision waits for both failures to reach the budget, which they use up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers() -> TestResult {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Mutex};
+    use tower::{service_fn, Layer, Service, ServiceExt};
+    use tower_circuit_breaker::{Event, Outcome};
+
+    let (entered, delivery_held) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let first = AtomicBool::new(true);
+    let slow_observer = move |event: &Event<'_>| {
+        if let Event::Recorded {
+            outcome: Outcome::Failure(_),
+            ..
+        } = event
+        {
+            if first.swap(false, Ordering::SeqCst) {
+                let _ = entered.send(());
+                let _ = released.lock().unwrap().recv();
+            }
+        }
+    };
+    let expediter = Expediter::builder()
+        .failure_budget(2)
+        .tool(
+            spec("search").breaker(
+                Builder::new()
+                    .failure_threshold(100)
+                    .on_event(slow_observer),
+            ),
+        )
+        .build()?;
+    let search = expediter
+        .layer("search")?
+        .layer(service_fn(|_: &str| async {
+            Err::<String, _>(std::io::Error::other("search backend refused"))
+        }));
+
+    // The first failure, on a thread of its own: its delivery stops in the slow observer.
+    let first_call = {
+        let mut search = search.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let _ = search.ready().await.unwrap().call("a").await;
+            });
+        })
+    };
+    delivery_held.recv()?;
+
+    // The second failure is queued behind the first's delivery.
+    let mut search = search;
+    assert!(search.ready().await?.call("b").await.is_err());
+
+    let decision = expediter.decide("search");
+    let mut decision = std::pin::pin!(decision);
+    assert!(
+        futures::poll!(decision.as_mut()).is_pending(),
+        "the decision waits until both failures have reached the budget"
+    );
+    release.send(())?;
+    let decision = decision.await?;
+    assert!(
+        matches!(
+            decision.action,
+            Action::Pause {
+                reason: PauseReason::BudgetExhausted,
+                ..
+            }
+        ),
+        "{decision:?}"
+    );
+    assert_eq!(expediter.report().budget.used, 2);
+    first_call.join().expect("the first call ends");
+    Ok(())
+}

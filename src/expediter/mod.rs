@@ -46,6 +46,10 @@
 //! observer, a pre-call check, a classifier): an observer of a tool's breaker or a
 //! pre-call check may call any method of the expediter.
 //!
+//! A decision counts every failure the tools' breakers recorded before it: it waits
+//! for the breakers' events still being delivered by another task (behind a slow
+//! observer, say), except when it is made from inside an observer.
+//!
 //! ```
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_circuit_breaker::expediter::{Action, Alternative, Expediter, Route, ToolSpec};
@@ -592,6 +596,11 @@ impl Expediter {
             .get(tool)
             .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
         let availability = self.availability(tool).await;
+        // Every failure a breaker recorded before this decision counts in it, even one
+        // whose event another task is still delivering.
+        for each in registry.tools() {
+            each.handle.events_delivered().await;
+        }
         let (step, gate) = {
             let mut ledger = self.lock();
             ledger.drain();

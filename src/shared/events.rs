@@ -20,12 +20,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::runtime::RuntimeFlavor;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 
 use crate::event::Event;
 use crate::machine::{Mode, Skip, State, Transition};
 use crate::outcome::Outcome;
-use crate::sync::{lock, AtomicBool, Mutex};
+use crate::sync::{lock, AtomicBool, AtomicU64, Mutex};
 
 /// An observer run on every event.
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
@@ -65,6 +65,13 @@ pub(super) struct Events {
     /// Set when an observer acted on its breaker and left events queued, for the report
     /// that ran it to deliver once it returns.
     left: AtomicBool,
+    /// Events queued so far, and delivered so far (each once its observers returned):
+    /// what [`Events::delivered`] waits on.
+    queued: AtomicU64,
+    delivered: AtomicU64,
+    /// Tasks in [`Events::delivered`], woken as events are delivered.
+    waiting: AtomicU64,
+    woken: Notify,
 }
 
 impl Events {
@@ -76,6 +83,10 @@ impl Events {
             queue: Mutex::new(VecDeque::new()),
             delivering: AtomicBool::new(false),
             left: AtomicBool::new(false),
+            queued: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            woken: Notify::new(),
         }
     }
 
@@ -95,6 +106,36 @@ impl Events {
     /// order.
     pub(super) fn queue(&self, event: Queued) {
         lock(&self.queue).push_back(event);
+        self.queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until every event queued before this call has reached the observers:
+    /// for what learns of the breaker's outcomes through an observer (the expediter's
+    /// budget) and must not decide on it before it has. Another task delivering (an
+    /// observer of its may be slow) is waited for; with nobody delivering, the caller
+    /// delivers. From inside an observer of any breaker it does not wait: that
+    /// observer's own delivery may be what it would wait for (a deadlock, on one thread
+    /// or across two).
+    pub(super) async fn delivered(self: &Arc<Self>) {
+        let target = self.queued.load(Ordering::Acquire);
+        if self.delivered.load(Ordering::Acquire) >= target || Reporting::active() {
+            return;
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(self);
+        loop {
+            let woken = self.woken.notified();
+            let mut woken = std::pin::pin!(woken);
+            woken.as_mut().enable();
+            if self.delivered.load(Ordering::Acquire) >= target || Reporting::active() {
+                return;
+            }
+            if !self.delivering.load(Ordering::Acquire) {
+                self.deliver();
+                continue;
+            }
+            woken.await;
+        }
     }
 
     /// Delivers what is queued, unless another task is delivering: that task delivers
@@ -155,7 +196,10 @@ impl Events {
     fn deliver_batch(&self) -> bool {
         for _ in 0..Self::BATCH {
             match self.pop() {
-                Some(event) => self.report(event),
+                Some(event) => {
+                    let _delivered = Delivered(self);
+                    self.report(event);
+                }
                 None => return true,
             }
         }
@@ -287,6 +331,30 @@ loom::thread_local! {
     static REPORTING: Cell<usize> = Cell::new(0);
 }
 
+/// One event delivered, counted when dropped: after its observers returned, or by a
+/// panic under its delivery (the event is then lost, and must not be waited for).
+struct Delivered<'a>(&'a Events);
+
+impl Drop for Delivered<'_> {
+    fn drop(&mut self) {
+        let events = self.0;
+        events.delivered.fetch_add(1, Ordering::AcqRel);
+        if events.waiting.load(Ordering::Acquire) > 0 {
+            events.woken.notify_waiters();
+        }
+    }
+}
+
+/// A task in [`Events::delivered`], counted while it waits (until its future ends or is
+/// dropped).
+struct Waiting<'a>(&'a Events);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Marks, while a thread runs a breaker's observers, which breaker's they are (by the
 /// address of its [`Events`]): an observer that acts on its own breaker (its handle, a
 /// call) must not be run again inside itself, where a lock it holds would deadlock.
@@ -306,6 +374,11 @@ impl Reporting {
 
     fn on_this_thread(events: &Events) -> bool {
         REPORTING.with(|reporting| reporting.get() == Self::key(events))
+    }
+
+    /// Whether this thread is running some breaker's observers.
+    fn active() -> bool {
+        REPORTING.with(|reporting| reporting.get() != 0)
     }
 }
 

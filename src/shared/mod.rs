@@ -437,6 +437,12 @@ impl Shared {
         self.with(|machine, _| (machine.set_threshold_relief(relief), None));
     }
 
+    /// Waits until every event the breaker made before this call has reached its
+    /// observers (see [`Events::delivered`](events::Events)).
+    pub(crate) async fn events_delivered(&self) {
+        self.events.delivered().await;
+    }
+
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.events.subscribe()
     }
