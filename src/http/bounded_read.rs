@@ -84,6 +84,7 @@ impl BoundedRead {
     }
 
     /// The bytes read so far.
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.read
     }
