@@ -250,7 +250,9 @@ impl Rejected {
         self.skip.next_probe().retry_after(now)
     }
 
-    /// How many calls until the probe (1: the next call), when the cooldown counts calls.
+    /// How many calls until the probe (1: the next call), when one is scheduled. With a
+    /// wait in time (a cooldown in time, a `Retry-After`, a hold) it is usually 1: the first
+    /// call once [`retry_after_from`](Self::retry_after_from) has passed.
     pub fn calls_until_probe(&self) -> Option<u64> {
         self.skip.next_probe().calls()
     }

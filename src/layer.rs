@@ -18,6 +18,11 @@ use crate::shared::Shared;
 /// skipped call fails with [`Rejected`](crate::error::Rejected)) and what counts as a
 /// failure ([`with_classifier`](Self::with_classifier); by default every `Err`).
 ///
+/// Put a `timeout` inside the breaker (after it in a `ServiceBuilder`, as below), so that a
+/// hang ends as an error the breaker counts. A timeout outside it drops the call's future
+/// instead: the breaker counts the call as cancelled, not as a failure, and hangs never
+/// open it.
+///
 /// ```
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};

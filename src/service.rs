@@ -32,6 +32,11 @@ use crate::shared::{Decision, Permit, Shared};
 /// flipped or the breaker changes state between `poll_ready` and `call`, the call is
 /// decided again: the wrapped service is never called while open or killed.
 ///
+/// # Panics
+///
+/// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the last call (use
+/// `ServiceExt::ready` or `oneshot`), as tower's contract allows.
+///
 /// # Clone
 ///
 /// Clones share the breaker; a clone starts without the decision its original may

@@ -436,6 +436,11 @@ impl Expediter {
     /// Decides, then makes the call only if the decision says so. Never retries: a
     /// failed call is returned as it is and counted once.
     ///
+    /// `service` must be wrapped in this expediter's [`layer`](Self::layer) for the same
+    /// `tool`: the expediter learns of outcomes through that tool's breaker. A service
+    /// under another tool's layer has its outcomes counted against that other tool, and
+    /// one under a breaker of its own is not counted at all.
+    ///
     /// # Errors
     ///
     /// [`ExpediterError::UnknownTool`].
