@@ -273,16 +273,19 @@ impl fmt::Display for Rejected {
         }
         match self.skip.next_probe() {
             NextProbe::After { calls, at } => {
-                write!(
-                    f,
-                    "; next probe in {calls} call{}",
-                    if calls == 1 { "" } else { "s" }
-                )?;
-                if let Some(at) = at {
-                    let wait = at.saturating_duration_since(crate::shared::now());
-                    write!(f, ", not before {wait:?} from now")?;
+                let wait = at.map(|at| at.saturating_duration_since(crate::shared::now()));
+                match (calls, wait) {
+                    // A wait in time alone: the first call once it is over.
+                    (1, Some(wait)) => write!(f, "; next probe in {wait:?}"),
+                    (1, None) => f.write_str("; next probe in 1 call"),
+                    (calls, None) => write!(f, "; next probe in {calls} calls"),
+                    (calls, Some(wait)) => {
+                        write!(
+                            f,
+                            "; next probe in {calls} calls, not before {wait:?} from now"
+                        )
+                    }
                 }
-                Ok(())
             }
             NextProbe::Manual => f.write_str("; closed only by a reset"),
             NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),

@@ -238,7 +238,8 @@ impl CircuitBreakerHandle {
 
     /// Every transition from now on. The channel never makes the breaker wait: a
     /// receiver that falls more than 64 events behind loses the oldest and is told how
-    /// many (`RecvError::Lagged`).
+    /// many (`RecvError::Lagged`). The kill switch is not a transition (the state is
+    /// kept underneath it): watch it with [`KillSwitch::watch`].
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.shared.subscribe()
     }
