@@ -179,16 +179,6 @@ impl Events {
         }
     }
 
-    /// Delivers, in the turn, until the queue is empty, and ends the turn.
-    fn deliver_all(&self) {
-        loop {
-            while !self.deliver_batch() {}
-            if self.end_turn() {
-                return;
-            }
-        }
-    }
-
     /// The most events a caller delivers at a time.
     const BATCH: usize = 64;
 
@@ -415,6 +405,17 @@ impl Turn {
         self.ended
     }
 
+    /// The rest of the turn, here: until the queue is empty. A panic under it gives the
+    /// turn back (this turn, dropped by the panic).
+    fn deliver_all(mut self) {
+        loop {
+            while !self.events.deliver_batch() {}
+            if self.end() {
+                return;
+            }
+        }
+    }
+
     /// The rest of the turn: a batch at a time, yielding to the runtime between
     /// batches.
     async fn deliver_later(mut self) {
@@ -440,7 +441,13 @@ impl Drop for Turn {
             // next event delivers the rest.
             self.events.delivering.store(false, Ordering::Release);
         } else {
-            self.events.deliver_all();
+            // Delivered in a turn of its own, which a panic under the delivery gives
+            // back: this one is already being dropped.
+            Turn {
+                events: Arc::clone(&self.events),
+                ended: false,
+            }
+            .deliver_all();
         }
     }
 }
@@ -649,6 +656,37 @@ mod tests {
         events.queue(recorded(1));
         events.deliver();
         assert_eq!(numbers(&seen.lock().unwrap()), vec![0.0, 1.0]);
+    }
+
+    /// The same panic past the caller's first batch, with no task to hand the rest to
+    /// (no runtime: the caller goes on with the rest of the flood): the turn is given
+    /// back there too, so the breaker's later events are still delivered.
+    #[test]
+    fn a_panic_past_the_callers_first_batch_gives_the_turn_back() {
+        let (events, seen) = flooding(0);
+        for n in 1..Events::BATCH {
+            events.queue(recorded(n));
+        }
+        events.queue(Queued::ModeChanged {
+            from: Mode::Enabled,
+            to: Mode::ObserveOnly,
+            state: State::Closed,
+        });
+        let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
+            catch_unwind(AssertUnwindSafe(|| events.deliver()))
+        });
+        assert!(
+            outcome.is_err(),
+            "the subscriber's panic reaches the caller"
+        );
+        assert!(
+            !events.delivering.load(Ordering::SeqCst),
+            "the turn is free"
+        );
+        events.queue(recorded(Events::BATCH));
+        events.deliver();
+        let expected: Vec<f64> = (0..=Events::BATCH).map(|n| n as f64).collect();
+        assert_eq!(numbers(&seen.lock().unwrap()), expected);
     }
 
     /// Outside a runtime there is no task to hand the rest to: the caller delivers all.
