@@ -211,6 +211,16 @@ impl Events {
         self.is_empty() || !self.take_turn()
     }
 
+    /// Gives the turn back with events maybe still queued (a panic under the delivery
+    /// stopped it): a task waiting for them, which found the turn taken, is woken to
+    /// deliver them itself. Unconditionally: this is rare, and a waiter that came after
+    /// the store finds the turn free.
+    #[cold]
+    fn give_back(&self) {
+        self.delivering.store(false, Ordering::SeqCst);
+        self.woken.notify_waiters();
+    }
+
     fn pop(&self) -> Option<Queued> {
         lock(&self.queue).pop_front()
     }
@@ -438,8 +448,8 @@ impl Drop for Turn {
         if std::thread::panicking() {
             // Dropped by a panic under the delivery (not an observer's: those are
             // caught; a `tracing` subscriber's, say): the turn is given back, and the
-            // next event delivers the rest.
-            self.events.delivering.store(false, Ordering::Release);
+            // next event, or a task waiting for these, delivers the rest.
+            self.events.give_back();
         } else {
             // Delivered in a turn of its own, which a panic under the delivery gives
             // back: this one is already being dropped.
@@ -472,8 +482,11 @@ fn log(t: &Transition) {
 
 #[cfg(all(test, not(tcb_loom)))]
 mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
     use std::sync::atomic::AtomicUsize;
     use std::sync::{Mutex as StdMutex, Weak};
+    use std::task::{Context, Wake, Waker};
     use std::thread;
 
     use super::*;
@@ -687,6 +700,80 @@ mod tests {
         events.deliver();
         let expected: Vec<f64> = (0..=Events::BATCH).map(|n| n as f64).collect();
         assert_eq!(numbers(&seen.lock().unwrap()), expected);
+    }
+
+    /// A waker that polls its future again at once when woken, on the waking thread
+    /// (as a waiter parked on another thread would, while the waking thread goes on);
+    /// a wake while it polls is left to that poll, which looks again before it waits.
+    struct Repoll {
+        future: StdMutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+        done: AtomicBool,
+    }
+
+    impl Wake for Repoll {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            let waker = Waker::from(Arc::clone(self));
+            let Ok(mut future) = self.future.try_lock() else {
+                return;
+            };
+            if let Some(polled) = future.as_mut() {
+                if polled
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_ready()
+                {
+                    *future = None;
+                    self.done.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// A task waits for the events while a handed turn delivers them; the delivery
+    /// panics outside the observers, after the waiter was woken for the lost event and
+    /// found the turn still taken: when the turn is given back the waiter is woken
+    /// again (and delivers the rest itself), instead of waiting for an event that may
+    /// never come.
+    #[test]
+    fn a_waiter_is_woken_when_a_panicking_delivery_gives_the_turn_back() {
+        let events = Arc::new(Events::new("waited".into(), Vec::new()));
+        events.queue(Queued::ModeChanged {
+            from: Mode::Enabled,
+            to: Mode::ObserveOnly,
+            state: State::Closed,
+        });
+        events.queue(recorded(1));
+        let turn = Turn::take(&events).expect("the turn is free");
+        let waiter = Arc::new(Repoll {
+            future: StdMutex::new(Some(Box::pin({
+                let events = Arc::clone(&events);
+                async move { events.delivered().await }
+            }))),
+            done: AtomicBool::new(false),
+        });
+        waiter.wake_by_ref();
+        assert!(
+            !waiter.done.load(Ordering::SeqCst),
+            "the waiter waits for the turn's delivery"
+        );
+        let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                let mut delivery = std::pin::pin!(turn.deliver_later());
+                let _ = delivery
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()));
+            }))
+        });
+        assert!(outcome.is_err(), "the subscriber panicked");
+        assert!(
+            waiter.done.load(Ordering::SeqCst),
+            "the waiter was woken when the turn was given back, and is done"
+        );
+        assert!(events.is_empty());
     }
 
     /// Outside a runtime there is no task to hand the rest to: the caller delivers all.
