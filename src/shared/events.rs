@@ -644,17 +644,18 @@ mod tests {
         fn exit(&self, _: &tracing::span::Id) {}
     }
 
-    /// A caller delivering meets a panic outside the observers (a `tracing` subscriber
-    /// logging a mode change): the panic goes on to the caller, and the turn is given
-    /// back, so the breaker's later events are still delivered.
-    #[test]
-    fn a_panic_under_a_callers_delivery_gives_the_turn_back() {
-        let (events, seen) = flooding(0);
-        events.queue(Queued::ModeChanged {
+    /// A mode change: logged, so a [`PanickingSubscriber`] panics under its delivery.
+    fn mode_changed() -> Queued {
+        Queued::ModeChanged {
             from: Mode::Enabled,
             to: Mode::ObserveOnly,
             state: State::Closed,
-        });
+        }
+    }
+
+    /// A caller delivers `events` under a [`PanickingSubscriber`]: the panic reaches
+    /// it, and the turn is free after.
+    fn deliver_through_a_panic(events: &Arc<Events>) {
         let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
             catch_unwind(AssertUnwindSafe(|| events.deliver()))
         });
@@ -666,6 +667,16 @@ mod tests {
             !events.delivering.load(Ordering::SeqCst),
             "the turn is free"
         );
+    }
+
+    /// A caller delivering meets a panic outside the observers (a `tracing` subscriber
+    /// logging a mode change): the panic goes on to the caller, and the turn is given
+    /// back, so the breaker's later events are still delivered.
+    #[test]
+    fn a_panic_under_a_callers_delivery_gives_the_turn_back() {
+        let (events, seen) = flooding(0);
+        events.queue(mode_changed());
+        deliver_through_a_panic(&events);
         events.queue(recorded(1));
         events.deliver();
         assert_eq!(numbers(&seen.lock().unwrap()), vec![0.0, 1.0]);
@@ -680,22 +691,8 @@ mod tests {
         for n in 1..Events::BATCH {
             events.queue(recorded(n));
         }
-        events.queue(Queued::ModeChanged {
-            from: Mode::Enabled,
-            to: Mode::ObserveOnly,
-            state: State::Closed,
-        });
-        let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
-            catch_unwind(AssertUnwindSafe(|| events.deliver()))
-        });
-        assert!(
-            outcome.is_err(),
-            "the subscriber's panic reaches the caller"
-        );
-        assert!(
-            !events.delivering.load(Ordering::SeqCst),
-            "the turn is free"
-        );
+        events.queue(mode_changed());
+        deliver_through_a_panic(&events);
         events.queue(recorded(Events::BATCH));
         events.deliver();
         let expected: Vec<f64> = (0..=Events::BATCH).map(|n| n as f64).collect();
@@ -741,11 +738,7 @@ mod tests {
     #[test]
     fn a_waiter_is_woken_when_a_panicking_delivery_gives_the_turn_back() {
         let events = Arc::new(Events::new("waited".into(), Vec::new()));
-        events.queue(Queued::ModeChanged {
-            from: Mode::Enabled,
-            to: Mode::ObserveOnly,
-            state: State::Closed,
-        });
+        events.queue(mode_changed());
         events.queue(recorded(1));
         let turn = Turn::take(&events).expect("the turn is free");
         let waiter = Arc::new(Repoll {
