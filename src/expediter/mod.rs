@@ -48,7 +48,9 @@
 //!
 //! A decision counts every failure the tools' breakers recorded before it: it waits
 //! for the breakers' events still being delivered by another task (behind a slow
-//! observer, say), except when it is made from inside an observer.
+//! observer, say), except when it is made from inside an observer. So an observer of a
+//! tool's breaker must not block on what the deciding agent does (a bounded channel
+//! only the agent drains): it would wait on the decision that waits on it.
 //!
 //! ```
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};

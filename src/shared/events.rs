@@ -105,8 +105,10 @@ impl Events {
     /// Queues an event; under the machine's lock, so the queue is in the machine's
     /// order.
     pub(super) fn queue(&self, event: Queued) {
-        lock(&self.queue).push_back(event);
-        self.queued.fetch_add(1, Ordering::AcqRel);
+        // Counted under the queue's lock, so that the count is in the queue's order.
+        let mut queue = lock(&self.queue);
+        queue.push_back(event);
+        self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Waits until every event queued before this call has reached the observers:
@@ -117,17 +119,20 @@ impl Events {
     /// observer's own delivery may be what it would wait for (a deadlock, on one thread
     /// or across two).
     pub(super) async fn delivered(self: &Arc<Self>) {
-        let target = self.queued.load(Ordering::Acquire);
-        if self.delivered.load(Ordering::Acquire) >= target || Reporting::active() {
+        let target = self.queued.load(Ordering::SeqCst);
+        if self.delivered.load(Ordering::SeqCst) >= target || Reporting::active() {
             return;
         }
-        self.waiting.fetch_add(1, Ordering::AcqRel);
+        // Sequentially consistent, as the count of delivered events and its load of
+        // this: either this task sees the event delivered, or the delivery sees it
+        // waiting and wakes it.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(self);
         loop {
             let woken = self.woken.notified();
             let mut woken = std::pin::pin!(woken);
             woken.as_mut().enable();
-            if self.delivered.load(Ordering::Acquire) >= target || Reporting::active() {
+            if self.delivered.load(Ordering::SeqCst) >= target || Reporting::active() {
                 return;
             }
             if !self.delivering.load(Ordering::Acquire) {
@@ -338,8 +343,8 @@ struct Delivered<'a>(&'a Events);
 impl Drop for Delivered<'_> {
     fn drop(&mut self) {
         let events = self.0;
-        events.delivered.fetch_add(1, Ordering::AcqRel);
-        if events.waiting.load(Ordering::Acquire) > 0 {
+        events.delivered.fetch_add(1, Ordering::SeqCst);
+        if events.waiting.load(Ordering::SeqCst) > 0 {
             events.woken.notify_waiters();
         }
     }
