@@ -11,7 +11,7 @@ use crate::layer::CircuitBreakerLayer;
 use crate::machine::{
     Backoff, Config, Cooldown, Machine, Mode, RateWindow, Transition, TripPolicy,
 };
-use crate::shared::{now, Observer, Shared};
+use crate::shared::{now, DeliveryGroup, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.
 ///
@@ -39,6 +39,8 @@ pub struct Builder {
     config: Config,
     kill: Option<KillSwitch>,
     observers: Vec<Watcher>,
+    /// The group of breakers whose events are counted together, if any.
+    group: Option<Arc<DeliveryGroup>>,
 }
 
 impl Builder {
@@ -240,7 +242,15 @@ impl Builder {
             config,
             kill,
             &self.observers,
+            self.group,
         ))))
+    }
+
+    /// Counts the breaker's events in `group` too (an agent's tools: whether all their
+    /// events are delivered is then one look).
+    pub(crate) fn delivery_group(mut self, group: Arc<DeliveryGroup>) -> Self {
+        self.group = Some(group);
+        self
     }
 
     /// The checked settings (the jitter seed left as set), the kill switch and the
@@ -274,14 +284,19 @@ impl Watcher {
 }
 
 /// A closed breaker with these checked settings, obeying `kill`, told of its events by
-/// an observer made from each watcher for it: a builder's layer, and each key's breaker
-/// in a keyed registry, are made so.
-pub(crate) fn breaker(config: Config, kill: KillSwitch, watchers: &[Watcher]) -> Shared {
+/// an observer made from each watcher for it, and counted in `group` if one is given: a
+/// builder's layer, and each key's breaker in a keyed registry, are made so.
+pub(crate) fn breaker(
+    config: Config,
+    kill: KillSwitch,
+    watchers: &[Watcher],
+    group: Option<Arc<DeliveryGroup>>,
+) -> Shared {
     let observers = watchers
         .iter()
         .map(|watcher| watcher.for_breaker(&config))
         .collect();
-    Shared::new(Machine::new(config, now()), kill, observers)
+    Shared::new(Machine::new(config, now()), kill, observers, group)
 }
 
 /// Checks every value of `config`; the first bad one is the error. The builder's check,

@@ -722,7 +722,7 @@ impl<K> Template<K> {
             }
             None => RandomState::new().hash_one(&*config.name),
         });
-        builder::breaker(config, self.kill.clone(), &self.observers)
+        builder::breaker(config, self.kill.clone(), &self.observers, None)
     }
 }
 

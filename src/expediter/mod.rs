@@ -141,6 +141,7 @@ use crate::error::BoxError;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::{Advice, NextProbe, Reason};
+use crate::shared::DeliveryGroup;
 
 /// How many times a report or an offer takes the breakers' snapshots again when the
 /// ledger has seen a newer transition than a snapshot shows.
@@ -151,6 +152,9 @@ struct Inner {
     registry: RwLock<Arc<Registry>>,
     ledger: Mutex<Ledger>,
     events: Sender<ToolEvent>,
+    /// Every tool's breaker's events, counted together: whether the ledger can have
+    /// heard of every outcome recorded so far.
+    delivery: Arc<DeliveryGroup>,
     kill: KillSwitch,
     breaker: Builder,
     categorizer: Categorizer,
@@ -193,6 +197,7 @@ impl Expediter {
             settings.user_available,
         );
         let mut registry = Registry::default();
+        let delivery = Arc::new(DeliveryGroup::default());
         for spec in builder.tools {
             let tool = Tool::build(
                 spec,
@@ -200,6 +205,7 @@ impl Expediter {
                 &builder.kill,
                 &builder.categorizer,
                 tx.clone(),
+                &delivery,
             )?;
             ledger.add_tool(tool.spec.name.clone());
             registry = registry.with(tool);
@@ -209,6 +215,7 @@ impl Expediter {
                 registry: RwLock::new(Arc::new(registry)),
                 ledger: Mutex::new(ledger),
                 events: tx,
+                delivery,
                 kill: builder.kill,
                 breaker: builder.breaker,
                 categorizer: builder.categorizer,
@@ -235,6 +242,7 @@ impl Expediter {
             &self.inner.kill,
             &self.inner.categorizer,
             self.inner.events.clone(),
+            &self.inner.delivery,
         )?;
         let mut registry = self
             .inner
@@ -604,9 +612,12 @@ impl Expediter {
             .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
         let availability = self.availability(tool).await;
         // Every failure a breaker recorded before this decision counts in it, even one
-        // whose event another task is still delivering.
-        for each in registry.tools() {
-            each.handle.events_delivered().await;
+        // whose event another task is still delivering (rare: then each tool's breaker
+        // is waited for).
+        if !self.inner.delivery.settled() {
+            for each in registry.tools() {
+                each.handle.events_delivered().await;
+            }
         }
         let (step, gate) = {
             let mut ledger = self.lock();

@@ -9,6 +9,7 @@ use crate::fallback::NoFallback;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
+use crate::shared::DeliveryGroup;
 
 use super::blame::ToolClassifier;
 use super::capability::ToolSpec;
@@ -30,13 +31,15 @@ pub(crate) struct Tool {
 
 impl Tool {
     /// Builds a tool's breaker: its own settings or the default, the shared kill
-    /// switch, and the observer that forwards what it does to the ledger.
+    /// switch, the observer that forwards what it does to the ledger, and the delivery
+    /// group of all the tools' breakers.
     pub(crate) fn build(
         spec: ToolSpec,
         default: &Builder,
         kill: &KillSwitch,
         categorizer: &Categorizer,
         events: Sender<ToolEvent>,
+        delivery: &Arc<DeliveryGroup>,
     ) -> Result<Tool, ExpediterError> {
         let name = spec.name.clone();
         let layer = spec
@@ -46,6 +49,7 @@ impl Tool {
             .name(name.clone())
             .kill_switch(kill.clone())
             .on_event(observer(name, categorizer.clone(), events))
+            .delivery_group(delivery.clone())
             .build()
             .map_err(|source| ExpediterError::Breaker {
                 tool: spec.name.to_string(),

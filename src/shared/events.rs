@@ -72,10 +72,35 @@ pub(super) struct Events {
     /// Tasks in [`Events::delivered`], woken as events are delivered.
     waiting: AtomicU64,
     woken: Notify,
+    /// The group of breakers it is counted in too, if any.
+    group: Option<Arc<DeliveryGroup>>,
+}
+
+/// The events of a group of breakers (an agent's tools), counted as they are queued
+/// and delivered: whether they are all delivered is one look at two counters, however
+/// many breakers the group has.
+#[derive(Debug, Default)]
+pub(crate) struct DeliveryGroup {
+    queued: AtomicU64,
+    delivered: AtomicU64,
+}
+
+impl DeliveryGroup {
+    /// Whether every event the group's breakers queued before this call has been
+    /// delivered. (Delivered is read first: a later event queued and delivered between
+    /// the two reads cannot make up for an earlier one still undelivered.)
+    pub(crate) fn settled(&self) -> bool {
+        let delivered = self.delivered.load(Ordering::SeqCst);
+        delivered >= self.queued.load(Ordering::SeqCst)
+    }
 }
 
 impl Events {
-    pub(super) fn new(name: Arc<str>, observers: Vec<Observer>) -> Self {
+    pub(super) fn new(
+        name: Arc<str>,
+        observers: Vec<Observer>,
+        group: Option<Arc<DeliveryGroup>>,
+    ) -> Self {
         Events {
             name,
             observers: observers.into_boxed_slice(),
@@ -87,6 +112,7 @@ impl Events {
             delivered: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             woken: Notify::new(),
+            group,
         }
     }
 
@@ -109,6 +135,9 @@ impl Events {
         let mut queue = lock(&self.queue);
         queue.push_back(event);
         self.queued.fetch_add(1, Ordering::SeqCst);
+        if let Some(group) = &self.group {
+            group.queued.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Waits until every event queued before this call has reached the observers:
@@ -343,6 +372,9 @@ struct Delivered<'a>(&'a Events);
 impl Drop for Delivered<'_> {
     fn drop(&mut self) {
         let events = self.0;
+        if let Some(group) = &events.group {
+            group.delivered.fetch_add(1, Ordering::SeqCst);
+        }
         events.delivered.fetch_add(1, Ordering::SeqCst);
         if events.waiting.load(Ordering::SeqCst) > 0 {
             events.woken.notify_waiters();
@@ -530,7 +562,7 @@ mod tests {
                 }
             })
         };
-        let events = Arc::new(Events::new("flood".into(), vec![observer]));
+        let events = Arc::new(Events::new("flood".into(), vec![observer], None));
         this.set(Arc::downgrade(&events)).unwrap();
         events.queue(recorded(0));
         (events, seen)
@@ -742,7 +774,7 @@ mod tests {
     /// never come.
     #[test]
     fn a_waiter_is_woken_when_a_panicking_delivery_gives_the_turn_back() {
-        let events = Arc::new(Events::new("waited".into(), Vec::new()));
+        let events = Arc::new(Events::new("waited".into(), Vec::new(), None));
         events.queue(mode_changed());
         events.queue(recorded(1));
         let turn = Turn::take(&events).expect("the turn is free");
@@ -784,7 +816,7 @@ mod tests {
                 delivered.fetch_add(1, Ordering::SeqCst);
             })
         };
-        let events = Arc::new(Events::new("plain".into(), vec![observer]));
+        let events = Arc::new(Events::new("plain".into(), vec![observer], None));
         for n in 0..(3 * Events::BATCH) {
             events.queue(recorded(n));
         }

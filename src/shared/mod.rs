@@ -29,7 +29,7 @@ mod permit;
 mod published;
 mod tally;
 
-pub(crate) use self::events::Observer;
+pub(crate) use self::events::{DeliveryGroup, Observer};
 use self::events::{Events, Queued};
 pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
@@ -104,12 +104,19 @@ impl Clock for Arrival<'_> {
 }
 
 impl Shared {
-    pub(crate) fn new(machine: Machine, kill: KillSwitch, observers: Vec<Observer>) -> Self {
+    /// A breaker of `machine`, obeying `kill`, telling `observers`; its events are
+    /// counted in `group` too, if it is in one.
+    pub(crate) fn new(
+        machine: Machine,
+        kill: KillSwitch,
+        observers: Vec<Observer>,
+        group: Option<Arc<DeliveryGroup>>,
+    ) -> Self {
         let name = machine.config().name.clone();
         Shared {
             tally: Tally::default(),
             published: Apart(Published::new(&machine.door())),
-            events: Arc::new(Events::new(name.clone(), observers)),
+            events: Arc::new(Events::new(name.clone(), observers, group)),
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
