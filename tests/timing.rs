@@ -1072,3 +1072,43 @@ async fn a_clock_moved_on_by_centuries_still_decides_every_call() {
     expect_service(&mut svc, 200).await;
     assert_eq!(handle.state(), State::Closed);
 }
+
+/// The change to half-open is made by the call that becomes its probe: as of the
+/// transition, that probe holds its slot, so with one slot the next probe is in flight,
+/// and with two the next call may be the second.
+#[tokio::test(start_paused = true)]
+async fn the_change_to_half_open_tells_the_next_probe_after_the_probe_that_made_it() {
+    for (probes, told) in [
+        (1, NextProbe::InFlight),
+        (2, NextProbe::After { calls: 1, at: None }),
+    ] {
+        let (mut svc, handle) = breaker(
+            Builder::new()
+                .failure_threshold(1)
+                .cooldown(Cooldown::Time(secs(10)))
+                .half_open_probes(probes),
+        );
+        expect_service(&mut svc, 500).await;
+        let mut events = handle.subscribe();
+        advance(secs(10)).await;
+        let release = Arc::new(Notify::new());
+        let probe = send(&mut svc, Req::Wait(release.clone()));
+        let mut probe = std::pin::pin!(probe);
+        assert!(
+            futures::poll!(probe.as_mut()).is_pending(),
+            "the probe hangs"
+        );
+        let seen = transitions(&mut events);
+        assert_eq!(
+            steps(&seen),
+            [(State::Open, State::HalfOpen, Cause::CooldownElapsed)]
+        );
+        assert_eq!(seen[0].next_probe, told, "{probes} slot(s)");
+        assert_eq!(handle.snapshot().next_probe, told, "as the snapshot says");
+        release.notify_one();
+        assert_eq!(
+            probe.await.expect("the probe answers").source(),
+            Source::Probe
+        );
+    }
+}

@@ -239,6 +239,11 @@ impl Machine {
             if let Phase::HalfOpen { running, .. } = &mut self.phase {
                 *running += 1;
             }
+            // A change to half-open made by this call: as of it, this probe holds its
+            // slot.
+            if let Some(started) = transition.as_mut().filter(|t| t.to == State::HalfOpen) {
+                started.next_probe = self.next_probe(clock.fixed());
+            }
         }
         (verdict, transition)
     }
