@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::time::advance;
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::config::RateWindow;
+use tower_circuit_breaker::config::{RateWindow, TripPolicy};
 use tower_circuit_breaker::error::{BoxError, Rejected};
 use tower_circuit_breaker::{
     Advice, Answer, Backoff, Builder, Cause, CircuitBreakerHandle, Cooldown, Event, Failure,
@@ -2491,5 +2491,612 @@ async fn a_long_cooldown_in_time_is_waited_to_the_nanosecond() {
             Ok(Source::Probe),
             "{cooldown:?}"
         );
+    }
+}
+
+// =================================================================================
+// Third pass: windows read outcome by outcome, first looks, acts of a person seen by
+// callers and observers, modes and listeners
+// =================================================================================
+
+/// The failure-rate window as `(failures, calls)`.
+fn window(handle: &CircuitBreakerHandle) -> (u64, u64) {
+    let counts = handle.snapshot().window;
+    (counts.failures, counts.calls)
+}
+
+/// A failure-rate breaker that never trips (a rate of 100 % over at least a thousand
+/// calls), to read its window.
+fn window_rig(window: RateWindow) -> (impl Svc, CircuitBreakerHandle, Arc<AtomicUsize>) {
+    let minimum = match window {
+        RateWindow::Calls(n) => n,
+        RateWindow::Time(_) => 1_000,
+    };
+    rig(Builder::new().failure_rate(1.0, window, minimum))
+}
+
+// gobreaker TestRollingWindowCircuitBreaker (Interval 30 s in buckets of 3 s, 60 % of at
+// least 3, MaxRequests 3, Timeout 90 s): the window holds ten buckets; excluded errors
+// count in none; at 30 s the first bucket leaves the window, and the failure that brings
+// the share to 14 of 23 trips it; after the timeout three successful probes close it,
+// and the closed window starts empty.
+#[tokio::test(start_paused = true)]
+async fn a_window_of_ten_buckets_drops_its_oldest_bucket_and_trips_at_the_ratio() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.6, RateWindow::Time(secs(30)), 3)
+        .cooldown(Cooldown::Time(secs(90)))
+        .half_open_probes(3));
+    for _ in 0..5 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        fail_n(&mut svc, 1).await;
+        assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    }
+    assert_eq!((handle.state(), window(&handle)), (State::Closed, (5, 10)));
+    advance(secs(3)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(window(&handle), (5, 11));
+    advance(secs(2)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(window(&handle), (5, 12));
+    advance(secs(2)).await;
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(window(&handle), (5, 13));
+    advance(secs(2)).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(window(&handle), (6, 14));
+    for i in 0..6 {
+        advance(secs(3)).await;
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        fail_n(&mut svc, 1).await;
+        assert_eq!(window(&handle), (7 + i, 16 + 2 * i));
+    }
+    // t = 30 s: the bucket of t = 0 (five failures, five successes) is gone.
+    advance(secs(3)).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(window(&handle), (8, 17));
+    for i in 0..5 {
+        fail_n(&mut svc, 1).await;
+        assert_eq!(window(&handle), (9 + i, 18 + i));
+    }
+    assert_eq!(handle.state(), State::Closed, "13 of 22 is below 60 %");
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "14 of 23 is above 60 %");
+    assert_eq!(handle.snapshot().cause, Some(Cause::Tripped));
+
+    advance(secs(90)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::HalfOpen);
+    // gobreaker turns a fourth request away while the third runs (MaxRequests counts
+    // the requests of a half-open); ours admits three probes at a time, so a fourth
+    // would be turned away only with three in flight.
+    let (third, tx) = start_waiting(&mut svc).await;
+    assert_eq!(handle.snapshot().probes_in_flight, 1);
+    tx.send(true).unwrap();
+    assert_eq!(third.await.unwrap().source(), Source::Probe);
+    assert_eq!((handle.state(), window(&handle)), (State::Closed, (0, 0)));
+}
+
+// resilience4j SlidingTimeWindowMetricsTest testSlidingTimeWindowMetrics (a window of
+// 5 s): outcomes a fraction of a second apart all count; as the window slides, the
+// oldest leave it, a second at a time; after a long pause only the newest counts.
+#[tokio::test(start_paused = true)]
+async fn a_time_window_slides_and_counts_only_its_last_duration() {
+    let (mut svc, handle, _) = window_rig(RateWindow::Time(secs(5)));
+    let ms = Duration::from_millis;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(window(&handle), (1, 1));
+    let steps = [
+        (ms(100), Req::Ok, (1, 2)),
+        (ms(100), Req::Ok, (1, 3)),
+        (secs(1), Req::Ok, (1, 4)),
+        (secs(1), Req::Ok, (1, 5)),
+        (secs(1), Req::Fail, (2, 6)),
+        (secs(1), Req::Ok, (2, 7)),
+        // t = 5.2 s: the three outcomes of the first fifth of a second are gone.
+        (secs(1), Req::Ok, (1, 5)),
+        (secs(1), Req::Ok, (1, 5)),
+        (secs(5), Req::Ok, (0, 1)),
+    ];
+    for (pause, req, expected) in steps {
+        advance(pause).await;
+        let _ = got(&mut svc, req).await;
+        assert_eq!(window(&handle), expected, "at {pause:?} more");
+    }
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j SlidingTimeWindowMetricsTest shouldClearSlidingTimeWindowMetrics: the
+// window empties as time passes with no call at all (read from a snapshot), and the
+// next outcome starts it again.
+#[tokio::test(start_paused = true)]
+async fn a_time_window_empties_with_time_alone() {
+    let (mut svc, handle, _) = window_rig(RateWindow::Time(secs(5)));
+    let ms = Duration::from_millis;
+    fail_n(&mut svc, 1).await;
+    advance(ms(100)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(ms(700)).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(window(&handle), (2, 3));
+    advance(secs(4)).await; // t = 4.8 s
+    assert_eq!(window(&handle), (2, 3));
+    advance(secs(1)).await; // t = 5.8 s
+    assert_eq!(window(&handle), (0, 0));
+    advance(ms(100)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(window(&handle), (0, 1));
+    advance(secs(5)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(window(&handle), (0, 1));
+}
+
+// resilience4j FixedSizeSlidingWindowMetricsTest testSlidingWindowMetrics (a window of 4
+// calls): the rate after each outcome (100, 50, 33.3, 25 in resilience4j; ours reads -1
+// until the window holds its minimum), and a fifth outcome pushes out the first.
+#[tokio::test(start_paused = true)]
+async fn a_count_window_reads_the_rate_after_each_outcome_and_pushes_out_the_oldest() {
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let sink = rates.clone();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(1.0, RateWindow::Calls(4), 2)
+        .on_event(move |event| {
+            if let Event::Recorded { failure_rate, .. } = event {
+                sink.lock().unwrap().push(failure_rate.unwrap());
+            }
+        }));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(window(&handle), (1, 1));
+    for expected in [(1, 2), (1, 3), (1, 4), (0, 4)] {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        assert_eq!(window(&handle), expected);
+    }
+    assert_eq!(
+        *rates.lock().unwrap(),
+        vec![-1.0, 50.0, 100.0 / 3.0, 25.0, 0.0]
+    );
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly RollingHealthMetricsTests GetHealthInfo_EnsureWindowRespected (10 s in 10
+// windows): two outcomes every 2 s, the first two rounds with a failure; the throughput
+// and failures read 2/1, 4/2, 6/2, 8/2, then 8/1 and 6/0 as the oldest rounds leave.
+#[tokio::test(start_paused = true)]
+async fn a_rolling_window_reports_throughput_and_failures_as_rounds_leave_it() {
+    let (mut svc, handle, _) = window_rig(RateWindow::Time(secs(10)));
+    let mut health = Vec::new();
+    for i in 0..5 {
+        let first = if i < 2 { Req::Fail } else { Req::Ok };
+        let _ = got(&mut svc, first).await;
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        advance(secs(2)).await;
+        health.push(window(&handle));
+    }
+    advance(secs(2)).await;
+    health.push(window(&handle));
+    assert_eq!(health, vec![(1, 2), (2, 4), (2, 6), (2, 8), (1, 8), (0, 6)]);
+}
+
+// Polly RollingHealthMetricsTests GetHealthInfo_EnsureWindowCapacityRespected and
+// GetHealthInfo_SamplingDurationRespected (and SingleHealthMetricsTests
+// SamplingDurationRespected_Ok): one success a second for ten seconds leaves nine in the
+// window, then eight; outcomes exactly one window old are gone.
+#[tokio::test(start_paused = true)]
+async fn outcomes_exactly_one_window_old_are_forgotten() {
+    let (mut svc, handle, _) = window_rig(RateWindow::Time(secs(10)));
+    for _ in 0..10 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+        advance(secs(1)).await;
+    }
+    assert_eq!(window(&handle), (0, 9));
+    advance(secs(1)).await;
+    assert_eq!(window(&handle), (0, 8));
+
+    let (mut svc, handle, _) = window_rig(RateWindow::Time(secs(10)));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(secs(10) - NS).await;
+    assert_eq!(window(&handle), (0, 2));
+    advance(NS).await;
+    assert_eq!(window(&handle), (0, 0));
+}
+
+// failsafe-go TestClosedStateFailureWithFailureRatio (2 of 3): failure, success, failure
+// opens it: a share of exactly two thirds reaches a rate of two thirds.
+#[tokio::test(start_paused = true)]
+async fn two_failures_in_three_reach_a_rate_of_two_thirds() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(2.0 / 3.0, RateWindow::Calls(3), 3));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// failsafe-go TestClosedStateSuccessWithFailureRatio (3 of 4) and
+// TestClosedStateSuccessWithFailureThreshold (2): alternating successes and failures
+// never reach three failures in four, nor two in a row.
+#[tokio::test(start_paused = true)]
+async fn alternating_outcomes_never_reach_a_rate_of_three_in_four_or_two_in_a_row() {
+    for builder in [
+        Builder::new().failure_rate(0.75, RateWindow::Calls(4), 4),
+        Builder::new().failure_threshold(2),
+    ] {
+        let (mut svc, handle, _) = rig(builder);
+        for _ in 0..20 {
+            assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+            fail_n(&mut svc, 1).await;
+            assert_eq!(handle.state(), State::Closed);
+        }
+        assert_eq!(handle.snapshot().counts.failures, 20);
+    }
+}
+
+// failsafe-go TestGetSuccessAndFailureStats (failure ratio 5 of 10): seven alternating
+// outcomes leave 3 failures of 7 in the window; fifteen more, one failure in four, leave
+// 2 failures of the last 10.
+#[tokio::test(start_paused = true)]
+async fn a_count_window_keeps_the_failures_of_its_last_calls() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Calls(10), 10));
+    for i in 0..7 {
+        let _ = got(&mut svc, if i % 2 == 0 { Req::Ok } else { Req::Fail }).await;
+    }
+    assert_eq!(window(&handle), (3, 7));
+    for i in 0..15 {
+        let _ = got(&mut svc, if i % 4 == 0 { Req::Fail } else { Req::Ok }).await;
+    }
+    assert_eq!(window(&handle), (2, 10));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// failsafe-go TestRemainingDelay, TestNoRemainingDelay and
+// TestRemainingDelayInHalfOpenState: the wait left counts down while open and is zero
+// once the cooldown is over; in half-open with a free slot it is zero. failsafe-go says 0
+// for a closed breaker; ours says there is no wait to tell (`None`), and with every
+// probe slot taken, that the probes decide (`None` too).
+#[tokio::test(start_paused = true)]
+async fn the_wait_left_counts_down_while_open_and_is_zero_once_a_probe_may_go() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(1)))
+        .half_open_probes(2));
+    assert_eq!(handle.snapshot().retry_after(), None);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(1)));
+    advance(Duration::from_millis(110)).await;
+    assert_eq!(
+        handle.snapshot().retry_after(),
+        Some(Duration::from_millis(890))
+    );
+    advance(secs(5)).await;
+    assert_eq!(handle.snapshot().retry_after(), Some(Duration::ZERO));
+    let (first, _tx_first) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(handle.snapshot().retry_after(), Some(Duration::ZERO));
+    let (second, _tx_second) = start_waiting(&mut svc).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.next_probe, snapshot.retry_after()),
+        (NextProbe::InFlight, None)
+    );
+    drop((first, second));
+}
+
+// gobreaker TestNewCircuitBreaker (the defaults), Polly Should_initialise_to_closed_state,
+// Should_initialise_LastException_to_null_on_creation and CircuitStateControllerTests
+// Ctor_EnsureDefaults: a new breaker is closed, has recorded nothing and says no probe is
+// needed; with the defaults, three failures in a row open it for thirty seconds.
+#[tokio::test(start_paused = true)]
+async fn a_new_breaker_is_closed_with_nothing_recorded_and_opens_on_the_defaults() {
+    let config = Builder::new().build_config().unwrap();
+    assert_eq!(config.trip_policy(), TripPolicy::ConsecutiveFailures(3));
+    assert_eq!(config.cooldown(), Cooldown::Time(secs(30)));
+    assert_eq!(config.half_open_probes(), 1);
+    assert_eq!(config.max_half_open_dwell(), Some(secs(60)));
+    assert_eq!(config.mode(), Mode::Enabled);
+
+    let (mut svc, handle, _) = rig(Builder::new());
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (
+            snapshot.state,
+            snapshot.cause,
+            snapshot.mode,
+            snapshot.killed
+        ),
+        (State::Closed, None, Mode::Enabled, false)
+    );
+    assert_eq!(snapshot.last_failure, None);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.next_probe, NextProbe::NotNeeded);
+    assert_eq!((snapshot.generation, snapshot.counts.arrived), (0, 0));
+    fail_n(&mut svc, 2).await;
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().retry_after(), Some(secs(30)));
+}
+
+// Polly CircuitStateControllerTests IsolateAsync_Ok and BreakAsync_Ok, and
+// CircuitBreakerSpecs Should_call_onbreak_when_breaking_circuit_manually and
+// Should_call_onreset_when_manually_resetting_circuit: isolating opens the breaker with
+// no end (Polly's BreakDuration is MaxValue; ours says only a person ends it) and its
+// rejections carry no retry-after; closing it by hand is one transition, and the next
+// call is made.
+#[tokio::test(start_paused = true)]
+async fn isolating_tells_no_retry_after_and_closing_by_hand_lets_calls_through() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, calls) = rig_rejecting(Builder::new().on_event(observer));
+    let mut transitions = handle.subscribe();
+    advance(secs(1)).await;
+    handle.force_open();
+    let opened = transitions.try_recv().unwrap();
+    assert_eq!(
+        (opened.from, opened.to, opened.cause, opened.next_probe),
+        (
+            State::Closed,
+            State::ForcedOpen,
+            Cause::ForcedOpen,
+            NextProbe::Manual
+        )
+    );
+    let error = call(&mut svc, Req::Ok).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+    assert_eq!(rejected.reason(), Reason::ForcedOpen);
+    assert_eq!(rejected.retry_after_from(now()), None);
+    assert_eq!(rejected.calls_until_probe(), None);
+    handle.reset();
+    let closed = transitions.try_recv().unwrap();
+    assert_eq!(
+        (closed.from, closed.to, closed.cause),
+        (State::ForcedOpen, State::Closed, Cause::Reset)
+    );
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        taken(&lines),
+        vec![
+            "transition closed->forced_open forced_open",
+            "skipped forced_open",
+            "transition forced_open->closed reset",
+            "recorded success",
+        ]
+    );
+}
+
+// Polly CircuitStateControllerTests OnActionSuccess_EnsureCorrectBehavior (Isolated
+// stays Isolated) and OnActionFailureAsync_EnsureCorrectBehavior (Isolated stays
+// Isolated): calls in flight when a person isolates the breaker end as they end, reach
+// their callers, and change nothing: they are late.
+#[tokio::test(start_paused = true)]
+async fn calls_that_end_after_an_isolation_leave_it_isolated() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_threshold(1));
+    let (ok, tx_ok) = start_waiting(&mut svc).await;
+    let (bad, tx_bad) = start_waiting(&mut svc).await;
+    handle.force_open();
+    tx_ok.send(true).unwrap();
+    assert_eq!(ok.await.unwrap().source(), Source::Service);
+    tx_bad.send(false).unwrap();
+    assert_eq!(bad.await.unwrap_err().to_string(), FAILED);
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::ForcedOpen);
+    assert_eq!(snapshot.consecutive_failures, 0);
+    assert_eq!(snapshot.counts.late, 2);
+    assert_eq!(snapshot.next_probe, NextProbe::Manual);
+}
+
+// Polly CircuitStateControllerTests Flow_Closed_HalfOpen_Open_HalfOpen_Closed: a failed
+// trial re-opens; a call turned away a millisecond later is told the break duration less
+// that millisecond; well after it, the next call is a trial, and its success closes.
+#[tokio::test(start_paused = true)]
+async fn a_rejection_after_a_failed_trial_says_how_much_of_the_break_is_left() {
+    let (mut svc, handle, _) = rig_rejecting(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(5))),
+    );
+    fail_n(&mut svc, 1).await;
+    advance(secs(5)).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    advance(Duration::from_millis(1)).await;
+    let error = call(&mut svc, Req::Ok).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+    assert_eq!(
+        (rejected.reason(), rejected.state()),
+        (Reason::Open, State::Open)
+    );
+    assert_eq!(
+        rejected.retry_after_from(now()),
+        Some(secs(5) - Duration::from_millis(1))
+    );
+    advance(secs(10)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly CircuitStateControllerTests OnActionPreExecute_HalfOpen: a second call while the
+// trial runs is turned away, the breaker still half-open. Polly's rejection carries a
+// retry-after of one break duration; ours says the trial decides (no time is known).
+#[tokio::test(start_paused = true)]
+async fn a_call_turned_away_during_the_trial_is_told_the_trial_decides() {
+    let (mut svc, handle, _) = rig_rejecting(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(5))),
+    );
+    fail_n(&mut svc, 1).await;
+    advance(secs(5)).await;
+    let (trial, _tx) = start_waiting(&mut svc).await;
+    let error = call(&mut svc, Req::Ok).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+    assert_eq!(
+        (rejected.reason(), rejected.state(), rejected.next_probe()),
+        (Reason::HalfOpenFull, State::HalfOpen, NextProbe::InFlight)
+    );
+    assert_eq!(rejected.retry_after_from(now()), None);
+    assert_eq!(handle.state(), State::HalfOpen);
+    drop(trial);
+}
+
+// Polly Should_call_onhalfopen_when_automatically_transitioning_to_halfopen_due_to_state_read:
+// in Polly, reading the state after the break duration shows half-open. Ours never turns
+// half-open by time alone (the SPEC): reading shows open with the next call as the
+// probe, nothing is published, and the change to half-open comes with that call.
+#[tokio::test(start_paused = true)]
+async fn reading_the_state_after_the_cooldown_changes_nothing_until_the_next_call() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(30))));
+    let mut transitions = handle.subscribe();
+    fail_n(&mut svc, 1).await;
+    assert_eq!(drain(&mut transitions).len(), 1);
+    advance(secs(30)).await;
+    assert_eq!(handle.state(), State::Open);
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    // The wait is over: the next call is the probe, with no time left to wait.
+    assert_eq!(snapshot.next_probe, NextProbe::After { calls: 1, at: None });
+    assert_eq!(snapshot.retry_after(), Some(Duration::ZERO));
+    assert_eq!(handle.peek(), Advice::Probe);
+    assert_eq!(drain(&mut transitions), vec![]);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(
+        drain(&mut transitions),
+        vec![
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
+        ]
+    );
+}
+
+// resilience4j shouldPublishEachEventOnceInMetricOnlyState: in metrics-only, the breaker
+// tells of exceeding its rate once, however many failures follow. Ours (observe-only
+// moves through the states): one transition to open; the failures after it are shadow
+// calls, made and not reported as recorded outcomes.
+#[tokio::test(start_paused = true)]
+async fn observe_only_publishes_its_opening_once_however_many_failures_follow() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, calls) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Calls(5), 5)
+        .mode(Mode::ObserveOnly)
+        .on_event(observer));
+    fail_n(&mut svc, 10).await;
+    let lines = taken(&lines);
+    let transitions: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("transition"))
+        .collect();
+    assert_eq!(transitions, vec!["transition closed->open tripped"]);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("recorded")).count(),
+        5
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 10);
+    assert_eq!(handle.snapshot().counts.would_have_skipped, 5);
+}
+
+// resilience4j CircuitBreakerEventPublisherTest shouldNotProduceEventsInDisabledState: a
+// disabled breaker publishes nothing for its calls, failures, successes or errors: only
+// its change of mode is heard; and it stays closed.
+#[tokio::test(start_paused = true)]
+async fn a_disabled_breaker_reports_nothing_but_its_change_of_mode() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, calls) = rig(Builder::new().failure_threshold(1).on_event(observer));
+    handle.set_mode(Mode::Disabled);
+    fail_n(&mut svc, 2).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(taken(&lines), vec!["mode enabled->disabled"]);
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+// resilience4j CircuitBreakerEventPublisherTest shouldConsumeIgnoredErrorEvent,
+// shouldConsumeOnSuccessEvent, shouldConsumeOnErrorEvent and
+// shouldConsumeCallNotPermittedEvent: each outcome is reported as what it was, and a
+// call turned away as not permitted.
+#[tokio::test(start_paused = true)]
+async fn each_outcome_is_reported_as_what_it_was() {
+    let (lines, observer) = recorder();
+    let (mut svc, _, _) = rig(Builder::new().failure_threshold(2).on_event(observer));
+    assert_eq!(got(&mut svc, Req::Ignore).await, Err("bad request".into()));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 2).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert_eq!(
+        taken(&lines),
+        vec![
+            "recorded ignored",
+            "recorded success",
+            "recorded failure",
+            "recorded failure",
+            "transition closed->open tripped",
+            "skipped open",
+        ]
+    );
+}
+
+// Hystrix testUnsubscriptionDoesNotLeaveCircuitStuckHalfOpen: a trial started after the
+// sleep window and then given up (unsubscribed) does not leave the breaker stuck
+// half-open: ten sleep windows later a successful call closes it.
+#[tokio::test(start_paused = true)]
+async fn a_trial_given_up_unfinished_does_not_leave_the_breaker_stuck_half_open() {
+    let sleep_window = Duration::from_millis(200);
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(4)
+        .cooldown(Cooldown::Time(sleep_window)));
+    fail_n(&mut svc, 4).await;
+    assert_eq!(handle.state(), State::Open);
+    advance(sleep_window + Duration::from_millis(50)).await;
+    let trial = start(&mut svc, Req::Slow(secs(5))).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    drop(trial);
+    advance(sleep_window * 10).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.counts.cancelled, 1);
+}
+
+// resilience4j allCircuitBreakerStatesAllowTransitionToMetricsOnlyMode and
+// allCircuitBreakerStatesAllowTransitionToItsOwnState: every state may switch to
+// metrics-only, and to what it already is. Ours: from every state the mode changes to
+// observe-only and the state is kept; setting the same mode again is no event.
+#[tokio::test(start_paused = true)]
+async fn every_state_can_switch_to_observe_only_and_keeps_its_state() {
+    for state in [
+        State::Closed,
+        State::Open,
+        State::HalfOpen,
+        State::ForcedOpen,
+    ] {
+        let (lines, observer) = recorder();
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(1))
+            .on_event(observer));
+        let mut trial = None;
+        match state {
+            State::Closed => {}
+            State::Open => fail_n(&mut svc, 1).await,
+            State::HalfOpen => {
+                fail_n(&mut svc, 1).await;
+                trial = Some(start_waiting(&mut svc).await);
+            }
+            State::ForcedOpen => handle.force_open(),
+        }
+        assert_eq!(handle.state(), state);
+        taken(&lines);
+        handle.set_mode(Mode::ObserveOnly);
+        handle.set_mode(Mode::ObserveOnly);
+        assert_eq!(handle.state(), state, "{state}");
+        assert_eq!(handle.mode(), Mode::ObserveOnly);
+        assert_eq!(taken(&lines), vec!["mode enabled->observe_only"], "{state}");
+        assert_eq!(handle.snapshot().probes_in_flight, 0, "{state}");
+        drop(trial);
     }
 }
