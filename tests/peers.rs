@@ -61,6 +61,8 @@ enum Req {
     Slow(Duration),
     /// Sleeps this long, then fails.
     SlowFail(Duration),
+    /// Sleeps this long, then fails with an error the classifier ignores.
+    SlowIgnore(Duration),
     /// Ends when told: `true` succeeds, `false` fails.
     Wait(oneshot::Receiver<bool>),
     /// Panics inside the call's future.
@@ -95,6 +97,10 @@ impl Service<Req> for Backend {
                 Req::SlowFail(took) => {
                     tokio::time::sleep(took).await;
                     Err(io::Error::other(FAILED))
+                }
+                Req::SlowIgnore(took) => {
+                    tokio::time::sleep(took).await;
+                    Err(io::Error::new(io::ErrorKind::InvalidInput, "bad request"))
                 }
                 Req::Wait(rx) => match rx.await {
                     Ok(true) => Ok("ok"),
@@ -3099,4 +3105,168 @@ async fn every_state_can_switch_to_observe_only_and_keeps_its_state() {
         assert_eq!(handle.snapshot().probes_in_flight, 0, "{state}");
         drop(trial);
     }
+}
+
+// Polly CircuitBreakerManualControlTests Ctor_Isolated and
+// IsolateAsync_NotInitialized_Ok: a manual control isolated before the breaker exists
+// isolates the breaker from its first call; closing it lets calls through. Ours: a
+// breaker built on a kill switch already killed skips its very first call, and reviving
+// the switch lets the next one through.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_built_on_a_killed_switch_skips_its_first_call() {
+    let kill = KillSwitch::new();
+    kill.kill();
+    let (mut svc, handle, calls) = rig(Builder::new().kill_switch(kill.clone()));
+    assert!(handle.snapshot().killed);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Killed));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    kill.revive();
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j CircuitBreakerResultHandlingTest
+// shouldRecordSpecificStringResultAsAFailureAndAnyOtherAsSuccess (recordResult), gobreaker
+// IsSuccessful and failsafe-go HandleResult(false): a response the classifier calls a
+// failure counts as one and trips the breaker, though the service answered; other
+// responses are successes.
+#[tokio::test(start_paused = true)]
+async fn a_response_the_classifier_calls_a_failure_trips_the_breaker() {
+    let layer = Builder::new().failure_threshold(2).build().unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok("busy") => Outcome::Failure(Failure::new("the service said it was busy")),
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::failure(),
+        })
+        .layer(service_fn(|reply: &'static str| async move {
+            Ok::<_, io::Error>(reply)
+        }));
+    for (reply, state) in [
+        ("busy", State::Closed),
+        ("fine", State::Closed),
+        ("busy", State::Closed),
+        ("busy", State::Open),
+    ] {
+        let answer = svc.ready().await.unwrap().call(reply).await.unwrap();
+        assert_eq!(
+            (answer.source(), answer.into_inner()),
+            (Source::Service, reply)
+        );
+        assert_eq!(handle.state(), state, "after {reply}");
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(
+        snapshot.last_failure.unwrap().message.as_ref(),
+        "the service said it was busy"
+    );
+    assert_eq!(
+        (snapshot.counts.failures, snapshot.counts.successes),
+        (3, 1)
+    );
+}
+
+// Polly Should_set_LastException_to_last_raised_exception_when_breaking and
+// Should_call_onbreak_with_the_last_raised_exception (and Should_call_onbreak_with_a_state_of_closed):
+// the breaker opens from closed, and the failure that opened it is the last one
+// recorded: observers hear it just before the transition, and the snapshot keeps it.
+#[tokio::test(start_paused = true)]
+async fn the_failure_that_opens_the_breaker_is_the_last_one_it_keeps() {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let layer = Builder::new()
+        .failure_threshold(2)
+        .on_event(move |event: &Event<'_>| {
+            let line = match event {
+                Event::Recorded {
+                    outcome: Outcome::Failure(failure),
+                    ..
+                } => format!("failure: {}", failure.message().unwrap_or("?")),
+                Event::Transition(t) => format!("transition {}->{}", t.from, t.to),
+                _ => return,
+            };
+            sink.lock().unwrap().push(line);
+        })
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let attempt = Arc::new(AtomicUsize::new(0));
+    let mut svc = layer
+        .with_classifier(|result: &Result<(), io::Error>| match result {
+            Ok(()) => Outcome::Success,
+            Err(e) => Outcome::Failure(Failure::new(e.to_string())),
+        })
+        .layer(service_fn(move |()| {
+            let n = attempt.fetch_add(1, Ordering::SeqCst);
+            async move { Err::<(), _>(io::Error::other(format!("attempt {n} failed"))) }
+        }));
+    for _ in 0..2 {
+        assert!(svc.ready().await.unwrap().call(()).await.is_err());
+    }
+    assert_eq!(
+        *lines.lock().unwrap(),
+        vec![
+            "failure: attempt 0 failed",
+            "failure: attempt 1 failed",
+            "transition closed->open",
+        ]
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(
+        snapshot.last_failure.unwrap().message.as_ref(),
+        "attempt 1 failed"
+    );
+}
+
+// Polly CircuitStateControllerTests BreakDurationGenerator_EnsureHalfOpenAttempts (a
+// generator returning TimeSpan.Zero: the next call is the trial at once). Ours: a failure
+// whose retry-after is zero opens the breaker for no time, and the next call is the
+// probe.
+#[tokio::test(start_paused = true)]
+async fn a_failure_asking_for_no_wait_makes_the_next_call_the_probe() {
+    let layer = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(30)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("503").retry_after(Duration::ZERO)),
+        })
+        .layer(Backend::default());
+    assert!(svc.ready().await.unwrap().call(Req::Fail).await.is_err());
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.state, snapshot.cause),
+        (State::Open, Some(Cause::RetryAfter))
+    );
+    assert_eq!(snapshot.retry_after(), Some(Duration::ZERO));
+    assert_eq!(handle.peek(), Advice::Probe);
+    let answer = svc.ready().await.unwrap().call(Req::Ok).await.unwrap();
+    assert_eq!(answer.source(), Source::Probe);
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j shouldOpenAfterSlowCallRateThresholdExceeded with its ignored exception
+// (NumberFormatException, however slow): an ignored error is neither slow nor a failure;
+// a slow success is slow.
+#[tokio::test(start_paused = true)]
+async fn a_slow_ignored_error_is_still_ignored() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .slow_call_threshold(secs(4)));
+    assert_eq!(
+        got(&mut svc, Req::SlowIgnore(secs(10))).await,
+        Err("bad request".into())
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.counts.ignored, 1);
+    assert_eq!(got(&mut svc, Req::Slow(secs(5))).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Open);
 }
