@@ -3270,3 +3270,241 @@ async fn a_slow_ignored_error_is_still_ignored() {
     assert_eq!(got(&mut svc, Req::Slow(secs(5))).await, Ok(Source::Service));
     assert_eq!(handle.state(), State::Open);
 }
+
+// Polly IssuesTests CircuitBreakerStateSharing_959: one breaker shared by calls of two
+// result types (ints and strings), each with its own idea of a failure: their failures
+// add up and open it for both; after the break both go through again.
+#[tokio::test(start_paused = true)]
+async fn services_of_different_types_behind_one_breaker_share_its_state() {
+    let layer = Builder::new()
+        .failure_rate(1.0, RateWindow::Time(secs(30)), 10)
+        .cooldown(Cooldown::Time(secs(5)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut numbers = layer
+        .clone()
+        .with_classifier(|result: &Result<i64, Infallible>| match result {
+            Ok(-1) => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .layer(service_fn(|n: i64| async move { Ok::<_, Infallible>(n) }));
+    let mut words = layer
+        .with_classifier(|result: &Result<&'static str, Infallible>| match result {
+            Ok("error") => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .layer(service_fn(|w: &'static str| async move {
+            Ok::<_, Infallible>(w)
+        }));
+    for _ in 0..5 {
+        numbers.ready().await.unwrap().call(-1).await.unwrap();
+        words.ready().await.unwrap().call("error").await.unwrap();
+    }
+    assert_eq!(handle.state(), State::Open);
+    let number = numbers.ready().await.unwrap().call(0).await.unwrap_err();
+    let word = words
+        .ready()
+        .await
+        .unwrap()
+        .call("valid")
+        .await
+        .unwrap_err();
+    for error in [number, word] {
+        assert_eq!(
+            error.downcast_ref::<Rejected>().map(Rejected::reason),
+            Some(Reason::Open)
+        );
+    }
+    advance(secs(5)).await;
+    let answer = numbers.ready().await.unwrap().call(0).await.unwrap();
+    assert_eq!((answer.source(), answer.into_inner()), (Source::Probe, 0));
+    let answer = words.ready().await.unwrap().call("valid").await.unwrap();
+    assert_eq!(
+        (answer.source(), answer.into_inner()),
+        (Source::Service, "valid")
+    );
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly Should_only_allow_single_execution_on_first_entering_halfopen_state__integration_test:
+// callers racing on two threads at a breaker whose next call is the trial: exactly one
+// reaches the service while the trial runs; every other is turned away as half-open
+// full; the trial's success closes the breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_callers_at_the_end_of_the_break_send_exactly_one_trial() {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let layer = Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(3600)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (seen, gate) = (reached.clone(), release.clone());
+    let svc = layer
+        .with_fallback(service_fn(|_: bool| async {
+            Ok::<_, Infallible>("fallback")
+        }))
+        .layer(service_fn(move |fail: bool| {
+            let first = seen.fetch_add(1, Ordering::SeqCst) == 1;
+            let gate = gate.clone();
+            async move {
+                // The trial (the call after the failure) waits until released; any other
+                // call that reaches the service returns at once, so nothing can hang.
+                if first {
+                    let _ = gate.acquire().await;
+                }
+                if fail {
+                    Err(io::Error::other(FAILED))
+                } else {
+                    Ok("ok")
+                }
+            }
+        }));
+    let mut opener = svc.clone();
+    let _ = opener.ready().await.unwrap().call(true).await;
+    assert_eq!(handle.state(), State::Open);
+    assert!(handle.allow_probe());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..16 {
+        let mut svc = svc.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let answer = svc.ready().await.unwrap().call(false).await.unwrap();
+            tx.send(answer.source()).unwrap();
+        });
+    }
+    drop(tx);
+    let mut others = Vec::new();
+    for _ in 0..15 {
+        others.push(rx.recv().await.unwrap());
+    }
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        2,
+        "the failure and one trial"
+    );
+    assert!(
+        others
+            .iter()
+            .all(|s| *s == Source::Fallback(Reason::HalfOpenFull)),
+        "{others:?}"
+    );
+    assert_eq!(handle.state(), State::HalfOpen);
+    release.add_permits(1);
+    assert_eq!(rx.recv().await, Some(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// Polly AdvancedCircuitBreakerSpecs
+// Should_open_circuit_with_the_last_raised_exception_if_failure_threshold_equalled_and_throughput_threshold_equalled_even_if_only_just_within_timeslice
+// and Should_open_circuit_if_failures_in_second_window_of_last_timeslice_and_failures_in_first_window_in_next_timeslice_exceeds_failure_threshold_and_minimum_threshold
+// (50 %, at least 4, 10 s): outcomes a tick before the end of the sampling duration
+// still count with the first ones; at its end, only the first tenth has left.
+#[tokio::test(start_paused = true)]
+async fn outcomes_a_tick_inside_the_sampling_duration_still_count() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    fail_n(&mut svc, 3).await;
+    advance(secs(10) - NS).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "4 of 4 within the duration");
+
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    // Polly's second window holds two failures and a success; ours checks the rate after
+    // successes too (resilience4j's rule), and would open at that success (2 of 4), so
+    // it holds one failure and two successes.
+    advance(secs(1)).await; // the second of the ten windows
+    fail_n(&mut svc, 1).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(handle.state(), State::Closed, "1 of 4");
+    advance(secs(9)).await; // t = 10 s: the first window has left
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "2 of 4 in the window");
+}
+
+// Polly AdvancedCircuitBreakerSpecs
+// Should_not_open_circuit_if_failure_threshold_exceeded_but_throughput_threshold_not_met_before_timeslice_expires_even_if_error_occurring_just_at_the_end_of_the_duration
+// and Should_not_open_circuit_if_failures_at_end_of_last_timeslice_and_failures_in_beginning_of_new_timeslice_when_below_minimum_throughput_threshold:
+// once the first outcomes have left the window, the failures left are too few to
+// judge, however high their share.
+#[tokio::test(start_paused = true)]
+async fn failures_straddling_the_end_of_the_sampling_duration_are_too_few_to_judge() {
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(secs(10) - NS).await;
+    fail_n(&mut svc, 1).await;
+    advance(NS).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!((handle.state(), window(&handle)), (State::Closed, (2, 2)));
+
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Time(secs(10)), 4));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    advance(secs(10) - NS).await;
+    fail_n(&mut svc, 2).await;
+    advance(NS).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!((handle.state(), window(&handle)), (State::Closed, (3, 3)));
+}
+
+// failsafe-go TestHalfOpenFailureWithSuccessAndFailureThresholds and
+// TestHalfOpenSuccessWithSuccessAndFailureThresholds (success threshold 3, failure
+// threshold 2): in half-open the failure threshold is ignored: two successes and a
+// failure re-open it; three successes close it.
+#[tokio::test(start_paused = true)]
+async fn in_half_open_the_failure_threshold_is_ignored() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(2)
+        .cooldown(Cooldown::Calls(1))
+        .half_open_probes(3));
+    fail_n(&mut svc, 2).await;
+    for _ in 0..2 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    for _ in 0..2 {
+        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j CallNotPermittedExceptionTest shouldReturnCorrectMessageWhenStateIsOpen /
+// ...ForcedOpen (and getCausingCircuitBreakerName): a rejection names its breaker and
+// says why, whatever the name's length.
+#[tokio::test(start_paused = true)]
+async fn a_rejection_names_its_breaker_and_says_why() {
+    for name in [
+        "testName",
+        "a-breaker-named-well-past-thirty-bytes-long",
+        "ünïcødé-ñame",
+    ] {
+        let (mut svc, handle, _) = rig_rejecting(
+            Builder::new()
+                .name(name)
+                .failure_threshold(1)
+                .cooldown(Cooldown::Time(secs(30))),
+        );
+        fail_n(&mut svc, 1).await;
+        let error = call(&mut svc, Req::Ok).await.unwrap_err();
+        assert_eq!(error.downcast_ref::<Rejected>().unwrap().name(), name);
+        assert!(
+            error.to_string().starts_with(&format!(
+                "circuit breaker `{name}` skipped the call: it is open"
+            )),
+            "{error}"
+        );
+        handle.force_open();
+        let error = call(&mut svc, Req::Ok).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("circuit breaker `{name}` skipped the call: it was forced open")
+        );
+    }
+}
