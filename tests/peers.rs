@@ -3508,3 +3508,94 @@ async fn a_rejection_names_its_breaker_and_says_why() {
         );
     }
 }
+
+// Polly CircuitBreakerResiliencePipelineBuilderTests AddCircuitBreaker_IntegrationTest
+// (50 % of at least 10 in 10 s, a break of 1 s): ten failures open it once; a rejection
+// is told the whole break, half a break later the half left; a failed trial opens it a
+// second time with a fresh break; a break later a success closes it. Opened twice,
+// half-opened twice, closed once.
+#[tokio::test(start_paused = true)]
+async fn opened_twice_half_opened_twice_and_closed_once_with_the_break_left_told_each_time() {
+    let (lines, observer) = recorder();
+    let (mut svc, handle, _) = rig_rejecting(
+        Builder::new()
+            .failure_rate(0.5, RateWindow::Time(secs(10)), 10)
+            .cooldown(Cooldown::Time(secs(1)))
+            .on_event(observer),
+    );
+    let retry_after = async |svc: &mut _| -> Option<Duration> {
+        let error = call(svc, Req::Ok).await.unwrap_err();
+        error
+            .downcast_ref::<Rejected>()
+            .unwrap()
+            .retry_after_from(now())
+    };
+    let half = Duration::from_millis(500);
+    fail_n(&mut svc, 10).await;
+    assert_eq!(retry_after(&mut svc).await, Some(secs(1)));
+    advance(half).await;
+    assert_eq!(retry_after(&mut svc).await, Some(half));
+    advance(half).await;
+    fail_n(&mut svc, 1).await;
+    assert_eq!(retry_after(&mut svc).await, Some(secs(1)));
+    advance(secs(1)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(handle.state(), State::Closed);
+    let transitions: Vec<_> = taken(&lines)
+        .into_iter()
+        .filter(|l| l.starts_with("transition"))
+        .collect();
+    assert_eq!(
+        transitions,
+        vec![
+            "transition closed->open tripped",
+            "transition open->half_open cooldown_elapsed",
+            "transition half_open->open probe_failed",
+            "transition open->half_open cooldown_elapsed",
+            "transition half_open->closed probe_succeeded",
+        ]
+    );
+}
+
+// Polly CircuitBreakerResiliencePipelineBuilderTests
+// AddCircuitBreakers_WithIsolatedManualControl_ShouldBeIsolated: one manual control,
+// isolated before two breakers are built, isolates both; their rejections carry no
+// retry-after. Ours: one kill switch.
+#[tokio::test(start_paused = true)]
+async fn two_breakers_built_on_one_killed_switch_both_reject_with_no_retry_after() {
+    let kill = KillSwitch::new();
+    kill.kill();
+    let (mut first, _, first_calls) =
+        rig_rejecting(Builder::new().name("first").kill_switch(kill.clone()));
+    let (mut second, _, second_calls) =
+        rig_rejecting(Builder::new().name("second").kill_switch(kill.clone()));
+    for svc in [&mut first, &mut second] {
+        let error = call(svc, Req::Ok).await.unwrap_err();
+        let rejected = error.downcast_ref::<Rejected>().expect("a typed rejection");
+        assert_eq!(rejected.reason(), Reason::Killed);
+        assert_eq!(rejected.retry_after_from(now()), None);
+    }
+    assert_eq!(
+        first_calls.load(Ordering::SeqCst) + second_calls.load(Ordering::SeqCst),
+        0
+    );
+}
+
+// Hystrix testTripCircuit and testTripCircuitOnFailuresAboveThreshold (40 %, read after
+// the eighth call): four successes then four failures, and successes and failures
+// interleaved to half, both trip it. Hystrix reads its health every so often; ours reads
+// the rate after every outcome, so the volume is set to the eight calls read.
+#[tokio::test(start_paused = true)]
+async fn half_the_calls_failing_trips_a_forty_percent_threshold() {
+    use Req::{Fail as F, Ok as S};
+    for sequence in [[S, S, S, S, F, F, F, F], [S, S, F, S, F, S, F, F]] {
+        let (mut svc, handle, _) =
+            rig(Builder::new().failure_rate(0.4, RateWindow::Time(secs(5)), 8));
+        for (i, req) in sequence.into_iter().enumerate() {
+            assert_eq!(handle.state(), State::Closed, "before call {i}");
+            let _ = got(&mut svc, req).await;
+        }
+        assert_eq!(handle.state(), State::Open);
+        assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    }
+}
