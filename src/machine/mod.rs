@@ -89,8 +89,10 @@ enum Opener {
 /// they end they take slots from any later half-open, so the service never sees more
 /// probes at once than the limit; but never past their half-open's dwell limit, `until`:
 /// a probe that hangs is written off then, so it cannot keep a later half-open from
-/// probing. (When a person acts, the mode changes or the dwell limit passes, the probes
-/// under way are written off at once: their results come late and count for nothing.)
+/// probing; and never past a person's act (a reset, a forced open) or a change of mode,
+/// which write them off. (When a person acts, the mode changes or the dwell limit passes,
+/// the probes under way are written off at once: their results come late and count for
+/// nothing.)
 #[derive(Debug, Clone, Copy)]
 struct Lingering {
     epoch: Epoch,
@@ -432,6 +434,7 @@ impl Machine {
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
     pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
+        self.write_off_lingering();
         let due = until.map_or(Due::Never, Due::at);
         if let Phase::Open {
             due: held,
@@ -538,7 +541,15 @@ impl Machine {
 
     /// Closes the breaker and clears its failure counts and backoff.
     pub(crate) fn reset(&mut self, at: Fixed) -> Option<Transition> {
+        self.write_off_lingering();
         self.close(at, Cause::Reset)
+    }
+
+    /// A person's act or a change of mode: the siblings of an earlier failed probe hold
+    /// no slot any more (their results are already late). Without this, a sibling that
+    /// hangs with no dwell limit would hold its slot through every reset for good.
+    fn write_off_lingering(&mut self) {
+        self.lingering.clear();
     }
 
     /// Switches the mode, and returns the mode left if it changed. A change starts a new
@@ -549,6 +560,7 @@ impl Machine {
             return None;
         }
         self.end_half_open_epoch(false);
+        self.write_off_lingering();
         let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
