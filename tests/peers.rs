@@ -3599,3 +3599,64 @@ async fn half_the_calls_failing_trips_a_forty_percent_threshold() {
         assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
     }
 }
+
+// resilience4j shouldResetToClosedState / shouldResetClosedState and Polly
+// CircuitStateControllerTests BreakAsync_Ok (a manual close): a reset starts the
+// breaker afresh. A failed probe's sibling still running holds a slot of the next
+// half-open (so the service never sees more probes than the limit); a reset writes
+// every probe under way off, the sibling too, as it writes off the probes of the
+// half-open it ends: the closed breaker shows none in flight, and the next half-open
+// has all its slots.
+#[tokio::test(start_paused = true)]
+async fn a_reset_gives_back_the_slot_of_a_failed_probes_sibling() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .half_open_probes(2));
+    fail_n(&mut svc, 1).await;
+    let (failing, tx_failing) = start_waiting(&mut svc).await;
+    let (sibling, _tx_sibling) = start_waiting(&mut svc).await;
+    tx_failing.send(false).unwrap();
+    assert!(failing.await.is_err());
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().probes_in_flight, 1, "the sibling runs on");
+    handle.reset();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(
+        snapshot.probes_in_flight, 0,
+        "a closed breaker has no probes"
+    );
+    fail_n(&mut svc, 1).await;
+    let (a, _tx_a) = start_waiting(&mut svc).await;
+    let (b, _tx_b) = start_waiting(&mut svc).await;
+    assert_eq!(handle.snapshot().probes_in_flight, 2);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    drop((a, b, sibling));
+}
+
+// The same with no dwell limit, through a forced open and a change of mode: a sibling
+// that hangs for good would otherwise hold its slot for good, whatever a person does.
+#[tokio::test(start_paused = true)]
+async fn a_person_or_a_change_of_mode_writes_off_a_hung_siblings_slot_with_no_dwell_limit() {
+    for act in ["force_open", "set_mode"] {
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Calls(1))
+            .half_open_probes(2)
+            .max_half_open_dwell(None));
+        fail_n(&mut svc, 1).await;
+        let (failing, tx_failing) = start_waiting(&mut svc).await;
+        let (hung, _tx_hung) = start_waiting(&mut svc).await;
+        tx_failing.send(false).unwrap();
+        assert!(failing.await.is_err());
+        advance(secs(24 * 3600)).await;
+        assert_eq!(handle.snapshot().probes_in_flight, 1, "{act}");
+        match act {
+            "force_open" => handle.force_open(),
+            _ => handle.set_mode(Mode::ObserveOnly),
+        }
+        assert_eq!(handle.snapshot().probes_in_flight, 0, "{act}");
+        drop(hung);
+    }
+}
