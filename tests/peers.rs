@@ -3660,3 +3660,107 @@ async fn a_person_or_a_change_of_mode_writes_off_a_hung_siblings_slot_with_no_dw
         drop(hung);
     }
 }
+
+// gobreaker TestTwoStepCircuitBreaker (MaxRequests 2, 5 failures below the default
+// trip, 6 in a row above it): in half-open, while the two permitted requests run, others
+// are turned away; once both end excluded, requests are accepted again; a success then a
+// failure re-opens it; after the timeout two successes close it, with the counts clear.
+#[tokio::test(start_paused = true)]
+async fn probes_that_end_ignored_let_the_next_ones_in_and_two_successes_close() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(6)
+        .cooldown(Cooldown::Time(secs(60)))
+        .half_open_probes(2));
+    fail_n(&mut svc, 5).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.snapshot().consecutive_failures, 1);
+    fail_n(&mut svc, 5).await;
+    assert_eq!(handle.state(), State::Open);
+    for req in [Req::Ok, Req::Fail, Req::Ignore] {
+        assert_eq!(got(&mut svc, req).await, skipped(Reason::Open));
+    }
+    advance(secs(60) - Duration::from_millis(1)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    advance(secs(1)).await;
+    let ms = Duration::from_millis(100);
+    let first = start(&mut svc, Req::SlowIgnore(ms)).await;
+    let second = start(&mut svc, Req::SlowIgnore(ms)).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::HalfOpenFull));
+    assert_eq!(
+        got(&mut svc, Req::Fail).await,
+        skipped(Reason::HalfOpenFull)
+    );
+    assert!(first.await.is_err());
+    assert!(second.await.is_err());
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    advance(secs(60)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, 0);
+}
+
+// resilience4j CircuitBreakerRegistryTest shouldBeTheSameCircuitBreaker,
+// shouldBeNotTheSameCircuitBreaker and InMemoryCircuitBreakerRegistryTest
+// testCreateCircuitBreakerWithSharedConfiguration: a registry gives the same breaker for
+// the same name and another for another name, each made from the shared settings. Ours:
+// a keyed layer, one breaker per key; one key opening leaves the others closed.
+#[tokio::test(start_paused = true)]
+async fn a_registry_gives_one_breaker_per_key_each_with_the_shared_settings() {
+    use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
+    let layer = KeyedCircuitBreakerLayer::builder(
+        Builder::new()
+            .name("fetch")
+            .failure_threshold(2)
+            .cooldown(Cooldown::Time(secs(30))),
+        |request: &(&'static str, bool)| request.0,
+    )
+    .name_keys_by_display()
+    .build()
+    .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|(host, ok): (&'static str, bool)| async move {
+        if ok {
+            Ok(host)
+        } else {
+            Err(io::Error::other(FAILED))
+        }
+    }));
+    for _ in 0..2 {
+        assert!(svc
+            .ready()
+            .await
+            .unwrap()
+            .call(("down", false))
+            .await
+            .is_err());
+    }
+    let answer = svc.ready().await.unwrap().call(("up", true)).await.unwrap();
+    assert_eq!(
+        (answer.source(), answer.into_inner()),
+        (Source::Service, "up")
+    );
+    let (down, up) = (registry.get(&"down").unwrap(), registry.get(&"up").unwrap());
+    assert!(down.same_as(&registry.get(&"down").unwrap()));
+    assert!(!down.same_as(&up));
+    assert_eq!((down.name(), up.name()), ("fetch[down]", "fetch[up]"));
+    assert_eq!((down.state(), up.state()), (State::Open, State::Closed));
+    assert_eq!(down.snapshot().retry_after(), Some(secs(30)));
+    let error = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(("down", true))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.downcast_ref::<Rejected>().map(Rejected::name),
+        Some("fetch[down]")
+    );
+}
