@@ -6,8 +6,10 @@
 //!
 //! Each test names the peer test it comes from. Where this crate's documented semantics
 //! differ on purpose (the SPEC: any failed probe re-opens, the probe goes at the exact end
-//! of a cooldown, a forced open is its own state, observe-only moves through the states),
-//! the test is adapted to ours and says so.
+//! of a cooldown, a forced open is its own state, observe-only moves through the states;
+//! and half-open admits its probes N at a time, a failure rate is checked after every
+//! outcome, successes too, and time alone never turns an open breaker half-open), the test
+//! is adapted to ours and says so.
 //!
 //! Every test runs on tokio's paused clock (or, for concurrent callers, on a multi-thread
 //! runtime with no time involved), so nothing waits on the wall clock.
@@ -3763,4 +3765,47 @@ async fn a_registry_gives_one_breaker_per_key_each_with_the_shared_settings() {
         error.downcast_ref::<Rejected>().map(Rejected::name),
         Some("fetch[down]")
     );
+}
+
+// resilience4j CircuitBreakerMetricsTest testCircuitBreakerMetrics (a count window of 10,
+// at least 10): the rate is -1 below the minimum; after 12 outcomes the window holds the
+// last 10 (6 failures: 60 %, over the threshold); three successes more bring it to 30 %.
+// With resilience4j's 50 % the breaker opens at the tenth outcome, a success.
+#[tokio::test(start_paused = true)]
+async fn a_count_window_reads_sixty_then_thirty_percent_as_successes_push_failures_out() {
+    let rates = Arc::new(Mutex::new(Vec::new()));
+    let sink = rates.clone();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(1.0, RateWindow::Calls(10), 10)
+        .on_event(move |event| {
+            if let Event::Recorded { failure_rate, .. } = event {
+                sink.lock().unwrap().push(failure_rate.unwrap());
+            }
+        }));
+    use Req::{Fail as F, Ok as S};
+    let play = async |svc: &mut _, reqs: Vec<Req>| {
+        for req in reqs {
+            let _ = got(svc, req).await;
+        }
+    };
+    play(&mut svc, vec![S, S, F, F]).await;
+    assert_eq!(window(&handle), (2, 4));
+    assert_eq!(rates.lock().unwrap().last(), Some(&-1.0));
+    play(&mut svc, vec![F, F, F, F, S, S, S, S]).await;
+    assert_eq!(window(&handle), (6, 10));
+    assert_eq!(rates.lock().unwrap().last(), Some(&60.0));
+    play(&mut svc, vec![S, S, S]).await;
+    assert_eq!(window(&handle), (3, 10));
+    assert_eq!(rates.lock().unwrap().last(), Some(&30.0));
+    assert_eq!(handle.state(), State::Closed);
+
+    let (mut svc, handle, _) = rig(Builder::new().failure_rate(0.5, RateWindow::Calls(10), 10));
+    play(&mut svc, vec![S, S, F, F, F, F, F, F, S]).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "nine outcomes: below the minimum"
+    );
+    play(&mut svc, vec![S]).await;
+    assert_eq!(handle.state(), State::Open, "6 of 10");
 }
