@@ -3809,3 +3809,85 @@ async fn a_count_window_reads_sixty_then_thirty_percent_as_successes_push_failur
     play(&mut svc, vec![S]).await;
     assert_eq!(handle.state(), State::Open, "6 of 10");
 }
+
+// resilience4j shouldTransitionToHalfOpenAfterWaitDuration (its metrics reset when the
+// breaker opens, two calls not permitted while open) and Polly
+// Should_halfopen_circuit_after_the_specified_duration_has_passed_with_failures_in_different_windows:
+// failures spread over the window's buckets trip it; while open the window is empty and
+// calls are not permitted; at the end of the wait the next call is the trial, and
+// half-open starts with an empty window too.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_tripped_by_its_rate_probes_after_its_wait_with_the_window_empty() {
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_rate(0.5, RateWindow::Time(secs(10)), 4)
+        .cooldown(Cooldown::Time(secs(5))));
+    for _ in 0..3 {
+        fail_n(&mut svc, 1).await;
+        advance(secs(2)).await;
+    }
+    assert_eq!(handle.state(), State::Closed);
+    fail_n(&mut svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(window(&handle), (0, 0));
+    advance(secs(3)).await;
+    assert_eq!(got(&mut svc, Req::Ok).await, skipped(Reason::Open));
+    assert_eq!(got(&mut svc, Req::Fail).await, skipped(Reason::Open));
+    assert_eq!(handle.snapshot().counts.skipped_open, 2);
+    advance(secs(2)).await;
+    let (trial, tx) = start_waiting(&mut svc).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(window(&handle), (0, 0));
+    tx.send(true).unwrap();
+    assert_eq!(trial.await.unwrap().source(), Source::Probe);
+    assert_eq!((handle.state(), window(&handle)), (State::Closed, (0, 0)));
+}
+
+// resilience4j circuitBreakerTransitionsToOpenAfterWaitDurationInHalfOpenState, as its
+// listeners see it: the re-open at the dwell limit is a transition like any other,
+// published once, whether the breaker is looked at through its state, a snapshot or the
+// next call.
+#[tokio::test(start_paused = true)]
+async fn the_reopen_at_the_dwell_limit_is_published_once_whoever_looks_first() {
+    for look in ["state", "snapshot", "call"] {
+        let (lines, observer) = recorder();
+        let (mut svc, handle, _) = rig(Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(5)))
+            .max_half_open_dwell(Some(secs(1)))
+            .on_event(observer));
+        let mut transitions = handle.subscribe();
+        fail_n(&mut svc, 1).await;
+        advance(secs(5)).await;
+        let (trial, _tx) = start_waiting(&mut svc).await;
+        advance(secs(1)).await;
+        match look {
+            "state" => assert_eq!(handle.state(), State::Open, "{look}"),
+            "snapshot" => assert_eq!(handle.snapshot().state, State::Open, "{look}"),
+            _ => assert_eq!(
+                got(&mut svc, Req::Ok).await,
+                skipped(Reason::Open),
+                "{look}"
+            ),
+        }
+        assert_eq!(handle.state(), State::Open, "{look}");
+        assert_eq!(
+            drain(&mut transitions),
+            vec![
+                (State::Closed, State::Open, Cause::Tripped),
+                (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+                (State::HalfOpen, State::Open, Cause::DwellExceeded),
+            ],
+            "{look}"
+        );
+        let heard = taken(&lines);
+        assert_eq!(
+            heard
+                .iter()
+                .filter(|l| l.as_str() == "transition half_open->open dwell_exceeded")
+                .count(),
+            1,
+            "{look}: {heard:?}"
+        );
+        drop(trial);
+    }
+}
