@@ -3891,3 +3891,56 @@ async fn the_reopen_at_the_dwell_limit_is_published_once_whoever_looks_first() {
         drop(trial);
     }
 }
+
+// resilience4j CircuitBreakerConfigTest (zeroFailureRateThresholdShouldFail,
+// failureRateThresholdAboveHundredShouldFail, zeroWaitIntervalShouldFail,
+// zeroSlowCallDurationThresholdShouldFail, zeroPermittedNumberOfCallsInHalfOpenStateShouldFail,
+// zeroSlidingWindowSizeShouldFail), Polly AdvancedCircuitBreakerSpecs
+// Should_throw_if_failure_threshold_is_zero / ..._greater_than_one and failsafe-go's
+// builder: each bad setting is a typed error when the breaker is built, the peers'
+// IllegalArgumentException. Where the peers clamp (resilience4j lowers a minimum above
+// the window to the window) ours refuses, since such a breaker could never trip; where
+// they refuse a minimum of 0 or 1 (resilience4j, Polly), ours reads it as 1.
+#[test]
+fn each_bad_setting_the_peers_refuse_is_a_typed_error_when_built() {
+    use tower_circuit_breaker::error::ConfigError;
+    let rate = |rate, window, minimum| Builder::new().failure_rate(rate, window, minimum);
+    let calls = RateWindow::Calls(10);
+    for (builder, error) in [
+        (rate(0.0, calls, 5), ConfigError::InvalidFailureRate(0.0)),
+        (rate(1.01, calls, 5), ConfigError::InvalidFailureRate(1.01)),
+        (
+            Builder::new().cooldown(Cooldown::Time(Duration::ZERO)),
+            ConfigError::ZeroCooldown,
+        ),
+        (
+            Builder::new().slow_call_threshold(Duration::ZERO),
+            ConfigError::ZeroSlowCall,
+        ),
+        (
+            Builder::new().half_open_probes(0),
+            ConfigError::ZeroHalfOpenProbes,
+        ),
+        (rate(0.5, RateWindow::Calls(0), 0), ConfigError::EmptyWindow),
+        (
+            rate(0.5, RateWindow::Time(Duration::ZERO), 5),
+            ConfigError::EmptyWindow,
+        ),
+        (
+            rate(0.5, calls, 11),
+            ConfigError::MinimumCallsAboveWindow {
+                minimum_calls: 11,
+                window: 10,
+            },
+        ),
+        (
+            Builder::new().failure_threshold(0),
+            ConfigError::ZeroThreshold,
+        ),
+    ] {
+        assert_eq!(builder.build().unwrap_err(), error);
+    }
+    for minimum in [0, 1] {
+        assert!(rate(0.5, calls, minimum).build().is_ok());
+    }
+}
