@@ -256,6 +256,28 @@ fn half_open_rig(probes: u32) -> (impl Svc, CircuitBreakerHandle, Arc<AtomicUsiz
         .half_open_probes(probes))
 }
 
+/// `n` successful probes, the breaker still half-open after each.
+async fn probes_succeed_half_open<S: Svc>(svc: &mut S, handle: &CircuitBreakerHandle, n: usize) {
+    for _ in 0..n {
+        assert_eq!(got(svc, Req::Ok).await, Ok(Source::Probe));
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+}
+
+/// On a breaker with a threshold of 1, a cooldown of one call and two probe slots: opens
+/// it, then fails one of two probes. The breaker re-opens; the other probe, its sibling,
+/// still runs, and is returned.
+async fn a_failed_probe_and_its_running_sibling<S: Svc>(
+    svc: &mut S,
+) -> (S::Future, oneshot::Sender<bool>) {
+    fail_n(svc, 1).await;
+    let (failing, tx_failing) = start_waiting(svc).await;
+    let sibling = start_waiting(svc).await;
+    tx_failing.send(false).unwrap();
+    assert!(failing.await.is_err());
+    sibling
+}
+
 // =================================================================================
 // sony/gobreaker, v2/gobreaker_test.go
 // =================================================================================
@@ -977,10 +999,7 @@ async fn only_ignored_probes_keep_it_half_open_until_real_successes_close_it() {
         let _ = got(&mut svc, Req::Ignore).await;
         assert_eq!(handle.state(), State::HalfOpen);
     }
-    for _ in 0..3 {
-        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
-        assert_eq!(handle.state(), State::HalfOpen);
-    }
+    probes_succeed_half_open(&mut svc, &handle, 3).await;
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(handle.state(), State::Closed);
 }
@@ -2231,11 +2250,7 @@ async fn racing_callers_never_have_more_probes_at_the_service_than_the_limit() {
 #[tokio::test(start_paused = true)]
 async fn the_siblings_of_a_failed_probe_hold_their_slots_until_they_end() {
     let (mut svc, handle, calls) = half_open_rig(2);
-    fail_n(&mut svc, 1).await;
-    let (a, tx_a) = start_waiting(&mut svc).await;
-    let (b, tx_b) = start_waiting(&mut svc).await;
-    tx_a.send(false).unwrap();
-    assert!(a.await.is_err());
+    let (b, tx_b) = a_failed_probe_and_its_running_sibling(&mut svc).await;
     assert_eq!(handle.state(), State::Open);
     assert_eq!(handle.snapshot().probes_in_flight, 1, "b, still running");
     // The next call is due (cooldown 1 call): half-open again, with one slot free.
@@ -3463,16 +3478,10 @@ async fn in_half_open_the_failure_threshold_is_ignored() {
         .cooldown(Cooldown::Calls(1))
         .half_open_probes(3));
     fail_n(&mut svc, 2).await;
-    for _ in 0..2 {
-        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
-        assert_eq!(handle.state(), State::HalfOpen);
-    }
+    probes_succeed_half_open(&mut svc, &handle, 2).await;
     fail_n(&mut svc, 1).await;
     assert_eq!(handle.state(), State::Open);
-    for _ in 0..2 {
-        assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
-        assert_eq!(handle.state(), State::HalfOpen);
-    }
+    probes_succeed_half_open(&mut svc, &handle, 2).await;
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(handle.state(), State::Closed);
 }
@@ -3611,15 +3620,8 @@ async fn half_the_calls_failing_trips_a_forty_percent_threshold() {
 // has all its slots.
 #[tokio::test(start_paused = true)]
 async fn a_reset_gives_back_the_slot_of_a_failed_probes_sibling() {
-    let (mut svc, handle, _) = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .half_open_probes(2));
-    fail_n(&mut svc, 1).await;
-    let (failing, tx_failing) = start_waiting(&mut svc).await;
-    let (sibling, _tx_sibling) = start_waiting(&mut svc).await;
-    tx_failing.send(false).unwrap();
-    assert!(failing.await.is_err());
+    let (mut svc, handle, _) = half_open_rig(2);
+    let (sibling, _tx_sibling) = a_failed_probe_and_its_running_sibling(&mut svc).await;
     assert_eq!(handle.state(), State::Open);
     assert_eq!(handle.snapshot().probes_in_flight, 1, "the sibling runs on");
     handle.reset();
@@ -3647,11 +3649,7 @@ async fn a_person_or_a_change_of_mode_writes_off_a_hung_siblings_slot_with_no_dw
             .cooldown(Cooldown::Calls(1))
             .half_open_probes(2)
             .max_half_open_dwell(None));
-        fail_n(&mut svc, 1).await;
-        let (failing, tx_failing) = start_waiting(&mut svc).await;
-        let (hung, _tx_hung) = start_waiting(&mut svc).await;
-        tx_failing.send(false).unwrap();
-        assert!(failing.await.is_err());
+        let (hung, _tx_hung) = a_failed_probe_and_its_running_sibling(&mut svc).await;
         advance(secs(24 * 3600)).await;
         assert_eq!(handle.snapshot().probes_in_flight, 1, "{act}");
         match act {
