@@ -3942,3 +3942,50 @@ fn each_bad_setting_the_peers_refuse_is_a_typed_error_when_built() {
         assert!(rate(0.5, calls, minimum).build().is_ok());
     }
 }
+
+// resilience4j SlidingTimeWindowMetricsTest testRecordSlowSuccess and testSlowCallsPercentage
+// (each outcome recorded with its duration; a slow success counts as slow, not failed):
+// with a slow-call rule every call is timed, observers are told each call's duration to
+// the nanosecond, and a slow success is recorded as the failure it counts as, saying why.
+#[tokio::test(start_paused = true)]
+async fn observers_are_told_how_long_each_call_took_and_why_a_slow_one_failed() {
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let (mut svc, handle, _) = rig(Builder::new()
+        .failure_threshold(5)
+        .slow_call_threshold(secs(4))
+        .on_event(move |event| {
+            if let Event::Recorded {
+                outcome, elapsed, ..
+            } = event
+            {
+                let what = match outcome {
+                    Outcome::Failure(failure) => failure.message().unwrap_or("?").to_string(),
+                    other => format!("{other:?}"),
+                };
+                sink.lock().unwrap().push((what, *elapsed));
+            }
+        }));
+    assert_eq!(
+        got(&mut svc, Req::Slow(secs(10))).await,
+        Ok(Source::Service)
+    );
+    assert_eq!(got(&mut svc, Req::Slow(secs(4))).await, Ok(Source::Service));
+    assert_eq!(
+        got(&mut svc, Req::SlowFail(secs(10))).await,
+        Err(FAILED.into())
+    );
+    assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Service));
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard[0].1, Some(secs(10)));
+    assert!(heard[0].0.starts_with("slow call"), "{:?}", heard[0]);
+    assert_eq!(heard[1], ("Success".to_string(), Some(secs(4))));
+    assert_eq!(heard[2].1, Some(secs(10)));
+    assert!(
+        !heard[2].0.starts_with("slow call"),
+        "a slow failure is one failure"
+    );
+    assert_eq!(heard[3], ("Success".to_string(), Some(Duration::ZERO)));
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.failures, counts.successes), (2, 2));
+}
