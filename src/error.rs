@@ -272,21 +272,11 @@ impl fmt::Display for Rejected {
             Reason::Open => f.write_str("it is open")?,
         }
         match self.skip.next_probe() {
-            NextProbe::After { calls, at } => {
-                let wait = at.map(|at| at.saturating_duration_since(crate::shared::now()));
-                match (calls, wait) {
-                    // A wait in time alone: the first call once it is over.
-                    (1, Some(wait)) => write!(f, "; next probe in {wait:?}"),
-                    (1, None) => f.write_str("; next probe in 1 call"),
-                    (calls, None) => write!(f, "; next probe in {calls} calls"),
-                    (calls, Some(wait)) => {
-                        write!(
-                            f,
-                            "; next probe in {calls} calls, not before {wait:?} from now"
-                        )
-                    }
-                }
-            }
+            next_probe @ NextProbe::After { .. } => write!(
+                f,
+                "; next probe {}",
+                next_probe.told_from(crate::shared::now())
+            ),
             NextProbe::Manual => f.write_str("; closed only by a reset"),
             NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),
         }

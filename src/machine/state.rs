@@ -377,6 +377,92 @@ pub struct Transition {
     pub next_probe: NextProbe,
 }
 
+/// One line for a person: `` circuit `search`: closed -> open (tripped, 3 consecutive
+/// failures); next probe in 30s ``, waits measured from the transition; the mode is named
+/// when it is not the enabled one.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_circuit_breaker::{Builder, Cooldown};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = Builder::new()
+///     .name("search")
+///     .failure_threshold(1)
+///     .cooldown(Cooldown::Time(Duration::from_secs(30)))
+///     .build()?;
+/// let mut changes = layer.handle().subscribe();
+/// let mut search = layer.layer(service_fn(|_: ()| async {
+///     Err::<(), _>(std::io::Error::other("refused"))
+/// }));
+/// let _ = search.ready().await?.call(()).await;
+/// assert_eq!(
+///     changes.try_recv()?.to_string(),
+///     "circuit `search`: closed -> open (tripped, 1 consecutive failure); next probe in 30s"
+/// );
+/// # Ok(()) }
+/// ```
+impl fmt::Display for Transition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "circuit `{}`: {} -> {} ({}",
+            self.name, self.from, self.to, self.cause
+        )?;
+        if self.cause == Cause::Tripped {
+            let failures = self.consecutive_failures;
+            let s = if failures == 1 { "" } else { "s" };
+            write!(f, ", {failures} consecutive failure{s}")?;
+        }
+        f.write_str(")")?;
+        if self.mode != Mode::Enabled {
+            write!(f, " [{}]", self.mode.as_str())?;
+        }
+        match self.next_probe {
+            NextProbe::After { .. } => {
+                write!(f, "; next probe {}", self.next_probe.told_from(self.at))
+            }
+            NextProbe::Manual => f.write_str("; closed only by a reset"),
+            NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),
+        }
+    }
+}
+
+/// A scheduled next probe in words, its wait measured from `from`: "in 30s", "in 1 call",
+/// "in 3 calls", "in 3 calls, and not before 5s". What a rejection and a transition say.
+#[derive(Debug)]
+pub(crate) struct Told {
+    next_probe: NextProbe,
+    from: Instant,
+}
+
+impl NextProbe {
+    /// This next probe in words, its wait measured from `from` (see [`Told`]).
+    pub(crate) fn told_from(self, from: Instant) -> Told {
+        Told {
+            next_probe: self,
+            from,
+        }
+    }
+}
+
+impl fmt::Display for Told {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let NextProbe::After { calls, at } = self.next_probe else {
+            return Ok(());
+        };
+        match (calls, at.map(|at| at.saturating_duration_since(self.from))) {
+            // A wait in time alone: the first call once it is over.
+            (1, Some(wait)) => write!(f, "in {wait:?}"),
+            (1, None) => f.write_str("in 1 call"),
+            (calls, None) => write!(f, "in {calls} calls"),
+            (calls, Some(wait)) => write!(f, "in {calls} calls, and not before {wait:?}"),
+        }
+    }
+}
+
 /// The last recorded failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureRecord {
@@ -384,4 +470,78 @@ pub struct FailureRecord {
     pub at: Instant,
     /// What the classifier or the error said.
     pub message: Arc<str>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transition(next_probe: NextProbe, mode: Mode, cause: Cause, at: Instant) -> Transition {
+        Transition {
+            name: "search".into(),
+            from: State::HalfOpen,
+            to: State::Open,
+            cause,
+            at,
+            generation: 4,
+            mode,
+            consecutive_failures: 2,
+            next_probe,
+        }
+    }
+
+    #[test]
+    fn a_transition_reads_as_one_line_with_its_waits_from_when_it_happened() {
+        let at = Instant::now();
+        let secs = Duration::from_secs;
+        let cases = [
+            (
+                transition(
+                    NextProbe::After {
+                        calls: 3,
+                        at: Some(at + secs(5)),
+                    },
+                    Mode::Enabled,
+                    Cause::ProbeFailed,
+                    at,
+                ),
+                "circuit `search`: half_open -> open (probe_failed); next probe in 3 calls, \
+                 and not before 5s",
+            ),
+            (
+                Transition {
+                    from: State::Closed,
+                    ..transition(
+                        NextProbe::After { calls: 2, at: None },
+                        Mode::ObserveOnly,
+                        Cause::Tripped,
+                        at,
+                    )
+                },
+                "circuit `search`: closed -> open (tripped, 2 consecutive failures) \
+                 [observe_only]; next probe in 2 calls",
+            ),
+            (
+                transition(NextProbe::Manual, Mode::Enabled, Cause::ForcedOpen, at),
+                "circuit `search`: half_open -> open (forced_open); closed only by a reset",
+            ),
+            (
+                Transition {
+                    from: State::Open,
+                    to: State::HalfOpen,
+                    consecutive_failures: 0,
+                    ..transition(
+                        NextProbe::InFlight,
+                        Mode::Enabled,
+                        Cause::CooldownElapsed,
+                        at,
+                    )
+                },
+                "circuit `search`: open -> half_open (cooldown_elapsed)",
+            ),
+        ];
+        for (transition, expected) in cases {
+            assert_eq!(transition.to_string(), expected);
+        }
+    }
 }
