@@ -27,7 +27,7 @@ pub enum ExpediterError {
     AlternativeCycle(Vec<String>),
     /// A tool has no alternative and no manual fallback: its failure would leave the
     /// agent guessing.
-    #[error("tool `{0}` has neither an alternative nor a manual fallback")]
+    #[error("tool `{0}` has neither an alternative nor a manual fallback: give its ToolSpec an `.alternative(..)` or a `.fallback(..)`")]
     NoAlternativeOrFallback(String),
     /// The failure budget is zero: the agent would pause before its first failure.
     #[error("failure budget must be at least 1, got 0")]
