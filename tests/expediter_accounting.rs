@@ -722,3 +722,100 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
     first_call.join().expect("the first call ends");
     Ok(())
 }
+
+/// A decision's pre-call check is still running when a tool is added and fails, its
+/// failure's delivery held on another thread by a slow observer: once the check is
+/// done the decision waits for that delivery too (the tool is in the map by then), and
+/// the failure uses up the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_check(
+) -> TestResult {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    use tokio::sync::Notify;
+    use tower::{service_fn, Layer, Service, ServiceExt};
+    use tower_circuit_breaker::expediter::Availability;
+    use tower_circuit_breaker::{Event, Outcome};
+
+    let checked = Arc::new(Notify::new());
+    let expediter = Expediter::builder()
+        .failure_budget(1)
+        .tool(spec("search").precheck({
+            let checked = checked.clone();
+            move || {
+                let checked = checked.clone();
+                async move {
+                    checked.notified().await;
+                    Availability::Available
+                }
+            }
+        }))
+        .build()?;
+    let decision = expediter.decide("search");
+    let mut decision = std::pin::pin!(decision);
+    assert!(
+        futures::poll!(decision.as_mut()).is_pending(),
+        "the decision waits for its pre-call check"
+    );
+
+    let (entered, delivery_held) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let first = AtomicBool::new(true);
+    let slow_observer = move |event: &Event<'_>| {
+        if let Event::Recorded {
+            outcome: Outcome::Failure(_),
+            ..
+        } = event
+        {
+            if first.swap(false, Ordering::SeqCst) {
+                let _ = entered.send(());
+                let _ = released.lock().unwrap().recv();
+            }
+        }
+    };
+    expediter.add_tool(
+        spec("fetch").breaker(
+            Builder::new()
+                .failure_threshold(100)
+                .on_event(slow_observer),
+        ),
+    )?;
+    let fetch = expediter
+        .layer("fetch")?
+        .layer(service_fn(|_: &str| async {
+            Err::<String, _>(std::io::Error::other("fetch backend refused"))
+        }));
+    // The failure, on a thread of its own: its delivery stops in the slow observer.
+    let failed_call = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut fetch = fetch;
+            let _ = fetch.ready().await.unwrap().call("a").await;
+        });
+    });
+    delivery_held.recv()?;
+
+    checked.notify_one();
+    assert!(
+        futures::poll!(decision.as_mut()).is_pending(),
+        "the decision waits until the added tool's failure has reached the budget"
+    );
+    release.send(())?;
+    let decision = decision.await?;
+    assert!(
+        matches!(
+            decision.action,
+            Action::Pause {
+                reason: PauseReason::BudgetExhausted,
+                ..
+            }
+        ),
+        "{decision:?}"
+    );
+    failed_call.join().expect("the failed call ends");
+    Ok(())
+}
