@@ -613,9 +613,10 @@ impl Expediter {
         let availability = self.availability(tool).await;
         // Every failure a breaker recorded before this decision counts in it, even one
         // whose event another task is still delivering (rare: then each tool's breaker
-        // is waited for).
+        // is waited for). The tools as they are now: one added while the pre-call check
+        // ran may have failed since.
         if !self.inner.delivery.settled() {
-            for each in registry.tools() {
+            for each in self.registry().tools() {
                 each.handle.events_delivered().await;
             }
         }
