@@ -176,6 +176,26 @@ async fn failure_rate_is_checked_after_every_outcome_successes_too() {
     assert_eq!(ok(&mut svc).await.source(), Source::Fallback(Reason::Open));
 }
 
+/// A success that trips the breaker on a failure rate ends the run of failures: its
+/// transition's line names no run of failures ("0 consecutive failures" would say the
+/// breaker opened with none).
+#[tokio::test(start_paused = true)]
+async fn a_transition_tripped_by_a_success_names_no_run_of_failures() {
+    let (mut svc, handle) = breaker(rate_over_calls());
+    let mut rx = handle.subscribe();
+    for _ in 0..3 {
+        fail(&mut svc).await;
+    }
+    ok(&mut svc).await;
+    ok(&mut svc).await;
+    let t = rx.try_recv().expect("the success tripped it");
+    assert_eq!((t.cause, t.consecutive_failures), (Cause::Tripped, 0));
+    assert_eq!(
+        t.to_string(),
+        "circuit `rate-calls`: closed -> open (tripped); next probe in 30s"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn failure_rate_ring_forgets_old_failures() {
     let (mut svc, handle) = breaker(rate_over_calls());
