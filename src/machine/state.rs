@@ -411,7 +411,8 @@ impl fmt::Display for Transition {
             "circuit `{}`: {} -> {} ({}",
             self.name, self.from, self.to, self.cause
         )?;
-        if self.cause == Cause::Tripped {
+        // A success can trip a failure rate: then there is no run of failures to name.
+        if self.cause == Cause::Tripped && self.consecutive_failures > 0 {
             let failures = self.consecutive_failures;
             let s = if failures == 1 { "" } else { "s" };
             write!(f, ", {failures} consecutive failure{s}")?;
