@@ -545,4 +545,53 @@ mod tests {
             assert_eq!(transition.to_string(), expected);
         }
     }
+
+    /// The extremes read plainly and never panic: the most calls, a wait of a century,
+    /// a disabled breaker's dwell limit.
+    #[test]
+    fn a_transition_at_the_extremes_reads_plainly() {
+        let at = Instant::now();
+        let century = Duration::from_secs(100 * 365 * 24 * 3600);
+        let cases = [
+            (
+                NextProbe::After {
+                    calls: u64::MAX,
+                    at: None,
+                },
+                Mode::Enabled,
+                "; next probe in 18446744073709551615 calls",
+            ),
+            (
+                NextProbe::After {
+                    calls: 1,
+                    at: Some(at + century),
+                },
+                Mode::Disabled,
+                " [disabled]; next probe in 3153600000s",
+            ),
+        ];
+        for (next_probe, mode, tail) in cases {
+            let line = transition(next_probe, mode, Cause::DwellExceeded, at).to_string();
+            assert_eq!(
+                line,
+                format!("circuit `search`: half_open -> open (dwell_exceeded){tail}")
+            );
+        }
+    }
+
+    /// A wait in time that has passed by the moment it is told from (a rejection read
+    /// after the wait) is no wait: only the calls are left to tell.
+    #[test]
+    fn a_passed_wait_is_told_as_the_calls_left() {
+        let at = Instant::now();
+        let later = at + Duration::from_secs(10);
+        for (calls, told) in [(1, "in 1 call"), (3, "in 3 calls")] {
+            let next_probe = NextProbe::After {
+                calls,
+                at: Some(at),
+            };
+            assert_eq!(next_probe.told_from(later).to_string(), told);
+            assert_eq!(next_probe.told_from(at).to_string(), told);
+        }
+    }
 }
