@@ -454,7 +454,11 @@ impl fmt::Display for Told {
         let NextProbe::After { calls, at } = self.next_probe else {
             return Ok(());
         };
-        match (calls, at.map(|at| at.saturating_duration_since(self.from))) {
+        // A wait that has passed by `from` (a rejection read after it) is no wait.
+        let wait = at
+            .map(|at| at.saturating_duration_since(self.from))
+            .filter(|wait| !wait.is_zero());
+        match (calls, wait) {
             // A wait in time alone: the first call once it is over.
             (1, Some(wait)) => write!(f, "in {wait:?}"),
             (1, None) => f.write_str("in 1 call"),
