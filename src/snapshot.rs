@@ -140,8 +140,10 @@ pub struct Snapshot {
     /// consecutive-failures policy.
     pub window: WindowCounts,
     /// Probes under way: the current half-open's, and those of an earlier half-open
-    /// that still hold a slot (the siblings of a failed probe, until they end or their
-    /// half-open's dwell limit passes), so an open breaker may show some.
+    /// that still hold a slot (the siblings of a failed probe, until they end, their
+    /// half-open's dwell limit passes, or a reset, a forced open or a change of mode
+    /// writes them off), so an open breaker, or one closed since by other probes, may
+    /// show some.
     pub probes_in_flight: u32,
     /// The last failure.
     pub last_failure: Option<FailureRecord>,
