@@ -200,6 +200,87 @@ async fn a_failed_probes_sibling_keeps_its_slot_only_until_its_dwell_limit() {
     assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
 }
 
+/// A failed probe's sibling, written off by each of a person's acts and a change of
+/// mode, ends later (a failure, then a success): its result is late, moves nothing, and
+/// gives back no slot it no longer holds, so the next half-open has all its slots and no
+/// more.
+#[tokio::test(start_paused = true)]
+async fn a_written_off_siblings_late_result_moves_nothing_and_frees_no_slot_twice() {
+    for act in ["reset", "force_open", "open_for", "set_mode"] {
+        for ok in [false, true] {
+            let (mut svc, handle) = breaker(
+                Builder::new()
+                    .failure_threshold(1)
+                    .cooldown(Cooldown::Time(secs(10)))
+                    .half_open_probes(2)
+                    .max_half_open_dwell(None),
+            );
+            trip(&mut svc, &handle).await;
+            tokio::time::advance(secs(10)).await;
+            let failing = hold(&mut svc).await;
+            let sibling = hold(&mut svc).await;
+            assert!(failing.end(false).await.is_ok());
+            assert_eq!(handle.snapshot().probes_in_flight, 1, "{act}");
+            match act {
+                "reset" => handle.reset(),
+                "force_open" => handle.force_open(),
+                "open_for" => handle.open_for(secs(5)),
+                _ => handle.set_mode(Mode::ObserveOnly),
+            }
+            let before = handle.snapshot();
+            assert_eq!(before.probes_in_flight, 0, "{act}");
+            assert!(sibling.end(ok).await.is_ok());
+            let after = handle.snapshot();
+            assert_eq!(
+                (after.state, after.generation, after.probes_in_flight),
+                (before.state, before.generation, 0),
+                "{act} {ok}: the late result moves nothing"
+            );
+            assert_eq!(after.counts.late, before.counts.late + 1, "{act} {ok}");
+            if act == "set_mode" {
+                handle.set_mode(Mode::Enabled);
+            }
+            // Into the next half-open: exactly two probes, whatever the sibling did.
+            handle.reset();
+            trip(&mut svc, &handle).await;
+            tokio::time::advance(secs(10)).await;
+            let _a = hold(&mut svc).await;
+            let _b = hold(&mut svc).await;
+            assert_eq!(handle.snapshot().probes_in_flight, 2, "{act} {ok}");
+            let full = call(&mut svc, true).await.unwrap_err();
+            assert_eq!(full.reason(), Reason::HalfOpenFull, "{act} {ok}");
+        }
+    }
+}
+
+/// Other probes close the breaker while a failed probe's sibling still runs: the
+/// sibling still holds its slot of later half-opens (a closed breaker shows it in
+/// flight) until it ends; its result then is late.
+#[tokio::test(start_paused = true)]
+async fn a_failed_probes_sibling_holds_its_slot_through_a_close_by_other_probes() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(10)))
+            .half_open_probes(2)
+            .max_half_open_dwell(None),
+    );
+    trip(&mut svc, &handle).await;
+    tokio::time::advance(secs(10)).await;
+    let failing = hold(&mut svc).await;
+    let sibling = hold(&mut svc).await;
+    assert!(failing.end(false).await.is_ok());
+    tokio::time::advance(secs(10)).await;
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
+    assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
+    let closed = handle.snapshot();
+    assert_eq!((closed.state, closed.probes_in_flight), (State::Closed, 1));
+    assert!(sibling.end(false).await.is_ok());
+    let after = handle.snapshot();
+    assert_eq!((after.state, after.probes_in_flight), (State::Closed, 0));
+    assert_eq!(after.counts.late, closed.counts.late + 1);
+}
+
 // ---------------------------------------------------------------------------------
 // Mode changes with calls in flight.
 // ---------------------------------------------------------------------------------
