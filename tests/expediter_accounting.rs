@@ -728,8 +728,8 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
 /// done the decision waits for that delivery too (the tool is in the map by then), and
 /// the failure uses up the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_check(
-) -> TestResult {
+async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_check() -> TestResult
+{
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
     use tokio::sync::Notify;
@@ -781,11 +781,9 @@ async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_ch
                 .on_event(slow_observer),
         ),
     )?;
-    let fetch = expediter
-        .layer("fetch")?
-        .layer(service_fn(|_: &str| async {
-            Err::<String, _>(std::io::Error::other("fetch backend refused"))
-        }));
+    let fetch = expediter.layer("fetch")?.layer(service_fn(|_: &str| async {
+        Err::<String, _>(std::io::Error::other("fetch backend refused"))
+    }));
     // The failure, on a thread of its own: its delivery stops in the slow observer.
     let failed_call = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
