@@ -639,21 +639,21 @@ async fn tools_held_open_on_hints_spend_no_budget_and_make_no_systemic_event() -
 // again.
 // ---------------------------------------------------------------------------------
 
-/// Another observer of the tool's breaker is slow: it holds the delivery of the first
-/// failure (on another thread) while a second call fails and its caller decides again.
-/// That decision waits for both failures to reach the budget, which they use up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers() -> TestResult {
+/// An observer that holds the delivery of its breaker's first failure until released,
+/// and what tells when it holds it and releases it.
+fn slow_first_failure() -> (
+    impl Fn(&tower_circuit_breaker::Event<'_>) + Send + Sync + 'static,
+    SlowDelivery,
+) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Mutex};
-    use tower::{service_fn, Layer, Service, ServiceExt};
     use tower_circuit_breaker::{Event, Outcome};
 
-    let (entered, delivery_held) = mpsc::channel::<()>();
+    let (entered, held) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
     let released = Mutex::new(released);
     let first = AtomicBool::new(true);
-    let slow_observer = move |event: &Event<'_>| {
+    let observer = move |event: &Event<'_>| {
         if let Event::Recorded {
             outcome: Outcome::Failure(_),
             ..
@@ -665,6 +665,63 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
             }
         }
     };
+    (observer, SlowDelivery { held, release })
+}
+
+/// [`slow_first_failure`]'s: `held` hears when it holds a failure, `release` lets it go.
+struct SlowDelivery {
+    held: std::sync::mpsc::Receiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+/// A failing tool's service.
+fn refusing(
+    layer: tower_circuit_breaker::expediter::ToolLayer,
+) -> impl tower::Service<&'static str, Error = BoxError> + Clone + Send + 'static {
+    use tower::{service_fn, Layer};
+    layer.layer(service_fn(|_: &str| async {
+        Err::<String, _>(std::io::Error::other("backend refused"))
+    }))
+}
+
+/// One call of `service`, on a thread (and a runtime) of its own.
+fn call_on_a_thread_of_its_own<S>(mut service: S) -> std::thread::JoinHandle<()>
+where
+    S: tower::Service<&'static str, Error = BoxError> + Send + 'static,
+{
+    use tower::ServiceExt;
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let _ = service.ready().await.unwrap().call("a").await;
+        });
+    })
+}
+
+fn assert_budget_exhausted(action: &Action) {
+    assert!(
+        matches!(
+            action,
+            Action::Pause {
+                reason: PauseReason::BudgetExhausted,
+                ..
+            }
+        ),
+        "{action:?}"
+    );
+}
+
+/// Another observer of the tool's breaker is slow: it holds the delivery of the first
+/// failure (on another thread) while a second call fails and its caller decides again.
+/// That decision waits for both failures to reach the budget, which they use up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers() -> TestResult {
+    use tower::{Service, ServiceExt};
+
+    let (slow_observer, slow) = slow_first_failure();
     let expediter = Expediter::builder()
         .failure_budget(2)
         .tool(
@@ -675,29 +732,13 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
             ),
         )
         .build()?;
-    let search = expediter
-        .layer("search")?
-        .layer(service_fn(|_: &str| async {
-            Err::<String, _>(std::io::Error::other("search backend refused"))
-        }));
+    let mut search = refusing(expediter.layer("search")?);
 
     // The first failure, on a thread of its own: its delivery stops in the slow observer.
-    let first_call = {
-        let mut search = search.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(async {
-                let _ = search.ready().await.unwrap().call("a").await;
-            });
-        })
-    };
-    delivery_held.recv()?;
+    let first_call = call_on_a_thread_of_its_own(search.clone());
+    slow.held.recv()?;
 
     // The second failure is queued behind the first's delivery.
-    let mut search = search;
     assert!(search.ready().await?.call("b").await.is_err());
 
     let decision = expediter.decide("search");
@@ -706,18 +747,8 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
         futures::poll!(decision.as_mut()).is_pending(),
         "the decision waits until both failures have reached the budget"
     );
-    release.send(())?;
-    let decision = decision.await?;
-    assert!(
-        matches!(
-            decision.action,
-            Action::Pause {
-                reason: PauseReason::BudgetExhausted,
-                ..
-            }
-        ),
-        "{decision:?}"
-    );
+    slow.release.send(())?;
+    assert_budget_exhausted(&decision.await?.action);
     assert_eq!(expediter.report().budget.used, 2);
     first_call.join().expect("the first call ends");
     Ok(())
@@ -730,12 +761,9 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_check() -> TestResult
 {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{mpsc, Arc, Mutex};
+    use std::sync::Arc;
     use tokio::sync::Notify;
-    use tower::{service_fn, Layer, Service, ServiceExt};
     use tower_circuit_breaker::expediter::Availability;
-    use tower_circuit_breaker::{Event, Outcome};
 
     let checked = Arc::new(Notify::new());
     let expediter = Expediter::builder()
@@ -758,22 +786,7 @@ async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_ch
         "the decision waits for its pre-call check"
     );
 
-    let (entered, delivery_held) = mpsc::channel::<()>();
-    let (release, released) = mpsc::channel::<()>();
-    let released = Mutex::new(released);
-    let first = AtomicBool::new(true);
-    let slow_observer = move |event: &Event<'_>| {
-        if let Event::Recorded {
-            outcome: Outcome::Failure(_),
-            ..
-        } = event
-        {
-            if first.swap(false, Ordering::SeqCst) {
-                let _ = entered.send(());
-                let _ = released.lock().unwrap().recv();
-            }
-        }
-    };
+    let (slow_observer, slow) = slow_first_failure();
     expediter.add_tool(
         spec("fetch").breaker(
             Builder::new()
@@ -781,39 +794,17 @@ async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_ch
                 .on_event(slow_observer),
         ),
     )?;
-    let fetch = expediter.layer("fetch")?.layer(service_fn(|_: &str| async {
-        Err::<String, _>(std::io::Error::other("fetch backend refused"))
-    }));
     // The failure, on a thread of its own: its delivery stops in the slow observer.
-    let failed_call = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async {
-            let mut fetch = fetch;
-            let _ = fetch.ready().await.unwrap().call("a").await;
-        });
-    });
-    delivery_held.recv()?;
+    let failed_call = call_on_a_thread_of_its_own(refusing(expediter.layer("fetch")?));
+    slow.held.recv()?;
 
     checked.notify_one();
     assert!(
         futures::poll!(decision.as_mut()).is_pending(),
         "the decision waits until the added tool's failure has reached the budget"
     );
-    release.send(())?;
-    let decision = decision.await?;
-    assert!(
-        matches!(
-            decision.action,
-            Action::Pause {
-                reason: PauseReason::BudgetExhausted,
-                ..
-            }
-        ),
-        "{decision:?}"
-    );
+    slow.release.send(())?;
+    assert_budget_exhausted(&decision.await?.action);
     failed_call.join().expect("the failed call ends");
     Ok(())
 }
