@@ -200,6 +200,26 @@ async fn a_failed_probes_sibling_keeps_its_slot_only_until_its_dwell_limit() {
     assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
 }
 
+/// A breaker of two probes with no dwell limit (a cooldown of 10 s) whose first probe
+/// failed while its sibling runs on: the breaker is open, the sibling holds a slot.
+async fn a_failed_probe_and_its_hung_sibling() -> (Svc, CircuitBreakerHandle, Held) {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(10)))
+            .half_open_probes(2)
+            .max_half_open_dwell(None),
+    );
+    trip(&mut svc, &handle).await;
+    tokio::time::advance(secs(10)).await;
+    let failing = hold(&mut svc).await;
+    let sibling = hold(&mut svc).await;
+    assert!(failing.end(false).await.is_ok());
+    assert_eq!(handle.state(), State::Open);
+    assert_eq!(handle.snapshot().probes_in_flight, 1, "the sibling runs on");
+    (svc, handle, sibling)
+}
+
 /// A failed probe's sibling, written off by each of a person's acts and a change of
 /// mode, ends later (a failure, then a success): its result is late, moves nothing, and
 /// gives back no slot it no longer holds, so the next half-open has all its slots and no
@@ -208,19 +228,7 @@ async fn a_failed_probes_sibling_keeps_its_slot_only_until_its_dwell_limit() {
 async fn a_written_off_siblings_late_result_moves_nothing_and_frees_no_slot_twice() {
     for act in ["reset", "force_open", "open_for", "set_mode"] {
         for ok in [false, true] {
-            let (mut svc, handle) = breaker(
-                Builder::new()
-                    .failure_threshold(1)
-                    .cooldown(Cooldown::Time(secs(10)))
-                    .half_open_probes(2)
-                    .max_half_open_dwell(None),
-            );
-            trip(&mut svc, &handle).await;
-            tokio::time::advance(secs(10)).await;
-            let failing = hold(&mut svc).await;
-            let sibling = hold(&mut svc).await;
-            assert!(failing.end(false).await.is_ok());
-            assert_eq!(handle.snapshot().probes_in_flight, 1, "{act}");
+            let (mut svc, handle, sibling) = a_failed_probe_and_its_hung_sibling().await;
             match act {
                 "reset" => handle.reset(),
                 "force_open" => handle.force_open(),
@@ -258,18 +266,7 @@ async fn a_written_off_siblings_late_result_moves_nothing_and_frees_no_slot_twic
 /// flight) until it ends; its result then is late.
 #[tokio::test(start_paused = true)]
 async fn a_failed_probes_sibling_holds_its_slot_through_a_close_by_other_probes() {
-    let (mut svc, handle) = breaker(
-        Builder::new()
-            .failure_threshold(1)
-            .cooldown(Cooldown::Time(secs(10)))
-            .half_open_probes(2)
-            .max_half_open_dwell(None),
-    );
-    trip(&mut svc, &handle).await;
-    tokio::time::advance(secs(10)).await;
-    let failing = hold(&mut svc).await;
-    let sibling = hold(&mut svc).await;
-    assert!(failing.end(false).await.is_ok());
+    let (mut svc, handle, sibling) = a_failed_probe_and_its_hung_sibling().await;
     tokio::time::advance(secs(10)).await;
     assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
     assert_eq!(call(&mut svc, true).await.ok(), Some(Source::Probe));
