@@ -572,6 +572,17 @@ mod tests {
         seen.iter().map(|(n, _)| *n).collect()
     }
 
+    /// The observer saw the recorded events numbered `0..count`, each once, in order.
+    #[track_caller]
+    fn assert_delivered_in_order(seen: &StdMutex<Seen>, count: usize) {
+        let expected: Vec<f64> = (0..count).map(|n| n as f64).collect();
+        assert_eq!(
+            numbers(&seen.lock().unwrap()),
+            expected,
+            "every event once, in order"
+        );
+    }
+
     /// On a multi-thread runtime, the caller stops after a batch and a task of the
     /// runtime delivers the rest, every event once and in order.
     #[test]
@@ -601,12 +612,7 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         });
-        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
-        assert_eq!(
-            numbers(&seen.lock().unwrap()),
-            expected,
-            "every event once, in order"
-        );
+        assert_delivered_in_order(&seen, FLOOD);
     }
 
     /// A current-thread runtime runs a task only when the caller's task lets it: the
@@ -627,12 +633,7 @@ mod tests {
                 "the turn is free"
             );
         });
-        let expected: Vec<f64> = (0..FLOOD).map(|n| n as f64).collect();
-        assert_eq!(
-            numbers(&seen.lock().unwrap()),
-            expected,
-            "every event once, in order"
-        );
+        assert_delivered_in_order(&seen, FLOOD);
     }
 
     /// The task handed the rest of a flood is dropped unfinished (its runtime shut down
@@ -654,12 +655,7 @@ mod tests {
         );
         events.queue(recorded(3 * Events::BATCH));
         events.deliver();
-        let expected: Vec<f64> = (0..=3 * Events::BATCH).map(|n| n as f64).collect();
-        assert_eq!(
-            numbers(&seen.lock().unwrap()),
-            expected,
-            "every event once, in order"
-        );
+        assert_delivered_in_order(&seen, 3 * Events::BATCH + 1);
     }
 
     /// A `tracing` subscriber that panics at every event it is given.
@@ -732,8 +728,7 @@ mod tests {
         deliver_through_a_panic(&events);
         events.queue(recorded(Events::BATCH));
         events.deliver();
-        let expected: Vec<f64> = (0..=Events::BATCH).map(|n| n as f64).collect();
-        assert_eq!(numbers(&seen.lock().unwrap()), expected);
+        assert_delivered_in_order(&seen, Events::BATCH + 1);
     }
 
     /// A waker that polls its future again at once when woken, on the waking thread
