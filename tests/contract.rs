@@ -844,6 +844,53 @@ async fn panics_trip_the_breaker_like_failures_and_it_keeps_working_afterwards()
     );
 }
 
+/// The failure of a panicking call is recorded while its panic unwinds: an observer that
+/// panics too, at that failure and at the transition it causes, is caught as ever, the
+/// service's panic (not the observer's) reaches the caller, and the transition is still
+/// delivered.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_observer_of_a_panicking_calls_failure_is_caught_and_the_failure_counted() {
+    let observed = Arc::new(AtomicUsize::new(0));
+    let builder = Builder::new().failure_threshold(1).on_event({
+        let observed = observed.clone();
+        move |_| {
+            observed.fetch_add(1, Ordering::SeqCst);
+            panic!("the observer panicked");
+        }
+    });
+    let (mut svc, breaker, _inner) = scripted(builder);
+    let mut events = breaker.subscribe();
+    for request in ["panic in future", "panic in classifier", "panic in call"] {
+        breaker.reset();
+        let error = send_on_a_task(&svc, request).await.unwrap_err();
+        assert_ne!(panic_message(error), "the observer panicked");
+        assert_eq!(
+            breaker.state(),
+            State::Open,
+            "{request}: the failure opened it"
+        );
+    }
+    assert!(
+        observed.load(Ordering::SeqCst) >= 6,
+        "the observer ran at each"
+    );
+    let snapshot = breaker.snapshot();
+    assert_eq!(snapshot.counts.failures, 3);
+    assert_eq!(snapshot.probes_in_flight, 0);
+    assert_eq!(
+        transitions(&mut events)
+            .iter()
+            .filter(|(_, to, cause)| *to == State::Open && *cause == Cause::Tripped)
+            .count(),
+        3
+    );
+    breaker.reset();
+    assert_eq!(
+        send(&mut svc, "hello").await.unwrap().source(),
+        Source::Service
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_panicking_probe_reopens_the_breaker_and_frees_its_slot() {
     let (mut svc, breaker, _inner) = scripted(

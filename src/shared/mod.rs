@@ -31,8 +31,8 @@ mod tally;
 
 pub(crate) use self::events::{DeliveryGroup, Observer};
 use self::events::{Events, Queued};
-pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
+pub(crate) use self::permit::{unless_it_panics, Permit};
 use self::published::Published;
 use self::tally::Tally;
 
