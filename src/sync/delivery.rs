@@ -13,7 +13,10 @@
 //!
 //! A sink that acts back on its queue's owner does not wait for itself: while it runs
 //! (inside [`Delivery::running`]) on a thread, what it causes on that thread is left
-//! queued and delivered after it returns, and a sink is never run inside itself.
+//! queued and delivered after it returns, and a sink is never run inside itself. An item
+//! that needs no place in the queue's order (it changes nothing the owner orders) is
+//! delivered at once by the task that made it ([`Delivery::deliver_now`]), under the
+//! same rule.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -55,9 +58,9 @@ pub(crate) struct Delivery<S: Sink> {
     group: Option<Arc<DeliveryGroup>>,
 }
 
-/// The items of a group of queues (an agent's tools' breakers), counted as they are
-/// queued and delivered: whether they are all delivered is one look at two counters,
-/// however many queues the group has.
+/// The items of a group of queues, counted as they are queued and delivered: whether
+/// they are all delivered is one look at two counters, however many queues the group
+/// has.
 #[derive(Debug, Default)]
 pub(crate) struct DeliveryGroup {
     queued: AtomicU64,
@@ -297,9 +300,9 @@ impl<S: Sink> Drop for Waiting<'_, S> {
 }
 
 /// Marks, while a thread runs a queue's sink, which queue's it is (by the address of
-/// its [`Delivery`]): a sink that acts on its own queue's owner (a breaker's observer
-/// calling its handle, making a call) must not be run again inside itself, where a lock
-/// it holds would deadlock.
+/// its [`Delivery`]): a sink that acts on its own queue's owner (a callback calling
+/// back in) must not be run again inside itself, where a lock it holds would deadlock.
+#[must_use = "the mark lasts until it is dropped"]
 pub(crate) struct Running {
     outer: usize,
 }
@@ -412,8 +415,8 @@ mod tests {
 
     use super::*;
 
-    /// An item of the tests: numbered, or one whose delivery panics (as a `tracing`
-    /// subscriber may under a breaker's delivery, outside its observers).
+    /// An item of the tests: numbered, or one whose delivery panics (as a sink's
+    /// logging may, where the sink does not catch it).
     #[derive(Debug)]
     enum Item {
         Numbered(usize),
