@@ -409,7 +409,7 @@ mod tests {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::pin::Pin;
     use std::sync::atomic::AtomicUsize;
-    use std::sync::Mutex as StdMutex;
+    use std::sync::{Mutex as StdMutex, OnceLock, Weak};
     use std::task::{Context, Wake, Waker};
     use std::thread;
 
@@ -453,14 +453,19 @@ mod tests {
         }
     }
 
+    impl Recording {
+        fn new(flood: usize) -> Self {
+            Recording {
+                seen: StdMutex::new(Vec::new()),
+                flood,
+                queued: AtomicUsize::new(1),
+            }
+        }
+    }
+
     /// A queue to a [`Recording`] sink flooding it with `flood` items, nothing queued.
     fn recording(flood: usize) -> Arc<Delivery<Recording>> {
-        let sink = Recording {
-            seen: StdMutex::new(Vec::new()),
-            flood,
-            queued: AtomicUsize::new(1),
-        };
-        Arc::new(Delivery::new(sink, None))
+        Arc::new(Delivery::new(Recording::new(flood), None))
     }
 
     /// A queue to a [`Recording`] sink flooding it with `flood` items, the first queued.
@@ -677,5 +682,91 @@ mod tests {
         delivery.deliver();
         assert_eq!(delivery.sink().seen.lock().unwrap().len(), 3 * BATCH);
         assert!(delivery.is_empty());
+    }
+
+    /// A sink that acts back on its own queue from inside its mark, as a callback that
+    /// calls back in would: delivering item 0 it queues item 1 and asks for delivery,
+    /// delivers item 2 at once, and waits for the queue. Records each item, and how
+    /// deep the sink ran inside itself.
+    #[derive(Default)]
+    struct Reentrant {
+        this: OnceLock<Weak<Delivery<Reentrant>>>,
+        seen: StdMutex<Vec<usize>>,
+        depth: AtomicUsize,
+        deepest: AtomicUsize,
+        waited: AtomicBool,
+    }
+
+    impl Sink for Reentrant {
+        type Item = usize;
+
+        fn deliver(&self, item: usize, delivery: &Delivery<Self>) {
+            let _running = delivery.running();
+            let depth = self.depth.fetch_add(1, Ordering::SeqCst) + 1;
+            self.deepest.fetch_max(depth, Ordering::SeqCst);
+            self.seen.lock().unwrap().push(item);
+            if item == 0 {
+                let this = self.this.get().unwrap().upgrade().unwrap();
+                this.queue(1);
+                this.deliver();
+                this.deliver_now(2);
+                let waited = std::pin::pin!(this.delivered())
+                    .poll(&mut Context::from_waker(Waker::noop()))
+                    .is_ready();
+                self.waited.store(waited, Ordering::SeqCst);
+            }
+            self.depth.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn reentrant() -> Arc<Delivery<Reentrant>> {
+        let delivery = Arc::new(Delivery::new(Reentrant::default(), None));
+        delivery.sink().this.set(Arc::downgrade(&delivery)).unwrap();
+        delivery
+    }
+
+    /// What a sink causes on its own queue from inside itself is left queued and
+    /// delivered after it returns, in order; the sink never runs inside itself, and
+    /// waiting for its queue from inside it does not wait. Whether its item was queued
+    /// or delivered at once.
+    #[test]
+    fn a_sink_acting_on_its_own_queue_is_not_run_inside_itself() {
+        let queued = reentrant();
+        queued.queue(0);
+        queued.deliver();
+        let at_once = reentrant();
+        at_once.deliver_now(0);
+        for delivery in [queued, at_once] {
+            let sink = delivery.sink();
+            assert_eq!(*sink.seen.lock().unwrap(), vec![0, 1, 2], "in order, after");
+            assert_eq!(
+                sink.deepest.load(Ordering::SeqCst),
+                1,
+                "never inside itself"
+            );
+            assert!(sink.waited.load(Ordering::SeqCst), "no wait from inside");
+            assert!(delivery.is_empty());
+            assert!(
+                !delivery.delivering.load(Ordering::SeqCst),
+                "the turn is free"
+            );
+        }
+    }
+
+    /// A group is settled once every item its queues queued is delivered, an item lost
+    /// to a panic under its delivery included (it is not waited for).
+    #[test]
+    fn a_group_is_settled_once_its_queues_items_are_delivered_or_lost() {
+        let group = Arc::new(DeliveryGroup::default());
+        let one = Arc::new(Delivery::new(Recording::new(0), Some(group.clone())));
+        let other = Arc::new(Delivery::new(Recording::new(0), Some(group.clone())));
+        assert!(group.settled(), "nothing queued");
+        one.queue(Item::Numbered(0));
+        other.queue(Item::Panics);
+        assert!(!group.settled(), "two items queued");
+        one.deliver();
+        assert!(!group.settled(), "one item still queued");
+        assert!(catch_unwind(AssertUnwindSafe(|| other.deliver())).is_err());
+        assert!(group.settled(), "one delivered, one lost");
     }
 }
