@@ -5,7 +5,7 @@
 //! RUSTFLAGS="--cfg tcb_loom" cargo test --release --test loom
 //! ```
 //!
-//! Only the shared state's atomics, lock and kill switch are modelled (src/sync.rs);
+//! Only the shared state's atomics, lock and kill switch are modelled (src/sync/mod.rs);
 //! calls are driven by hand with a no-op waker, without a runtime.
 #![cfg(tcb_loom)]
 

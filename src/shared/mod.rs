@@ -22,6 +22,7 @@ use crate::machine::{
 };
 use crate::outcome::Outcome;
 use crate::snapshot::Snapshot;
+pub(crate) use crate::sync::delivery::DeliveryGroup;
 use crate::sync::{lock, Mutex, MutexGuard};
 
 mod events;
@@ -29,8 +30,8 @@ mod permit;
 mod published;
 mod tally;
 
-pub(crate) use self::events::{DeliveryGroup, Observer};
-use self::events::{Events, Queued};
+pub(crate) use self::events::Observer;
+use self::events::{Events, Queued, Reporter};
 use self::permit::Ticket;
 pub(crate) use self::permit::{unless_it_panics, Permit};
 use self::published::Published;
@@ -116,7 +117,7 @@ impl Shared {
         Shared {
             tally: Tally::default(),
             published: Apart(Published::new(&machine.door())),
-            events: Arc::new(Events::new(name.clone(), observers, group)),
+            events: Arc::new(Events::new(Reporter::new(name.clone(), observers), group)),
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
@@ -445,7 +446,7 @@ impl Shared {
     }
 
     /// Waits until every event the breaker made before this call has reached its
-    /// observers (see [`Events::delivered`](events::Events)).
+    /// observers (see [`Delivery::delivered`](crate::sync::delivery::Delivery::delivered)).
     pub(crate) async fn events_delivered(&self) {
         self.events.delivered().await;
     }

@@ -1,6 +1,9 @@
 //! The synchronisation primitives the breaker's shared state is built on: the standard
 //! library's, or, under `--cfg tcb_loom`, loom's, so that `tests/loom.rs` can check every
-//! interleaving of admission, recording and the kill switch.
+//! interleaving of admission, recording and the kill switch; and, built on them, the
+//! ordered [`delivery`] of a breaker's events.
+
+pub(crate) mod delivery;
 
 #[cfg(tcb_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
