@@ -310,42 +310,32 @@ impl Machine {
     /// before an opening clears the count), if the outcome entered the count, and the
     /// transition it caused.
     fn record_closed(&mut self, outcome: &Outcome, at: Fixed) -> (Option<f64>, Option<Transition>) {
-        match outcome {
+        let failure = match outcome {
             Outcome::Ignored => return (None, None),
-            Outcome::Success => {
-                self.consecutive = 0;
-                self.window.push(false, at.now);
-            }
-            Outcome::Failure(failure) => {
-                self.consecutive = self.consecutive.saturating_add(1);
-                self.window.push(true, at.now);
-                // A permanent failure opens it until a reset; a failure that says how
-                // long to wait opens it for that long: calling again before then only
-                // earns another refusal (LiteLLM cools a deployment down on the first
-                // 429; resilience4j opens for a result-derived wait).
-                let at_once = if failure.is_permanent() {
-                    Some(Cause::PermanentFailure)
-                } else if failure.retry_after_hint().is_some() && self.config.open_on_retry_after {
-                    Some(Cause::RetryAfter)
-                } else {
-                    None
-                };
-                if let Some(cause) = at_once {
-                    let rate = self.failure_rate(at.now);
-                    return (Some(rate), Some(self.open(at, cause, failure)));
-                }
-            }
-        }
+            Outcome::Success => None,
+            Outcome::Failure(failure) => Some(failure),
+        };
+        self.consecutive = match failure {
+            Some(_) => self.consecutive.saturating_add(1),
+            None => 0,
+        };
+        self.window.push(failure.is_some(), at.now);
         let rate = self.failure_rate(at.now);
-        // The trip policy is a state of the window: checked after every outcome.
-        let transition = self.should_trip(at.now).then(|| {
-            let failure = match outcome {
-                Outcome::Failure(failure) => failure.clone(),
-                _ => Failure::default(),
-            };
-            self.open(at, Cause::Tripped, &failure)
-        });
-        (Some(rate), transition)
+        let cause = match failure {
+            // A permanent failure opens it until a reset; a failure that says how long
+            // to wait opens it for that long: calling again before then only earns
+            // another refusal (LiteLLM cools a deployment down on the first 429;
+            // resilience4j opens for a result-derived wait).
+            Some(failure) if failure.is_permanent() => Some(Cause::PermanentFailure),
+            Some(failure)
+                if failure.retry_after_hint().is_some() && self.config.open_on_retry_after =>
+            {
+                Some(Cause::RetryAfter)
+            }
+            // The trip policy is a state of the window: checked after every outcome.
+            _ => self.should_trip(at.now).then_some(Cause::Tripped),
+        };
+        (Some(rate), cause.map(|cause| self.open(at, cause, failure)))
     }
 
     fn record_probe(&mut self, outcome: &Outcome, at: Fixed) -> Option<Transition> {
@@ -375,7 +365,7 @@ impl Machine {
                 } else {
                     Cause::ProbeFailed
                 };
-                Some(self.open(at, cause, failure))
+                Some(self.open(at, cause, Some(failure)))
             }
         }
     }
@@ -416,10 +406,10 @@ impl Machine {
         }
         self.reopens = self.reopens.saturating_add(1);
         let at = Fixed {
-            step: at.step,
             now: deadline,
+            ..at
         };
-        Some(self.open(at, Cause::DwellExceeded, &Failure::default()))
+        Some(self.open(at, Cause::DwellExceeded, None))
     }
 
     /// When the next probe may go, as of `at` (`at.step`: the count of calls so far).
@@ -559,37 +549,17 @@ impl Machine {
         if mode == self.mode {
             return None;
         }
-        self.end_half_open_epoch(false);
         self.write_off_lingering();
         let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
-        if let Phase::HalfOpen { successes, .. } = &mut self.phase {
-            *successes = 0;
-        }
-        Some(left)
-    }
-
-    /// The current epoch ends. Probes of this half-open still running are written off,
-    /// or, with `linger`, hold their slots until they end or the half-open's dwell limit
-    /// passes.
-    fn end_half_open_epoch(&mut self, linger: bool) {
-        let epoch = self.epoch();
+        // A half-open breaker starts over: no probe holds a slot, none has succeeded.
         if let Phase::HalfOpen {
-            entered_at,
-            running,
-            ..
+            running, successes, ..
         } = &mut self.phase
         {
-            let (entered_at, running) = (*entered_at, std::mem::take(running));
-            if linger && running > 0 {
-                let until = self.dwell_limit(entered_at);
-                self.lingering.push(Lingering {
-                    epoch,
-                    running,
-                    until,
-                });
-            }
+            (*running, *successes) = (0, 0);
         }
+        Some(left)
     }
 
     /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a
@@ -661,7 +631,9 @@ impl Machine {
         (counts.calls >= u64::from(minimum_calls.max(1))).then_some(counts)
     }
 
-    fn open(&mut self, at: Fixed, cause: Cause, failure: &Failure) -> Transition {
+    /// Opens the breaker for its cooldown, or for the wait `failure` asked for, or until
+    /// a reset if it is permanent.
+    fn open(&mut self, at: Fixed, cause: Cause, failure: Option<&Failure>) -> Transition {
         let mut due = match self.cooldown() {
             Cooldown::Calls(n) => Due::At {
                 step: Some(at.step.saturating_add(n)),
@@ -669,10 +641,11 @@ impl Machine {
             },
             Cooldown::Time(d) => Due::at(later(at.now, d)),
         };
-        if let (Some(hint), Due::At { time, .. }) = (failure.retry_after_hint(), &mut due) {
+        let hint = failure.and_then(Failure::retry_after_hint);
+        if let (Some(hint), Due::At { time, .. }) = (hint, &mut due) {
             *time = Some(later(at.now, hint.min(self.config.max_retry_after)));
         }
-        if failure.is_permanent() {
+        if failure.is_some_and(Failure::is_permanent) {
             due = Due::Never;
         }
         self.window.clear();
@@ -702,12 +675,24 @@ impl Machine {
 
     fn enter(&mut self, phase: Phase, at: Fixed, cause: Cause) -> Transition {
         let from = self.state();
-        // A failed probe's siblings linger; a person's act or the dwell limit writes them
-        // off.
-        self.end_half_open_epoch(matches!(
-            cause,
-            Cause::ProbeFailed | Cause::PermanentFailure
-        ));
+        // A failed probe's siblings still running linger: they hold their slots until they
+        // end or their half-open's dwell limit passes. Any other change writes the probes
+        // under way off.
+        if let Phase::HalfOpen {
+            entered_at,
+            running,
+            ..
+        } = self.phase
+        {
+            if running > 0 && matches!(cause, Cause::ProbeFailed | Cause::PermanentFailure) {
+                let until = self.dwell_limit(entered_at);
+                self.lingering.push(Lingering {
+                    epoch: self.epoch(),
+                    running,
+                    until,
+                });
+            }
+        }
         self.drop_lingering(at.now);
         self.phase = phase;
         self.cause = Some(cause);
