@@ -494,18 +494,18 @@ impl Machine {
     /// as [`Machine::hold_open`]).
     pub(crate) fn release_hold(&mut self, at: Fixed) -> (bool, Option<Transition>) {
         let expired = self.tick(at);
-        let released = match &mut self.phase {
-            Phase::Open { due, by } => match *by {
-                Opener::Hint { own } => {
-                    *due = own;
-                    *by = Opener::Breaker;
-                    true
-                }
-                Opener::Breaker | Opener::Person => false,
-            },
-            Phase::Closed | Phase::HalfOpen { .. } => false,
+        let Phase::Open {
+            by: Opener::Hint { own },
+            ..
+        } = self.phase
+        else {
+            return (false, expired);
         };
-        (released, expired)
+        self.phase = Phase::Open {
+            due: own,
+            by: Opener::Breaker,
+        };
+        (true, expired)
     }
 
     /// Lets the next call be the probe, whatever is left of the cooldown: for an
@@ -590,14 +590,9 @@ impl Machine {
                 let threshold = self.threshold_in_force(configured);
                 (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
             }
-            TripPolicy::FailureRate { minimum_calls, .. } => {
-                match self.counted_window(minimum_calls, now) {
-                    Some(WindowCounts { failures, calls }) => {
-                        failures as f64 * 100.0 / calls as f64
-                    }
-                    None => -1.0,
-                }
-            }
+            TripPolicy::FailureRate { minimum_calls, .. } => self
+                .counted_window(minimum_calls, now)
+                .map_or(-1.0, |w| w.failures as f64 * 100.0 / w.calls as f64),
         }
     }
 

@@ -158,6 +158,31 @@ impl NextProbe {
             _ => None,
         }
     }
+
+    /// This next probe in words, as a rejection and a transition end, its wait measured
+    /// from `from`: "; next probe in 30s", "; next probe in 1 call", "; next probe in 3
+    /// calls, and not before 5s", "; closed only by a reset" (nothing scheduled), or
+    /// nothing (closed, or a probe under way).
+    pub(crate) fn tell(self, f: &mut fmt::Formatter<'_>, from: Instant) -> fmt::Result {
+        let (calls, at) = match self {
+            NextProbe::After { calls, at } => (calls, at),
+            NextProbe::Manual => return f.write_str("; closed only by a reset"),
+            NextProbe::InFlight | NextProbe::NotNeeded => return Ok(()),
+        };
+        // A wait that has passed by `from` (a rejection read after it) is no wait.
+        let wait = at
+            .map(|at| at.saturating_duration_since(from))
+            .filter(|wait| !wait.is_zero());
+        match (calls, wait) {
+            // A wait in time alone: the first call once it is over.
+            (1, Some(wait)) => write!(f, "; next probe in {wait:?}"),
+            (1, None) => f.write_str("; next probe in 1 call"),
+            (calls, None) => write!(f, "; next probe in {calls} calls"),
+            (calls, Some(wait)) => {
+                write!(f, "; next probe in {calls} calls, and not before {wait:?}")
+            }
+        }
+    }
 }
 
 /// A call that was not made, and what its caller is told: why, the state it found, and
@@ -421,50 +446,7 @@ impl fmt::Display for Transition {
         if self.mode != Mode::Enabled {
             write!(f, " [{}]", self.mode.as_str())?;
         }
-        match self.next_probe {
-            NextProbe::After { .. } => {
-                write!(f, "; next probe {}", self.next_probe.told_from(self.at))
-            }
-            NextProbe::Manual => f.write_str("; closed only by a reset"),
-            NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),
-        }
-    }
-}
-
-/// A scheduled next probe in words, its wait measured from `from`: "in 30s", "in 1 call",
-/// "in 3 calls", "in 3 calls, and not before 5s". What a rejection and a transition say.
-#[derive(Debug)]
-pub(crate) struct Told {
-    next_probe: NextProbe,
-    from: Instant,
-}
-
-impl NextProbe {
-    /// This next probe in words, its wait measured from `from` (see [`Told`]).
-    pub(crate) fn told_from(self, from: Instant) -> Told {
-        Told {
-            next_probe: self,
-            from,
-        }
-    }
-}
-
-impl fmt::Display for Told {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let NextProbe::After { calls, at } = self.next_probe else {
-            return Ok(());
-        };
-        // A wait that has passed by `from` (a rejection read after it) is no wait.
-        let wait = at
-            .map(|at| at.saturating_duration_since(self.from))
-            .filter(|wait| !wait.is_zero());
-        match (calls, wait) {
-            // A wait in time alone: the first call once it is over.
-            (1, Some(wait)) => write!(f, "in {wait:?}"),
-            (1, None) => f.write_str("in 1 call"),
-            (calls, None) => write!(f, "in {calls} calls"),
-            (calls, Some(wait)) => write!(f, "in {calls} calls, and not before {wait:?}"),
-        }
+        self.next_probe.tell(f, self.at)
     }
 }
 
@@ -594,8 +576,15 @@ mod tests {
                 calls,
                 at: Some(at),
             };
-            assert_eq!(next_probe.told_from(later).to_string(), told);
-            assert_eq!(next_probe.told_from(at).to_string(), told);
+            for from in [later, at] {
+                let line = transition(next_probe, Mode::Enabled, Cause::ProbeFailed, from);
+                assert_eq!(
+                    line.to_string(),
+                    format!(
+                        "circuit `search`: half_open -> open (probe_failed); next probe {told}"
+                    )
+                );
+            }
         }
     }
 }
