@@ -425,20 +425,21 @@ impl Machine {
     /// opened the breaker before.
     pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
         self.write_off_lingering();
-        let due = until.map_or(Due::Never, Due::at);
-        if let Phase::Open {
-            due: held,
-            by: Opener::Person,
-        } = &mut self.phase
-        {
-            // Already held by a person: the new hold replaces the old, no transition.
-            *held = due;
-            return None;
-        }
         let phase = Phase::Open {
-            due,
+            due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
         };
+        if matches!(
+            self.phase,
+            Phase::Open {
+                by: Opener::Person,
+                ..
+            }
+        ) {
+            // Already held by a person: the new hold replaces the old, no transition.
+            self.phase = phase;
+            return None;
+        }
         Some(self.enter(phase, at, Cause::ForcedOpen))
     }
 
@@ -452,39 +453,40 @@ impl Machine {
     /// alone changes applies first: a half-open past its dwell limit is open again, and a
     /// hint may then lengthen its wait.
     pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
-        if let Some(expired) = self.tick(at) {
-            return (self.hold_open(until, at).0, Some(expired));
-        }
-        let hinted = Due::at(until);
-        match &mut self.phase {
+        let expired = self.tick(at);
+        let applied = match self.phase {
             // A hold that has already ended holds nothing.
-            Phase::Closed if until <= at.now => (false, None),
+            Phase::Closed if until <= at.now => false,
             Phase::Closed => {
-                let own = Due::NEXT_CALL;
                 let phase = Phase::Open {
-                    due: hinted,
-                    by: Opener::Hint { own },
+                    due: Due::at(until),
+                    by: Opener::Hint {
+                        own: Due::NEXT_CALL,
+                    },
                 };
-                (true, Some(self.enter(phase, at, Cause::Hint)))
+                // Closed: no deadline had passed, and the opening is the transition.
+                return (true, Some(self.enter(phase, at, Cause::Hint)));
             }
-            Phase::Open { due, by } if *by != Opener::Person => {
-                let Due::At { step, time } = *due else {
-                    return (false, None); // open until a reset
+            // Open by its own calls or a hint, for a wait that ends before `until`: the
+            // wait is lengthened, the breaker's own kept underneath.
+            Phase::Open {
+                due: due @ Due::At { step, time },
+                by,
+            } if by != Opener::Person && time.is_none_or(|time| time < until) => {
+                let by = match by {
+                    Opener::Breaker => Opener::Hint { own: due },
+                    hint => hint,
                 };
-                if time.is_some_and(|time| time >= until) {
-                    return (false, None);
-                }
-                if *by == Opener::Breaker {
-                    *by = Opener::Hint { own: *due };
-                }
-                *due = Due::At {
+                let due = Due::At {
                     step,
                     time: Some(until),
                 };
-                (true, None)
+                self.phase = Phase::Open { due, by };
+                true
             }
-            _ => (false, None),
-        }
+            _ => false,
+        };
+        (applied, expired)
     }
 
     /// Ends a hold made by [`Machine::hold_open`]: the breaker's own wait underneath is

@@ -107,7 +107,7 @@ impl Ring {
     }
 
     fn clear(&mut self) {
-        self.bits.iter_mut().for_each(|w| *w = 0);
+        self.bits.fill(0);
         self.next = 0;
         self.len = 0;
         self.failures = 0;
@@ -153,8 +153,7 @@ impl Buckets {
         if slot.index != index {
             *slot = Bucket {
                 index,
-                calls: 0,
-                failures: 0,
+                ..Bucket::default()
             };
         }
         // Counted in 64 bits, saturating: a window in time has no bound on its calls.
