@@ -64,10 +64,10 @@ enum Phase {
         due: Due,
         by: Opener,
     },
-    /// Probes of this half-open still running, and successes so far.
+    /// Successes of this half-open's probes so far (its probes under way are in
+    /// [`Machine::probes`]).
     HalfOpen {
         entered_at: Instant,
-        running: u32,
         successes: u32,
     },
 }
@@ -85,7 +85,8 @@ enum Opener {
     Person,
 }
 
-/// Probes of an earlier half-open still running when another probe of it failed. Until
+/// The probes of one half-open (of one epoch) still running, each holding a slot until it
+/// ends. A failed probe's siblings keep theirs after their half-open has ended: until
 /// they end they take slots from any later half-open, so the service never sees more
 /// probes at once than the limit; but never past their half-open's dwell limit, `until`:
 /// a probe that hangs is written off then, so it cannot keep a later half-open from
@@ -94,7 +95,7 @@ enum Opener {
 /// the probes under way are written off at once: their results come late and count for
 /// nothing.)
 #[derive(Debug, Clone, Copy)]
-struct Lingering {
+struct Probes {
     epoch: Epoch,
     running: u32,
     until: Option<Instant>,
@@ -115,7 +116,8 @@ pub(crate) struct Machine {
     reopens: u32,
     rng: u64,
     last_failure: Option<FailureRecord>,
-    lingering: Vec<Lingering>,
+    /// The probes under way: this half-open's, and earlier ones' that still hold slots.
+    probes: Vec<Probes>,
 }
 
 impl Machine {
@@ -133,7 +135,7 @@ impl Machine {
             threshold_relief: 0,
             reopens: 0,
             last_failure: None,
-            lingering: Vec::new(),
+            probes: Vec::new(),
         }
     }
 
@@ -174,11 +176,7 @@ impl Machine {
     /// Probes under way: this half-open's, and those of earlier ones that still hold a
     /// slot.
     pub(crate) fn probes_in_flight(&self) -> u32 {
-        let running = match self.phase {
-            Phase::HalfOpen { running, .. } => running,
-            _ => 0,
-        };
-        running + self.lingering.iter().map(|l| l.running).sum::<u32>()
+        self.probes.iter().map(|p| p.running).sum()
     }
 
     pub(crate) fn last_failure(&self) -> Option<&FailureRecord> {
@@ -201,9 +199,9 @@ impl Machine {
                 self.probes_in_flight() < self.config.half_open_probes,
                 // The first deadline: this half-open's dwell limit, or an earlier one's
                 // whose probes still hold slots.
-                self.lingering
+                self.probes
                     .iter()
-                    .filter_map(|l| l.until)
+                    .filter_map(|p| p.until)
                     .chain(self.dwell_limit(entered_at))
                     .min(),
             ),
@@ -231,15 +229,20 @@ impl Machine {
             // run; the call is its probe if they leave a slot.
             let phase = Phase::HalfOpen {
                 entered_at: clock.now(),
-                running: 0,
                 successes: 0,
             };
             transition = Some(self.enter(phase, clock.fixed(), Cause::CooldownElapsed));
             verdict = self.door().admit(killed, clock);
         }
-        if verdict == Verdict::Probe {
-            if let Phase::HalfOpen { running, .. } = &mut self.phase {
-                *running += 1;
+        if let (Verdict::Probe, Phase::HalfOpen { entered_at, .. }) = (verdict, self.phase) {
+            let (epoch, until) = (self.epoch(), self.dwell_limit(entered_at));
+            match self.probes.iter_mut().find(|p| p.epoch == epoch) {
+                Some(probes) => probes.running += 1,
+                None => self.probes.push(Probes {
+                    epoch,
+                    running: 1,
+                    until,
+                }),
             }
             // A change to half-open made by this call: as of it, this probe holds its
             // slot.
@@ -283,8 +286,9 @@ impl Machine {
         // A deadline that passed before the outcome came applies first: a probe that
         // answers after its half-open's dwell limit is late, whoever looked or not.
         let expired = self.tick(at);
+        // A probe's slot is free once it answers, whatever it says.
+        self.release(epoch, kind);
         if epoch != self.epoch() {
-            self.release(epoch, kind);
             return (Recorded::Late, expired);
         }
         let outcome = self.slow_call_rule(outcome, elapsed);
@@ -340,13 +344,9 @@ impl Machine {
 
     fn record_probe(&mut self, outcome: &Outcome, at: Fixed) -> Option<Transition> {
         let probes = self.config.half_open_probes;
-        let Phase::HalfOpen {
-            running, successes, ..
-        } = &mut self.phase
-        else {
+        let Phase::HalfOpen { successes, .. } = &mut self.phase else {
             return None;
         };
-        *running = running.saturating_sub(1);
         match outcome {
             Outcome::Ignored => None,
             Outcome::Success => {
@@ -377,16 +377,10 @@ impl Machine {
         if kind != Kind::Probe {
             return;
         }
-        if epoch == self.epoch() {
-            if let Phase::HalfOpen { running, .. } = &mut self.phase {
-                *running = running.saturating_sub(1);
-            }
-            return;
-        }
-        if let Some(i) = self.lingering.iter().position(|l| l.epoch == epoch) {
-            self.lingering[i].running -= 1;
-            if self.lingering[i].running == 0 {
-                self.lingering.swap_remove(i);
+        if let Some(i) = self.probes.iter().position(|p| p.epoch == epoch) {
+            self.probes[i].running -= 1;
+            if self.probes[i].running == 0 {
+                self.probes.swap_remove(i);
             }
         }
     }
@@ -396,7 +390,7 @@ impl Machine {
     /// its deadline (the cooldown runs from there, not from this later look). Open never
     /// turns half-open by itself: the next call does that.
     pub(crate) fn tick(&mut self, at: Fixed) -> Option<Transition> {
-        self.drop_lingering(at.now);
+        self.drop_past_dwell(at.now);
         let Phase::HalfOpen { entered_at, .. } = self.phase else {
             return None;
         };
@@ -424,7 +418,7 @@ impl Machine {
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
     pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
-        self.write_off_lingering();
+        self.write_off_probes();
         let phase = Phase::Open {
             due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
@@ -533,15 +527,16 @@ impl Machine {
 
     /// Closes the breaker and clears its failure counts and backoff.
     pub(crate) fn reset(&mut self, at: Fixed) -> Option<Transition> {
-        self.write_off_lingering();
+        self.write_off_probes();
         self.close(at, Cause::Reset)
     }
 
-    /// A person's act or a change of mode: the siblings of an earlier failed probe hold
-    /// no slot any more (their results are already late). Without this, a sibling that
-    /// hangs with no dwell limit would hold its slot through every reset for good.
-    fn write_off_lingering(&mut self) {
-        self.lingering.clear();
+    /// A person's act or a change of mode: the probes under way hold no slot any more
+    /// (their results are already late), the siblings of an earlier failed probe
+    /// included. Without this, a sibling that hangs with no dwell limit would hold its
+    /// slot through every reset for good.
+    fn write_off_probes(&mut self) {
+        self.probes.clear();
     }
 
     /// Switches the mode, and returns the mode left if it changed. A change starts a new
@@ -551,15 +546,12 @@ impl Machine {
         if mode == self.mode {
             return None;
         }
-        self.write_off_lingering();
+        self.write_off_probes();
         let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
         // A half-open breaker starts over: no probe holds a slot, none has succeeded.
-        if let Phase::HalfOpen {
-            running, successes, ..
-        } = &mut self.phase
-        {
-            (*running, *successes) = (0, 0);
+        if let Phase::HalfOpen { successes, .. } = &mut self.phase {
+            *successes = 0;
         }
         Some(left)
     }
@@ -663,34 +655,23 @@ impl Machine {
         Some(self.enter(Phase::Closed, at, cause))
     }
 
-    /// Earlier half-opens' probes whose dwell limit has passed by `now` hold no slot
-    /// (a re-open at the deadline).
-    fn drop_lingering(&mut self, now: Instant) {
-        self.lingering
-            .retain(|l| l.until.is_none_or(|until| now < until));
+    /// Probes whose half-open's dwell limit has passed by `now` hold no slot (a re-open
+    /// at the deadline).
+    fn drop_past_dwell(&mut self, now: Instant) {
+        self.probes
+            .retain(|p| p.until.is_none_or(|until| now < until));
     }
 
     fn enter(&mut self, phase: Phase, at: Fixed, cause: Cause) -> Transition {
         let from = self.state();
         // A failed probe's siblings still running linger: they hold their slots until they
-        // end or their half-open's dwell limit passes. Any other change writes the probes
-        // under way off.
-        if let Phase::HalfOpen {
-            entered_at,
-            running,
-            ..
-        } = self.phase
-        {
-            if running > 0 && matches!(cause, Cause::ProbeFailed | Cause::PermanentFailure) {
-                let until = self.dwell_limit(entered_at);
-                self.lingering.push(Lingering {
-                    epoch: self.epoch(),
-                    running,
-                    until,
-                });
-            }
+        // end or their half-open's dwell limit passes. Any other change writes this
+        // epoch's probes off.
+        if !matches!(cause, Cause::ProbeFailed | Cause::PermanentFailure) {
+            let epoch = self.epoch();
+            self.probes.retain(|p| p.epoch != epoch);
         }
-        self.drop_lingering(at.now);
+        self.drop_past_dwell(at.now);
         self.phase = phase;
         self.cause = Some(cause);
         self.generation += 1;
