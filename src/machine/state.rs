@@ -10,6 +10,19 @@ use std::time::{Duration, Instant};
 use super::time::Nanos;
 use super::Mode;
 
+/// A `Display` by the name `as_str` gives, for the enums a breaker reports by name.
+macro_rules! display_by_name {
+    ($($name:ty),+) => {$(
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+display_by_name!(State, Reason, Cause);
+
 /// The state of a breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -58,12 +71,6 @@ impl State {
     }
 }
 
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Why a breaker did not make a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -108,12 +115,6 @@ impl Reason {
             Reason::Killed => "killed",
             Reason::ForcedOpen => "forced_open",
         }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -367,12 +368,6 @@ impl Cause {
                 | Cause::ForcedOpen
                 | Cause::Hint
         )
-    }
-}
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
