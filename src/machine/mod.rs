@@ -168,7 +168,7 @@ impl Machine {
         self.consecutive
     }
 
-    /// `(failures, calls)` in the failure-rate window.
+    /// The failures and calls in the failure-rate window as of `now`.
     pub(crate) fn window(&self, now: Instant) -> WindowCounts {
         self.window.totals(now)
     }

@@ -174,14 +174,13 @@ impl NextProbe {
         let wait = at
             .map(|at| at.saturating_duration_since(from))
             .filter(|wait| !wait.is_zero());
+        f.write_str("; next probe in ")?;
         match (calls, wait) {
             // A wait in time alone: the first call once it is over.
-            (1, Some(wait)) => write!(f, "; next probe in {wait:?}"),
-            (1, None) => f.write_str("; next probe in 1 call"),
-            (calls, None) => write!(f, "; next probe in {calls} calls"),
-            (calls, Some(wait)) => {
-                write!(f, "; next probe in {calls} calls, and not before {wait:?}")
-            }
+            (1, Some(wait)) => write!(f, "{wait:?}"),
+            (1, None) => f.write_str("1 call"),
+            (calls, None) => write!(f, "{calls} calls"),
+            (calls, Some(wait)) => write!(f, "{calls} calls, and not before {wait:?}"),
         }
     }
 }
