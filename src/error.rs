@@ -271,15 +271,7 @@ impl fmt::Display for Rejected {
             Reason::ForcedOpen => f.write_str("it was forced open")?,
             Reason::Open => f.write_str("it is open")?,
         }
-        match self.skip.next_probe() {
-            next_probe @ NextProbe::After { .. } => write!(
-                f,
-                "; next probe {}",
-                next_probe.told_from(crate::shared::now())
-            ),
-            NextProbe::Manual => f.write_str("; closed only by a reset"),
-            NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),
-        }
+        self.skip.next_probe().tell(f, crate::shared::now())
     }
 }
 

@@ -64,10 +64,10 @@ enum Phase {
         due: Due,
         by: Opener,
     },
-    /// Probes of this half-open still running, and successes so far.
+    /// Successes of this half-open's probes so far (its probes under way are in
+    /// [`Machine::probes`]).
     HalfOpen {
         entered_at: Instant,
-        running: u32,
         successes: u32,
     },
 }
@@ -85,7 +85,8 @@ enum Opener {
     Person,
 }
 
-/// Probes of an earlier half-open still running when another probe of it failed. Until
+/// The probes of one half-open (of one epoch) still running, each holding a slot until it
+/// ends. A failed probe's siblings keep theirs after their half-open has ended: until
 /// they end they take slots from any later half-open, so the service never sees more
 /// probes at once than the limit; but never past their half-open's dwell limit, `until`:
 /// a probe that hangs is written off then, so it cannot keep a later half-open from
@@ -94,7 +95,7 @@ enum Opener {
 /// the probes under way are written off at once: their results come late and count for
 /// nothing.)
 #[derive(Debug, Clone, Copy)]
-struct Lingering {
+struct Probes {
     epoch: Epoch,
     running: u32,
     until: Option<Instant>,
@@ -115,7 +116,8 @@ pub(crate) struct Machine {
     reopens: u32,
     rng: u64,
     last_failure: Option<FailureRecord>,
-    lingering: Vec<Lingering>,
+    /// The probes under way: this half-open's, and earlier ones' that still hold slots.
+    probes: Vec<Probes>,
 }
 
 impl Machine {
@@ -133,7 +135,7 @@ impl Machine {
             threshold_relief: 0,
             reopens: 0,
             last_failure: None,
-            lingering: Vec::new(),
+            probes: Vec::new(),
         }
     }
 
@@ -166,7 +168,7 @@ impl Machine {
         self.consecutive
     }
 
-    /// `(failures, calls)` in the failure-rate window.
+    /// The failures and calls in the failure-rate window as of `now`.
     pub(crate) fn window(&self, now: Instant) -> WindowCounts {
         self.window.totals(now)
     }
@@ -174,11 +176,7 @@ impl Machine {
     /// Probes under way: this half-open's, and those of earlier ones that still hold a
     /// slot.
     pub(crate) fn probes_in_flight(&self) -> u32 {
-        let running = match self.phase {
-            Phase::HalfOpen { running, .. } => running,
-            _ => 0,
-        };
-        running + self.lingering.iter().map(|l| l.running).sum::<u32>()
+        self.probes.iter().map(|p| p.running).sum()
     }
 
     pub(crate) fn last_failure(&self) -> Option<&FailureRecord> {
@@ -201,9 +199,9 @@ impl Machine {
                 self.probes_in_flight() < self.config.half_open_probes,
                 // The first deadline: this half-open's dwell limit, or an earlier one's
                 // whose probes still hold slots.
-                self.lingering
+                self.probes
                     .iter()
-                    .filter_map(|l| l.until)
+                    .filter_map(|p| p.until)
                     .chain(self.dwell_limit(entered_at))
                     .min(),
             ),
@@ -231,15 +229,20 @@ impl Machine {
             // run; the call is its probe if they leave a slot.
             let phase = Phase::HalfOpen {
                 entered_at: clock.now(),
-                running: 0,
                 successes: 0,
             };
             transition = Some(self.enter(phase, clock.fixed(), Cause::CooldownElapsed));
             verdict = self.door().admit(killed, clock);
         }
-        if verdict == Verdict::Probe {
-            if let Phase::HalfOpen { running, .. } = &mut self.phase {
-                *running += 1;
+        if let (Verdict::Probe, Phase::HalfOpen { entered_at, .. }) = (verdict, self.phase) {
+            let (epoch, until) = (self.epoch(), self.dwell_limit(entered_at));
+            match self.probes.iter_mut().find(|p| p.epoch == epoch) {
+                Some(probes) => probes.running += 1,
+                None => self.probes.push(Probes {
+                    epoch,
+                    running: 1,
+                    until,
+                }),
             }
             // A change to half-open made by this call: as of it, this probe holds its
             // slot.
@@ -283,8 +286,9 @@ impl Machine {
         // A deadline that passed before the outcome came applies first: a probe that
         // answers after its half-open's dwell limit is late, whoever looked or not.
         let expired = self.tick(at);
+        // A probe's slot is free once it answers, whatever it says.
+        self.release(epoch, kind);
         if epoch != self.epoch() {
-            self.release(epoch, kind);
             return (Recorded::Late, expired);
         }
         let outcome = self.slow_call_rule(outcome, elapsed);
@@ -310,53 +314,39 @@ impl Machine {
     /// before an opening clears the count), if the outcome entered the count, and the
     /// transition it caused.
     fn record_closed(&mut self, outcome: &Outcome, at: Fixed) -> (Option<f64>, Option<Transition>) {
-        match outcome {
+        let failure = match outcome {
             Outcome::Ignored => return (None, None),
-            Outcome::Success => {
-                self.consecutive = 0;
-                self.window.push(false, at.now);
-            }
-            Outcome::Failure(failure) => {
-                self.consecutive = self.consecutive.saturating_add(1);
-                self.window.push(true, at.now);
-                // A permanent failure opens it until a reset; a failure that says how
-                // long to wait opens it for that long: calling again before then only
-                // earns another refusal (LiteLLM cools a deployment down on the first
-                // 429; resilience4j opens for a result-derived wait).
-                let at_once = if failure.is_permanent() {
-                    Some(Cause::PermanentFailure)
-                } else if failure.retry_after_hint().is_some() && self.config.open_on_retry_after {
-                    Some(Cause::RetryAfter)
-                } else {
-                    None
-                };
-                if let Some(cause) = at_once {
-                    let rate = self.failure_rate(at.now);
-                    return (Some(rate), Some(self.open(at, cause, failure)));
-                }
-            }
-        }
+            Outcome::Success => None,
+            Outcome::Failure(failure) => Some(failure),
+        };
+        self.consecutive = match failure {
+            Some(_) => self.consecutive.saturating_add(1),
+            None => 0,
+        };
+        self.window.push(failure.is_some(), at.now);
         let rate = self.failure_rate(at.now);
-        // The trip policy is a state of the window: checked after every outcome.
-        let transition = self.should_trip(at.now).then(|| {
-            let failure = match outcome {
-                Outcome::Failure(failure) => failure.clone(),
-                _ => Failure::default(),
-            };
-            self.open(at, Cause::Tripped, &failure)
-        });
-        (Some(rate), transition)
+        let cause = match failure {
+            // A permanent failure opens it until a reset; a failure that says how long
+            // to wait opens it for that long: calling again before then only earns
+            // another refusal (LiteLLM cools a deployment down on the first 429;
+            // resilience4j opens for a result-derived wait).
+            Some(failure) if failure.is_permanent() => Some(Cause::PermanentFailure),
+            Some(failure)
+                if failure.retry_after_hint().is_some() && self.config.open_on_retry_after =>
+            {
+                Some(Cause::RetryAfter)
+            }
+            // The trip policy is a state of the window: checked after every outcome.
+            _ => self.should_trip(at.now).then_some(Cause::Tripped),
+        };
+        (Some(rate), cause.map(|cause| self.open(at, cause, failure)))
     }
 
     fn record_probe(&mut self, outcome: &Outcome, at: Fixed) -> Option<Transition> {
         let probes = self.config.half_open_probes;
-        let Phase::HalfOpen {
-            running, successes, ..
-        } = &mut self.phase
-        else {
+        let Phase::HalfOpen { successes, .. } = &mut self.phase else {
             return None;
         };
-        *running = running.saturating_sub(1);
         match outcome {
             Outcome::Ignored => None,
             Outcome::Success => {
@@ -375,7 +365,7 @@ impl Machine {
                 } else {
                     Cause::ProbeFailed
                 };
-                Some(self.open(at, cause, failure))
+                Some(self.open(at, cause, Some(failure)))
             }
         }
     }
@@ -387,16 +377,10 @@ impl Machine {
         if kind != Kind::Probe {
             return;
         }
-        if epoch == self.epoch() {
-            if let Phase::HalfOpen { running, .. } = &mut self.phase {
-                *running = running.saturating_sub(1);
-            }
-            return;
-        }
-        if let Some(i) = self.lingering.iter().position(|l| l.epoch == epoch) {
-            self.lingering[i].running -= 1;
-            if self.lingering[i].running == 0 {
-                self.lingering.swap_remove(i);
+        if let Some(i) = self.probes.iter().position(|p| p.epoch == epoch) {
+            self.probes[i].running -= 1;
+            if self.probes[i].running == 0 {
+                self.probes.swap_remove(i);
             }
         }
     }
@@ -406,7 +390,7 @@ impl Machine {
     /// its deadline (the cooldown runs from there, not from this later look). Open never
     /// turns half-open by itself: the next call does that.
     pub(crate) fn tick(&mut self, at: Fixed) -> Option<Transition> {
-        self.drop_lingering(at.now);
+        self.drop_past_dwell(at.now);
         let Phase::HalfOpen { entered_at, .. } = self.phase else {
             return None;
         };
@@ -416,10 +400,10 @@ impl Machine {
         }
         self.reopens = self.reopens.saturating_add(1);
         let at = Fixed {
-            step: at.step,
             now: deadline,
+            ..at
         };
-        Some(self.open(at, Cause::DwellExceeded, &Failure::default()))
+        Some(self.open(at, Cause::DwellExceeded, None))
     }
 
     /// When the next probe may go, as of `at` (`at.step`: the count of calls so far).
@@ -434,21 +418,22 @@ impl Machine {
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
     pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
-        self.write_off_lingering();
-        let due = until.map_or(Due::Never, Due::at);
-        if let Phase::Open {
-            due: held,
-            by: Opener::Person,
-        } = &mut self.phase
-        {
-            // Already held by a person: the new hold replaces the old, no transition.
-            *held = due;
-            return None;
-        }
+        self.write_off_probes();
         let phase = Phase::Open {
-            due,
+            due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
         };
+        if matches!(
+            self.phase,
+            Phase::Open {
+                by: Opener::Person,
+                ..
+            }
+        ) {
+            // Already held by a person: the new hold replaces the old, no transition.
+            self.phase = phase;
+            return None;
+        }
         Some(self.enter(phase, at, Cause::ForcedOpen))
     }
 
@@ -462,39 +447,40 @@ impl Machine {
     /// alone changes applies first: a half-open past its dwell limit is open again, and a
     /// hint may then lengthen its wait.
     pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
-        if let Some(expired) = self.tick(at) {
-            return (self.hold_open(until, at).0, Some(expired));
-        }
-        let hinted = Due::at(until);
-        match &mut self.phase {
+        let expired = self.tick(at);
+        let applied = match self.phase {
             // A hold that has already ended holds nothing.
-            Phase::Closed if until <= at.now => (false, None),
+            Phase::Closed if until <= at.now => false,
             Phase::Closed => {
-                let own = Due::NEXT_CALL;
                 let phase = Phase::Open {
-                    due: hinted,
-                    by: Opener::Hint { own },
+                    due: Due::at(until),
+                    by: Opener::Hint {
+                        own: Due::NEXT_CALL,
+                    },
                 };
-                (true, Some(self.enter(phase, at, Cause::Hint)))
+                // Closed: no deadline had passed, and the opening is the transition.
+                return (true, Some(self.enter(phase, at, Cause::Hint)));
             }
-            Phase::Open { due, by } if *by != Opener::Person => {
-                let Due::At { step, time } = *due else {
-                    return (false, None); // open until a reset
+            // Open by its own calls or a hint, for a wait that ends before `until`: the
+            // wait is lengthened, the breaker's own kept underneath.
+            Phase::Open {
+                due: due @ Due::At { step, time },
+                by,
+            } if by != Opener::Person && time.is_none_or(|time| time < until) => {
+                let by = match by {
+                    Opener::Breaker => Opener::Hint { own: due },
+                    hint => hint,
                 };
-                if time.is_some_and(|time| time >= until) {
-                    return (false, None);
-                }
-                if *by == Opener::Breaker {
-                    *by = Opener::Hint { own: *due };
-                }
-                *due = Due::At {
+                let due = Due::At {
                     step,
                     time: Some(until),
                 };
-                (true, None)
+                self.phase = Phase::Open { due, by };
+                true
             }
-            _ => (false, None),
-        }
+            _ => false,
+        };
+        (applied, expired)
     }
 
     /// Ends a hold made by [`Machine::hold_open`]: the breaker's own wait underneath is
@@ -504,18 +490,18 @@ impl Machine {
     /// as [`Machine::hold_open`]).
     pub(crate) fn release_hold(&mut self, at: Fixed) -> (bool, Option<Transition>) {
         let expired = self.tick(at);
-        let released = match &mut self.phase {
-            Phase::Open { due, by } => match *by {
-                Opener::Hint { own } => {
-                    *due = own;
-                    *by = Opener::Breaker;
-                    true
-                }
-                Opener::Breaker | Opener::Person => false,
-            },
-            Phase::Closed | Phase::HalfOpen { .. } => false,
+        let Phase::Open {
+            by: Opener::Hint { own },
+            ..
+        } = self.phase
+        else {
+            return (false, expired);
         };
-        (released, expired)
+        self.phase = Phase::Open {
+            due: own,
+            by: Opener::Breaker,
+        };
+        (true, expired)
     }
 
     /// Lets the next call be the probe, whatever is left of the cooldown: for an
@@ -541,15 +527,16 @@ impl Machine {
 
     /// Closes the breaker and clears its failure counts and backoff.
     pub(crate) fn reset(&mut self, at: Fixed) -> Option<Transition> {
-        self.write_off_lingering();
+        self.write_off_probes();
         self.close(at, Cause::Reset)
     }
 
-    /// A person's act or a change of mode: the siblings of an earlier failed probe hold
-    /// no slot any more (their results are already late). Without this, a sibling that
-    /// hangs with no dwell limit would hold its slot through every reset for good.
-    fn write_off_lingering(&mut self) {
-        self.lingering.clear();
+    /// A person's act or a change of mode: the probes under way hold no slot any more
+    /// (their results are already late), the siblings of an earlier failed probe
+    /// included. Without this, a sibling that hangs with no dwell limit would hold its
+    /// slot through every reset for good.
+    fn write_off_probes(&mut self) {
+        self.probes.clear();
     }
 
     /// Switches the mode, and returns the mode left if it changed. A change starts a new
@@ -559,37 +546,14 @@ impl Machine {
         if mode == self.mode {
             return None;
         }
-        self.end_half_open_epoch(false);
-        self.write_off_lingering();
+        self.write_off_probes();
         let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
+        // A half-open breaker starts over: no probe holds a slot, none has succeeded.
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes = 0;
         }
         Some(left)
-    }
-
-    /// The current epoch ends. Probes of this half-open still running are written off,
-    /// or, with `linger`, hold their slots until they end or the half-open's dwell limit
-    /// passes.
-    fn end_half_open_epoch(&mut self, linger: bool) {
-        let epoch = self.epoch();
-        if let Phase::HalfOpen {
-            entered_at,
-            running,
-            ..
-        } = &mut self.phase
-        {
-            let (entered_at, running) = (*entered_at, std::mem::take(running));
-            if linger && running > 0 {
-                let until = self.dwell_limit(entered_at);
-                self.lingering.push(Lingering {
-                    epoch,
-                    running,
-                    until,
-                });
-            }
-        }
     }
 
     /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a
@@ -620,14 +584,9 @@ impl Machine {
                 let threshold = self.threshold_in_force(configured);
                 (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
             }
-            TripPolicy::FailureRate { minimum_calls, .. } => {
-                match self.counted_window(minimum_calls, now) {
-                    Some(WindowCounts { failures, calls }) => {
-                        failures as f64 * 100.0 / calls as f64
-                    }
-                    None => -1.0,
-                }
-            }
+            TripPolicy::FailureRate { minimum_calls, .. } => self
+                .counted_window(minimum_calls, now)
+                .map_or(-1.0, |w| w.failures as f64 * 100.0 / w.calls as f64),
         }
     }
 
@@ -661,7 +620,9 @@ impl Machine {
         (counts.calls >= u64::from(minimum_calls.max(1))).then_some(counts)
     }
 
-    fn open(&mut self, at: Fixed, cause: Cause, failure: &Failure) -> Transition {
+    /// Opens the breaker for its cooldown, or for the wait `failure` asked for, or until
+    /// a reset if it is permanent.
+    fn open(&mut self, at: Fixed, cause: Cause, failure: Option<&Failure>) -> Transition {
         let mut due = match self.cooldown() {
             Cooldown::Calls(n) => Due::At {
                 step: Some(at.step.saturating_add(n)),
@@ -669,10 +630,11 @@ impl Machine {
             },
             Cooldown::Time(d) => Due::at(later(at.now, d)),
         };
-        if let (Some(hint), Due::At { time, .. }) = (failure.retry_after_hint(), &mut due) {
+        let hint = failure.and_then(Failure::retry_after_hint);
+        if let (Some(hint), Due::At { time, .. }) = (hint, &mut due) {
             *time = Some(later(at.now, hint.min(self.config.max_retry_after)));
         }
-        if failure.is_permanent() {
+        if failure.is_some_and(Failure::is_permanent) {
             due = Due::Never;
         }
         self.window.clear();
@@ -693,22 +655,23 @@ impl Machine {
         Some(self.enter(Phase::Closed, at, cause))
     }
 
-    /// Earlier half-opens' probes whose dwell limit has passed by `now` hold no slot
-    /// (a re-open at the deadline).
-    fn drop_lingering(&mut self, now: Instant) {
-        self.lingering
-            .retain(|l| l.until.is_none_or(|until| now < until));
+    /// Probes whose half-open's dwell limit has passed by `now` hold no slot (a re-open
+    /// at the deadline).
+    fn drop_past_dwell(&mut self, now: Instant) {
+        self.probes
+            .retain(|p| p.until.is_none_or(|until| now < until));
     }
 
     fn enter(&mut self, phase: Phase, at: Fixed, cause: Cause) -> Transition {
         let from = self.state();
-        // A failed probe's siblings linger; a person's act or the dwell limit writes them
-        // off.
-        self.end_half_open_epoch(matches!(
-            cause,
-            Cause::ProbeFailed | Cause::PermanentFailure
-        ));
-        self.drop_lingering(at.now);
+        // A failed probe's siblings still running linger: they hold their slots until they
+        // end or their half-open's dwell limit passes. Any other change writes this
+        // epoch's probes off.
+        if !matches!(cause, Cause::ProbeFailed | Cause::PermanentFailure) {
+            let epoch = self.epoch();
+            self.probes.retain(|p| p.epoch != epoch);
+        }
+        self.drop_past_dwell(at.now);
         self.phase = phase;
         self.cause = Some(cause);
         self.generation += 1;

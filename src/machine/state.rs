@@ -10,6 +10,19 @@ use std::time::{Duration, Instant};
 use super::time::Nanos;
 use super::Mode;
 
+/// A `Display` by the name `as_str` gives, for the enums a breaker reports by name.
+macro_rules! display_by_name {
+    ($($name:ty),+) => {$(
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+display_by_name!(State, Reason, Cause);
+
 /// The state of a breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -55,12 +68,6 @@ impl State {
             State::HalfOpen => "half_open",
             State::ForcedOpen => "forced_open",
         }
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -111,12 +118,6 @@ impl Reason {
     }
 }
 
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// When a breaker will next let a probe through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextProbe {
@@ -156,6 +157,30 @@ impl NextProbe {
         match *self {
             NextProbe::After { calls, .. } => Some(calls),
             _ => None,
+        }
+    }
+
+    /// This next probe in words, as a rejection and a transition end, its wait measured
+    /// from `from`: "; next probe in 30s", "; next probe in 1 call", "; next probe in 3
+    /// calls, and not before 5s", "; closed only by a reset" (nothing scheduled), or
+    /// nothing (closed, or a probe under way).
+    pub(crate) fn tell(self, f: &mut fmt::Formatter<'_>, from: Instant) -> fmt::Result {
+        let (calls, at) = match self {
+            NextProbe::After { calls, at } => (calls, at),
+            NextProbe::Manual => return f.write_str("; closed only by a reset"),
+            NextProbe::InFlight | NextProbe::NotNeeded => return Ok(()),
+        };
+        // A wait that has passed by `from` (a rejection read after it) is no wait.
+        let wait = at
+            .map(|at| at.saturating_duration_since(from))
+            .filter(|wait| !wait.is_zero());
+        f.write_str("; next probe in ")?;
+        match (calls, wait) {
+            // A wait in time alone: the first call once it is over.
+            (1, Some(wait)) => write!(f, "{wait:?}"),
+            (1, None) => f.write_str("1 call"),
+            (calls, None) => write!(f, "{calls} calls"),
+            (calls, Some(wait)) => write!(f, "{calls} calls, and not before {wait:?}"),
         }
     }
 }
@@ -345,12 +370,6 @@ impl Cause {
     }
 }
 
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One change of state, as tracing, subscribers and observers see it, in the order the
 /// breaker made them.
 #[derive(Debug, Clone, PartialEq)]
@@ -421,50 +440,7 @@ impl fmt::Display for Transition {
         if self.mode != Mode::Enabled {
             write!(f, " [{}]", self.mode.as_str())?;
         }
-        match self.next_probe {
-            NextProbe::After { .. } => {
-                write!(f, "; next probe {}", self.next_probe.told_from(self.at))
-            }
-            NextProbe::Manual => f.write_str("; closed only by a reset"),
-            NextProbe::InFlight | NextProbe::NotNeeded => Ok(()),
-        }
-    }
-}
-
-/// A scheduled next probe in words, its wait measured from `from`: "in 30s", "in 1 call",
-/// "in 3 calls", "in 3 calls, and not before 5s". What a rejection and a transition say.
-#[derive(Debug)]
-pub(crate) struct Told {
-    next_probe: NextProbe,
-    from: Instant,
-}
-
-impl NextProbe {
-    /// This next probe in words, its wait measured from `from` (see [`Told`]).
-    pub(crate) fn told_from(self, from: Instant) -> Told {
-        Told {
-            next_probe: self,
-            from,
-        }
-    }
-}
-
-impl fmt::Display for Told {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let NextProbe::After { calls, at } = self.next_probe else {
-            return Ok(());
-        };
-        // A wait that has passed by `from` (a rejection read after it) is no wait.
-        let wait = at
-            .map(|at| at.saturating_duration_since(self.from))
-            .filter(|wait| !wait.is_zero());
-        match (calls, wait) {
-            // A wait in time alone: the first call once it is over.
-            (1, Some(wait)) => write!(f, "in {wait:?}"),
-            (1, None) => f.write_str("in 1 call"),
-            (calls, None) => write!(f, "in {calls} calls"),
-            (calls, Some(wait)) => write!(f, "in {calls} calls, and not before {wait:?}"),
-        }
+        self.next_probe.tell(f, self.at)
     }
 }
 
@@ -594,8 +570,15 @@ mod tests {
                 calls,
                 at: Some(at),
             };
-            assert_eq!(next_probe.told_from(later).to_string(), told);
-            assert_eq!(next_probe.told_from(at).to_string(), told);
+            for from in [later, at] {
+                let line = transition(next_probe, Mode::Enabled, Cause::ProbeFailed, from);
+                assert_eq!(
+                    line.to_string(),
+                    format!(
+                        "circuit `search`: half_open -> open (probe_failed); next probe {told}"
+                    )
+                );
+            }
         }
     }
 }

@@ -317,19 +317,26 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
             in_flight,
             limit
         );
-        let held_now = held
-            .iter()
-            .filter(|p| p.kind == Kind::Probe && p.epoch == machine.epoch())
-            .count() as u32;
-        let lingering: u32 = machine.lingering.iter().map(|l| l.running).sum();
-        prop_assert_eq!(in_flight, held_now + lingering);
-        let held_earlier = |epoch: Epoch| {
+        let held_in = |epoch: Epoch| {
             held.iter()
                 .filter(|p| p.kind == Kind::Probe && p.epoch == epoch)
                 .count() as u32
         };
-        for lingering in &machine.lingering {
-            prop_assert!(lingering.running <= held_earlier(lingering.epoch));
+        let running_in = |epoch: Epoch| {
+            machine
+                .probes
+                .iter()
+                .filter(|p| p.epoch == epoch)
+                .map(|p| p.running)
+                .sum::<u32>()
+        };
+        // This epoch's are exactly those held; earlier ones' at most those (a person's
+        // act, a change of mode or a dwell limit wrote the rest off), one entry an epoch.
+        prop_assert_eq!(running_in(machine.epoch()), held_in(machine.epoch()));
+        for probes in &machine.probes {
+            prop_assert!(probes.running > 0);
+            prop_assert_eq!(probes.running, running_in(probes.epoch));
+            prop_assert!(probes.running <= held_in(probes.epoch));
         }
     }
     // Every permit ends: nothing is left in flight.

@@ -52,10 +52,7 @@ impl Window {
     pub(crate) fn totals(&self, now: Instant) -> WindowCounts {
         match self {
             Window::None => WindowCounts::default(),
-            Window::Ring(ring) => WindowCounts {
-                failures: ring.failures.into(),
-                calls: ring.len.into(),
-            },
+            Window::Ring(ring) => ring.counts,
             Window::Time(buckets) => buckets.totals(now),
         }
     }
@@ -75,8 +72,8 @@ pub(crate) struct Ring {
     bits: Vec<u64>,
     capacity: u32,
     next: u32,
-    len: u32,
-    failures: u32,
+    /// The outcomes in the ring: at most `capacity` calls.
+    counts: WindowCounts,
 }
 
 impl Ring {
@@ -85,32 +82,30 @@ impl Ring {
             bits: vec![0; capacity.div_ceil(64)],
             capacity: capacity as u32,
             next: 0,
-            len: 0,
-            failures: 0,
+            counts: WindowCounts::default(),
         }
     }
 
     fn push(&mut self, failed: bool) {
         let (word, bit) = ((self.next / 64) as usize, self.next % 64);
-        let mask = 1u64 << bit;
-        if self.len == self.capacity && self.bits[word] & mask != 0 {
-            self.failures -= 1;
+        let (mask, capacity) = (1u64 << bit, u64::from(self.capacity));
+        if self.counts.calls == capacity && self.bits[word] & mask != 0 {
+            self.counts.failures -= 1;
         }
         if failed {
             self.bits[word] |= mask;
-            self.failures += 1;
+            self.counts.failures += 1;
         } else {
             self.bits[word] &= !mask;
         }
-        self.len = (self.len + 1).min(self.capacity);
+        self.counts.calls = (self.counts.calls + 1).min(capacity);
         self.next = (self.next + 1) % self.capacity;
     }
 
     fn clear(&mut self) {
-        self.bits.iter_mut().for_each(|w| *w = 0);
+        self.bits.fill(0);
         self.next = 0;
-        self.len = 0;
-        self.failures = 0;
+        self.counts = WindowCounts::default();
     }
 }
 
@@ -153,8 +148,7 @@ impl Buckets {
         if slot.index != index {
             *slot = Bucket {
                 index,
-                calls: 0,
-                failures: 0,
+                ..Bucket::default()
             };
         }
         // Counted in 64 bits, saturating: a window in time has no bound on its calls.
@@ -205,12 +199,12 @@ mod tests {
         for failed in [true, true, false] {
             ring.push(failed);
         }
-        assert_eq!((ring.failures, ring.len), (2, 3));
+        assert_eq!((ring.counts.failures, ring.counts.calls), (2, 3));
         ring.push(false); // pushes out the first failure
-        assert_eq!((ring.failures, ring.len), (1, 3));
+        assert_eq!((ring.counts.failures, ring.counts.calls), (1, 3));
         ring.push(false);
         ring.push(false);
-        assert_eq!((ring.failures, ring.len), (0, 3));
+        assert_eq!((ring.counts.failures, ring.counts.calls), (0, 3));
     }
 
     #[test]
@@ -219,7 +213,7 @@ mod tests {
         for i in 0..300 {
             ring.push(i % 2 == 0);
         }
-        assert_eq!((ring.failures, ring.len), (65, 130));
+        assert_eq!((ring.counts.failures, ring.counts.calls), (65, 130));
     }
 
     #[test]
