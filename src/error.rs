@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{NextProbe, RateWindow, Reason, Skip, State};
+use crate::config::RateWindow;
+use crate::machine::{NextProbe, Reason, Skip, State};
 
 /// A setting that cannot work, found when the breaker is built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

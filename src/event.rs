@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::machine::{Mode, Skip, State, Transition};
+use crate::config::Mode;
+use crate::machine::{Skip, State, Transition};
 use crate::outcome::Outcome;
 
 /// One thing that happened in a breaker.

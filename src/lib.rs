@@ -88,6 +88,7 @@ pub mod admin;
 mod answer;
 mod builder;
 pub mod classify;
+pub mod config;
 pub mod error;
 mod event;
 pub mod expediter;
@@ -120,21 +121,14 @@ mod shared;
 pub mod snapshot;
 mod sync;
 
-/// Settings beyond the [`Builder`]'s own methods: the checked settings a builder makes
-/// ([`Builder::build_config`]), and the trip policies.
-pub mod config {
-    pub use crate::machine::{Config, RateWindow, TripPolicy};
-}
-
 pub use crate::answer::{Answer, Origin, Source, Verdict};
 pub use crate::builder::Builder;
+pub use crate::config::{Backoff, Cooldown, Mode};
 pub use crate::event::Event;
 pub use crate::handle::CircuitBreakerHandle;
 pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
-pub use crate::machine::{
-    Advice, Backoff, Cause, Cooldown, Mode, NextProbe, Reason, Skip, State, Transition,
-};
+pub use crate::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
 pub use crate::outcome::{Failure, Outcome};
 pub use crate::service::CircuitBreaker;
 

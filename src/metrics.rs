@@ -184,8 +184,9 @@ use metrics::{
 };
 
 use crate::builder::Builder;
+use crate::config::{Config, Mode};
 use crate::event::Event;
-use crate::machine::{Config, Mode, Reason, State};
+use crate::machine::{Reason, State};
 use crate::outcome::Outcome;
 use crate::shared::Observer;
 

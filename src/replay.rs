@@ -42,9 +42,10 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 
 use crate::answer::Source;
 use crate::builder::Builder;
+use crate::config::Cooldown;
 use crate::error::ConfigError;
 use crate::layer::CircuitBreakerLayer;
-use crate::machine::{Cooldown, State};
+use crate::machine::State;
 use crate::outcome::Outcome;
 use crate::snapshot::Counts;
 

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{Cause, Mode, NextProbe, State};
+use crate::config::Mode;
+use crate::machine::{Cause, NextProbe, State};
 
 pub use crate::machine::{FailureRecord, WindowCounts};
 

@@ -6,8 +6,9 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::config::Mode;
 use crate::event::Event;
-use crate::machine::{Cause, Mode, State};
+use crate::machine::{Cause, State};
 use crate::outcome::Outcome;
 
 use super::category::{Categorizer, FailureCategory};

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::machine::{Cause, Mode, State};
+use crate::config::Mode;
+use crate::machine::{Cause, State};
 
 use super::budget::{Budget, Entry, EventId};
 use super::capability::{Degradation, ToolSpec};

@@ -13,7 +13,6 @@
 //! The machine counts nothing but what its decisions need: the layer keeps the running
 //! totals.
 
-mod config;
 pub(crate) mod door;
 pub(crate) mod state;
 pub(crate) mod time;
@@ -21,11 +20,11 @@ mod window;
 
 use std::time::{Duration, Instant};
 
-pub use self::config::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
 use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
 pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
 pub use self::window::WindowCounts;
+use crate::config::{Config, Cooldown, Mode, TripPolicy};
 use crate::outcome::{Failure, Outcome};
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its

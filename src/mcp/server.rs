@@ -15,10 +15,10 @@ use tokio::sync::{mpsc, watch};
 use tower::Layer;
 
 use crate::builder::Builder;
+use crate::config::Cooldown;
 use crate::fallback::NoFallback;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::Cooldown;
 use crate::service::CircuitBreaker;
 
 use super::classify::{ServerCalls, ServerStarts};

@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::config::Mode;
 use crate::event::Event;
-use crate::machine::{Mode, Skip, State, Transition};
+use crate::machine::{Skip, State, Transition};
 use crate::outcome::Outcome;
 use crate::sync::delivery::{Delivery, Sink};
 

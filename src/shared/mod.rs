@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::config::Mode;
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
 use crate::machine::{
-    Advice, FailureRecord, Kind, Machine, Mode, NextProbe, Reason, Recorded, Skip, State,
-    Transition,
+    Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
 use crate::outcome::Outcome;
 use crate::snapshot::Snapshot;

@@ -1,4 +1,9 @@
-//! The validated settings of one breaker.
+//! Settings beyond the [`Builder`](crate::Builder)'s own methods: the checked settings a
+//! builder makes ([`Builder::build_config`](crate::Builder::build_config)), the trip
+//! policies, and the cooldown, backoff and mode (also at the crate's root).
+//!
+//! What a person sets: the machine that runs a breaker reads a [`Config`] the builder
+//! has checked.
 
 use std::time::Duration;
 
