@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::machine::time::Nanos;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
 use crate::settle::Settlement;
-use crate::shared::{now, unless_it_panics, Permit};
+use crate::shared::{now, Permit};
 
 pin_project! {
     /// The future of a call through a [`CircuitBreaker`](crate::CircuitBreaker): the
@@ -70,15 +71,19 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     {
         permit.mark_called();
         let started = Started::at(permit.times_calls());
-        let mut permit = Some(permit);
-        let future = unless_it_panics(&mut permit, "the service panicked", || inner.call(request));
-        ResponseFuture {
-            kind: Kind::Called {
-                future,
-                permit,
-                classifier,
-                started,
+        match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
+            Ok(future) => ResponseFuture {
+                kind: Kind::Called {
+                    future,
+                    permit: Some(permit),
+                    classifier,
+                    started,
+                },
             },
+            Err(panic) => {
+                permit.settle(Outcome::failure_with("the service panicked"), None);
+                resume_unwind(panic)
+            }
         }
     }
 
@@ -131,13 +136,13 @@ impl Started {
     }
 }
 
-/// Records the outcome the classifier gave a call's result (or hands the right to
-/// record it to the classifier, [`Classify::defer`], with a successful answer) and
-/// makes the answer, which says what the classifier made of it.
+/// Classifies a call's result, records its outcome (or hands the right to record it to
+/// the classifier, [`Classify::defer`], with a successful answer) and makes the answer,
+/// which says what the classifier made of it. A panicking classifier counts as a
+/// failure and the panic goes on.
 #[inline(always)]
 fn conclude<T, E, C>(
     result: Result<T, E>,
-    outcome: Outcome,
     classifier: &C,
     permit: Permit,
     elapsed: Option<Duration>,
@@ -146,6 +151,13 @@ where
     E: Into<BoxError>,
     C: Classify<T, E>,
 {
+    let outcome = match catch_unwind(AssertUnwindSafe(|| classifier.classify(&result))) {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            permit.settle(Outcome::failure_with("the classifier panicked"), None);
+            resume_unwind(panic)
+        }
+    };
     let (source, state) = (permit.source(), permit.state());
     match (outcome, result) {
         // A success may be handed on, to be settled when its body ends.
@@ -201,16 +213,18 @@ where
                 classifier,
                 started,
             } => {
-                let mut future = future;
-                let poll =
-                    unless_it_panics(permit, "the service panicked", || future.as_mut().poll(cx));
-                let result = ready!(poll);
-                let elapsed = started.elapsed();
-                let outcome = unless_it_panics(permit, "the classifier panicked", || {
-                    classifier.classify(&result)
-                });
+                let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+                    Ok(poll) => ready!(poll),
+                    Err(panic) => {
+                        if let Some(permit) = permit.take() {
+                            permit.settle(Outcome::failure_with("the service panicked"), None);
+                        }
+                        resume_unwind(panic)
+                    }
+                };
                 let permit = permit.take().expect("polled after completion");
-                Poll::Ready(conclude(result, outcome, classifier, permit, elapsed))
+                let elapsed = started.elapsed();
+                Poll::Ready(conclude(result, classifier, permit, elapsed))
             }
             KindProj::Answered { future, skip } => {
                 let value = ready!(future.poll(cx))?;

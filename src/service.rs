@@ -1,4 +1,5 @@
 use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -12,7 +13,7 @@ use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
-use crate::shared::{unless_it_panics, Decision, Permit, Shared};
+use crate::shared::{Decision, Permit, Shared};
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -117,8 +118,8 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         self.hold(self.shared.decide());
     }
 
-    /// Records a failure for the call decided: the wrapped service failed in
-    /// `poll_ready`.
+    /// Records a failure for the call decided: the wrapped service failed or panicked
+    /// in `poll_ready`.
     fn fail_decided(&mut self, message: String) {
         if let Some(mut permit) = self.permit.take() {
             permit.mark_called();
@@ -145,18 +146,17 @@ where
             return self.fallback.poll_ready(cx);
         }
         let inner = &mut self.inner;
-        let ready = unless_it_panics(
-            &mut self.permit,
-            "the service panicked in poll_ready",
-            || inner.poll_ready(cx),
-        );
-        match ready {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
-            Poll::Ready(Err(error)) => {
+        match catch_unwind(AssertUnwindSafe(|| inner.poll_ready(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
+            Ok(Poll::Ready(Err(error))) => {
                 let error: BoxError = error.into();
                 self.fail_decided(format!("poll_ready failed: {error}"));
                 Poll::Ready(Err(error))
+            }
+            Err(panic) => {
+                self.fail_decided("the service panicked in poll_ready".to_owned());
+                resume_unwind(panic)
             }
         }
     }

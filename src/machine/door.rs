@@ -175,8 +175,6 @@ impl Door {
     /// Calls are timed, for a slow-call rule.
     pub(crate) const TIMED: u64 = 1 << 6;
     pub(crate) const EPOCH_SHIFT: u32 = 8;
-    /// The mode's bits: the epoch's lowest two.
-    const MODE: u64 = 3 << Self::EPOCH_SHIFT;
 
     fn made(epoch: Epoch, flags: u64, step: u64, time: Option<Instant>) -> Door {
         let (has_time, time) = time.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
@@ -380,11 +378,6 @@ impl Door {
     /// call still takes its step.
     #[inline(always)]
     pub(crate) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
-        // What most calls find, told by one test: closed and enabled, not killed. (What
-        // the rules below make of it too: no deadline, no skip, nothing to shadow.)
-        if !killed && self.word & (Self::KIND | Self::MODE) == Self::CLOSED {
-            return Verdict::Call;
-        }
         // A deadline that passed applies first, whatever becomes of the call: the state
         // it finds is the state after it.
         if self.word & (Self::KIND | Self::HAS_TIME) == Self::HALF_OPEN | Self::HAS_TIME

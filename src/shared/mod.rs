@@ -32,8 +32,8 @@ mod tally;
 
 pub(crate) use self::events::Observer;
 use self::events::{Events, Queued, Reporter};
+pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
-pub(crate) use self::permit::{unless_it_panics, Permit};
 use self::published::Published;
 use self::tally::Tally;
 

@@ -170,38 +170,6 @@ impl Drop for Permit {
     }
 }
 
-/// Runs `f`, the call's own code (the wrapped service, its future, the classifier),
-/// with the call's `permit` held: if `f` panics, the call is recorded as a failure
-/// saying `message` while the panic unwinds, and the panic goes on to the caller. No
-/// cost when `f` returns: unlike `catch_unwind`, nothing is moved into a closure that
-/// must be reached through memory.
-#[inline(always)]
-pub(crate) fn unless_it_panics<R>(
-    permit: &mut Option<Permit>,
-    message: &'static str,
-    f: impl FnOnce() -> R,
-) -> R {
-    let guard = FailOnUnwind { permit, message };
-    let value = f();
-    std::mem::forget(guard);
-    value
-}
-
-/// See [`unless_it_panics`]: dropped only by a panic in the code it guards.
-struct FailOnUnwind<'a> {
-    permit: &'a mut Option<Permit>,
-    message: &'static str,
-}
-
-impl Drop for FailOnUnwind<'_> {
-    #[cold]
-    fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            permit.settle(Outcome::failure_with(self.message), None);
-        }
-    }
-}
-
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
