@@ -42,11 +42,19 @@ pub struct Unavailable {
     permanent: bool,
 }
 
-/// Whether a breaker in `state`, told `next_probe`, with the kill switch as `killed`,
-/// is held open by a failure of the service's own until a reset: open, with no probe
-/// scheduled, and neither killed nor forced.
-fn held_by_a_permanent_failure(state: State, next_probe: NextProbe, killed: bool) -> bool {
-    state == State::Open && next_probe == NextProbe::Manual && !killed
+/// What a call skipped when `snapshot` was taken would be told: why, in which state,
+/// and when the next probe may go.
+fn skip_of(snapshot: &Snapshot) -> Skip {
+    let reason = if snapshot.killed {
+        Reason::Killed
+    } else {
+        match snapshot.state {
+            State::ForcedOpen => Reason::ForcedOpen,
+            State::HalfOpen => Reason::HalfOpenFull,
+            State::Open | State::Closed => Reason::Open,
+        }
+    };
+    Skip::new(reason, snapshot.state, snapshot.next_probe)
 }
 
 /// The wait the snapshot's next probe means: known in time, zero when the next call is
@@ -95,20 +103,11 @@ impl Unavailable {
 
     /// What the snapshot says a skipped call should be told.
     pub fn from_snapshot(snapshot: &Snapshot) -> Self {
-        let reason = if snapshot.killed {
-            Reason::Killed
-        } else {
-            match snapshot.state {
-                State::ForcedOpen => Reason::ForcedOpen,
-                State::HalfOpen => Reason::HalfOpenFull,
-                State::Open | State::Closed => Reason::Open,
-            }
-        };
-        let permanent =
-            held_by_a_permanent_failure(snapshot.state, snapshot.next_probe, snapshot.killed);
+        let skip = skip_of(snapshot);
+        let permanent = skip.held_by_a_permanent_failure();
         Unavailable {
             name: snapshot.name.clone(),
-            reason: Some(reason),
+            reason: Some(skip.reason()),
             state: snapshot.state,
             next_probe: snapshot.next_probe,
             retry_after: retry_after_of(snapshot),
@@ -131,11 +130,7 @@ impl Unavailable {
             next_probe: snapshot.next_probe,
             retry_after: retry_after_of(snapshot),
             failure: failed.failure.clone(),
-            permanent: held_by_a_permanent_failure(
-                snapshot.state,
-                snapshot.next_probe,
-                snapshot.killed,
-            ),
+            permanent: skip_of(snapshot).held_by_a_permanent_failure(),
         }
     }
 
