@@ -4,12 +4,12 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
 use crate::error::ConfigError;
 use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Machine, Transition};
+use crate::settings::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
 use crate::shared::{now, DeliveryGroup, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.

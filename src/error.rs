@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::RateWindow;
 use crate::machine::{NextProbe, Reason, Skip, State};
+use crate::settings::RateWindow;
 
 /// A setting that cannot work, found when the breaker is built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::config::Mode;
 use crate::machine::{Skip, State, Transition};
 use crate::outcome::Outcome;
+use crate::settings::Mode;
 
 /// One thing that happened in a breaker.
 ///

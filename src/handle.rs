@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::config::Mode;
 use crate::kill::KillSwitch;
 use crate::machine::{later, Advice, State, Transition};
+use crate::settings::Mode;
 use crate::shared::{now, Shared};
 use crate::snapshot::Snapshot;
 

@@ -172,13 +172,13 @@ use tower::{Layer, Service};
 use crate::answer::Answer;
 use crate::builder::{self, Builder, Watcher};
 use crate::classify::{Classify, DefaultClassifier};
-use crate::config::Config;
 use crate::error::{BoxError, ConfigError};
 use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::State;
+use crate::settings::Config;
 use crate::shared::{Decision, Shared};
 
 /// How many breakers a registry holds unless told otherwise.

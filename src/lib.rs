@@ -88,7 +88,6 @@ pub mod admin;
 mod answer;
 mod builder;
 pub mod classify;
-pub mod config;
 pub mod error;
 mod event;
 pub mod expediter;
@@ -116,6 +115,7 @@ pub mod recover;
 pub mod replay;
 pub mod saved;
 mod service;
+mod settings;
 mod settle;
 mod shared;
 pub mod snapshot;
@@ -123,7 +123,12 @@ mod sync;
 
 pub use crate::answer::{Answer, Origin, Source, Verdict};
 pub use crate::builder::Builder;
-pub use crate::config::{Backoff, Cooldown, Mode};
+/// Settings beyond the [`Builder`]'s own methods: the checked settings a builder makes
+/// ([`Builder::build_config`]), and the trip policies.
+pub mod config {
+    pub use crate::settings::{Config, RateWindow, TripPolicy};
+}
+
 pub use crate::event::Event;
 pub use crate::handle::CircuitBreakerHandle;
 pub use crate::kill::KillSwitch;
@@ -131,6 +136,7 @@ pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
 pub use crate::outcome::{Failure, Outcome};
 pub use crate::service::CircuitBreaker;
+pub use crate::settings::{Backoff, Cooldown, Mode};
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

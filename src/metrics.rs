@@ -184,10 +184,10 @@ use metrics::{
 };
 
 use crate::builder::Builder;
-use crate::config::{Config, Mode};
 use crate::event::Event;
 use crate::machine::{Reason, State};
 use crate::outcome::Outcome;
+use crate::settings::{Config, Mode};
 use crate::shared::Observer;
 
 /// Which names and labels the series carry: see the [tables](self#series).

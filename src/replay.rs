@@ -42,11 +42,11 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 
 use crate::answer::Source;
 use crate::builder::Builder;
-use crate::config::Cooldown;
 use crate::error::ConfigError;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::State;
 use crate::outcome::Outcome;
+use crate::settings::Cooldown;
 use crate::snapshot::Counts;
 
 /// The breaker's name in a replay.

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::Mode;
 use crate::machine::{Cause, NextProbe, State};
+use crate::settings::Mode;
 
 pub use crate::machine::{FailureRecord, WindowCounts};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::builder::Builder;
-use crate::config::Cooldown;
 use crate::kill::KillSwitch;
+use crate::settings::Cooldown;
 
 use super::capability::{self, ToolSpec};
 use super::cascade::CascadeWindow;

@@ -6,10 +6,10 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::Mode;
 use crate::event::Event;
 use crate::machine::{Cause, State};
 use crate::outcome::Outcome;
+use crate::settings::Mode;
 
 use super::category::{Categorizer, FailureCategory};
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::config::Mode;
 use crate::machine::{Cause, State};
+use crate::settings::Mode;
 
 use super::budget::{Budget, Entry, EventId};
 use super::capability::{Degradation, ToolSpec};

@@ -24,8 +24,8 @@ use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
 pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
 pub use self::window::WindowCounts;
-use crate::config::{Config, Cooldown, Mode, TripPolicy};
 use crate::outcome::{Failure, Outcome};
+use crate::settings::{Config, Cooldown, Mode, TripPolicy};
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its
 /// code in a permit's word.
@@ -369,9 +369,10 @@ impl Machine {
         }
     }
 
-    /// A call of `kind` admitted in `epoch` ended without an outcome (its future was
-    /// dropped, or it was never called), or ended late: a probe's slot is free again,
-    /// whichever half-open it belonged to.
+    /// A call of `kind` admitted in `epoch` ended: with an outcome (on time or late), or
+    /// without one (its future was dropped, or it was never called). A probe's slot is
+    /// free again, whichever half-open it belonged to, unless a person's act or a change
+    /// of mode already wrote it off.
     pub(crate) fn release(&mut self, epoch: Epoch, kind: Kind) {
         if kind != Kind::Probe {
             return;

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use super::door::{Clock, Epoch, Fixed, Verdict};
 use super::*;
 use crate::builder::Builder;
-use crate::config::{Backoff, RateWindow};
+use crate::settings::{Backoff, RateWindow};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::{RateWindow, TripPolicy};
+use crate::settings::{RateWindow, TripPolicy};
 
 /// The outcomes in a failure-rate policy's window: how many failed, of how many calls.
 /// Both are 0 for the consecutive-failures policy, which keeps no window.

@@ -15,11 +15,11 @@ use tokio::sync::{mpsc, watch};
 use tower::Layer;
 
 use crate::builder::Builder;
-use crate::config::Cooldown;
 use crate::fallback::NoFallback;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::service::CircuitBreaker;
+use crate::settings::Cooldown;
 
 use super::classify::{ServerCalls, ServerStarts};
 use super::config::McpServerBuilder;

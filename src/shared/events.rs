@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::config::Mode;
 use crate::event::Event;
 use crate::machine::{Skip, State, Transition};
 use crate::outcome::Outcome;
+use crate::settings::Mode;
 use crate::sync::delivery::{Delivery, Sink};
 
 /// An observer run on every event.
@@ -194,6 +194,77 @@ fn log(t: &Transition) {
             breaker = %t.name, from = t.from.as_str(), to = t.to.as_str(), cause = t.cause.as_str(),
             mode = t.mode.as_str(),
             "circuit {} for {}", t.to, t.name,
+        );
+    }
+}
+
+#[cfg(all(test, not(tcb_loom)))]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A `tracing` subscriber that panics at every event it is given.
+    struct PanickingSubscriber;
+
+    impl tracing::Subscriber for PanickingSubscriber {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            panic!("the subscriber panicked");
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// The breaker's own reporting logs a mode change to a subscriber that panics: the
+    /// panic reaches the caller (it is not an observer's, which would be caught), and
+    /// the breaker's later events still reach its observers.
+    #[test]
+    fn a_tracing_subscriber_panicking_at_a_logged_event_leaves_later_events_delivered() {
+        let recorded = Arc::new(AtomicUsize::new(0));
+        let observer: Observer = {
+            let recorded = recorded.clone();
+            Arc::new(move |event: &Event<'_>| {
+                if matches!(event, Event::Recorded { .. }) {
+                    recorded.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let events = Arc::new(Events::new(
+            Reporter::new("logged".into(), vec![observer]),
+            None,
+        ));
+        events.queue(Queued::ModeChanged {
+            from: Mode::Enabled,
+            to: Mode::ObserveOnly,
+            state: State::Closed,
+        });
+        let outcome = tracing::subscriber::with_default(PanickingSubscriber, || {
+            catch_unwind(AssertUnwindSafe(|| events.deliver()))
+        });
+        assert!(
+            outcome.is_err(),
+            "the subscriber's panic reaches the caller"
+        );
+        events.queue(Queued::Recorded {
+            outcome: Outcome::Success,
+            probe: false,
+            elapsed: None,
+            failure_rate: None,
+        });
+        events.deliver();
+        assert_eq!(
+            recorded.load(Ordering::SeqCst),
+            1,
+            "the later event reached the observer"
         );
     }
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::config::Mode;
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
@@ -21,6 +20,7 @@ use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
 use crate::outcome::Outcome;
+use crate::settings::Mode;
 use crate::snapshot::Snapshot;
 pub(crate) use crate::sync::delivery::DeliveryGroup;
 use crate::sync::{lock, Mutex, MutexGuard};

@@ -1,9 +1,7 @@
-//! Settings beyond the [`Builder`](crate::Builder)'s own methods: the checked settings a
-//! builder makes ([`Builder::build_config`](crate::Builder::build_config)), the trip
-//! policies, and the cooldown, backoff and mode (also at the crate's root).
-//!
-//! What a person sets: the machine that runs a breaker reads a [`Config`] the builder
-//! has checked.
+//! What a person sets for one breaker, with its defaults: the trip policy, the cooldown
+//! and its backoff, the mode, and the whole [`Config`] a builder checks and the machine
+//! reads. Public as [`config`](crate::config) (the checked settings and the trip
+//! policies) and at the crate's root (the cooldown, backoff and mode).
 
 use std::time::Duration;
 
