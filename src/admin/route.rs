@@ -1,4 +1,4 @@
-//! What an admin request asks for: its [`Route`], read from the method and the path.
+//! What an admin request asks for: its [`Target`], read from the path, and the method it needs.
 
 use ::http::Method;
 

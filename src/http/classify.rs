@@ -22,7 +22,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | Result | Outcome |
 /// | --- | --- |
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
-/// | `Err(_)` that is a [`BodyTooLarge`](super::BodyTooLarge) (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer); classifying a `BufferedResponse` or a `reqwest::Response`) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
+/// | `Err(_)` that is a [`BodyTooLarge`] (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer); classifying a `BufferedResponse` or a `reqwest::Response`) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
 /// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |

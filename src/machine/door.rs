@@ -9,7 +9,7 @@
 //! the machine makes it, under its lock, with the same function on its current door.
 //!
 //! A door is three words, so that it is read, published and copied as words: the flags
-//! and the epoch, the step an open breaker waits for, and a time (see [`Door::new`]).
+//! and the epoch, the step an open breaker waits for, and a time (see [`Door`]).
 //!
 //! [`Machine::door`]: super::Machine::door
 
