@@ -338,10 +338,10 @@ impl Door {
         }
     }
 
-    /// When the probe may go, as a call skipped at `step` (the calls counted so far) is
-    /// told: what [`Door::gate`] would tell it.
-    pub(crate) fn next_probe(&self, step: u64, now: Instant) -> NextProbe {
-        match self.gate(&mut Fixed { step, now }) {
+    /// When the probe may go, as a call skipped `at` (its step the calls counted so far)
+    /// is told: what [`Door::gate`] would tell it.
+    pub(crate) fn next_probe(&self, mut at: Fixed) -> NextProbe {
+        match self.gate(&mut at) {
             Verdict::Skip(skip) => skip.next_probe(),
             Verdict::Call => NextProbe::NotNeeded,
             _ => NextProbe::After { calls: 1, at: None },

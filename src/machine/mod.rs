@@ -411,7 +411,7 @@ impl Machine {
         if self.mode == Mode::Disabled {
             return NextProbe::NotNeeded;
         }
-        self.door().next_probe(at.step, at.now)
+        self.door().next_probe(at)
     }
 
     /// Opens the breaker until [`Machine::reset`] (`until: None`) or until a time, after
