@@ -1405,7 +1405,6 @@ async fn advise_under_the_kill_switch_counts_a_killed_skip() {
 // window: a window of one nanosecond forgets an outcome once it is a nanosecond old (as
 // `outcomes_exactly_one_window_old_are_forgotten` in tests/peers.rs has it for 10 s).
 #[tokio::test(start_paused = true)]
-#[ignore = "defect: a time window shorter than 10 ns counts outcomes for 10 ns (its ten buckets are at least 1 ns wide)"]
 async fn a_one_nanosecond_window_forgets_an_outcome_a_nanosecond_old() {
     let (mut svc, handle, _) = rig(Builder::new()
         .failure_rate(0.5, RateWindow::Time(NS), 2)
@@ -1428,7 +1427,6 @@ async fn a_one_nanosecond_window_forgets_an_outcome_a_nanosecond_old() {
 // The same for a window that is not a whole number of tenths (15 ns): an outcome 12 ns
 // old is inside it and still counts.
 #[tokio::test(start_paused = true)]
-#[ignore = "defect: a 15 ns time window forgets outcomes after 10 ns (bucket width rounded down to 1 ns)"]
 async fn a_window_of_fifteen_nanoseconds_keeps_an_outcome_twelve_nanoseconds_old() {
     let (mut svc, handle, _) = rig(Builder::new()
         .failure_rate(0.5, RateWindow::Time(Duration::from_nanos(15)), 2)

@@ -115,7 +115,9 @@ const BUCKETS: usize = 10;
 #[derive(Debug, Clone)]
 pub(crate) struct Buckets {
     epoch: Instant,
-    width: Duration,
+    /// The window, in nanoseconds (at least 1): a bucket is a tenth of it, exactly, so
+    /// an outcome is forgotten once it is one window old, for any window.
+    window: u128,
     slots: [Bucket; BUCKETS],
 }
 
@@ -129,17 +131,16 @@ struct Bucket {
 
 impl Buckets {
     fn new(window: Duration, epoch: Instant) -> Self {
-        let width = (window / BUCKETS as u32).max(Duration::from_nanos(1));
         Buckets {
             epoch,
-            width,
+            window: window.as_nanos().max(1),
             slots: [Bucket::default(); BUCKETS],
         }
     }
 
     fn index(&self, now: Instant) -> u64 {
         let since = now.saturating_duration_since(self.epoch).as_nanos();
-        (since / self.width.as_nanos()) as u64
+        u64::try_from(since * BUCKETS as u128 / self.window).unwrap_or(u64::MAX)
     }
 
     fn push(&mut self, failed: bool, now: Instant) {
@@ -160,7 +161,9 @@ impl Buckets {
         let index = self.index(now);
         self.slots
             .iter()
-            .filter(|b| b.calls > 0 && b.index + (BUCKETS as u64) > index && b.index <= index)
+            .filter(|b| {
+                b.calls > 0 && b.index.saturating_add(BUCKETS as u64) > index && b.index <= index
+            })
             .fold(WindowCounts::default(), |sum, b| WindowCounts {
                 failures: sum.failures.saturating_add(b.failures),
                 calls: sum.calls.saturating_add(b.calls),
@@ -214,6 +217,24 @@ mod tests {
             ring.push(i % 2 == 0);
         }
         assert_eq!((ring.counts.failures, ring.counts.calls), (65, 130));
+    }
+
+    /// Buckets are a tenth of the window exactly, whatever its length: a window of
+    /// 1 ns, or of 15 ns, keeps its outcomes for that long and no longer.
+    #[test]
+    fn a_window_not_a_multiple_of_ten_nanoseconds_keeps_its_length() {
+        let epoch = Instant::now();
+        let ns = Duration::from_nanos;
+        let mut one = Buckets::new(ns(1), epoch);
+        one.push(true, epoch);
+        assert_eq!(one.totals(epoch).calls, 1);
+        assert_eq!(one.totals(epoch + ns(1)).calls, 0, "forgotten 1 ns on");
+
+        let mut fifteen = Buckets::new(ns(15), epoch);
+        fifteen.push(true, epoch);
+        assert_eq!(fifteen.totals(epoch + ns(12)).calls, 1, "12 ns old: kept");
+        assert_eq!(fifteen.totals(epoch + ns(14)).calls, 1, "14 ns old: kept");
+        assert_eq!(fifteen.totals(epoch + ns(15)).calls, 0, "15 ns old: forgotten");
     }
 
     #[test]
