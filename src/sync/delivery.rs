@@ -18,7 +18,7 @@
 //! delivered at once by the task that made it ([`Delivery::deliver_now`]), under the
 //! same rule.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -264,12 +264,12 @@ impl<S: Sink> Delivery<S> {
 
 #[cfg(not(tcb_loom))]
 std::thread_local! {
-    static RUNNING: Cell<usize> = const { Cell::new(0) };
+    static RUNNING: RefCell<Marks> = const { RefCell::new(Marks::NONE) };
 }
 
 #[cfg(tcb_loom)]
 loom::thread_local! {
-    static RUNNING: Cell<usize> = Cell::new(0);
+    static RUNNING: RefCell<Marks> = RefCell::new(Marks::NONE);
 }
 
 /// One item delivered, counted when dropped: after its sink returned, or by a panic
@@ -302,30 +302,75 @@ impl<S: Sink> Drop for Waiting<'_, S> {
 /// Marks, while a thread runs a queue's sink, which queue's it is (by the address of
 /// its [`Delivery`]): a sink that acts on its own queue's owner (a callback calling
 /// back in) must not be run again inside itself, where a lock it holds would deadlock.
+/// Every queue whose sink is running on the thread is marked, not only the innermost:
+/// a sink of one queue may act on another's owner, whose sink acts on the first's.
 #[must_use = "the mark lasts until it is dropped"]
 pub(crate) struct Running {
-    outer: usize,
+    _marked: (),
 }
 
 impl Running {
     fn enter(key: usize) -> Running {
-        let outer = RUNNING.with(|running| running.replace(key));
-        Running { outer }
+        RUNNING.with(|running| running.borrow_mut().push(key));
+        Running { _marked: () }
     }
 
     fn on_this_thread(key: usize) -> bool {
-        RUNNING.with(|running| running.get() == key)
+        RUNNING.with(|running| running.borrow().contains(key))
     }
 
     /// Whether this thread is running some queue's sink.
     fn active() -> bool {
-        RUNNING.with(|running| running.get() != 0)
+        RUNNING.with(|running| running.borrow().depth != 0)
     }
 }
 
 impl Drop for Running {
+    /// Marks are dropped in the order opposite to their making (each lives in a scope
+    /// of the sink's caller): the last one made is this one.
     fn drop(&mut self) {
-        RUNNING.with(|running| running.set(self.outer));
+        // At a thread's exit its marks may be gone already: nothing is left to unmark.
+        let _ = RUNNING.try_with(|running| running.borrow_mut().pop());
+    }
+}
+
+/// The queues whose sinks a thread is running, innermost last: the first few in place,
+/// any deeper (sinks of many breakers calling into one another) in memory that is given
+/// back once they return, so that a thread keeps nothing allocated between deliveries.
+struct Marks {
+    depth: usize,
+    near: [usize; Marks::NEAR],
+    deeper: Vec<usize>,
+}
+
+impl Marks {
+    const NEAR: usize = 8;
+    const NONE: Marks = Marks {
+        depth: 0,
+        near: [0; Marks::NEAR],
+        deeper: Vec::new(),
+    };
+
+    fn push(&mut self, key: usize) {
+        match self.near.get_mut(self.depth) {
+            Some(slot) => *slot = key,
+            None => self.deeper.push(key),
+        }
+        self.depth += 1;
+    }
+
+    fn pop(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+        if self.depth >= Self::NEAR {
+            self.deeper.pop();
+            if self.deeper.is_empty() {
+                self.deeper = Vec::new();
+            }
+        }
+    }
+
+    fn contains(&self, key: usize) -> bool {
+        self.near[..self.depth.min(Self::NEAR)].contains(&key) || self.deeper.contains(&key)
     }
 }
 
@@ -414,6 +459,24 @@ mod tests {
     use std::thread;
 
     use super::*;
+
+    /// Every queue whose sink runs on the thread is known, however deep sinks of
+    /// different queues nest, and nothing stays allocated once they have returned.
+    #[test]
+    fn marks_know_every_running_queue_at_any_depth_and_keep_nothing_after() {
+        let mut marks = Marks::NONE;
+        for key in 1..=20 {
+            marks.push(key);
+            assert!((1..=key).all(|k| marks.contains(k)), "all of 1..={key}");
+            assert!(!marks.contains(key + 1));
+        }
+        for key in (1..=20).rev() {
+            marks.pop();
+            assert!(!marks.contains(key), "{key} returned");
+            assert!((1..key).all(|k| marks.contains(k)), "1..{key} still running");
+        }
+        assert_eq!((marks.depth, marks.deeper.capacity()), (0, 0));
+    }
 
     /// An item of the tests: numbered, or one whose delivery panics (as a sink's
     /// logging may, where the sink does not catch it).
