@@ -29,8 +29,9 @@ use crate::shared::{Decision, Permit, Shared};
 ///
 /// An error from the wrapped service's `poll_ready` counts as a failure and is returned
 /// (the service is then unusable, as tower's contract says). If the kill switch is
-/// flipped or the breaker changes state between `poll_ready` and `call`, the call is
-/// decided again: the wrapped service is never called while open or killed.
+/// flipped or the breaker changes state between `poll_ready` and `call` (a half-open's
+/// dwell limit passing included, whether or not anything looked at the breaker), the
+/// call is decided again: the wrapped service is never called while open or killed.
 ///
 /// # Panics
 ///

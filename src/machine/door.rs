@@ -373,6 +373,23 @@ impl Door {
         }
     }
 
+    /// Whether, at the door whose first word is `word`, a deadline may pass that ends
+    /// the state: a half-open's dwell limit.
+    #[inline(always)]
+    pub(crate) fn may_expire(word: u64) -> bool {
+        word & (Self::KIND | Self::HAS_TIME) == Self::HALF_OPEN | Self::HAS_TIME
+    }
+
+    /// Whether the door's deadline has passed (see [`Door::may_expire`]): then the
+    /// machine must apply it before any call is made at this door.
+    #[inline(always)]
+    pub(crate) fn expired(&self, clock: &mut impl Clock) -> bool {
+        Self::may_expire(self.word)
+            && self
+                .time()
+                .is_some_and(|until| clock.now() >= until.instant())
+    }
+
     /// Decides one arriving call. The kill switch skips every call, in every mode, and
     /// changes nothing else; in an open breaker whose cooldown counts calls, a killed
     /// call still takes its step.
@@ -380,11 +397,7 @@ impl Door {
     pub(crate) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
         // A deadline that passed applies first, whatever becomes of the call: the state
         // it finds is the state after it.
-        if self.word & (Self::KIND | Self::HAS_TIME) == Self::HALF_OPEN | Self::HAS_TIME
-            && self
-                .time()
-                .is_some_and(|until| clock.now() >= until.instant())
-        {
+        if self.expired(clock) {
             return Verdict::Expired;
         }
         let disabled = self.disabled();

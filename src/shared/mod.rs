@@ -285,11 +285,28 @@ impl Shared {
         self.skipped(&self.door(), skip)
     }
 
-    /// Whether a call admitted with `ticket` may still be made: the kill switch is off
-    /// and the breaker is in the same epoch.
+    /// Whether a call admitted with `ticket` may still be made: the kill switch is off,
+    /// the breaker is in the same epoch, and no deadline of that epoch has passed (a
+    /// probe reserved before a half-open's dwell limit and called after it is not made,
+    /// whether or not anything made the machine apply the limit meanwhile).
     #[inline(always)]
     fn stands(&self, ticket: Ticket) -> bool {
-        !self.kill.is_killed() && Door::in_epoch(self.published.0.word(), ticket.epoch())
+        let word = self.published.0.word();
+        !self.kill.is_killed()
+            && Door::in_epoch(word, ticket.epoch())
+            && !(Door::may_expire(word) && self.expired())
+    }
+
+    /// Whether the published door's deadline has passed; `true` while the door is being
+    /// written (the machine decides again). Out of line: only a half-open with a dwell
+    /// limit asks.
+    #[cold]
+    #[inline(never)]
+    fn expired(&self) -> bool {
+        self.published
+            .0
+            .load()
+            .is_none_or(|door| door.expired(&mut self.arrival()))
     }
 
     /// Records a call's outcome: a success that changes nothing is counted with one
