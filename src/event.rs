@@ -26,8 +26,9 @@ use crate::settings::Mode;
 pub enum Event<'a> {
     /// The state changed.
     Transition(&'a Transition),
-    /// An outcome counted towards the breaker's state. Late results, observe-only shadow
-    /// calls and disabled-mode calls are not reported.
+    /// An outcome the breaker counted: towards its state, or, for an observe-only shadow
+    /// call (`shadow`), only in its counts. Late results and disabled-mode calls are not
+    /// reported.
     ///
     /// It carries no time of day: most successes are counted without reading the clock,
     /// and reading it for every report would double their cost. An observer that wants
@@ -40,6 +41,10 @@ pub enum Event<'a> {
         outcome: &'a Outcome,
         /// Whether the call was a probe.
         probe: bool,
+        /// Whether the call was an observe-only shadow call: one an enabled breaker would
+        /// have skipped ([`Source::Shadowed`](crate::Source::Shadowed)). Its outcome is
+        /// in the breaker's counts but could not move it.
+        shadow: bool,
         /// How long the call took, from the wrapped service's `call` to its response
         /// (for an outcome settled later, such as a streamed body's, to the response's
         /// start), when the breaker times calls: with a slow-call rule

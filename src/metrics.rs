@@ -85,10 +85,10 @@
 //! help text) when the first breaker is built with metrics, so an exporter prints
 //! `# HELP` and `# TYPE`; install the recorder before building the breaker.
 //!
-//! - **Calls** counts the outcomes counted towards the breaker's state
-//!   ([`Event::Recorded`]), probes included; late results, observe-only shadow calls and
-//!   disabled-mode calls are not. A slow success counts as a failure
-//!   ([`Builder::slow_call_threshold`]).
+//! - **Calls** counts the outcomes the breaker counts ([`Event::Recorded`]), probes and
+//!   observe-only shadow calls included (as resilience4j's metrics-only state counts
+//!   them); late results and disabled-mode calls are not. A slow success counts as a
+//!   failure ([`Builder::slow_call_threshold`]).
 //! - **Rejections** counts the calls not made ([`Event::Skipped`]), whatever answered
 //!   them (a fallback or a `Rejected` error).
 //! - **State** has one series per state and mode, and exactly one of them is 1 for each

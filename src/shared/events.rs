@@ -37,6 +37,7 @@ pub(super) enum Queued {
     Recorded {
         outcome: Outcome,
         probe: bool,
+        shadow: bool,
         elapsed: Option<Duration>,
         failure_rate: Option<f64>,
     },
@@ -94,6 +95,7 @@ impl Sink for Reporter {
             Queued::Recorded {
                 outcome,
                 probe,
+                shadow,
                 elapsed,
                 failure_rate,
             } => self.notify(
@@ -102,6 +104,7 @@ impl Sink for Reporter {
                     name: &self.name,
                     outcome: &outcome,
                     probe,
+                    shadow,
                     elapsed,
                     failure_rate,
                 },
@@ -174,6 +177,7 @@ impl Events {
         self.deliver_now(Queued::Recorded {
             outcome: Outcome::Success,
             probe: false,
+            shadow: false,
             elapsed,
             failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
         });
@@ -257,6 +261,7 @@ mod tests {
         events.queue(Queued::Recorded {
             outcome: Outcome::Success,
             probe: false,
+            shadow: false,
             elapsed: None,
             failure_rate: None,
         });

@@ -341,14 +341,16 @@ impl Shared {
             };
             let (recorded, transition) = machine.record(epoch, kind, outcome, elapsed, at);
             tally.recorded(kind, &recorded);
-            // A shadow call's outcome could not move the breaker: not reported.
+            // A shadow call's outcome is reported too (it is counted, though it could
+            // not move the breaker): observers count the failures a breaker records.
             let reported = match recorded {
                 Recorded::Counted {
                     outcome,
                     failure_rate,
-                } if observed && kind != Kind::Shadow => Some(Queued::Recorded {
+                } if observed => Some(Queued::Recorded {
                     outcome,
                     probe: kind == Kind::Probe,
+                    shadow: kind == Kind::Shadow,
                     elapsed,
                     failure_rate,
                 }),
