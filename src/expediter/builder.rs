@@ -98,7 +98,8 @@ impl ExpediterBuilder {
 
     /// Breakers opening within this many steps or this much time of each other count as
     /// "together" (default 3 steps or 30 s); three together are a systemic event. Time
-    /// is the breakers' clock (`tokio::time`).
+    /// is the breakers' clock (`tokio::time`). A zero leaves that measure out (a window
+    /// of 3 steps and no time counts steps only); both zero is refused.
     pub fn cascade_window(mut self, steps: u64, time: Duration) -> Self {
         self.settings.cascade = CascadeWindow { steps, time };
         self

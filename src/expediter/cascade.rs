@@ -20,7 +20,9 @@ use tokio::time::Instant;
 use super::budget::EventId;
 use super::category::FailureCategory;
 
-/// Openings this close together, in steps or in time, are "together".
+/// Openings this close together, in steps or in time, are "together". A zero in either
+/// measure leaves that measure out: openings at the same instant are not together by a
+/// window of zero time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CascadeWindow {
     pub(crate) steps: u64,
@@ -29,8 +31,10 @@ pub(crate) struct CascadeWindow {
 
 impl CascadeWindow {
     fn holds(&self, earlier: &Opening, step: u64, at: Instant) -> bool {
-        step.saturating_sub(earlier.step) <= self.steps
-            || at.saturating_duration_since(earlier.at) <= self.time
+        let by_steps = self.steps != 0 && step.saturating_sub(earlier.step) <= self.steps;
+        let by_time =
+            !self.time.is_zero() && at.saturating_duration_since(earlier.at) <= self.time;
+        by_steps || by_time
     }
 }
 

@@ -137,16 +137,21 @@ impl FreshnessTracker {
     }
 }
 
-/// `at` as an RFC 3339 UTC time with second precision.
+/// `at` as an RFC 3339 UTC time with second precision (the second it falls in: a time
+/// before 1970 too).
 pub(crate) fn rfc3339(at: SystemTime) -> String {
-    let secs = at
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let whole = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
+    let secs = match at.duration_since(UNIX_EPOCH) {
+        Ok(after) => whole(after.as_secs()),
+        Err(before) => {
+            let before = before.duration();
+            -whole(before.as_secs()) - i64::from(before.subsec_nanos() > 0)
+        }
+    };
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
+    let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -166,6 +171,18 @@ mod tests {
     #[test]
     fn rfc3339_renders_known_instants() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(86_400)),
+            "1969-12-31T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_millis(500)),
+            "1969-12-31T23:59:59Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(951_782_400)),
+            "1939-11-04T00:00:00Z"
+        );
         assert_eq!(
             rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
             "2000-02-29T00:00:00Z"

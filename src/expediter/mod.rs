@@ -137,7 +137,7 @@ use self::scope::{Assessment, WorkState};
 use self::standing::ToolView;
 use crate::answer::Answer;
 use crate::builder::Builder;
-use crate::error::BoxError;
+use crate::error::{BoxError, Rejected};
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::{Advice, NextProbe, Reason};
@@ -177,6 +177,13 @@ enum Verdict {
     Probe,
     Skip(SkipReason),
     Pause(ledger::Pause),
+}
+
+/// Why `breaker` refused the call whose result this is, if it did: the call was not
+/// made. A refusal by another breaker, further inside the service, is the tool's answer.
+fn refused_by<T>(breaker: &CircuitBreakerHandle, result: &Result<T, BoxError>) -> Option<Reason> {
+    let rejected = result.as_ref().err()?.downcast_ref::<Rejected>()?;
+    (rejected.name() == breaker.name()).then(|| rejected.reason())
 }
 
 impl Expediter {
@@ -366,6 +373,12 @@ impl Expediter {
     /// Decides one attempted call of `tool` (one step). Runs the tool's pre-call check
     /// first if it has one and no result is cached.
     ///
+    /// A decision reserves nothing: two agents deciding about a tool whose probe is due
+    /// may both be told PROBE, and its breaker then lets one probe through and refuses
+    /// the other (`Rejected`, for `half_open_full`), as it would refuse a call after a
+    /// person forced it open. [`execute`](Self::execute) decides and calls in one: it
+    /// reports a call its breaker refused as skipped, with the route, never as made.
+    ///
     /// # Errors
     ///
     /// [`ExpediterError::UnknownTool`].
@@ -444,7 +457,10 @@ impl Expediter {
     }
 
     /// Decides, then makes the call only if the decision says so. Never retries: a
-    /// failed call is returned as it is and counted once.
+    /// failed call is returned as it is and counted once. A call the tool's breaker
+    /// refuses after the decision (forced open or killed meanwhile, or its probe slot
+    /// taken by another agent) is [`Attempt::Skipped`], with the route a skip would have
+    /// had, and the decision in it says SKIP.
     ///
     /// `service` must be wrapped in this expediter's [`layer`](Self::layer) for the same
     /// `tool`: the expediter learns of outcomes through that tool's breaker. A service
@@ -788,7 +804,27 @@ impl Expediter {
             Ok(ready) => ready.call(request).await,
             Err(error) => Err(error),
         };
-        Ok(Attempt::Made { decision, result })
+        let registry = self.registry();
+        let Some(tool) = registry.get(&decision.tool) else {
+            return Ok(Attempt::Made { decision, result });
+        };
+        let Some(reason) = refused_by(&tool.handle, &result) else {
+            return Ok(Attempt::Made { decision, result });
+        };
+        // The tool's breaker refused the call it was told to make (a person acted, or
+        // another agent's probe took the slot since): it was not made, and is routed as
+        // the decision would have been.
+        let verdict = Verdict::Skip(SkipReason::Breaker(reason));
+        let action = self.action(&registry, tool, limit, verdict, Some((run, decision.step)));
+        let Action::Skip { reason, route } = &action else {
+            unreachable!("a skip's action is a skip");
+        };
+        let (reason, route) = (*reason, route.clone());
+        Ok(Attempt::Skipped {
+            decision: Decision { action, ..decision },
+            reason,
+            route,
+        })
     }
 
     fn start_subtask_in(
