@@ -5,6 +5,7 @@
 //! test sleeps on the wall clock: a hold's end is reached by running the call on a
 //! runtime whose paused clock is moved past it.
 
+mod adversarial;
 mod attack;
 #[path = "../common/mod.rs"]
 mod common;
