@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 
 use crate::answer::{Answer, Verdict};
 use crate::classify::Classify;
-use crate::error::BoxError;
+use crate::error::{text_with_sources, BoxError};
 use crate::machine::time::Nanos;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
@@ -174,7 +174,7 @@ where
         }
         (Outcome::Failure(failure), Err(error)) => {
             let error: BoxError = error.into();
-            let failure = failure.with_default_message(|| error.to_string());
+            let failure = failure.with_default_message(|| text_with_sources(&*error));
             permit.settle(Outcome::Failure(failure), elapsed);
             Err(error)
         }
