@@ -18,6 +18,7 @@
 //! | `GET /kill_switches`, `GET /kill_switches/{name}` | `{"name": "all-models", "killed": false, "breakers": ["chat", ...]}` (the registered breakers that obey it) |
 //! | `POST /kill_switches/{name}/kill`, `.../revive` | flips it; the kill switch after |
 //!
+//! Every `GET` path answers `HEAD` too, with the same status and headers and no body.
 //! Names in paths are percent-decoded. Under a [`prefix`](AdminBuilder::prefix), every
 //! path is below it.
 //!
@@ -86,7 +87,7 @@ use http_body::Body;
 use tower::Service;
 
 pub use self::reply::AdminBody;
-use self::reply::{json, Problem};
+use self::reply::{head_of, json, Problem};
 use self::route::{Act, Target};
 use crate::handle::CircuitBreakerHandle;
 use crate::http::bounded_read::{BoundedRead, Unread};
@@ -289,8 +290,14 @@ impl Inner {
             .collect()
     }
 
-    /// What to do with a request: answer it now, or read its body first.
+    /// What to do with a request: answer it now, or read its body first. HEAD is
+    /// answered wherever GET is (RFC 9110 §9.1), without the body.
     fn route(&self, method: &Method, path: &str) -> Result<Next, Problem> {
+        let method = if *method == Method::HEAD {
+            &Method::GET
+        } else {
+            method
+        };
         let target = Target::parse(&self.prefix, path)?;
         if *method != target.method() {
             return Err(Problem::method_not_allowed(target.method()));
@@ -404,9 +411,11 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let head = request.method() == Method::HEAD;
+        let answer = |response| State::Answer(Some(if head { head_of(response) } else { response }));
         let state = match self.inner.route(request.method(), request.uri().path()) {
-            Err(problem) => State::Answer(Some(problem.response())),
-            Ok(Next::Answer(response)) => State::Answer(Some(response)),
+            Err(problem) => answer(problem.response()),
+            Ok(Next::Answer(response)) => answer(response),
             Ok(Next::ReadDuration(handle)) => State::Reading {
                 body: Box::pin(request.into_body()),
                 read: BoundedRead::whole(MAX_BODY),

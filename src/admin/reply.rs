@@ -5,10 +5,20 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use ::http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use ::http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use ::http::{Method, Response, StatusCode};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+
+/// `response` as the answer to a HEAD request: the same status and headers, with the
+/// length of the body it leaves out (RFC 9110 §9.3.2).
+pub(super) fn head_of(response: Response<AdminBody>) -> Response<AdminBody> {
+    let (mut parts, body) = response.into_parts();
+    parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(body.as_bytes().len()));
+    Response::from_parts(parts, AdminBody::default())
+}
 
 /// The body of an admin response: one JSON document, sent in one frame.
 #[derive(Debug, Clone, Default)]

@@ -127,6 +127,7 @@ fn percent_decode(segment: &str) -> Result<String, Problem> {
         }
         let hex = bytes
             .get(i + 1..i + 3)
+            .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
             .and_then(|hex| std::str::from_utf8(hex).ok())
             .and_then(|hex| u8::from_str_radix(hex, 16).ok())
             .ok_or_else(|| Problem::bad_request("a bad percent-escape in the path"))?;

@@ -254,10 +254,16 @@ pub(super) fn requested_wait(status: StatusCode, headers: &HeaderMap) -> Option<
 const RETRY_AFTER_MS: &str = "retry-after-ms";
 
 /// A `retry-after-ms` value: a non-negative number of milliseconds, with or without a
-/// fraction. `None` for anything else (a negative, `NaN` or infinite number, or text).
+/// fraction or an exponent; one too large for a float (`1e999`) is a very long wait, as
+/// a `Retry-After` too long for a `u64` is. `None` for anything else (a negative number,
+/// text such as `NaN` or `inf`).
 fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
-    let millis: f64 = value.to_str().ok()?.trim().parse().ok()?;
-    if !(millis.is_finite() && millis >= 0.0) {
+    let text = value.to_str().ok()?.trim();
+    let numeral = text
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
+    let millis: f64 = text.parse().ok().filter(|_| numeral)?;
+    if !(millis >= 0.0) {
         return None;
     }
     // Beyond what a `Duration` holds is a very long wait; the cap cuts it anyway.
