@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::{ConfigError, Rejected};
 use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Backoff, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, Cooldown, Event, Failure,
-    KillSwitch, Mode, NextProbe, Outcome, Reason, Source, State, Transition,
+    Answer, Backoff, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer,
+    Cooldown, Event, Failure, KillSwitch, Mode, NextProbe, Outcome, Reason, Source, State,
+    Transition,
 };
 
 /// What the wrapped service is asked to do.
@@ -62,6 +64,13 @@ fn inner(calls: Arc<AtomicUsize>) -> Inner {
     }))
 }
 
+/// A service that answers each request with its own number, at once.
+type Echo = tower::util::BoxCloneService<u32, u32, BoxError>;
+
+fn echo() -> Echo {
+    tower::util::BoxCloneService::new(service_fn(|n: u32| async move { Ok::<u32, BoxError>(n) }))
+}
+
 struct Rig {
     svc: Svc,
     handle: CircuitBreakerHandle,
@@ -79,9 +88,39 @@ fn rig(builder: Builder) -> Rig {
     }
 }
 
+/// A breaker that opens on its first failure and whose next call is the probe, with no
+/// dwell limit: a probe may hang as long as a test likes.
+fn rig_probing_next_call() -> Rig {
+    rig(Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(1))
+        .max_half_open_dwell(None))
+}
+
+/// A call running on its own task, and the sender that says how it ends.
+type HeldCall = (
+    oneshot::Sender<bool>,
+    JoinHandle<Result<Answer<u32>, BoxError>>,
+);
+
 impl Rig {
     fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// One call that the service fails (its own error, not a rejection).
+    async fn fail(&mut self) {
+        assert_eq!(send(&mut self.svc, Req::Fail).await, Err(None));
+    }
+
+    /// Starts a call on its own task that hangs at the service until its sender says how
+    /// it ends (`true` succeeds, `false` or a dropped sender fails); returns once the
+    /// call is at the service.
+    async fn start_held(&mut self) -> HeldCall {
+        let (tx, rx) = oneshot::channel();
+        let call = tokio::spawn(self.svc.ready().await.unwrap().call(Req::Held(rx)));
+        tokio::task::yield_now().await;
+        (tx, call)
     }
 }
 
@@ -92,12 +131,6 @@ async fn send(svc: &mut Svc, req: Req) -> Result<Source, Option<Reason>> {
         Ok(answer) => Ok(answer.source()),
         Err(error) => Err(error.downcast_ref::<Rejected>().map(Rejected::reason)),
     }
-}
-
-/// A call held in flight until its sender says how it ends.
-fn held() -> (oneshot::Sender<bool>, Req) {
-    let (tx, rx) = oneshot::channel();
-    (tx, Req::Held(rx))
 }
 
 /// Every transition the receiver has.
@@ -153,7 +186,7 @@ async fn a_probe_reserved_before_the_dwell_limit_is_not_sent_after_it_even_unloo
         .failure_threshold(1)
         .cooldown(Cooldown::Time(secs(10)))
         .max_half_open_dwell(Some(secs(5))));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    r.fail().await;
     advance(secs(10)).await;
     let mut sitter = r.svc.clone();
     sitter.ready().await.unwrap();
@@ -219,15 +252,10 @@ async fn a_probe_waiting_for_readiness_past_the_dwell_limit_is_not_sent() {
 /// twice.
 #[tokio::test(start_paused = true)]
 async fn a_hung_probe_failing_after_a_reset_changes_nothing() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
+    let mut r = rig_probing_next_call();
     let mut changes = r.handle.subscribe();
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
-    let (tx, req) = held();
-    let probe = tokio::spawn(r.svc.ready().await.unwrap().call(req));
-    tokio::task::yield_now().await;
+    r.fail().await;
+    let (tx, probe) = r.start_held().await;
     assert_eq!(r.handle.snapshot().probes_in_flight, 1);
     r.handle.reset();
     assert_eq!(r.handle.snapshot().probes_in_flight, 0);
@@ -273,14 +301,9 @@ async fn operator_acts_during_a_hung_probe_never_leave_the_breaker_stuck() {
         ("disabled", |h| h.set_mode(Mode::Disabled)),
     ];
     for (name, act) in acts {
-        let mut r = rig(Builder::new()
-            .failure_threshold(1)
-            .cooldown(Cooldown::Calls(1))
-            .max_half_open_dwell(None));
-        assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
-        let (tx, req) = held();
-        let probe = tokio::spawn(r.svc.ready().await.unwrap().call(req));
-        tokio::task::yield_now().await;
+        let mut r = rig_probing_next_call();
+        r.fail().await;
+        let (tx, probe) = r.start_held().await;
         assert_eq!(r.handle.snapshot().state, State::HalfOpen, "{name}");
         act(&r.handle);
         r.handle.set_mode(Mode::Enabled);
@@ -305,14 +328,9 @@ async fn operator_acts_during_a_hung_probe_never_leave_the_breaker_stuck() {
 /// the next call is a probe even though the old one still hangs.
 #[tokio::test(start_paused = true)]
 async fn a_hold_set_during_a_hung_probe_ends_in_a_new_probe() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
-    let (_tx, req) = held();
-    let _probe = tokio::spawn(r.svc.ready().await.unwrap().call(req));
-    tokio::task::yield_now().await;
+    let mut r = rig_probing_next_call();
+    r.fail().await;
+    let (_tx, _probe) = r.start_held().await;
     r.handle.open_for(secs(3));
     assert_eq!(
         send(&mut r.svc, Req::Ok).await,
@@ -330,10 +348,8 @@ async fn a_probe_answering_while_killed_is_recorded() {
     let mut r = rig(Builder::new()
         .failure_threshold(1)
         .cooldown(Cooldown::Calls(1)));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
-    let (tx, req) = held();
-    let probe = tokio::spawn(r.svc.ready().await.unwrap().call(req));
-    tokio::task::yield_now().await;
+    r.fail().await;
+    let (tx, probe) = r.start_held().await;
     r.handle.kill_switch().kill();
     tx.send(true).unwrap();
     assert_eq!(probe.await.unwrap().unwrap().source(), Source::Probe);
@@ -402,11 +418,8 @@ async fn acts_between_poll_ready_and_call_are_obeyed() {
 /// breaker consistent: no probe slot is lost, counts add up.
 #[tokio::test(start_paused = true)]
 async fn calling_twice_panics_without_leaving_a_probe_slot_taken() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    let mut r = rig_probing_next_call();
+    r.fail().await;
     r.svc.ready().await.unwrap();
     let probe = r.svc.call(Req::Ok);
     let second = catch_unwind(AssertUnwindSafe(|| {
@@ -423,11 +436,8 @@ async fn calling_twice_panics_without_leaving_a_probe_slot_taken() {
 /// dropped with the original frees the slot.
 #[tokio::test(start_paused = true)]
 async fn dropping_a_reserved_service_frees_its_probe_slot_for_its_clone() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    let mut r = rig_probing_next_call();
+    r.fail().await;
     r.svc.ready().await.unwrap();
     let mut clone = r.svc.clone();
     assert_eq!(
@@ -452,11 +462,8 @@ async fn dropping_a_reserved_service_frees_its_probe_slot_for_its_clone() {
 /// stuck half-open) and the panic reaches the caller.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_probe_reopens_the_breaker() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    let mut r = rig_probing_next_call();
+    r.fail().await;
     let fut = r.svc.ready().await.unwrap().call(Req::Panic);
     let panicked = AssertUnwindSafe(fut).catch_unwind().await;
     assert!(panicked.is_err());
@@ -516,7 +523,7 @@ async fn a_panicking_fallback_leaves_the_breaker_usable() {
             async move { Ok::<u32, BoxError>(n + 100) }
         }));
     let handle = layer.handle();
-    let mut svc = layer.layer(service_fn(|n: u32| async move { Ok::<u32, BoxError>(n) }));
+    let mut svc = layer.layer(echo());
     handle.force_open();
     svc.ready().await.unwrap();
     assert!(catch_unwind(AssertUnwindSafe(|| drop(svc.call(13)))).is_err());
@@ -531,34 +538,45 @@ async fn a_panicking_fallback_leaves_the_breaker_usable() {
 // Callbacks that call back in
 // ---------------------------------------------------------------------------------------
 
+/// Where an observer finds a breaker it calls through, once the breaker is built.
+type Slot = Arc<Mutex<Option<CircuitBreaker<Echo>>>>;
+
+/// A breaker named `name` whose events go to `observer`.
+fn observed_by(
+    name: &'static str,
+    observer: impl Fn(&Event<'_>) + Send + Sync + 'static,
+) -> CircuitBreakerLayer {
+    Builder::new()
+        .name(name)
+        .on_event(observer)
+        .build()
+        .unwrap()
+}
+
+/// One call through the breaker in `slot`, which must answer at once: it is made from
+/// inside an observer, which cannot await.
+fn call_through(slot: &Slot) {
+    let mut svc = slot.lock().unwrap().clone().expect("set");
+    let fut = async move { svc.ready().await?.call(1).await };
+    fut.now_or_never()
+        .expect("answers at once")
+        .expect("answered");
+}
+
 /// Two breakers whose observers call through each other: breaker A's observer makes a
 /// call through B, whose observer makes one through A. A's observer must never run
 /// inside itself ("an observer is never run inside itself"): the event of the call
 /// made from inside it is delivered after it returns.
 #[tokio::test(start_paused = true)]
 async fn an_observer_is_never_run_inside_itself_through_a_second_breaker() {
-    type Plain = CircuitBreaker<tower::util::BoxCloneService<u32, u32, BoxError>>;
-    let ok = || {
-        tower::util::BoxCloneService::new(service_fn(
-            |n: u32| async move { Ok::<u32, BoxError>(n) },
-        ))
-    };
-    let a_svc: Arc<Mutex<Option<Plain>>> = Arc::new(Mutex::new(None));
-    let b_svc: Arc<Mutex<Option<Plain>>> = Arc::new(Mutex::new(None));
+    let a_svc: Slot = Arc::new(Mutex::new(None));
+    let b_svc: Slot = Arc::new(Mutex::new(None));
     let depth = Arc::new(AtomicUsize::new(0));
     let deepest = Arc::new(AtomicUsize::new(0));
     let (a_fired, b_fired) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-
-    let call_through = |svc: &Arc<Mutex<Option<Plain>>>| {
-        let mut svc = svc.lock().unwrap().clone().expect("set");
-        let fut = async move { svc.ready().await?.call(1).await };
-        fut.now_or_never()
-            .expect("answers at once")
-            .expect("answered");
-    };
 
     let observer_a = {
         let (depth, deepest, fired, b_svc) = (
@@ -584,18 +602,8 @@ async fn an_observer_is_never_run_inside_itself_through_a_second_breaker() {
             }
         }
     };
-    let a = Builder::new()
-        .name("a")
-        .on_event(observer_a)
-        .build()
-        .unwrap();
-    let b = Builder::new()
-        .name("b")
-        .on_event(observer_b)
-        .build()
-        .unwrap();
-    *a_svc.lock().unwrap() = Some(a.layer(ok()));
-    *b_svc.lock().unwrap() = Some(b.layer(ok()));
+    *a_svc.lock().unwrap() = Some(observed_by("a", observer_a).layer(echo()));
+    *b_svc.lock().unwrap() = Some(observed_by("b", observer_b).layer(echo()));
 
     call_through(&a_svc);
     assert!(a_fired.load(Ordering::SeqCst) && b_fired.load(Ordering::SeqCst));
@@ -610,8 +618,7 @@ async fn an_observer_is_never_run_inside_itself_through_a_second_breaker() {
 /// forces A open. A's transition must reach A's observer after it returns, not inside it.
 #[tokio::test(start_paused = true)]
 async fn a_transition_caused_from_a_second_breakers_observer_is_not_delivered_inside_the_first() {
-    type Plain = CircuitBreaker<tower::util::BoxCloneService<u32, u32, BoxError>>;
-    let b_svc: Arc<Mutex<Option<Plain>>> = Arc::new(Mutex::new(None));
+    let b_svc: Slot = Arc::new(Mutex::new(None));
     let a_handle: Arc<Mutex<Option<CircuitBreakerHandle>>> = Arc::new(Mutex::new(None));
     let inside = Arc::new(AtomicBool::new(false));
     let nested = Arc::new(AtomicBool::new(false));
@@ -625,11 +632,7 @@ async fn a_transition_caused_from_a_second_breakers_observer_is_not_delivered_in
                 return;
             }
             if matches!(event, Event::Recorded { .. }) && !fired.swap(true, Ordering::SeqCst) {
-                let mut svc = b_svc.lock().unwrap().clone().unwrap();
-                async move { svc.ready().await?.call(1).await }
-                    .now_or_never()
-                    .expect("at once")
-                    .expect("answered");
+                call_through(&b_svc);
             }
             inside.store(false, Ordering::SeqCst);
         }
@@ -642,24 +645,10 @@ async fn a_transition_caused_from_a_second_breakers_observer_is_not_delivered_in
             }
         }
     };
-    let a = Builder::new()
-        .name("a")
-        .on_event(observer_a)
-        .build()
-        .unwrap();
-    let b = Builder::new()
-        .name("b")
-        .on_event(observer_b)
-        .build()
-        .unwrap();
-    let ok = || {
-        tower::util::BoxCloneService::new(service_fn(
-            |n: u32| async move { Ok::<u32, BoxError>(n) },
-        ))
-    };
+    let a = observed_by("a", observer_a);
     *a_handle.lock().unwrap() = Some(a.handle());
-    *b_svc.lock().unwrap() = Some(b.layer(ok()));
-    let mut a_svc = a.layer(ok());
+    *b_svc.lock().unwrap() = Some(observed_by("b", observer_b).layer(echo()));
+    let mut a_svc = a.layer(echo());
     a_svc.ready().await.unwrap().call(1).await.unwrap();
     assert!(fired.load(Ordering::SeqCst));
     assert_eq!(a.handle().snapshot().state, State::ForcedOpen);
@@ -743,7 +732,7 @@ async fn a_fallback_and_a_classifier_acting_on_the_breaker_do_not_deadlock() {
         }));
     let handle = layer.handle();
     *slot.lock().unwrap() = Some(handle.clone());
-    let mut svc = layer.layer(service_fn(|n: u32| async move { Ok::<u32, BoxError>(n) }));
+    let mut svc = layer.layer(echo());
     let a = svc.ready().await.unwrap().call(5).await.unwrap();
     assert_eq!(a.source(), Source::Service);
     assert_eq!(handle.snapshot().state, State::ForcedOpen);
@@ -1333,9 +1322,7 @@ async fn peek_tells_what_the_next_call_gets_in_every_state() {
                 let _ = send(&mut r.svc, Req::Fail).await;
             }
             4 => {
-                let (tx, req) = held();
-                held_probe = Some((tx, tokio::spawn(r.svc.ready().await.unwrap().call(req))));
-                tokio::task::yield_now().await;
+                held_probe = Some(r.start_held().await);
             }
             6 => advance(secs(5)).await,
             7 => r.handle.kill_switch().kill(),
@@ -1383,9 +1370,7 @@ async fn a_failure_in_flight_across_any_mode_change_is_late() {
     ];
     for (from, to) in modes {
         let mut r = rig(Builder::new().failure_threshold(1).mode(from));
-        let (tx, req) = held();
-        let call = tokio::spawn(r.svc.ready().await.unwrap().call(req));
-        tokio::task::yield_now().await;
+        let (tx, call) = r.start_held().await;
         r.handle.set_mode(to);
         tx.send(false).unwrap();
         assert!(call.await.unwrap().is_err());
@@ -1409,7 +1394,7 @@ async fn observe_only_calls_everything_and_reports_the_would_be_transitions() {
         .cooldown(Cooldown::Calls(2))
         .mode(Mode::ObserveOnly));
     let mut sub = r.handle.subscribe();
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    r.fail().await;
     assert_eq!(
         send(&mut r.svc, Req::Ok).await,
         Ok(Source::Shadowed(Reason::Open))
@@ -1459,11 +1444,8 @@ async fn a_person_shortening_a_hold_is_obeyed_and_told() {
 /// not sent, its slot is given back, and after the revive the next call is the probe.
 #[tokio::test(start_paused = true)]
 async fn a_probe_turned_away_by_a_kill_gives_its_slot_back() {
-    let mut r = rig(Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Calls(1))
-        .max_half_open_dwell(None));
-    assert_eq!(send(&mut r.svc, Req::Fail).await, Err(None));
+    let mut r = rig_probing_next_call();
+    r.fail().await;
     r.svc.ready().await.unwrap();
     assert_eq!(r.handle.snapshot().probes_in_flight, 1);
     r.handle.kill_switch().kill();
