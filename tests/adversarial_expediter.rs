@@ -38,6 +38,23 @@ fn never_opens() -> Builder {
         .cooldown(Cooldown::Calls(3))
 }
 
+/// One tool, `T`, on the default breaker, with a failure budget no test here uses up.
+fn one_tool() -> Result<Expediter, ExpediterError> {
+    Expediter::builder()
+        .tool(spec("T"))
+        .failure_budget(50)
+        .build()
+}
+
+/// One tool, `T`, whose breaker never opens, with a failure budget of `limit`.
+fn one_tool_with_budget(limit: u32) -> Result<Expediter, ExpediterError> {
+    Expediter::builder()
+        .tool(spec("T"))
+        .default_breaker(never_opens())
+        .failure_budget(limit)
+        .build()
+}
+
 // ---------------------------------------------------------------------------------
 // The failure budget under racing callers.
 // ---------------------------------------------------------------------------------
@@ -95,11 +112,7 @@ async fn racing_failures_on_many_threads_are_each_counted_once() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_callers_at_the_budget_limit_lose_no_failure_and_all_end_paused() -> TestResult {
     const TASKS: usize = 16;
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .default_breaker(never_opens())
-        .failure_budget(5)
-        .build()?;
+    let expediter = one_tool_with_budget(5)?;
     let made = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
@@ -146,11 +159,7 @@ async fn racing_callers_at_the_budget_limit_lose_no_failure_and_all_end_paused()
 
 #[tokio::test(start_paused = true)]
 async fn the_budget_pauses_exactly_at_its_limit_and_a_new_cycle_refills_it() -> TestResult {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .default_breaker(never_opens())
-        .failure_budget(3)
-        .build()?;
+    let expediter = one_tool_with_budget(3)?;
     let mut tool = Tool::new(&expediter, "T");
     tool.fail_times(&expediter, 2, "tool exploded").await;
     assert_eq!(expediter.report().budget.used, 2);
@@ -193,11 +202,7 @@ async fn a_budget_of_one_pauses_after_the_first_failure_and_the_largest_budget_c
         Action::Pause { .. }
     ));
 
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .default_breaker(never_opens())
-        .failure_budget(u32::MAX)
-        .build()?;
+    let expediter = one_tool_with_budget(u32::MAX)?;
     let mut tool = Tool::new(&expediter, "T");
     tool.fail_times(&expediter, 10, "tool exploded").await;
     let report = expediter.report();
@@ -215,10 +220,7 @@ async fn a_budget_of_one_pauses_after_the_first_failure_and_the_largest_budget_c
 #[tokio::test(start_paused = true)]
 async fn two_agents_executing_a_due_probe_at_once_reach_the_tool_once_and_the_other_is_routed(
 ) -> TestResult {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .failure_budget(50)
-        .build()?;
+    let expediter = one_tool()?;
     let mut opener = Tool::new(&expediter, "T");
     opener.fail_times(&expediter, 3, "tool exploded").await;
     let reached = Arc::new(AtomicUsize::new(0));
@@ -253,7 +255,10 @@ async fn two_agents_executing_a_due_probe_at_once_reach_the_tool_once_and_the_ot
     for attempt in [&a, &b] {
         match attempt {
             Attempt::Made { result, .. } => {
-                assert_eq!(result.as_ref().map_err(|e| e.to_string())?.source(), Source::Probe)
+                assert_eq!(
+                    result.as_ref().map_err(|e| e.to_string())?.source(),
+                    Source::Probe
+                )
             }
             Attempt::Skipped {
                 reason, decision, ..
@@ -269,10 +274,7 @@ async fn two_agents_executing_a_due_probe_at_once_reach_the_tool_once_and_the_ot
 
 #[tokio::test(start_paused = true)]
 async fn execute_never_reports_a_call_made_that_the_breaker_refused() -> TestResult {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .failure_budget(50)
-        .build()?;
+    let expediter = one_tool()?;
     let handle = expediter.handle("T")?;
     let reached = Arc::new(AtomicUsize::new(0));
     let seen = reached.clone();
@@ -792,10 +794,7 @@ fn a_registry_of_the_largest_capacity_builds_and_calls() {
 #[tokio::test(start_paused = true)]
 async fn a_probe_whose_execute_future_is_dropped_frees_the_probe_and_spends_nothing() -> TestResult
 {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .failure_budget(50)
-        .build()?;
+    let expediter = one_tool()?;
     let mut opener = Tool::new(&expediter, "T");
     opener.fail_times(&expediter, 3, "tool exploded").await;
     let used = expediter.report().budget.used;
@@ -900,10 +899,7 @@ async fn a_tool_reset_during_its_recovery_backoff_is_called_at_once() -> TestRes
 
 #[tokio::test(start_paused = true)]
 async fn a_poll_ready_error_through_execute_is_one_failure() -> TestResult {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .failure_budget(50)
-        .build()?;
+    let expediter = one_tool()?;
     let mut svc = ServiceBuilder::new()
         .layer(expediter.layer("T")?)
         .service(NeverReady);
@@ -997,10 +993,7 @@ async fn every_skip_is_in_the_degradations_as_often_as_it_happened_and_no_succes
 #[tokio::test(start_paused = true)]
 async fn a_late_failure_after_a_reset_is_not_charged_when_the_breaker_does_not_count_it(
 ) -> TestResult {
-    let expediter = Expediter::builder()
-        .tool(spec("T"))
-        .failure_budget(50)
-        .build()?;
+    let expediter = one_tool()?;
     let handle = expediter.handle("T")?;
     let mut slow = ServiceBuilder::new()
         .layer(expediter.layer("T")?)
@@ -1033,10 +1026,7 @@ async fn a_tool_in_observe_only_or_disabled_mode_is_charged_as_its_breaker_count
         tower_circuit_breaker::Mode::Disabled,
         tower_circuit_breaker::Mode::ObserveOnly,
     ] {
-        let expediter = Expediter::builder()
-            .tool(spec("T"))
-            .failure_budget(50)
-            .build()?;
+        let expediter = one_tool()?;
         let handle = expediter.handle("T")?;
         handle.set_mode(mode);
         let mut tool = Tool::new(&expediter, "T");
