@@ -412,7 +412,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let head = request.method() == Method::HEAD;
-        let answer = |response| State::Answer(Some(if head { head_of(response) } else { response }));
+        let answer =
+            |response| State::Answer(Some(if head { head_of(response) } else { response }));
         let state = match self.inner.route(request.method(), request.uri().path()) {
             Err(problem) => answer(problem.response()),
             Ok(Next::Answer(response)) => answer(response),

@@ -263,7 +263,7 @@ fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
         .bytes()
         .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
     let millis: f64 = text.parse().ok().filter(|_| numeral)?;
-    if !(millis >= 0.0) {
+    if millis.is_nan() || millis < 0.0 {
         return None;
     }
     // Beyond what a `Duration` holds is a very long wait; the cap cuts it anyway.
