@@ -267,14 +267,16 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// A bad policy (a quorum of 0, an empty window), a breaker name that cannot be
-    /// used in messages, or a different breaker already shared under that name.
+    /// A bad policy ([`FleetError::BadSetting`]: a quorum of 0, or of more replicas
+    /// than the fleet remembers, [`FleetBuilder::max_peers`]; an empty window), a
+    /// breaker name that cannot be used in messages, or a different breaker already
+    /// shared under that name.
     pub fn share_breaker(
         &self,
         handle: &CircuitBreakerHandle,
         policy: HintPolicy,
     ) -> Result<(), FleetError> {
-        policy.check()?;
+        policy.check(self.inner.replica.settings.max_peers)?;
         let name: Arc<str> = handle.name().into();
         check_name("breaker", &name)?;
         let mut registry = self.inner.replica.registry();

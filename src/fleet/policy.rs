@@ -63,12 +63,22 @@ impl HintPolicy {
         }
     }
 
-    pub(crate) fn check(&self) -> Result<(), FleetError> {
+    /// Whether the policy can work in a fleet that remembers at most `max_peers` peers
+    /// ([`FleetBuilder::max_peers`](super::FleetBuilder::max_peers)).
+    pub(crate) fn check(&self, max_peers: usize) -> Result<(), FleetError> {
         match *self {
             HintPolicy::Quorum { replicas: 0, .. } => Err(FleetError::BadSetting {
                 setting: "HintPolicy::quorum",
                 reason: "a quorum needs at least one replica",
             }),
+            HintPolicy::Quorum { replicas, .. }
+                if usize::try_from(replicas).map_or(true, |needed| needed > max_peers) =>
+            {
+                Err(FleetError::BadSetting {
+                    setting: "HintPolicy::quorum",
+                    reason: "a quorum of more replicas than the fleet remembers (max_peers) is never met",
+                })
+            }
             HintPolicy::Quorum { window, .. } if window.is_zero() => Err(FleetError::BadSetting {
                 setting: "HintPolicy::quorum",
                 reason: "the window must be longer than zero",
@@ -204,11 +214,19 @@ mod tests {
     #[test]
     fn a_quorum_of_zero_or_no_window_is_refused() {
         assert!(HintPolicy::quorum(0, Duration::from_secs(1))
-            .check()
+            .check(16)
             .is_err());
-        assert!(HintPolicy::quorum(2, Duration::ZERO).check().is_err());
+        assert!(HintPolicy::quorum(2, Duration::ZERO).check(16).is_err());
         HintPolicy::quorum(2, Duration::from_secs(1))
-            .check()
+            .check(16)
             .unwrap();
+    }
+
+    #[test]
+    fn a_quorum_is_at_most_the_peers_remembered() {
+        let s = Duration::from_secs(1);
+        HintPolicy::quorum(4, s).check(4).unwrap();
+        assert!(HintPolicy::quorum(5, s).check(4).is_err());
+        HintPolicy::Follow.check(1).unwrap();
     }
 }

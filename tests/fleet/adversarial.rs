@@ -676,7 +676,6 @@ async fn dropping_every_handle_of_a_replica_closes_its_connections() {
 }
 
 #[tokio::test]
-#[ignore = "defect: a quorum of more replicas than the fleet remembers (max_peers) can never be met, yet share_breaker accepts it"]
 async fn a_quorum_larger_than_the_peers_remembered_is_refused() {
     let fleet = Fleet::builder()
         .address("redis://127.0.0.1:1")
