@@ -603,10 +603,15 @@ impl Supervisor {
                     .open(&replica, until, now, settings.max_peers),
                 None => shared.reports.closed(&replica),
             }
-            let wanted = shared.reports.wanted(policy, now);
             match until {
-                Some(_) => shared.hold.decide(wanted, now, settings.max_hold),
-                None => shared.hold.decide_closed(wanted, now),
+                Some(_) => {
+                    let wanted = shared.reports.wanted(policy, now);
+                    shared.hold.decide(wanted, now, settings.max_hold)
+                }
+                None => {
+                    let holding = shared.reports.holding(policy, now);
+                    shared.hold.decide_closed(holding, now)
+                }
             }
         };
         self.act(&name, &handle, act, replica, now);

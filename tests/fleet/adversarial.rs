@@ -310,7 +310,6 @@ async fn a_replayed_hint_from_a_replicas_earlier_run_is_stale() {
 }
 
 #[tokio::test]
-#[ignore = "defect: a quorum hold is released by a fresh report that the breaker is open, once the reports that started it are older than the window"]
 async fn a_fresh_open_report_never_ends_a_quorum_hold() {
     let Some(redis) = Redis::get().await else {
         return;
