@@ -80,7 +80,8 @@
 //! A message that is not JSON of this form, longer than
 //! [`max_message_bytes`](FleetBuilder::max_message_bytes), or of another version `v`,
 //! is ignored and counted ([`FleetCounts`]); so is a replayed or older hint (by its
-//! replica's `run` and `seq`). A published time further off than the longest hold is
+//! replica's `run` and `seq`), or one of a replica's earlier run once a later run has
+//! been heard. A published time further off than the longest hold is
 //! cut to it.
 //!
 //! # When Redis is down

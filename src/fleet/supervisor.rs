@@ -560,7 +560,14 @@ impl Supervisor {
         let now = clock::now();
         match self
             .sequences
-            .check(&hint.replica, &hint.run, hint.seq, now)
+            .check(
+                &hint.replica,
+                &hint.run,
+                hint.seq,
+                hint.at_ms,
+                now,
+                clock::wall_now_ms(),
+            )
         {
             Order::Stale => {
                 add(&counters.stale, 1);

@@ -278,7 +278,6 @@ async fn extreme_numbers_in_a_believed_hint_never_panic_and_hold_within_the_long
 }
 
 #[tokio::test]
-#[ignore = "defect: a replayed hint of a replica's earlier run is believed again once the replica has published under a new run (Sequences keeps one run per replica)"]
 async fn a_replayed_hint_from_a_replicas_earlier_run_is_stale() {
     let Some(redis) = Redis::get().await else {
         return;
