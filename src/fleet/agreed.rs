@@ -6,6 +6,14 @@
 //! Agreed: the state last read from the switch's key, heard on the channel, or written
 //! by this replica. A switch whose flag differs from it was flipped on this replica and
 //! not shared yet.
+//!
+//! Messages are believed in the order Redis published them. This replica applies its own
+//! change when it makes it, before Redis has published it; until that change's message
+//! comes back on the channel, any other message heard for the switch was published
+//! before it, so is older, and is not applied (applied, it would leave this replica at
+//! odds with the key, which holds the later change, until the next resync). The message
+//! coming back is not applied either: the change is applied already, and a later one
+//! read from the key since may be in force.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +33,8 @@ pub(crate) enum Unshared {
 #[derive(Debug, Default)]
 pub(crate) struct Agreed {
     by_name: BTreeMap<Arc<str>, bool>,
+    /// Per switch, this replica's changes written whose message has not come back yet.
+    unheard: BTreeMap<Arc<str>, u32>,
 }
 
 impl Agreed {
@@ -43,6 +53,37 @@ impl Agreed {
         }
         *agreed = killed;
         current != killed
+    }
+
+    /// This replica wrote a change of switch `name` to its key and published it.
+    pub(crate) fn written(&mut self, name: &str) {
+        match self.unheard.get_mut(name) {
+            Some(count) => *count = count.saturating_add(1),
+            None => {
+                self.unheard.insert(name.into(), 1);
+            }
+        }
+    }
+
+    /// A message for switch `name` came in on the channel, this replica's own (`own`) or
+    /// not: whether to apply it. Only another's, published after every change this
+    /// replica wrote (see the [module docs](self)).
+    pub(crate) fn heard(&mut self, name: &str, own: bool) -> bool {
+        let Some(count) = self.unheard.get_mut(name) else {
+            return !own;
+        };
+        if own {
+            *count -= 1;
+            if *count == 0 {
+                self.unheard.remove(name);
+            }
+        }
+        false
+    }
+
+    /// A new subscription: the messages of changes written before it never come back.
+    pub(crate) fn resubscribed(&mut self) {
+        self.unheard.clear();
     }
 
     /// Switch `name` flipped, and is now `current`. Whether that is a flip to share: it
@@ -82,6 +123,25 @@ mod tests {
         // The key read when the link comes back wins, and is agreed.
         assert!(agreed.told(&name, false, true, Unshared::Loses));
         assert!(!agreed.flipped(&name, false));
+    }
+
+    #[test]
+    fn what_is_heard_before_this_replicas_own_change_comes_back_is_older() {
+        let mut agreed = Agreed::default();
+        assert!(agreed.heard("model", false));
+        assert!(!agreed.heard("model", true), "nothing of ours is on its way");
+        agreed.written("model");
+        agreed.written("model");
+        // Published before our two changes; then the first of ours.
+        assert!(!agreed.heard("model", false));
+        assert!(!agreed.heard("model", true));
+        assert!(!agreed.heard("model", false), "still before our second");
+        assert!(!agreed.heard("other", true) && agreed.heard("other", false));
+        assert!(!agreed.heard("model", true));
+        assert!(agreed.heard("model", false), "after both");
+        agreed.written("model");
+        agreed.resubscribed();
+        assert!(agreed.heard("model", false));
     }
 
     #[test]

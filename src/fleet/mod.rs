@@ -69,8 +69,11 @@
 //! (re)connection and every [`resync_every`](FleetBuilder::resync_every), and wins over
 //! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`],
 //! and a shared switch flipped in code, write both in one transaction, with the
-//! replica's name and run in the message (`"replica"`, `"run"`: a replica skips its own
-//! messages). Hints are JSON too:
+//! replica's name and run in the message (`"replica"`, `"run"`: a replica knows its own
+//! messages). A replica applies its own change at once; a message it hears for the
+//! switch before its own comes back was published before its change, and is not
+//! applied, so changes racing on several replicas leave every replica as the key says,
+//! the last change Redis took. Hints are JSON too:
 //!
 //! ```text
 //! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",

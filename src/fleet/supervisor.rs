@@ -189,6 +189,7 @@ impl Supervisor {
         within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
         within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
         let mut session = Session { conn, sink, stream };
+        self.agreed.resubscribed();
         // A refused subscription (no AUTH, an ACL) is not reported by the subscribe
         // itself: a PING on each connection is.
         session.check(wait).await?;
@@ -307,26 +308,11 @@ impl Supervisor {
                     }
                 }
             }
-            Command::Flipped(name) => {
+            Command::Flipped(name) => match session {
+                Some(session) => self.share_flip(session, name).await,
                 // Alone, a flip stays on this replica: the key wins when the link is back.
-                let Some(session) = session else {
-                    return Ok(());
-                };
-                let Some((_, switch)) = self.switch(&name) else {
-                    return Ok(());
-                };
-                let killed = switch.is_killed();
-                if !self.agreed.flipped(&name, killed) {
-                    return Ok(());
-                }
-                self.write_kill(session, &name, killed).await?;
-                self.replica.emit(FleetEvent::KillSwitch {
-                    name,
-                    killed,
-                    origin: KillOrigin::Switch,
-                });
-                Ok(())
-            }
+                None => Ok(()),
+            },
             Command::Flip {
                 name,
                 killed,
@@ -348,13 +334,41 @@ impl Supervisor {
                 };
                 let names: Vec<Arc<str>> =
                     self.replica.registry().switches.keys().cloned().collect();
-                let result = self
-                    .read_kill_keys(&mut session.conn, names, Unshared::Wins)
-                    .await;
+                let mut result = Ok(());
+                // A flip made in code before the sync, whose news is not here yet, is
+                // shared first: the keys read then hold it.
+                for name in &names {
+                    result = result.and(self.share_flip(session, name.clone()).await);
+                }
+                let result = match result {
+                    Ok(()) => {
+                        self.read_kill_keys(&mut session.conn, names, Unshared::Wins)
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
                 let _ = reply.send(result.clone().map_err(FleetError::Redis));
                 result
             }
         }
+    }
+
+    /// Shares a flip made on shared switch `name` itself, if it has one not shared yet.
+    async fn share_flip(&mut self, session: &mut Session, name: Arc<str>) -> Result<(), Failed> {
+        let Some((_, switch)) = self.switch(&name) else {
+            return Ok(());
+        };
+        let killed = switch.is_killed();
+        if !self.agreed.flipped(&name, killed) {
+            return Ok(());
+        }
+        self.write_kill(session, &name, killed).await?;
+        self.replica.emit(FleetEvent::KillSwitch {
+            name,
+            killed,
+            origin: KillOrigin::Switch,
+        });
+        Ok(())
     }
 
     /// The hint a transition publishes: the breaker's own calls opened or closed it
@@ -439,6 +453,7 @@ impl Supervisor {
         }
         pipe.publish(settings.keys.kill_channel(), message).ignore();
         within(settings.timeout, pipe.query_async::<()>(&mut session.conn)).await?;
+        self.agreed.written(name);
         add(&self.replica.counters.kills_published, 1);
         Ok(())
     }
@@ -534,9 +549,7 @@ impl Supervisor {
                     add(&self.replica.counters.kill_messages, 1);
                     let own = kill.replica.as_deref() == Some(&*settings.replica)
                         && kill.run.as_deref() == Some(&*settings.run);
-                    // Our own change was applied when it was made; applying its echo
-                    // could undo a later one.
-                    if !own {
+                    if self.agreed.heard(&kill.name, own) {
                         let origin = KillOrigin::Message;
                         self.apply_kill(&kill.name, kill.killed, origin, Unshared::Wins);
                     }
