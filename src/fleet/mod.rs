@@ -218,7 +218,9 @@ impl Fleet {
     /// itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone): such a flip
     /// is written to the key and published as `kill` would, a moment later, from the
     /// link's task (the switch itself changes at once). Made while the link is down, it
-    /// stays on this replica, and the key wins when the link is back.
+    /// stays on this replica, and the key wins when the link is back; made while it was
+    /// up but not written (the link failed on the write), it is written when the link
+    /// is back, unless the key has changed since.
     ///
     /// # Errors
     ///

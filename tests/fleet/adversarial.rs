@@ -507,7 +507,6 @@ async fn the_subscriber_cut_by_the_server_is_noticed_and_kills_reach_the_replica
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a switch flipped in code while the link is up, whose write fails (the server cut the command connection), is dropped: undone here by the key on reconnection and never told to the fleet"]
 async fn a_flip_in_code_whose_write_fails_is_not_lost() {
     let Some(server) = RedisServer::start(&[]).await else {
         return;
