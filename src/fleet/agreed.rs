@@ -146,7 +146,10 @@ mod tests {
     fn what_is_heard_before_this_replicas_own_change_comes_back_is_older() {
         let mut agreed = Agreed::default();
         assert!(agreed.heard("model", false));
-        assert!(!agreed.heard("model", true), "nothing of ours is on its way");
+        assert!(
+            !agreed.heard("model", true),
+            "nothing of ours is on its way"
+        );
         agreed.written("model");
         agreed.written("model");
         // Published before our two changes; then the first of ours.

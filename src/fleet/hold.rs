@@ -199,7 +199,10 @@ mod tests {
         let t0 = Instant::now();
         let mut hold = Hold::default();
         hold.held(t0 + s(30), t0, MAX);
-        assert_eq!(hold.decide_closed(false, t0 + s(30)), Act::Keep(Kept::Nothing));
+        assert_eq!(
+            hold.decide_closed(false, t0 + s(30)),
+            Act::Keep(Kept::Nothing)
+        );
     }
 
     #[test]
@@ -257,10 +260,7 @@ mod tests {
         assert_eq!(hold.decide_closed(false, t0), Act::Keep(Kept::Nothing));
         // Another peer still reports open, but the episode was ended (a reset): a close
         // does not start a new one.
-        assert_eq!(
-            hold.decide_closed(true, t0),
-            Act::Keep(Kept::Closed)
-        );
+        assert_eq!(hold.decide_closed(true, t0), Act::Keep(Kept::Closed));
         hold.held(t0 + s(30), t0, MAX);
         assert_eq!(
             hold.decide_closed(true, t0),

@@ -156,7 +156,10 @@ mod tests {
         assert_eq!(seqs.check("a", "run1", 8, WALL, now, WALL), Order::Stale);
         // A run never heard, older than the current run's latest hint: earlier too, and
         // the current run goes on.
-        assert_eq!(seqs.check("a", "run0", 3, WALL - 1, now, WALL), Order::Stale);
+        assert_eq!(
+            seqs.check("a", "run0", 3, WALL - 1, now, WALL),
+            Order::Stale
+        );
         assert_eq!(
             seqs.check("a", "run2", 2, WALL, now, WALL),
             Order::Next { missed: 0 }

@@ -579,17 +579,14 @@ impl Supervisor {
         }
         let counters = &self.replica.counters;
         let now = clock::now();
-        match self
-            .sequences
-            .check(
-                &hint.replica,
-                &hint.run,
-                hint.seq,
-                hint.at_ms,
-                now,
-                clock::wall_now_ms(),
-            )
-        {
+        match self.sequences.check(
+            &hint.replica,
+            &hint.run,
+            hint.seq,
+            hint.at_ms,
+            now,
+            clock::wall_now_ms(),
+        ) {
             Order::Stale => {
                 add(&counters.stale, 1);
                 return;
