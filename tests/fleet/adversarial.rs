@@ -357,6 +357,19 @@ async fn a_fresh_open_report_never_ends_a_quorum_hold() {
     assert_eq!(skipped(&judge.model).await.0, Reason::Open);
 }
 
+/// The kill switch's flips a replica told of, as far as it has made them.
+fn flips(events: &mut broadcast::Receiver<FleetEvent>) -> Vec<bool> {
+    let mut flips = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(FleetEvent::KillSwitch { killed, .. }) => flips.push(killed),
+            Ok(_) => {}
+            Err(broadcast::error::TryRecvError::Empty) => return flips,
+            Err(error) => panic!("events: {error}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_kill_and_a_revive_racing_on_two_replicas_end_agreed_with_the_key() {
     let Some(redis) = Redis::get().await else {
@@ -364,6 +377,7 @@ async fn a_kill_and_a_revive_racing_on_two_replicas_end_agreed_with_the_key() {
     };
     let prefix = unique_prefix("race-flip");
     let members = members(&redis.url, &prefix, 3).await;
+    let mut events: Vec<_> = members.iter().map(|m| m.fleet.events()).collect();
     let mut raw = by_hand(&redis.url).await;
     for round in 0..50 {
         let (a, b) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
@@ -386,44 +400,6 @@ async fn a_kill_and_a_revive_racing_on_two_replicas_end_agreed_with_the_key() {
             "round {round}: key says killed={key}, replicas {:?}",
             states()
         );
-    }
-}
-
-/// The kill switch's flips a replica told of, as far as it has made them.
-fn flips(events: &mut broadcast::Receiver<FleetEvent>) -> Vec<bool> {
-    let mut flips = Vec::new();
-    loop {
-        match events.try_recv() {
-            Ok(FleetEvent::KillSwitch { killed, .. }) => flips.push(killed),
-            Ok(_) => {}
-            Err(broadcast::error::TryRecvError::Empty) => return flips,
-            Err(error) => panic!("events: {error}"),
-        }
-    }
-}
-
-#[tokio::test]
-async fn racing_flips_flip_each_replica_at_most_once_per_change() {
-    let Some(redis) = Redis::get().await else {
-        return;
-    };
-    let prefix = unique_prefix("race-count");
-    let members = members(&redis.url, &prefix, 3).await;
-    let mut events: Vec<_> = members.iter().map(|m| m.fleet.events()).collect();
-    let mut raw = by_hand(&redis.url).await;
-    for round in 0..30 {
-        let (a, b) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
-        let (killed, revived) = tokio::join!(
-            members[a].fleet.kill("model"),
-            members[b].fleet.revive("model"),
-        );
-        killed.unwrap();
-        revived.unwrap();
-        let key = kill_key(&mut raw, &prefix).await;
-        poll_until(BOUND, "agreed with the key", || {
-            members.iter().all(|m| m.stop.is_killed() == key)
-        })
-        .await;
         // A round trip through each replica's task: what it heard is applied.
         for member in &members {
             member.fleet.sync().await.unwrap();
