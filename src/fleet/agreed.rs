@@ -6,8 +6,16 @@
 //! Agreed: the state last read from the switch's key, heard on the channel, or written
 //! by this replica. A switch whose flag differs from it was flipped on this replica and
 //! not shared yet.
+//!
+//! Messages are believed in the order Redis published them. This replica applies its own
+//! change when it makes it, before Redis has published it; until that change's message
+//! comes back on the channel, any other message heard for the switch was published
+//! before it, so is older, and is not applied (applied, it would leave this replica at
+//! odds with the key, which holds the later change, until the next resync). The message
+//! coming back is not applied either: the change is applied already, and a later one
+//! read from the key since may be in force.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// How a change from the fleet treats a flip made on the switch itself and not shared
@@ -15,7 +23,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unshared {
     /// The change wins: the key read when the link comes up (what a replica did alone
-    /// is undone), or this replica's own [`Fleet::kill`](super::Fleet::kill).
+    /// is undone), or this replica's own [`Fleet::kill`](super::Fleet::kill). Except a
+    /// flip made while the link was up whose write failed: it was the newest word, and
+    /// while the key still says what was agreed before it, it is kept, to be shared.
     Loses,
     /// The flip wins: it was made after what the fleet says, and is shared next.
     Wins,
@@ -25,6 +35,10 @@ pub(crate) enum Unshared {
 #[derive(Debug, Default)]
 pub(crate) struct Agreed {
     by_name: BTreeMap<Arc<str>, bool>,
+    /// Per switch, this replica's changes written whose message has not come back yet.
+    unheard: BTreeMap<Arc<str>, u32>,
+    /// Switches flipped while the link was up whose write failed.
+    unwritten: BTreeSet<Arc<str>>,
 }
 
 impl Agreed {
@@ -38,11 +52,55 @@ impl Agreed {
         unshared: Unshared,
     ) -> bool {
         let agreed = self.by_name.entry(name.clone()).or_insert(current);
-        if unshared == Unshared::Wins && *agreed != current {
+        let unwritten = self.unwritten.remove(name);
+        let kept = match unshared {
+            Unshared::Wins => *agreed != current,
+            Unshared::Loses => unwritten && *agreed == killed && current != killed,
+        };
+        if kept {
             return false;
         }
         *agreed = killed;
         current != killed
+    }
+
+    /// The flip of switch `name` to `current` could not be written (the link failed):
+    /// it is not agreed, and the key read when the link is back keeps it if it has not
+    /// moved since (see [`Unshared::Loses`]).
+    pub(crate) fn unwritten(&mut self, name: &Arc<str>, current: bool) {
+        self.by_name.insert(name.clone(), !current);
+        self.unwritten.insert(name.clone());
+    }
+
+    /// This replica wrote a change of switch `name` to its key and published it.
+    pub(crate) fn written(&mut self, name: &str) {
+        match self.unheard.get_mut(name) {
+            Some(count) => *count = count.saturating_add(1),
+            None => {
+                self.unheard.insert(name.into(), 1);
+            }
+        }
+    }
+
+    /// A message for switch `name` came in on the channel, this replica's own (`own`) or
+    /// not: whether to apply it. Only another's, published after every change this
+    /// replica wrote (see the [module docs](self)).
+    pub(crate) fn heard(&mut self, name: &str, own: bool) -> bool {
+        let Some(count) = self.unheard.get_mut(name) else {
+            return !own;
+        };
+        if own {
+            *count -= 1;
+            if *count == 0 {
+                self.unheard.remove(name);
+            }
+        }
+        false
+    }
+
+    /// A new subscription: the messages of changes written before it never come back.
+    pub(crate) fn resubscribed(&mut self) {
+        self.unheard.clear();
     }
 
     /// Switch `name` flipped, and is now `current`. Whether that is a flip to share: it
@@ -82,6 +140,50 @@ mod tests {
         // The key read when the link comes back wins, and is agreed.
         assert!(agreed.told(&name, false, true, Unshared::Loses));
         assert!(!agreed.flipped(&name, false));
+    }
+
+    #[test]
+    fn what_is_heard_before_this_replicas_own_change_comes_back_is_older() {
+        let mut agreed = Agreed::default();
+        assert!(agreed.heard("model", false));
+        assert!(
+            !agreed.heard("model", true),
+            "nothing of ours is on its way"
+        );
+        agreed.written("model");
+        agreed.written("model");
+        // Published before our two changes; then the first of ours.
+        assert!(!agreed.heard("model", false));
+        assert!(!agreed.heard("model", true));
+        assert!(!agreed.heard("model", false), "still before our second");
+        assert!(!agreed.heard("other", true) && agreed.heard("other", false));
+        assert!(!agreed.heard("model", true));
+        assert!(agreed.heard("model", false), "after both");
+        agreed.written("model");
+        agreed.resubscribed();
+        assert!(agreed.heard("model", false));
+    }
+
+    #[test]
+    fn a_flip_whose_write_failed_is_kept_while_the_key_has_not_moved() {
+        let name: Arc<str> = "model".into();
+        let mut agreed = Agreed::default();
+        assert!(!agreed.told(&name, false, false, Unshared::Wins));
+        assert!(agreed.flipped(&name, true));
+        agreed.unwritten(&name, true);
+        // Back: the key still says not killed, as agreed before the flip. Kept, and
+        // shared next.
+        assert!(!agreed.told(&name, false, true, Unshared::Loses));
+        assert!(agreed.flipped(&name, true));
+        // Once only: the next failure-free read of the key wins again.
+        assert!(agreed.told(&name, false, true, Unshared::Loses));
+        // The key moved meanwhile (another replica killed too): it wins, and agrees.
+        let mut agreed = Agreed::default();
+        assert!(!agreed.told(&name, false, false, Unshared::Wins));
+        assert!(agreed.flipped(&name, true));
+        agreed.unwritten(&name, true);
+        assert!(!agreed.told(&name, true, true, Unshared::Loses));
+        assert!(!agreed.flipped(&name, true), "agreed with the key");
     }
 
     #[test]

@@ -11,7 +11,8 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-fn wall_now_ms() -> u64 {
+/// Now on the wall clock, in Unix milliseconds.
+pub(crate) fn wall_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -187,7 +187,8 @@ impl FleetBuilder {
     }
 
     /// How many peers' sequence numbers and reports are remembered per breaker
-    /// (default 1024); the peer heard from longest ago is forgotten first.
+    /// (default 1024); the peer heard from longest ago is forgotten first. A quorum
+    /// ([`HintPolicy::Quorum`](super::HintPolicy::Quorum)) of more replicas is refused.
     pub fn max_peers(mut self, peers: usize) -> Self {
         self.max_peers = peers;
         self

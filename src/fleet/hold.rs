@@ -76,12 +76,15 @@ impl Hold {
         self.episode.map_or(now + max_hold, |e| e.cap)
     }
 
-    /// What to do, given the hold the policy wants (`None`: none).
+    /// What to do when a peer reports open, given the hold the reports ask for (`None`:
+    /// none). A report of open never ends a hold: asking for none (a quorum whose
+    /// other reports are older than its window), or a shorter one, leaves the hold in
+    /// force as it is.
     pub(crate) fn decide(&self, wanted: Option<Instant>, now: Instant, max_hold: Duration) -> Act {
         let held = self.until(now);
         let Some(wanted) = wanted else {
             return match held {
-                Some(_) => Act::Release,
+                Some(_) => Act::Keep(Kept::Held),
                 None => Act::Keep(Kept::Nothing),
             };
         };
@@ -99,15 +102,15 @@ impl Hold {
         }
     }
 
-    /// What to do when a peer reports closed (or its report ran out), given the hold the
-    /// policy still wants: end the hold in force if none is wanted; never start one, so a
-    /// breaker whose episode a person or its own probe ended is not held again on
-    /// reports older than that.
-    pub(crate) fn decide_closed(&self, wanted: Option<Instant>, now: Instant) -> Act {
-        match (wanted, self.until(now)) {
-            (None, Some(_)) => Act::Release,
-            (None, None) => Act::Keep(Kept::Nothing),
-            (Some(_), _) => Act::Keep(Kept::Closed),
+    /// What to do when a peer reports closed (or its report ran out), given whether the
+    /// reports still keep a hold in force (`holding`): end the hold in force if they do
+    /// not; never start or lengthen one, so a breaker whose episode a person or its own
+    /// probe ended is not held again on reports older than that.
+    pub(crate) fn decide_closed(&self, holding: bool, now: Instant) -> Act {
+        match (holding, self.until(now)) {
+            (false, Some(_)) => Act::Release,
+            (false, None) => Act::Keep(Kept::Nothing),
+            (true, _) => Act::Keep(Kept::Closed),
         }
     }
 
@@ -180,7 +183,12 @@ mod tests {
             }
         );
         hold.held(t0 + s(60), t0 + s(1), MAX);
-        assert_eq!(hold.decide(None, t0 + s(2), MAX), Act::Release);
+        assert_eq!(
+            hold.decide(None, t0 + s(2), MAX),
+            Act::Keep(Kept::Held),
+            "a report of open never ends it"
+        );
+        assert_eq!(hold.decide_closed(false, t0 + s(2)), Act::Release);
         hold.released();
         assert_eq!(hold.until(t0 + s(2)), None);
         assert_eq!(hold.decide(None, t0 + s(3), MAX), Act::Keep(Kept::Nothing));
@@ -191,7 +199,10 @@ mod tests {
         let t0 = Instant::now();
         let mut hold = Hold::default();
         hold.held(t0 + s(30), t0, MAX);
-        assert_eq!(hold.decide(None, t0 + s(30), MAX), Act::Keep(Kept::Nothing));
+        assert_eq!(
+            hold.decide_closed(false, t0 + s(30)),
+            Act::Keep(Kept::Nothing)
+        );
     }
 
     #[test]
@@ -246,20 +257,17 @@ mod tests {
     fn a_peer_closing_ends_a_hold_and_never_starts_one() {
         let t0 = Instant::now();
         let mut hold = Hold::default();
-        assert_eq!(hold.decide_closed(None, t0), Act::Keep(Kept::Nothing));
+        assert_eq!(hold.decide_closed(false, t0), Act::Keep(Kept::Nothing));
         // Another peer still reports open, but the episode was ended (a reset): a close
         // does not start a new one.
-        assert_eq!(
-            hold.decide_closed(Some(t0 + s(30)), t0),
-            Act::Keep(Kept::Closed)
-        );
+        assert_eq!(hold.decide_closed(true, t0), Act::Keep(Kept::Closed));
         hold.held(t0 + s(30), t0, MAX);
         assert_eq!(
-            hold.decide_closed(Some(t0 + s(60)), t0),
+            hold.decide_closed(true, t0),
             Act::Keep(Kept::Closed),
             "nor lengthens one"
         );
-        assert_eq!(hold.decide_closed(None, t0), Act::Release);
+        assert_eq!(hold.decide_closed(false, t0), Act::Release);
     }
 
     #[test]
@@ -271,7 +279,7 @@ mod tests {
             hold.on_transition(cause);
             assert_eq!(hold.until(t0), None, "{cause}");
             // Nothing of the fleet's to release: a person's hold is left to the person.
-            assert_eq!(hold.decide(None, t0, MAX), Act::Keep(Kept::Nothing));
+            assert_eq!(hold.decide_closed(false, t0), Act::Keep(Kept::Nothing));
         }
     }
 }

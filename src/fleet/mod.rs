@@ -69,8 +69,11 @@
 //! (re)connection and every [`resync_every`](FleetBuilder::resync_every), and wins over
 //! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`],
 //! and a shared switch flipped in code, write both in one transaction, with the
-//! replica's name and run in the message (`"replica"`, `"run"`: a replica skips its own
-//! messages). Hints are JSON too:
+//! replica's name and run in the message (`"replica"`, `"run"`: a replica knows its own
+//! messages). A replica applies its own change at once; a message it hears for the
+//! switch before its own comes back was published before its change, and is not
+//! applied, so changes racing on several replicas leave every replica as the key says,
+//! the last change Redis took. Hints are JSON too:
 //!
 //! ```text
 //! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
@@ -80,7 +83,8 @@
 //! A message that is not JSON of this form, longer than
 //! [`max_message_bytes`](FleetBuilder::max_message_bytes), or of another version `v`,
 //! is ignored and counted ([`FleetCounts`]); so is a replayed or older hint (by its
-//! replica's `run` and `seq`). A published time further off than the longest hold is
+//! replica's `run` and `seq`), or one of a replica's earlier run once a later run has
+//! been heard. A published time further off than the longest hold is
 //! cut to it.
 //!
 //! # When Redis is down
@@ -214,7 +218,9 @@ impl Fleet {
     /// itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone): such a flip
     /// is written to the key and published as `kill` would, a moment later, from the
     /// link's task (the switch itself changes at once). Made while the link is down, it
-    /// stays on this replica, and the key wins when the link is back.
+    /// stays on this replica, and the key wins when the link is back; made while it was
+    /// up but not written (the link failed on the write), it is written when the link
+    /// is back, unless the key has changed since.
     ///
     /// # Errors
     ///
@@ -267,14 +273,16 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// A bad policy (a quorum of 0, an empty window), a breaker name that cannot be
-    /// used in messages, or a different breaker already shared under that name.
+    /// A bad policy ([`FleetError::BadSetting`]: a quorum of 0, or of more replicas
+    /// than the fleet remembers, [`FleetBuilder::max_peers`]; an empty window), a
+    /// breaker name that cannot be used in messages, or a different breaker already
+    /// shared under that name.
     pub fn share_breaker(
         &self,
         handle: &CircuitBreakerHandle,
         policy: HintPolicy,
     ) -> Result<(), FleetError> {
-        policy.check()?;
+        policy.check(self.inner.replica.settings.max_peers)?;
         let name: Arc<str> = handle.name().into();
         check_name("breaker", &name)?;
         let mut registry = self.inner.replica.registry();

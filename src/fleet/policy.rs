@@ -36,11 +36,13 @@ pub enum HintPolicy {
     /// Held open once at least `replicas` peers report open, each report received within
     /// `window` of the latest; held until the time that many would still report open
     /// (the `replicas`-th latest of their published times), capped as for
-    /// [`Follow`](HintPolicy::Follow). Reports are weighed when a hint arrives: a peer
-    /// closing can end the hold early, and reports older than the window no longer
-    /// count towards a new one.
+    /// [`Follow`](HintPolicy::Follow). Reports are weighed when a hint arrives: reports
+    /// older than the window no longer count towards a new or longer hold, but never
+    /// end one; a peer closing ends the hold early once fewer than `replicas` peers
+    /// still report open, however long ago they did.
     Quorum {
-        /// Peers that must report open (at least 1).
+        /// Peers that must report open (at least 1, at most
+        /// [`FleetBuilder::max_peers`](super::FleetBuilder::max_peers)).
         replicas: u32,
         /// How recent a report must be to count.
         window: Duration,
@@ -63,12 +65,22 @@ impl HintPolicy {
         }
     }
 
-    pub(crate) fn check(&self) -> Result<(), FleetError> {
+    /// Whether the policy can work in a fleet that remembers at most `max_peers` peers
+    /// ([`FleetBuilder::max_peers`](super::FleetBuilder::max_peers)).
+    pub(crate) fn check(&self, max_peers: usize) -> Result<(), FleetError> {
         match *self {
             HintPolicy::Quorum { replicas: 0, .. } => Err(FleetError::BadSetting {
                 setting: "HintPolicy::quorum",
                 reason: "a quorum needs at least one replica",
             }),
+            HintPolicy::Quorum { replicas, .. }
+                if usize::try_from(replicas).map_or(true, |needed| needed > max_peers) =>
+            {
+                Err(FleetError::BadSetting {
+                    setting: "HintPolicy::quorum",
+                    reason: "a quorum of more replicas than the fleet remembers (max_peers) is never met",
+                })
+            }
             HintPolicy::Quorum { window, .. } if window.is_zero() => Err(FleetError::BadSetting {
                 setting: "HintPolicy::quorum",
                 reason: "the window must be longer than zero",
@@ -121,29 +133,49 @@ impl Reports {
         self.open.iter().filter(|r| r.until > now).count()
     }
 
-    /// Until when the policy holds the breaker open, as of `now`; `None`: it does not.
-    /// Reports that ended are dropped.
+    /// The hold the reports ask for as of `now`, to start one or lengthen the one in
+    /// force; `None`: they ask for none. A quorum counts only the reports received
+    /// within its window. Reports that ended are dropped.
     pub(crate) fn wanted(&mut self, policy: HintPolicy, now: Instant) -> Option<Instant> {
         self.open.retain(|r| r.until > now);
         match policy {
             HintPolicy::Ignore => None,
             HintPolicy::Follow => self.open.iter().map(|r| r.until).max(),
-            HintPolicy::Quorum { replicas, window } => {
-                let mut untils: Vec<Instant> = self
-                    .open
-                    .iter()
-                    .filter(|r| now.saturating_duration_since(r.received) <= window)
-                    .map(|r| r.until)
-                    .collect();
-                let needed = usize::try_from(replicas).unwrap_or(usize::MAX);
-                if untils.len() < needed {
-                    return None;
-                }
-                // Until the time fewer than `replicas` would still report open.
-                untils.sort_unstable_by(|a, b| b.cmp(a));
-                Some(untils[needed - 1])
-            }
+            HintPolicy::Quorum { replicas, window } => self.quorum(replicas, |r| {
+                now.saturating_duration_since(r.received) <= window
+            }),
         }
+    }
+
+    /// Whether the reports still keep a hold in force as of `now`, that is, whether
+    /// enough peers still report open: a quorum counts every report that has not ended,
+    /// however old, since the window limits only which reports count towards a new hold
+    /// ([`wanted`](Reports::wanted)). Reports that ended are dropped.
+    pub(crate) fn holding(&mut self, policy: HintPolicy, now: Instant) -> bool {
+        self.open.retain(|r| r.until > now);
+        match policy {
+            HintPolicy::Ignore => false,
+            HintPolicy::Follow => !self.open.is_empty(),
+            HintPolicy::Quorum { replicas, .. } => self.quorum(replicas, |_| true).is_some(),
+        }
+    }
+
+    /// Until when at least `replicas` of the `counted` reports say open (the
+    /// `replicas`-th latest of their times); `None`: fewer of them report open.
+    fn quorum(&self, replicas: u32, counted: impl Fn(&Report) -> bool) -> Option<Instant> {
+        let mut untils: Vec<Instant> = self
+            .open
+            .iter()
+            .filter(|r| counted(r))
+            .map(|r| r.until)
+            .collect();
+        let needed = usize::try_from(replicas).unwrap_or(usize::MAX);
+        if untils.len() < needed {
+            return None;
+        }
+        // Until the time fewer than `replicas` would still report open.
+        untils.sort_unstable_by(|a, b| b.cmp(a));
+        Some(untils[needed - 1])
     }
 }
 
@@ -184,9 +216,14 @@ mod tests {
         );
         reports.open(&peer("b"), t0 + s(40), t0 + s(2), 16);
         assert_eq!(reports.wanted(policy, t0 + s(2)), Some(t0 + s(40)));
-        // a's report is older than the window: the quorum is gone.
+        // a's report is older than the window: it no longer counts towards a new hold,
+        // but the two peers still report open, so the hold in force stands.
         assert_eq!(reports.wanted(policy, t0 + s(32)), None);
+        assert!(reports.holding(policy, t0 + s(32)));
+        reports.closed("b");
+        assert!(!reports.holding(policy, t0 + s(32)), "one peer is not two");
         assert_eq!(reports.wanted(HintPolicy::Ignore, t0), None);
+        assert!(!reports.holding(HintPolicy::Ignore, t0));
     }
 
     #[test]
@@ -204,11 +241,19 @@ mod tests {
     #[test]
     fn a_quorum_of_zero_or_no_window_is_refused() {
         assert!(HintPolicy::quorum(0, Duration::from_secs(1))
-            .check()
+            .check(16)
             .is_err());
-        assert!(HintPolicy::quorum(2, Duration::ZERO).check().is_err());
+        assert!(HintPolicy::quorum(2, Duration::ZERO).check(16).is_err());
         HintPolicy::quorum(2, Duration::from_secs(1))
-            .check()
+            .check(16)
             .unwrap();
+    }
+
+    #[test]
+    fn a_quorum_is_at_most_the_peers_remembered() {
+        let s = Duration::from_secs(1);
+        HintPolicy::quorum(4, s).check(4).unwrap();
+        assert!(HintPolicy::quorum(5, s).check(4).is_err());
+        HintPolicy::Follow.check(1).unwrap();
     }
 }

@@ -17,7 +17,8 @@
 //! watch); the task writes and publishes the flip unless it made it itself on the
 //! fleet's word ([`agreed`](super::agreed)). Alone, such a flip stays local, and the key
 //! read on reconnection wins over it; up, a flip not yet shared wins over what is heard
-//! meanwhile (it is newer, and is published next).
+//! meanwhile (it is newer, and is published next), and one whose write fails is written
+//! on reconnection, unless the key has moved since.
 //!
 //! Commands go before messages: a breaker's transition already passed to this task is
 //! taken into account (an episode of holds ended by its own probe, say) before the next
@@ -189,13 +190,18 @@ impl Supervisor {
         within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
         within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
         let mut session = Session { conn, sink, stream };
+        self.agreed.resubscribed();
         // A refused subscription (no AUTH, an ACL) is not reported by the subscribe
         // itself: a PING on each connection is.
         session.check(wait).await?;
         let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
-        // The keys win over what this replica did while alone.
-        self.read_kill_keys(&mut session.conn, names, Unshared::Loses)
+        // The keys win over what this replica did while alone; a flip whose write
+        // failed while up, kept, is shared now.
+        self.read_kill_keys(&mut session.conn, names.clone(), Unshared::Loses)
             .await?;
+        for name in names {
+            self.share_flip(&mut session, name).await?;
+        }
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -307,26 +313,11 @@ impl Supervisor {
                     }
                 }
             }
-            Command::Flipped(name) => {
+            Command::Flipped(name) => match session {
+                Some(session) => self.share_flip(session, name).await,
                 // Alone, a flip stays on this replica: the key wins when the link is back.
-                let Some(session) = session else {
-                    return Ok(());
-                };
-                let Some((_, switch)) = self.switch(&name) else {
-                    return Ok(());
-                };
-                let killed = switch.is_killed();
-                if !self.agreed.flipped(&name, killed) {
-                    return Ok(());
-                }
-                self.write_kill(session, &name, killed).await?;
-                self.replica.emit(FleetEvent::KillSwitch {
-                    name,
-                    killed,
-                    origin: KillOrigin::Switch,
-                });
-                Ok(())
-            }
+                None => Ok(()),
+            },
             Command::Flip {
                 name,
                 killed,
@@ -348,13 +339,44 @@ impl Supervisor {
                 };
                 let names: Vec<Arc<str>> =
                     self.replica.registry().switches.keys().cloned().collect();
-                let result = self
-                    .read_kill_keys(&mut session.conn, names, Unshared::Wins)
-                    .await;
+                let mut result = Ok(());
+                // A flip made in code before the sync, whose news is not here yet, is
+                // shared first: the keys read then hold it.
+                for name in &names {
+                    result = result.and(self.share_flip(session, name.clone()).await);
+                }
+                let result = match result {
+                    Ok(()) => {
+                        self.read_kill_keys(&mut session.conn, names, Unshared::Wins)
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
                 let _ = reply.send(result.clone().map_err(FleetError::Redis));
                 result
             }
         }
+    }
+
+    /// Shares a flip made on shared switch `name` itself, if it has one not shared yet.
+    async fn share_flip(&mut self, session: &mut Session, name: Arc<str>) -> Result<(), Failed> {
+        let Some((_, switch)) = self.switch(&name) else {
+            return Ok(());
+        };
+        let killed = switch.is_killed();
+        if !self.agreed.flipped(&name, killed) {
+            return Ok(());
+        }
+        if let Err(error) = self.write_kill(session, &name, killed).await {
+            self.agreed.unwritten(&name, killed);
+            return Err(error);
+        }
+        self.replica.emit(FleetEvent::KillSwitch {
+            name,
+            killed,
+            origin: KillOrigin::Switch,
+        });
+        Ok(())
     }
 
     /// The hint a transition publishes: the breaker's own calls opened or closed it
@@ -439,6 +461,7 @@ impl Supervisor {
         }
         pipe.publish(settings.keys.kill_channel(), message).ignore();
         within(settings.timeout, pipe.query_async::<()>(&mut session.conn)).await?;
+        self.agreed.written(name);
         add(&self.replica.counters.kills_published, 1);
         Ok(())
     }
@@ -534,9 +557,7 @@ impl Supervisor {
                     add(&self.replica.counters.kill_messages, 1);
                     let own = kill.replica.as_deref() == Some(&*settings.replica)
                         && kill.run.as_deref() == Some(&*settings.run);
-                    // Our own change was applied when it was made; applying its echo
-                    // could undo a later one.
-                    if !own {
+                    if self.agreed.heard(&kill.name, own) {
                         let origin = KillOrigin::Message;
                         self.apply_kill(&kill.name, kill.killed, origin, Unshared::Wins);
                     }
@@ -558,10 +579,14 @@ impl Supervisor {
         }
         let counters = &self.replica.counters;
         let now = clock::now();
-        match self
-            .sequences
-            .check(&hint.replica, &hint.run, hint.seq, now)
-        {
+        match self.sequences.check(
+            &hint.replica,
+            &hint.run,
+            hint.seq,
+            hint.at_ms,
+            now,
+            clock::wall_now_ms(),
+        ) {
             Order::Stale => {
                 add(&counters.stale, 1);
                 return;
@@ -603,10 +628,15 @@ impl Supervisor {
                     .open(&replica, until, now, settings.max_peers),
                 None => shared.reports.closed(&replica),
             }
-            let wanted = shared.reports.wanted(policy, now);
             match until {
-                Some(_) => shared.hold.decide(wanted, now, settings.max_hold),
-                None => shared.hold.decide_closed(wanted, now),
+                Some(_) => {
+                    let wanted = shared.reports.wanted(policy, now);
+                    shared.hold.decide(wanted, now, settings.max_hold)
+                }
+                None => {
+                    let holding = shared.reports.holding(policy, now);
+                    shared.hold.decide_closed(holding, now)
+                }
             }
         };
         self.act(&name, &handle, act, replica, now);

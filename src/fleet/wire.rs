@@ -104,16 +104,19 @@ struct Versioned {
 /// The longest `cause` or `by` a message may carry.
 const MAX_NOTE: usize = 64;
 
-/// Parses a received payload of at most `limit` bytes as a `T`, version first.
+/// Parses a received payload of at most `limit` bytes as a `T`, version first. JSON is
+/// UTF-8 text (RFC 8259): a payload that is not is malformed, wherever the bad bytes are
+/// (the parser alone would skip them in a field it ignores).
 fn decode<T: for<'de> Deserialize<'de>>(payload: &[u8], limit: usize) -> Result<T, Rejection> {
     if payload.len() > limit {
         return Err(Rejection::Oversized);
     }
-    let version: Versioned = serde_json::from_slice(payload).map_err(|_| Rejection::Malformed)?;
+    let text = std::str::from_utf8(payload).map_err(|_| Rejection::Malformed)?;
+    let version: Versioned = serde_json::from_str(text).map_err(|_| Rejection::Malformed)?;
     if version.v != VERSION {
         return Err(Rejection::UnknownVersion);
     }
-    serde_json::from_slice(payload).map_err(|_| Rejection::Malformed)
+    serde_json::from_str(text).map_err(|_| Rejection::Malformed)
 }
 
 fn short(note: Option<&str>) -> Result<(), Rejection> {
@@ -222,6 +225,11 @@ mod tests {
             ),
             (br#"{"v":2}"#, Rejection::UnknownVersion),
             (b"\xff\xfe", Rejection::Malformed),
+            (
+                b"{\"v\":1,\"name\":\"openai\",\"killed\":true,\"note\":\"\xff\"}",
+                Rejection::Malformed,
+            ),
+            (b"{\"v\":2,\"x\":\"\xc3\x28\"}", Rejection::Malformed),
         ];
         for (payload, want) in cases {
             assert_eq!(
