@@ -373,7 +373,6 @@ where
 }
 
 #[tokio::test]
-#[ignore = "defect: StreamBodyLayer::end_marker(b\"\") panics in StreamBody::poll_frame (slice::windows(0)) on the first data frame"]
 async fn an_empty_end_marker_is_refused_or_harmless_never_a_panic_while_streaming() {
     let server = RawServer::start(vec![whole("200 OK", &[], "hello")]).await;
     let (mut svc, handle) = stream_stack(3, StreamBodyLayer::new().end_marker(b""));

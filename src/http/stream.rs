@@ -82,8 +82,11 @@ impl StreamBodyLayer {
 
     /// A stream must contain `marker` (an event stream's `data: [DONE]`, say) before it
     /// ends, or it counts as cut short.
+    ///
+    /// An empty `marker` is no marker: there is nothing to wait for, and a stream is
+    /// whole at its end, as without one.
     pub fn end_marker(mut self, marker: &'static [u8]) -> Self {
-        self.end_marker = Some(marker);
+        self.end_marker = Some(marker).filter(|marker| !marker.is_empty());
         self
     }
 }
