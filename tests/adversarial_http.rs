@@ -396,7 +396,6 @@ async fn an_empty_end_marker_is_refused_or_harmless_never_a_panic_while_streamin
 }
 
 #[tokio::test]
-#[ignore = "defect: a 204 probe whose (empty) body the caller drops unread is counted cancelled, so a service answering 204 never closes its breaker"]
 async fn a_204_probe_whose_empty_body_is_dropped_unread_closes_the_breaker() {
     let server = RawServer::start(vec![
         whole("503 Service Unavailable", &[], ""),

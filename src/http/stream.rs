@@ -34,6 +34,10 @@ use crate::settle::Settlement;
 /// - the caller drops the body before the end (or before the end marker): cancelled,
 ///   neither.
 ///
+/// A body already at its end when the response arrives (a 204, a `Content-Length: 0`)
+/// is settled then, by the same rules: a success, unless it owed an end marker or the
+/// bytes of its `Content-Length`. A caller that drops it unread has had that outcome.
+///
 /// A status without a body (1xx, 204, 304) is not held to a `Content-Length` or an end
 /// marker.
 ///
@@ -205,6 +209,17 @@ impl<B> StreamBody<B> {
     pub fn get_ref(&self) -> &B {
         &self.inner
     }
+
+    /// What the answer is if its stream has already ended (a body with nothing in it):
+    /// whole, or the failure it is. `None` while it may still send something.
+    fn ended_already(&self) -> Option<Result<(), Failure>>
+    where
+        B: Body,
+    {
+        self.inner
+            .is_end_stream()
+            .then(|| ended(self.seen, self.expected, self.marker_seen))
+    }
 }
 
 impl<B> Body for StreamBody<B>
@@ -309,9 +324,19 @@ impl StreamClassifier {
     }
 }
 
-impl<B, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
+/// A body already at its end when the response arrives (a 204, a `Content-Length: 0`) is
+/// whole then, or cut short (an end marker to wait for, a length announced and not sent):
+/// its outcome is recorded at once, so a caller that drops it unread has had one.
+impl<B: Body, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
     fn classify(&self, result: &Result<Response<StreamBody<B>>, E>) -> Outcome {
-        self.headers.classify(result)
+        let outcome = self.headers.classify(result);
+        match (outcome, result) {
+            (Outcome::Success, Ok(response)) => match response.body().ended_already() {
+                Some(Err(failure)) => Outcome::Failure(failure),
+                Some(Ok(())) | None => Outcome::Success,
+            },
+            (outcome, _) => outcome,
+        }
     }
 
     fn defer(
@@ -319,6 +344,10 @@ impl<B, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
         response: &mut Response<StreamBody<B>>,
         settlement: Settlement,
     ) -> Result<(), Settlement> {
+        // Nothing is left to wait for: the success is recorded now.
+        if response.body().ended_already().is_some() {
+            return Err(settlement);
+        }
         response.body_mut().settlement = Some(settlement);
         Ok(())
     }
