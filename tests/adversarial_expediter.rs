@@ -253,7 +253,10 @@ async fn two_agents_executing_a_due_probe_at_once_reach_the_tool_once_and_the_ot
     for attempt in [&a, &b] {
         match attempt {
             Attempt::Made { result, .. } => {
-                assert_eq!(result.as_ref().map_err(|e| e.to_string())?.source(), Source::Probe)
+                assert_eq!(
+                    result.as_ref().map_err(|e| e.to_string())?.source(),
+                    Source::Probe
+                )
             }
             Attempt::Skipped {
                 reason, decision, ..

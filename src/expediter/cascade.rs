@@ -32,8 +32,7 @@ pub(crate) struct CascadeWindow {
 impl CascadeWindow {
     fn holds(&self, earlier: &Opening, step: u64, at: Instant) -> bool {
         let by_steps = self.steps != 0 && step.saturating_sub(earlier.step) <= self.steps;
-        let by_time =
-            !self.time.is_zero() && at.saturating_duration_since(earlier.at) <= self.time;
+        let by_time = !self.time.is_zero() && at.saturating_duration_since(earlier.at) <= self.time;
         by_steps || by_time
     }
 }

@@ -234,7 +234,11 @@ mod tests {
         fifteen.push(true, epoch);
         assert_eq!(fifteen.totals(epoch + ns(12)).calls, 1, "12 ns old: kept");
         assert_eq!(fifteen.totals(epoch + ns(14)).calls, 1, "14 ns old: kept");
-        assert_eq!(fifteen.totals(epoch + ns(15)).calls, 0, "15 ns old: forgotten");
+        assert_eq!(
+            fifteen.totals(epoch + ns(15)).calls,
+            0,
+            "15 ns old: forgotten"
+        );
     }
 
     #[test]

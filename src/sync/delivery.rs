@@ -473,7 +473,10 @@ mod tests {
         for key in (1..=20).rev() {
             marks.pop();
             assert!(!marks.contains(key), "{key} returned");
-            assert!((1..key).all(|k| marks.contains(k)), "1..{key} still running");
+            assert!(
+                (1..key).all(|k| marks.contains(k)),
+                "1..{key} still running"
+            );
         }
         assert_eq!((marks.depth, marks.deeper.capacity()), (0, 0));
     }
