@@ -639,7 +639,6 @@ async fn a_chunked_body_past_the_buffer_limit_stops_the_read_and_fails_the_call(
 /// in the head, which arrived whole; as for a body too large to buffer, it opens the
 /// breaker at once for that wait.
 #[tokio::test]
-#[ignore = "defect: ErrorBodyLayer turns a 429 whose error body breaks off into a bare transport error; its Retry-After is lost and the breaker stays closed"]
 async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry_after() {
     let cut = raw(
         "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",
@@ -655,7 +654,6 @@ async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry
 }
 
 #[tokio::test]
-#[ignore = "defect: BufferBodyLayer turns a 429 whose body breaks off into the body's error; unlike BodyTooLarge its status and Retry-After are lost and the breaker stays closed"]
 async fn a_429_whose_body_breaks_off_while_buffered_still_opens_the_breaker_for_its_retry_after() {
     let cut = raw(
         "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",

@@ -29,9 +29,9 @@ use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::Classify;
 use tower_circuit_breaker::http::{
-    parse_retry_after, provenance, source_from_header, AnswerInfo, BodyTooLarge, BufferBodyLayer,
-    ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, HttpClassifier, Provenance,
-    ProvenanceLayer, ResponseBody, MAX_EMPTY_FRAMES, X_CIRCUIT_BREAKER,
+    parse_retry_after, provenance, source_from_header, AnswerInfo, BodyBrokeOff, BodyTooLarge,
+    BufferBodyLayer, ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, HttpClassifier,
+    Provenance, ProvenanceLayer, ResponseBody, MAX_EMPTY_FRAMES, X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
     Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Mode, NextProbe,
@@ -804,9 +804,71 @@ async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
         .call(Request::new(()))
         .await
         .expect_err("the body broke off");
-    assert!(error.is::<io::Error>(), "{error}");
+    // The error keeps the head's status, and has the body's error as its source.
+    let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
+    assert_eq!(broke_off.status(), StatusCode::BAD_GATEWAY);
+    assert!(std::error::Error::source(broke_off).is_some_and(|source| source.is::<io::Error>()));
     assert_eq!(handle.state(), State::Open);
-    assert_eq!(last_failure(&handle), "connection reset");
+    assert_eq!(
+        last_failure(&handle),
+        "502 Bad Gateway response body broke off: connection reset"
+    );
+}
+
+/// Read whole for saving, a body that breaks off fails the call whatever its status
+/// (the answer is not whole), and a 503's `Retry-After`, which arrived whole in the head,
+/// still opens the breaker for that long.
+#[tokio::test(start_paused = true)]
+async fn a_body_that_breaks_off_while_buffered_keeps_its_heads_status_and_wait() {
+    for (status, retry_after) in [(200, None), (503, Some(secs(5)))] {
+        let (tx, body) = streamed();
+        tx.unbounded_send(data("partial")).unwrap();
+        tx.unbounded_send(Err(io::Error::other("connection reset")))
+            .unwrap();
+        let body = Arc::new(Mutex::new(Some(body)));
+        let client = service_fn(move |_: Request<()>| {
+            let body = body.lock().unwrap().take().expect("called once");
+            let response = Response::builder()
+                .status(status)
+                .header("retry-after", "5")
+                .body(body)
+                .unwrap();
+            ready(Ok::<_, io::Error>(response))
+        });
+        let breaker = one_strike()
+            .build()
+            .unwrap()
+            .with_classifier(HttpClassifier::new());
+        let handle = breaker.handle();
+        let mut svc = ServiceBuilder::new()
+            .layer(breaker)
+            .layer(BufferBodyLayer::new())
+            .service(client);
+        let error = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .expect_err("the body broke off");
+        let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
+        assert_eq!(broke_off.status().as_u16(), status);
+        assert_eq!(
+            broke_off.retry_after(),
+            retry_after,
+            "only a 429 or 503 asks"
+        );
+        let snapshot = handle.snapshot();
+        assert_eq!((snapshot.state, snapshot.counts.failures), (State::Open, 1));
+        // The server's wait, else the breaker's own cooldown.
+        let wait = retry_after.unwrap_or(secs(30));
+        assert_eq!(snapshot.retry_after(), Some(wait), "{status}");
+        let reason = StatusCode::from_u16(status).unwrap();
+        assert_eq!(
+            last_failure(&handle),
+            format!("{reason} response body broke off: connection reset")
+        );
+    }
 }
 
 /// A peer that sends empty data frames without end, each one at once. It counts the

@@ -335,7 +335,7 @@ impl StreamClassifier {
 /// A body already at its end when the response arrives (a 204, a `Content-Length: 0`) is
 /// whole then, or cut short (an end marker to wait for, a length announced and not sent):
 /// its outcome is recorded at once, so a caller that drops it unread has had one.
-impl<B: Body, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
+impl<B: Body, E: 'static> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
     fn classify(&self, result: &Result<Response<StreamBody<B>>, E>) -> Outcome {
         let outcome = self.headers.classify(result);
         match (outcome, result) {
