@@ -660,12 +660,33 @@ fn answering(
     status: u16,
     body: Streamed,
 ) -> impl Service<Request<()>, Response = Response<Streamed>, Error = io::Error> {
+    answering_with(status, &[], body)
+}
+
+/// An endpoint that answers once with `status`, `headers` and `body`.
+fn answering_with(
+    status: u16,
+    headers: &'static [(&'static str, &'static str)],
+    body: Streamed,
+) -> impl Service<Request<()>, Response = Response<Streamed>, Error = io::Error> {
     let body = Arc::new(Mutex::new(Some(body)));
     service_fn(move |_: Request<()>| {
         let body = body.lock().unwrap().take().expect("called once");
-        let response = Response::builder().status(status).body(body).unwrap();
-        ready(Ok::<_, io::Error>(response))
+        let mut response = Response::builder().status(status);
+        for (name, value) in headers {
+            response = response.header(*name, *value);
+        }
+        ready(Ok::<_, io::Error>(response.body(body).unwrap()))
     })
+}
+
+/// A body that sends `partial`, then breaks off: `connection reset`.
+fn broken_off() -> Streamed {
+    let (tx, body) = streamed();
+    tx.unbounded_send(data("partial")).unwrap();
+    tx.unbounded_send(Err(io::Error::other("connection reset")))
+        .unwrap();
+    body
 }
 
 #[tokio::test]
@@ -781,12 +802,15 @@ async fn an_error_bodys_trailers_reach_the_caller() {
     assert_eq!(collected.to_bytes(), "unavailable");
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
-    let (tx, body) = streamed();
-    tx.unbounded_send(data("partial")).unwrap();
-    tx.unbounded_send(Err(io::Error::other("connection reset")))
-        .unwrap();
+/// One call, which must fail, through a one-strike breaker with `HttpClassifier` over
+/// `reader` (an `ErrorBodyLayer` or a `BufferBodyLayer`) over `client`: its error, and
+/// the breaker's handle.
+async fn failed_through<L, C>(reader: L, client: C) -> (BoxError, CircuitBreakerHandle)
+where
+    L: Layer<C>,
+    L::Service: Service<Request<()>, Error = BoxError>,
+    HttpClassifier: Classify<<L::Service as Service<Request<()>>>::Response, BoxError>,
+{
     let breaker = one_strike()
         .build()
         .unwrap()
@@ -794,16 +818,19 @@ async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
     let handle = breaker.handle();
     let mut svc = ServiceBuilder::new()
         .layer(breaker)
-        .layer(ErrorBodyLayer::new())
-        .service(answering(502, body));
+        .layer(reader)
+        .service(client);
+    let result = svc.ready().await.unwrap().call(Request::new(())).await;
+    let Err(error) = result else {
+        panic!("the call succeeded");
+    };
+    (error, handle)
+}
 
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .expect_err("the body broke off");
+#[tokio::test(start_paused = true)]
+async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
+    let client = answering(502, broken_off());
+    let (error, handle) = failed_through(ErrorBodyLayer::new(), client).await;
     // The error keeps the head's status, and has the body's error as its source.
     let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
     assert_eq!(broke_off.status(), StatusCode::BAD_GATEWAY);
@@ -821,36 +848,8 @@ async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
 #[tokio::test(start_paused = true)]
 async fn a_body_that_breaks_off_while_buffered_keeps_its_heads_status_and_wait() {
     for (status, retry_after) in [(200, None), (503, Some(secs(5)))] {
-        let (tx, body) = streamed();
-        tx.unbounded_send(data("partial")).unwrap();
-        tx.unbounded_send(Err(io::Error::other("connection reset")))
-            .unwrap();
-        let body = Arc::new(Mutex::new(Some(body)));
-        let client = service_fn(move |_: Request<()>| {
-            let body = body.lock().unwrap().take().expect("called once");
-            let response = Response::builder()
-                .status(status)
-                .header("retry-after", "5")
-                .body(body)
-                .unwrap();
-            ready(Ok::<_, io::Error>(response))
-        });
-        let breaker = one_strike()
-            .build()
-            .unwrap()
-            .with_classifier(HttpClassifier::new());
-        let handle = breaker.handle();
-        let mut svc = ServiceBuilder::new()
-            .layer(breaker)
-            .layer(BufferBodyLayer::new())
-            .service(client);
-        let error = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(()))
-            .await
-            .expect_err("the body broke off");
+        let client = answering_with(status, &[("retry-after", "5")], broken_off());
+        let (error, handle) = failed_through(BufferBodyLayer::new(), client).await;
         let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
         assert_eq!(broke_off.status().as_u16(), status);
         assert_eq!(

@@ -68,18 +68,22 @@ fn model(scripts: Vec<Script>, marker: Option<&'static [u8]>) -> (Model, Circuit
         .expect("valid");
     let handle = breaker.handle();
     let queue = Arc::new(Mutex::new(scripts.into_iter()));
-    let bodies = match marker {
-        Some(marker) => StreamBodyLayer::new().end_marker(marker),
-        None => StreamBodyLayer::new(),
-    };
     let service = ServiceBuilder::new()
         .layer(breaker.with_classifier(StreamClassifier::default()))
-        .layer(bodies)
+        .layer(bodies(marker))
         .service(service_fn(move |_: Request<()>| {
             let script = queue.lock().unwrap().next().expect("a scripted answer");
             async move { Ok::<_, Infallible>(respond(script)) }
         }));
     (tower::util::BoxService::new(service), handle)
+}
+
+/// The layer that wraps bodies, waiting for `marker` if there is one.
+fn bodies(marker: Option<&'static [u8]>) -> StreamBodyLayer {
+    match marker {
+        Some(marker) => StreamBodyLayer::new().end_marker(marker),
+        None => StreamBodyLayer::new(),
+    }
 }
 
 async fn call(model: &mut Model) -> Answer<Response<StreamBody<Chunks>>> {
@@ -312,11 +316,8 @@ async fn an_error_status_fails_at_once_without_waiting_for_the_body() {
     );
 }
 
-type EmptyModel = tower::util::BoxService<
-    Request<()>,
-    Answer<Response<StreamBody<http_body_util::Empty<Bytes>>>>,
-    BoxError,
->;
+type EmptyAnswer = Answer<Response<StreamBody<http_body_util::Empty<Bytes>>>>;
+type EmptyModel = tower::util::BoxService<Request<()>, EmptyAnswer, BoxError>;
 
 /// A breaker (threshold 2) over a model that answers every request with `status`, a
 /// `Content-Length` of `length` if any, and a body with nothing in it that says so
@@ -332,13 +333,9 @@ fn empty_answers(
         .build()
         .expect("valid");
     let handle = breaker.handle();
-    let bodies = match marker {
-        Some(marker) => StreamBodyLayer::new().end_marker(marker),
-        None => StreamBodyLayer::new(),
-    };
     let service = ServiceBuilder::new()
         .layer(breaker.with_classifier(StreamClassifier::default()))
-        .layer(bodies)
+        .layer(bodies(marker))
         .service(service_fn(move |_: Request<()>| async move {
             let mut response = Response::builder().status(status);
             if let Some(length) = length {
@@ -349,26 +346,47 @@ fn empty_answers(
     (tower::util::BoxService::new(service), handle)
 }
 
-/// The verdict on an answer dropped unread, and the last failure's message.
+async fn ask(model: &mut EmptyModel, request: Request<()>) -> EmptyAnswer {
+    let model = model.ready().await.unwrap();
+    model.call(request).await.expect("an answer")
+}
+
+/// What the breaker counted of the calls so far, and its last failure's message.
+#[derive(Debug, PartialEq, Eq)]
+struct Counted {
+    successes: u64,
+    failures: u64,
+    cancelled: u64,
+    message: Option<String>,
+}
+
+fn counted(handle: &CircuitBreakerHandle) -> Counted {
+    let snapshot = handle.snapshot();
+    Counted {
+        successes: snapshot.counts.successes,
+        failures: snapshot.counts.failures,
+        cancelled: snapshot.counts.cancelled,
+        message: snapshot.last_failure.map(|f| f.message.to_string()),
+    }
+}
+
+/// What the breaker counted after one more answer, dropped unread.
 async fn dropped_unread(
     model: &mut EmptyModel,
     request: Request<()>,
     handle: &CircuitBreakerHandle,
-) -> (u64, u64, u64, Option<String>) {
-    let answer = model
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .expect("an answer");
-    drop(answer);
-    let snapshot = handle.snapshot();
-    let counts = snapshot.counts;
-    let message = snapshot
-        .last_failure
-        .map(|failure| failure.message.to_string());
-    (counts.successes, counts.failures, counts.cancelled, message)
+) -> Counted {
+    drop(ask(model, request).await);
+    counted(handle)
+}
+
+fn successes(successes: u64) -> Counted {
+    Counted {
+        successes,
+        failures: 0,
+        cancelled: 0,
+        message: None,
+    }
 }
 
 /// An empty body at its end when the response arrives is whole (or cut short) then: a
@@ -376,41 +394,29 @@ async fn dropped_unread(
 #[tokio::test(start_paused = true)]
 async fn a_body_already_at_its_end_is_settled_when_the_response_arrives() {
     let (mut model, handle) = empty_answers(200, Some(0), None);
-    let answer = model
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .unwrap();
-    assert_eq!(handle.snapshot().counts.successes, 1, "before any read");
+    let answer = ask(&mut model, Request::new(())).await;
+    assert_eq!(counted(&handle), successes(1), "before any read");
     assert_eq!(answer.verdict(), Some(Verdict::Success));
     drop(answer);
-    assert_eq!(
-        dropped_unread(&mut model, Request::new(()), &handle).await,
-        (2, 0, 0, None)
-    );
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after, successes(2));
 
-    // Announced and not sent: cut short, at once.
-    let (mut model, handle) = empty_answers(200, Some(10), None);
-    let (_, failures, cancelled, message) =
-        dropped_unread(&mut model, Request::new(()), &handle).await;
-    assert_eq!((failures, cancelled), (1, 0));
-    assert!(message.unwrap().contains("0 of 10 bytes"));
-
-    // An end marker to wait for, and nothing came.
-    let (mut model, handle) = empty_answers(200, None, Some(b"data: [DONE]"));
-    let (_, failures, cancelled, message) =
-        dropped_unread(&mut model, Request::new(()), &handle).await;
-    assert_eq!((failures, cancelled), (1, 0));
-    assert!(message.unwrap().contains("end marker"));
+    // Announced and not sent, or an end marker to wait for and nothing came: cut short,
+    // at once.
+    for (length, marker, why) in [
+        (Some(10), None, "0 of 10 bytes"),
+        (None, Some(&b"data: [DONE]"[..]), "end marker"),
+    ] {
+        let (mut model, handle) = empty_answers(200, length, marker);
+        let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+        assert_eq!((after.failures, after.cancelled), (1, 0));
+        assert!(after.message.unwrap().contains(why));
+    }
 
     // A 204 owes neither.
     let (mut model, handle) = empty_answers(204, Some(10), Some(b"data: [DONE]"));
-    assert_eq!(
-        dropped_unread(&mut model, Request::new(()), &handle).await,
-        (1, 0, 0, None)
-    );
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after, successes(1));
 }
 
 /// The answer to a HEAD request has no body whatever its `Content-Length` says (RFC
@@ -421,13 +427,13 @@ async fn the_answer_to_a_head_request_owes_no_body() {
     let (mut model, handle) = empty_answers(200, Some(1_000), Some(b"data: [DONE]"));
     assert_eq!(
         dropped_unread(&mut model, head(), &handle).await,
-        (1, 0, 0, None)
+        successes(1)
     );
-    let answer = model.ready().await.unwrap().call(head()).await.unwrap();
+    let answer = ask(&mut model, head()).await;
     let body = answer.into_inner().into_body().collect().await.unwrap();
     assert!(body.to_bytes().is_empty());
-    assert_eq!(handle.snapshot().counts.successes, 2);
+    assert_eq!(counted(&handle), successes(2));
 
-    let (_, failures, _, _) = dropped_unread(&mut model, Request::new(()), &handle).await;
-    assert_eq!(failures, 1, "a GET's answer owes its length");
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after.failures, 1, "a GET's answer owes its length");
 }
