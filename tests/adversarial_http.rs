@@ -372,7 +372,6 @@ where
 }
 
 #[tokio::test]
-#[ignore = "defect: StreamBodyLayer::end_marker(b\"\") panics in StreamBody::poll_frame (slice::windows(0)) on the first data frame"]
 async fn an_empty_end_marker_is_refused_or_harmless_never_a_panic_while_streaming() {
     let server = RawServer::start(vec![whole("200 OK", &[], "hello")]).await;
     let (mut svc, handle) = stream_stack(3, StreamBodyLayer::new().end_marker(b""));
@@ -396,7 +395,6 @@ async fn an_empty_end_marker_is_refused_or_harmless_never_a_panic_while_streamin
 }
 
 #[tokio::test]
-#[ignore = "defect: a 204 probe whose (empty) body the caller drops unread is counted cancelled, so a service answering 204 never closes its breaker"]
 async fn a_204_probe_whose_empty_body_is_dropped_unread_closes_the_breaker() {
     let server = RawServer::start(vec![
         whole("503 Service Unavailable", &[], ""),
@@ -423,7 +421,6 @@ async fn a_204_probe_whose_empty_body_is_dropped_unread_closes_the_breaker() {
 }
 
 #[tokio::test]
-#[ignore = "defect: the response to a HEAD request (no body, Content-Length of the GET) is settled as a failure, 'ended early: 0 of N bytes'"]
 async fn a_head_response_with_a_content_length_is_not_a_body_cut_short() {
     let server = RawServer::start(vec![raw(
         "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\nconnection: close\r\n\r\n",
@@ -641,7 +638,6 @@ async fn a_chunked_body_past_the_buffer_limit_stops_the_read_and_fails_the_call(
 /// in the head, which arrived whole; as for a body too large to buffer, it opens the
 /// breaker at once for that wait.
 #[tokio::test]
-#[ignore = "defect: ErrorBodyLayer turns a 429 whose error body breaks off into a bare transport error; its Retry-After is lost and the breaker stays closed"]
 async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry_after() {
     let cut = raw(
         "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",
@@ -657,7 +653,6 @@ async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry
 }
 
 #[tokio::test]
-#[ignore = "defect: BufferBodyLayer turns a 429 whose body breaks off into the body's error; unlike BodyTooLarge its status and Retry-After are lost and the breaker stays closed"]
 async fn a_429_whose_body_breaks_off_while_buffered_still_opens_the_breaker_for_its_retry_after() {
     let cut = raw(
         "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",

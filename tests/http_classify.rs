@@ -29,9 +29,9 @@ use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::Classify;
 use tower_circuit_breaker::http::{
-    parse_retry_after, provenance, source_from_header, AnswerInfo, BodyTooLarge, BufferBodyLayer,
-    ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, HttpClassifier, Provenance,
-    ProvenanceLayer, ResponseBody, MAX_EMPTY_FRAMES, X_CIRCUIT_BREAKER,
+    parse_retry_after, provenance, source_from_header, AnswerInfo, BodyBrokeOff, BodyTooLarge,
+    BufferBodyLayer, ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, HttpClassifier,
+    Provenance, ProvenanceLayer, ResponseBody, MAX_EMPTY_FRAMES, X_CIRCUIT_BREAKER,
 };
 use tower_circuit_breaker::{
     Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Mode, NextProbe,
@@ -660,12 +660,33 @@ fn answering(
     status: u16,
     body: Streamed,
 ) -> impl Service<Request<()>, Response = Response<Streamed>, Error = io::Error> {
+    answering_with(status, &[], body)
+}
+
+/// An endpoint that answers once with `status`, `headers` and `body`.
+fn answering_with(
+    status: u16,
+    headers: &'static [(&'static str, &'static str)],
+    body: Streamed,
+) -> impl Service<Request<()>, Response = Response<Streamed>, Error = io::Error> {
     let body = Arc::new(Mutex::new(Some(body)));
     service_fn(move |_: Request<()>| {
         let body = body.lock().unwrap().take().expect("called once");
-        let response = Response::builder().status(status).body(body).unwrap();
-        ready(Ok::<_, io::Error>(response))
+        let mut response = Response::builder().status(status);
+        for (name, value) in headers {
+            response = response.header(*name, *value);
+        }
+        ready(Ok::<_, io::Error>(response.body(body).unwrap()))
     })
+}
+
+/// A body that sends `partial`, then breaks off: `connection reset`.
+fn broken_off() -> Streamed {
+    let (tx, body) = streamed();
+    tx.unbounded_send(data("partial")).unwrap();
+    tx.unbounded_send(Err(io::Error::other("connection reset")))
+        .unwrap();
+    body
 }
 
 #[tokio::test]
@@ -781,12 +802,15 @@ async fn an_error_bodys_trailers_reach_the_caller() {
     assert_eq!(collected.to_bytes(), "unavailable");
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
-    let (tx, body) = streamed();
-    tx.unbounded_send(data("partial")).unwrap();
-    tx.unbounded_send(Err(io::Error::other("connection reset")))
-        .unwrap();
+/// One call, which must fail, through a one-strike breaker with `HttpClassifier` over
+/// `reader` (an `ErrorBodyLayer` or a `BufferBodyLayer`) over `client`: its error, and
+/// the breaker's handle.
+async fn failed_through<L, C>(reader: L, client: C) -> (BoxError, CircuitBreakerHandle)
+where
+    L: Layer<C>,
+    L::Service: Service<Request<()>, Error = BoxError>,
+    HttpClassifier: Classify<<L::Service as Service<Request<()>>>::Response, BoxError>,
+{
     let breaker = one_strike()
         .build()
         .unwrap()
@@ -794,19 +818,56 @@ async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
     let handle = breaker.handle();
     let mut svc = ServiceBuilder::new()
         .layer(breaker)
-        .layer(ErrorBodyLayer::new())
-        .service(answering(502, body));
+        .layer(reader)
+        .service(client);
+    let result = svc.ready().await.unwrap().call(Request::new(())).await;
+    let Err(error) = result else {
+        panic!("the call succeeded");
+    };
+    (error, handle)
+}
 
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .expect_err("the body broke off");
-    assert!(error.is::<io::Error>(), "{error}");
+#[tokio::test(start_paused = true)]
+async fn an_error_while_reading_an_error_body_is_a_failure_of_the_service() {
+    let client = answering(502, broken_off());
+    let (error, handle) = failed_through(ErrorBodyLayer::new(), client).await;
+    // The error keeps the head's status, and has the body's error as its source.
+    let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
+    assert_eq!(broke_off.status(), StatusCode::BAD_GATEWAY);
+    assert!(std::error::Error::source(broke_off).is_some_and(|source| source.is::<io::Error>()));
     assert_eq!(handle.state(), State::Open);
-    assert_eq!(last_failure(&handle), "connection reset");
+    assert_eq!(
+        last_failure(&handle),
+        "502 Bad Gateway response body broke off: connection reset"
+    );
+}
+
+/// Read whole for saving, a body that breaks off fails the call whatever its status
+/// (the answer is not whole), and a 503's `Retry-After`, which arrived whole in the head,
+/// still opens the breaker for that long.
+#[tokio::test(start_paused = true)]
+async fn a_body_that_breaks_off_while_buffered_keeps_its_heads_status_and_wait() {
+    for (status, retry_after) in [(200, None), (503, Some(secs(5)))] {
+        let client = answering_with(status, &[("retry-after", "5")], broken_off());
+        let (error, handle) = failed_through(BufferBodyLayer::new(), client).await;
+        let broke_off = error.downcast_ref::<BodyBrokeOff>().expect("BodyBrokeOff");
+        assert_eq!(broke_off.status().as_u16(), status);
+        assert_eq!(
+            broke_off.retry_after(),
+            retry_after,
+            "only a 429 or 503 asks"
+        );
+        let snapshot = handle.snapshot();
+        assert_eq!((snapshot.state, snapshot.counts.failures), (State::Open, 1));
+        // The server's wait, else the breaker's own cooldown.
+        let wait = retry_after.unwrap_or(secs(30));
+        assert_eq!(snapshot.retry_after(), Some(wait), "{status}");
+        let reason = StatusCode::from_u16(status).unwrap();
+        assert_eq!(
+            last_failure(&handle),
+            format!("{reason} response body broke off: connection reset")
+        );
+    }
 }
 
 /// A peer that sends empty data frames without end, each one at once. It counts the

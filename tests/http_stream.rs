@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::stream;
-use http::Response;
+use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody as ChunkBody};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::http::{StreamBody, StreamBodyLayer, StreamClassifier};
 use tower_circuit_breaker::{
-    Answer, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source, State,
+    Answer, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source, State, Verdict,
 };
 
 type Chunks = ChunkBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, io::Error>>>>;
@@ -55,7 +55,7 @@ fn respond(script: Script) -> Response<Chunks> {
         .expect("valid response")
 }
 
-type Model = tower::util::BoxService<(), Answer<Response<StreamBody<Chunks>>>, BoxError>;
+type Model = tower::util::BoxService<Request<()>, Answer<Response<StreamBody<Chunks>>>, BoxError>;
 
 /// A breaker (threshold 2, cooldown 1 call) over a model that answers the scripts in
 /// turn, with bodies wrapped for settling at the end of the stream.
@@ -68,18 +68,22 @@ fn model(scripts: Vec<Script>, marker: Option<&'static [u8]>) -> (Model, Circuit
         .expect("valid");
     let handle = breaker.handle();
     let queue = Arc::new(Mutex::new(scripts.into_iter()));
-    let bodies = match marker {
-        Some(marker) => StreamBodyLayer::new().end_marker(marker),
-        None => StreamBodyLayer::new(),
-    };
     let service = ServiceBuilder::new()
         .layer(breaker.with_classifier(StreamClassifier::default()))
-        .layer(bodies)
-        .service(service_fn(move |_: ()| {
+        .layer(bodies(marker))
+        .service(service_fn(move |_: Request<()>| {
             let script = queue.lock().unwrap().next().expect("a scripted answer");
             async move { Ok::<_, Infallible>(respond(script)) }
         }));
     (tower::util::BoxService::new(service), handle)
+}
+
+/// The layer that wraps bodies, waiting for `marker` if there is one.
+fn bodies(marker: Option<&'static [u8]>) -> StreamBodyLayer {
+    match marker {
+        Some(marker) => StreamBodyLayer::new().end_marker(marker),
+        None => StreamBodyLayer::new(),
+    }
 }
 
 async fn call(model: &mut Model) -> Answer<Response<StreamBody<Chunks>>> {
@@ -87,7 +91,7 @@ async fn call(model: &mut Model) -> Answer<Response<StreamBody<Chunks>>> {
         .ready()
         .await
         .unwrap()
-        .call(())
+        .call(Request::new(()))
         .await
         .expect("an answer")
 }
@@ -273,7 +277,13 @@ async fn a_streaming_probe_holds_its_slot_until_its_stream_ends() {
     );
     // Meanwhile, another caller meets the probe under way, before any byte: the only
     // time a fallback (here the typed error) ever answers instead.
-    let err = model.ready().await.unwrap().call(()).await.unwrap_err();
+    let err = model
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("a probe is under way"), "{err}");
     assert_eq!(read(probe).await.unwrap(), "back");
     let snapshot = handle.snapshot();
@@ -304,4 +314,126 @@ async fn an_error_status_fails_at_once_without_waiting_for_the_body() {
         1,
         "and not again at the end"
     );
+}
+
+type EmptyAnswer = Answer<Response<StreamBody<http_body_util::Empty<Bytes>>>>;
+type EmptyModel = tower::util::BoxService<Request<()>, EmptyAnswer, BoxError>;
+
+/// A breaker (threshold 2) over a model that answers every request with `status`, a
+/// `Content-Length` of `length` if any, and a body with nothing in it that says so
+/// (`is_end_stream`), as hyper's does for a 204, a `Content-Length: 0` or a HEAD.
+fn empty_answers(
+    status: u16,
+    length: Option<u64>,
+    marker: Option<&'static [u8]>,
+) -> (EmptyModel, CircuitBreakerHandle) {
+    let breaker = CircuitBreakerLayer::builder()
+        .name("empty")
+        .failure_threshold(2)
+        .build()
+        .expect("valid");
+    let handle = breaker.handle();
+    let service = ServiceBuilder::new()
+        .layer(breaker.with_classifier(StreamClassifier::default()))
+        .layer(bodies(marker))
+        .service(service_fn(move |_: Request<()>| async move {
+            let mut response = Response::builder().status(status);
+            if let Some(length) = length {
+                response = response.header(http::header::CONTENT_LENGTH, length);
+            }
+            Ok::<_, Infallible>(response.body(http_body_util::Empty::new()).unwrap())
+        }));
+    (tower::util::BoxService::new(service), handle)
+}
+
+async fn ask(model: &mut EmptyModel, request: Request<()>) -> EmptyAnswer {
+    let model = model.ready().await.unwrap();
+    model.call(request).await.expect("an answer")
+}
+
+/// What the breaker counted of the calls so far, and its last failure's message.
+#[derive(Debug, PartialEq, Eq)]
+struct Counted {
+    successes: u64,
+    failures: u64,
+    cancelled: u64,
+    message: Option<String>,
+}
+
+fn counted(handle: &CircuitBreakerHandle) -> Counted {
+    let snapshot = handle.snapshot();
+    Counted {
+        successes: snapshot.counts.successes,
+        failures: snapshot.counts.failures,
+        cancelled: snapshot.counts.cancelled,
+        message: snapshot.last_failure.map(|f| f.message.to_string()),
+    }
+}
+
+/// What the breaker counted after one more answer, dropped unread.
+async fn dropped_unread(
+    model: &mut EmptyModel,
+    request: Request<()>,
+    handle: &CircuitBreakerHandle,
+) -> Counted {
+    drop(ask(model, request).await);
+    counted(handle)
+}
+
+fn successes(successes: u64) -> Counted {
+    Counted {
+        successes,
+        failures: 0,
+        cancelled: 0,
+        message: None,
+    }
+}
+
+/// An empty body at its end when the response arrives is whole (or cut short) then: a
+/// caller that never reads it has had that outcome, not a cancelled call.
+#[tokio::test(start_paused = true)]
+async fn a_body_already_at_its_end_is_settled_when_the_response_arrives() {
+    let (mut model, handle) = empty_answers(200, Some(0), None);
+    let answer = ask(&mut model, Request::new(())).await;
+    assert_eq!(counted(&handle), successes(1), "before any read");
+    assert_eq!(answer.verdict(), Some(Verdict::Success));
+    drop(answer);
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after, successes(2));
+
+    // Announced and not sent, or an end marker to wait for and nothing came: cut short,
+    // at once.
+    for (length, marker, why) in [
+        (Some(10), None, "0 of 10 bytes"),
+        (None, Some(&b"data: [DONE]"[..]), "end marker"),
+    ] {
+        let (mut model, handle) = empty_answers(200, length, marker);
+        let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+        assert_eq!((after.failures, after.cancelled), (1, 0));
+        assert!(after.message.unwrap().contains(why));
+    }
+
+    // A 204 owes neither.
+    let (mut model, handle) = empty_answers(204, Some(10), Some(b"data: [DONE]"));
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after, successes(1));
+}
+
+/// The answer to a HEAD request has no body whatever its `Content-Length` says (RFC
+/// 9110): it is not held to it, nor to an end marker; a GET answered so is.
+#[tokio::test(start_paused = true)]
+async fn the_answer_to_a_head_request_owes_no_body() {
+    let head = || Request::head("/").body(()).unwrap();
+    let (mut model, handle) = empty_answers(200, Some(1_000), Some(b"data: [DONE]"));
+    assert_eq!(
+        dropped_unread(&mut model, head(), &handle).await,
+        successes(1)
+    );
+    let answer = ask(&mut model, head()).await;
+    let body = answer.into_inner().into_body().collect().await.unwrap();
+    assert!(body.to_bytes().is_empty());
+    assert_eq!(counted(&handle), successes(2));
+
+    let after = dropped_unread(&mut model, Request::new(()), &handle).await;
+    assert_eq!(after.failures, 1, "a GET's answer owes its length");
 }

@@ -14,7 +14,9 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::body_broke_off::BodyBrokeOff;
 use super::bounded_read::{BoundedRead, Unread};
+use super::classify::KeptHead;
 use super::error_body::ErrorBodyBytes;
 use super::provenance::Labelled;
 use super::HttpClassifier;
@@ -52,7 +54,8 @@ impl BufferedResponse {
     ///
     /// # Errors
     ///
-    /// The body's error, or [`BodyTooLarge`] past the limit.
+    /// [`BodyBrokeOff`] (with the body's error as its source) if the body breaks off, or
+    /// [`BodyTooLarge`] past the limit: both keep the response's status and wait.
     pub async fn read<B>(response: Response<B>, limit: usize) -> Result<Self, BoxError>
     where
         B: Body,
@@ -243,11 +246,13 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{status} response body larger than the buffer limit of {limit} bytes")]
+#[error(
+    "{status} response body larger than the buffer limit of {limit} bytes",
+    status = .head.status
+)]
 pub struct BodyTooLarge {
     limit: usize,
-    status: StatusCode,
-    retry_after: Option<Duration>,
+    head: KeptHead,
 }
 
 impl BodyTooLarge {
@@ -255,9 +260,13 @@ impl BodyTooLarge {
     fn of(head: &Parts, limit: usize) -> Self {
         BodyTooLarge {
             limit,
-            status: head.status,
-            retry_after: super::classify::requested_wait(head.status, &head.headers),
+            head: KeptHead::of(head.status, &head.headers),
         }
+    }
+
+    /// What it keeps of the response's head.
+    pub(super) fn head(&self) -> &KeptHead {
+        &self.head
     }
 
     /// The limit, in bytes.
@@ -267,14 +276,14 @@ impl BodyTooLarge {
 
     /// The status of the response.
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.head.status
     }
 
     /// The wait the response asked for: on a 429 or a 503, its `retry-after-ms` or
     /// `Retry-After` as [`HttpClassifier`] reads them (a date measured from when the
     /// response arrived), not yet cut to the classifier's cap; `None` otherwise.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.head.retry_after
     }
 }
 
@@ -371,8 +380,9 @@ impl<S> Layer<S> for BufferBodyLayer {
 ///
 /// # Errors
 ///
-/// The wrapped service's errors, an error while reading a body, and [`BodyTooLarge`],
-/// boxed: for the breaker, each means the call failed.
+/// The wrapped service's errors, [`BodyBrokeOff`] for a body that breaks off while it is
+/// read, and [`BodyTooLarge`], boxed: for the breaker, each means the call failed (the
+/// last two keep the response's status and `Retry-After` for the classifier).
 #[derive(Debug, Clone)]
 pub struct BufferBody<S> {
     inner: S,
@@ -541,7 +551,11 @@ where
         let this = &mut *self;
         match ready!(this.read.poll_read_whole(&mut this.body, cx)) {
             Ok(()) => {}
-            Err(Unread::Body(error)) => return Poll::Ready(Err(error.into())),
+            Err(Unread::Body(error)) => {
+                let head = this.head.as_ref().expect("polled after completion");
+                let head = KeptHead::of(head.status, &head.headers);
+                return Poll::Ready(Err(Box::new(BodyBrokeOff::new(head, error.into()))));
+            }
             Err(Unread::TooLarge) => {
                 let head = this.head.as_ref().expect("polled after completion");
                 let limit = this.read.limit();

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 use ::http::header::RETRY_AFTER;
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
+use super::body_broke_off::BodyBrokeOff;
 use super::buffer::BodyTooLarge;
 use super::error_body::ErrorBodyBytes;
 use crate::classify::Classify;
@@ -22,7 +23,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | Result | Outcome |
 /// | --- | --- |
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
-/// | `Err(_)` that is a [`BodyTooLarge`] (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer); classifying a `BufferedResponse` or a `reqwest::Response`) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
+/// | `Err(_)` that is a [`BodyTooLarge`] (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer)) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
+/// | `Err(_)` that is a [`BodyBrokeOff`] (a 429 or 5xx response whose body broke off while an [`ErrorBodyLayer`](super::ErrorBodyLayer) or a [`BufferBodyLayer`](super::BufferBodyLayer) read it) | as the response would be, opening for its wait as below; the message says the body broke off, and why |
 /// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
@@ -154,30 +156,39 @@ impl HttpClassifier {
                 return Outcome::Failure(Failure::new(message).permanent());
             }
         }
-        self.status_outcome(status, requested_wait(status, headers))
+        self.status_outcome(status, requested_wait(status, headers), || {
+            status_text(status)
+        })
     }
 
     /// What `status` says of the service, with the wait its response asked for
-    /// ([`requested_wait`]), cut to the cap.
-    fn status_outcome(&self, status: StatusCode, wait: Option<Duration>) -> Outcome {
+    /// ([`requested_wait`]), cut to the cap; a failure's message is `message()`.
+    fn status_outcome(
+        &self,
+        status: StatusCode,
+        wait: Option<Duration>,
+        message: impl FnOnce() -> String,
+    ) -> Outcome {
         if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
             return Outcome::Success;
         }
-        let failure = Failure::new(status_text(status));
+        let failure = Failure::new(message());
         match wait {
             Some(wait) => Outcome::Failure(failure.retry_after(wait.min(self.max_retry_after))),
             None => Outcome::Failure(failure),
         }
     }
 
-    /// The outcome of a call that ended in `error`: a response too large to buffer
-    /// ([`BodyTooLarge`]) as its status and its wait say when they make it a failure of
-    /// the service (a 429 still opens the breaker for the server's wait); any other
-    /// error, or a status that is no failure, with the error's text as the message (for
-    /// a [`BoxError`] or a `reqwest::Error`, else the breaker fills it in).
+    /// The outcome of a call that ended in `error`: a response whose head arrived and
+    /// whose body was not read whole ([`BodyTooLarge`], [`BodyBrokeOff`]) as its status
+    /// and its wait say when they make it a failure of the service (a 429 still opens the
+    /// breaker for the server's wait); any other error, or a status that is no failure,
+    /// with the error's text as the message (for a [`BoxError`] or a `reqwest::Error`,
+    /// else the breaker fills it in).
     pub(super) fn classify_error<E: 'static>(&self, error: &E) -> Outcome {
-        if let Some(too_large) = too_large_in(error) {
-            let outcome = self.status_outcome(too_large.status(), too_large.retry_after());
+        if let Some(unread) = unread_body_in(error) {
+            let head = unread.head();
+            let outcome = self.status_outcome(head.status, head.retry_after, || unread.message());
             if outcome.is_failure() {
                 return outcome;
             }
@@ -196,12 +207,11 @@ impl HttpClassifier {
     }
 }
 
-impl<B, E> Classify<Response<B>, E> for HttpClassifier {
+impl<B, E: 'static> Classify<Response<B>, E> for HttpClassifier {
     fn classify(&self, result: &Result<Response<B>, E>) -> Outcome {
         match result {
             Ok(response) => self.classify_response(response),
-            // The breaker fills in the error's text as the message.
-            Err(_) => Outcome::failure(),
+            Err(error) => self.classify_error(error),
         }
     }
 }
@@ -270,13 +280,60 @@ fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
     Some(Duration::try_from_secs_f64(millis / 1000.0).unwrap_or(Duration::MAX))
 }
 
-/// The [`BodyTooLarge`] a [`BoxError`] is, or has among its sources.
-fn too_large_in<E: 'static>(error: &E) -> Option<&BodyTooLarge> {
+/// What the breaker needs of a response's head, kept by the error of a call whose body
+/// was not read whole ([`BodyTooLarge`], [`BodyBrokeOff`]): the status, and the wait the
+/// response asked for ([`requested_wait`]) when it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeptHead {
+    pub(super) status: StatusCode,
+    pub(super) retry_after: Option<Duration>,
+}
+
+impl KeptHead {
+    /// What is kept of the head with `status` and `headers`.
+    pub(super) fn of(status: StatusCode, headers: &HeaderMap) -> Self {
+        KeptHead {
+            status,
+            retry_after: requested_wait(status, headers),
+        }
+    }
+}
+
+/// An error that ended a call whose response's head arrived and whose body was not read
+/// whole.
+enum UnreadBody<'a> {
+    TooLarge(&'a BodyTooLarge),
+    BrokeOff(&'a BodyBrokeOff),
+}
+
+impl UnreadBody<'_> {
+    fn head(&self) -> &KeptHead {
+        match self {
+            UnreadBody::TooLarge(too_large) => too_large.head(),
+            UnreadBody::BrokeOff(broke_off) => broke_off.head(),
+        }
+    }
+
+    /// The message of the failure it is: the status for a body too large (it says all
+    /// the service did wrong), the break and its cause for a body that broke off.
+    fn message(&self) -> String {
+        match self {
+            UnreadBody::TooLarge(too_large) => status_text(too_large.status()),
+            UnreadBody::BrokeOff(broke_off) => text_with_sources(*broke_off),
+        }
+    }
+}
+
+/// The [`BodyTooLarge`] or [`BodyBrokeOff`] a [`BoxError`] is, or has among its sources.
+fn unread_body_in<E: 'static>(error: &E) -> Option<UnreadBody<'_>> {
     let error = (error as &dyn std::any::Any).downcast_ref::<BoxError>()?;
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&**error);
     while let Some(error) = next {
         if let Some(too_large) = error.downcast_ref::<BodyTooLarge>() {
-            return Some(too_large);
+            return Some(UnreadBody::TooLarge(too_large));
+        }
+        if let Some(broke_off) = error.downcast_ref::<BodyBrokeOff>() {
+            return Some(UnreadBody::BrokeOff(broke_off));
         }
         next = error.source();
     }

@@ -7,13 +7,15 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use ::http::response::Parts;
-use ::http::{Response, StatusCode};
+use ::http::{HeaderMap, Response, StatusCode};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::body_broke_off::BodyBrokeOff;
 use super::bounded_read::{BoundedRead, Stop};
+use super::classify::KeptHead;
 #[cfg(doc)]
 use super::MAX_EMPTY_FRAMES;
 use crate::error::BoxError;
@@ -126,8 +128,10 @@ impl<S> Layer<S> for ErrorBodyLayer {
 ///
 /// # Errors
 ///
-/// The wrapped service's errors, and an error while reading an error body, are
-/// returned boxed: for the breaker, both mean the service failed.
+/// The wrapped service's errors, and [`BodyBrokeOff`] for an error body that breaks off
+/// while it is read (its source the body's error; it keeps the response's status and
+/// `Retry-After` for the classifier), are returned boxed: for the breaker, both mean the
+/// service failed.
 #[derive(Debug, Clone)]
 pub struct ErrorBody<S> {
     inner: S,
@@ -177,6 +181,10 @@ pub trait ReadAhead: Sized + sealed::Sealed {
     #[doc(hidden)]
     fn status(&self) -> StatusCode;
 
+    /// Its headers (for the wait it asks for, kept if its body breaks off).
+    #[doc(hidden)]
+    fn headers(&self) -> &HeaderMap;
+
     /// A response that is not read, handed on.
     #[doc(hidden)]
     fn pass(self) -> Self::Output;
@@ -205,6 +213,10 @@ impl<B: Body> ReadAhead for Response<B> {
 
     fn status(&self) -> StatusCode {
         Response::status(self)
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        Response::headers(self)
     }
 
     fn pass(self) -> Self::Output {
@@ -265,6 +277,8 @@ pin_project! {
         },
         Reading {
             head: Option<R::Head>,
+            // What the classifier needs of the head, should the body break off.
+            kept: KeptHead,
             body: Option<R::Body>,
             read: BoundedRead,
         },
@@ -307,20 +321,28 @@ where
                         this.state.set(FutureState::Done);
                         return Poll::Ready(Ok(response.pass()));
                     }
+                    let kept = KeptHead::of(response.status(), response.headers());
                     let (head, body) = response.split();
                     this.state.set(FutureState::Reading {
                         head: Some(head),
+                        kept,
                         body: Some(body),
                         read: BoundedRead::start(limit),
                     });
                 }
-                FutureStateProj::Reading { head, body, read } => {
+                FutureStateProj::Reading {
+                    head,
+                    kept,
+                    body,
+                    read,
+                } => {
                     let stream = body.as_mut().expect("polled after completion");
                     let stop = match ready!(read.poll_read(stream, cx)) {
                         Ok(stop) => stop,
                         Err(error) => {
+                            let broke_off = BodyBrokeOff::new(*kept, error.into());
                             this.state.set(FutureState::Done);
-                            return Poll::Ready(Err(error.into()));
+                            return Poll::Ready(Err(Box::new(broke_off)));
                         }
                     };
                     // What was read is held as one frame (and what the frame that

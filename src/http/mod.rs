@@ -92,6 +92,7 @@
 //! # Ok(()) }
 //! ```
 
+mod body_broke_off;
 pub(crate) mod bounded_read;
 pub(crate) mod buffer;
 mod classify;
@@ -101,6 +102,7 @@ mod provenance;
 mod reqwest;
 mod stream;
 
+pub use self::body_broke_off::BodyBrokeOff;
 pub use self::bounded_read::MAX_EMPTY_FRAMES;
 pub use self::buffer::{
     BodyTooLarge, BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,

@@ -170,6 +170,10 @@ impl ReadAhead for Response {
         Response::status(self)
     }
 
+    fn headers(&self) -> &::http::HeaderMap {
+        Response::headers(self)
+    }
+
     fn pass(self) -> Response {
         self
     }
@@ -246,7 +250,8 @@ impl BufferedResponse {
     ///
     /// # Errors
     ///
-    /// The body's error, or [`BodyTooLarge`](super::BodyTooLarge) past the limit.
+    /// [`BodyBrokeOff`](super::BodyBrokeOff) (with the body's error as its source) if the
+    /// body breaks off, or [`BodyTooLarge`](super::BodyTooLarge) past the limit.
     pub async fn from_reqwest(response: Response, limit: usize) -> Result<Self, BoxError> {
         let (head, body) = Bufferable::split(response);
         let response = ::http::Response::from_parts(head, body);

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Buf;
-use http::{header, Response, StatusCode};
+use http::{header, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
@@ -34,8 +34,12 @@ use crate::settle::Settlement;
 /// - the caller drops the body before the end (or before the end marker): cancelled,
 ///   neither.
 ///
-/// A status without a body (1xx, 204, 304) is not held to a `Content-Length` or an end
-/// marker.
+/// A body already at its end when the response arrives (a 204, a `Content-Length: 0`)
+/// is settled then, by the same rules: a success, unless it owed an end marker or the
+/// bytes of its `Content-Length`. A caller that drops it unread has had that outcome.
+///
+/// A response without a body (to a HEAD request, or a 1xx, 204 or 304) is not held to a
+/// `Content-Length` or an end marker.
 ///
 /// A fallback only ever answers a call that was skipped, before any byte: the breaker
 /// never swaps an answer whose first byte reached the caller.
@@ -55,10 +59,10 @@ use crate::settle::Settlement;
 /// let mut model = ServiceBuilder::new()
 ///     .layer(breaker.with_classifier(StreamClassifier::default()))
 ///     .layer(StreamBodyLayer::new().end_marker(b"data: [DONE]"))
-///     .service(service_fn(|_: ()| async {
+///     .service(service_fn(|_: http::Request<()>| async {
 ///         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("data: hi\n\ndata: [DONE]\n\n"))))
 ///     }));
-/// let answer = model.ready().await?.call(()).await?.into_inner();
+/// let answer = model.ready().await?.call(http::Request::new(())).await?.into_inner();
 /// assert_eq!(handle.snapshot().counts.successes, 0, "not until the stream ends");
 /// let body = answer.into_body().collect().await?.to_bytes();
 /// assert!(body.ends_with(b"[DONE]\n\n"));
@@ -68,7 +72,8 @@ use crate::settle::Settlement;
 ///
 /// Wraps the bodies of a service's responses in [`StreamBody`], so that
 /// [`StreamClassifier`] can settle each call when its stream ends. Place it inside the
-/// breaker.
+/// breaker, over a service of `http::Request`s (it reads the method: the answer to a
+/// HEAD request has no body).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StreamBodyLayer {
     end_marker: Option<&'static [u8]>,
@@ -82,8 +87,11 @@ impl StreamBodyLayer {
 
     /// A stream must contain `marker` (an event stream's `data: [DONE]`, say) before it
     /// ends, or it counts as cut short.
+    ///
+    /// An empty `marker` is no marker: there is nothing to wait for, and a stream is
+    /// whole at its end, as without one.
     pub fn end_marker(mut self, marker: &'static [u8]) -> Self {
-        self.end_marker = Some(marker);
+        self.end_marker = Some(marker).filter(|marker| !marker.is_empty());
         self
     }
 }
@@ -106,9 +114,9 @@ pub struct StreamBodies<S> {
     end_marker: Option<&'static [u8]>,
 }
 
-impl<S, Request, B> Service<Request> for StreamBodies<S>
+impl<S, RequestBody, B> Service<Request<RequestBody>> for StreamBodies<S>
 where
-    S: Service<Request, Response = Response<B>>,
+    S: Service<Request<RequestBody>, Response = Response<B>>,
 {
     type Response = Response<StreamBody<B>>;
     type Error = S::Error;
@@ -118,8 +126,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         StreamBodiesFuture {
+            head_request: request.method() == Method::HEAD,
             future: self.inner.call(request),
             end_marker: self.end_marker,
         }
@@ -132,6 +141,7 @@ pin_project! {
         #[pin]
         future: F,
         end_marker: Option<&'static [u8]>,
+        head_request: bool,
     }
 }
 
@@ -144,11 +154,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.future.poll(cx))?;
-        // These statuses have no body, whatever their headers say.
-        let status = response.status();
-        let bodiless = status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
+        let bodiless = has_no_body(*this.head_request, response.status());
         let expected = response
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -160,6 +166,15 @@ where
             response.map(|body| StreamBody::new(body, expected, marker))
         ))
     }
+}
+
+/// Whether a response has no body, whatever its headers say (RFC 9110): the answer to a
+/// HEAD request, and a 1xx, 204 or 304.
+fn has_no_body(head_request: bool, status: StatusCode) -> bool {
+    head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
 }
 
 impl<F> fmt::Debug for StreamBodiesFuture<F> {
@@ -201,6 +216,17 @@ impl<B> StreamBody<B> {
     /// The wrapped body.
     pub fn get_ref(&self) -> &B {
         &self.inner
+    }
+
+    /// What the answer is if its stream has already ended (a body with nothing in it):
+    /// whole, or the failure it is. `None` while it may still send something.
+    fn ended_already(&self) -> Option<Result<(), Failure>>
+    where
+        B: Body,
+    {
+        self.inner
+            .is_end_stream()
+            .then(|| ended(self.seen, self.expected, self.marker_seen))
     }
 }
 
@@ -306,9 +332,19 @@ impl StreamClassifier {
     }
 }
 
-impl<B, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
+/// A body already at its end when the response arrives (a 204, a `Content-Length: 0`) is
+/// whole then, or cut short (an end marker to wait for, a length announced and not sent):
+/// its outcome is recorded at once, so a caller that drops it unread has had one.
+impl<B: Body, E: 'static> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
     fn classify(&self, result: &Result<Response<StreamBody<B>>, E>) -> Outcome {
-        self.headers.classify(result)
+        let outcome = self.headers.classify(result);
+        match (outcome, result) {
+            (Outcome::Success, Ok(response)) => match response.body().ended_already() {
+                Some(Err(failure)) => Outcome::Failure(failure),
+                Some(Ok(())) | None => Outcome::Success,
+            },
+            (outcome, _) => outcome,
+        }
     }
 
     fn defer(
@@ -316,6 +352,10 @@ impl<B, E> Classify<Response<StreamBody<B>>, E> for StreamClassifier {
         response: &mut Response<StreamBody<B>>,
         settlement: Settlement,
     ) -> Result<(), Settlement> {
+        // Nothing is left to wait for: the success is recorded now.
+        if response.body().ended_already().is_some() {
+            return Err(settlement);
+        }
         response.body_mut().settlement = Some(settlement);
         Ok(())
     }
