@@ -183,8 +183,8 @@ impl HttpClassifier {
     /// whose body was not read whole ([`BodyTooLarge`], [`BodyBrokeOff`]) as its status
     /// and its wait say when they make it a failure of the service (a 429 still opens the
     /// breaker for the server's wait); any other error, or a status that is no failure,
-    /// with the error's text as the message (for a [`BoxError`] or a `reqwest::Error`,
-    /// else the breaker fills it in).
+    /// is a failure whose message the breaker fills in (the error's text with its
+    /// sources).
     pub(super) fn classify_error<E: 'static>(&self, error: &E) -> Outcome {
         if let Some(unread) = unread_body_in(error) {
             let head = unread.head();
@@ -193,10 +193,7 @@ impl HttpClassifier {
                 return outcome;
             }
         }
-        match transport_message(error) {
-            Some(message) => Outcome::failure_with(message),
-            None => Outcome::failure(),
-        }
+        Outcome::failure()
     }
 
     fn permanent_marker_in(&self, body: &[u8]) -> Option<&'static str> {
@@ -338,19 +335,6 @@ fn unread_body_in<E: 'static>(error: &E) -> Option<UnreadBody<'_>> {
         next = error.source();
     }
     None
-}
-
-/// The text of a [`BoxError`] (as a `timeout` layer returns) or a `reqwest::Error`
-/// with its sources, skipping a source whose text is already there; `None` for other
-/// error types (the breaker fills in their text).
-fn transport_message<E: 'static>(error: &E) -> Option<String> {
-    let error = error as &dyn std::any::Any;
-    #[cfg(feature = "reqwest")]
-    if let Some(error) = error.downcast_ref::<::reqwest::Error>() {
-        return Some(text_with_sources(error));
-    }
-    let error = error.downcast_ref::<BoxError>()?;
-    Some(text_with_sources(&**error))
 }
 
 /// What a permanent error code of OpenAI's (and the APIs that copy it) means, for a
