@@ -1019,8 +1019,20 @@ struct Race {
     inner_calls: AtomicUsize,
     seq: AtomicUsize,
     violations: Mutex<Vec<String>>,
-    /// (start, end) on `seq` of each call at the service, by request id.
-    spans: Mutex<Vec<(usize, usize, usize)>>,
+    /// Each call at the service: its request id, start and end on `seq`, and the
+    /// breaker's generation when it reached the service.
+    spans: Mutex<Vec<CallSpan>>,
+    /// The breaker, for the generation a call reaches the service in (taken at the end:
+    /// the breaker's channel closes once every handle is gone).
+    handle: Mutex<Option<CircuitBreakerHandle>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CallSpan {
+    id: usize,
+    start: usize,
+    end: usize,
+    generation: u64,
 }
 
 struct RaceReq {
@@ -1032,21 +1044,23 @@ struct RaceReq {
     forced_in: Option<usize>,
 }
 
-/// Records a call's span at the service when its future ends or is dropped.
+/// Records a call's span at the service when it answers or its future is dropped.
 struct Span {
     race: Arc<Race>,
     id: usize,
     start: usize,
+    generation: u64,
 }
 
 impl Drop for Span {
     fn drop(&mut self) {
         let end = self.race.seq.fetch_add(1, Ordering::SeqCst);
-        self.race
-            .spans
-            .lock()
-            .unwrap()
-            .push((self.id, self.start, end));
+        self.race.spans.lock().unwrap().push(CallSpan {
+            id: self.id,
+            start: self.start,
+            end,
+            generation: self.generation,
+        });
     }
 }
 
@@ -1070,17 +1084,28 @@ fn race_inner(race: Arc<Race>) -> tower::util::BoxCloneService<RaceReq, u32, Box
                 ));
             }
         }
+        let generation = race
+            .handle
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |h| h.snapshot().generation);
         let start = race.seq.fetch_add(1, Ordering::SeqCst);
         let span = Span {
             race: race.clone(),
             id: req.id,
             start,
+            generation,
         };
         async move {
-            let _span = span;
+            let span = span;
             for _ in 0..req.yields {
                 tokio::task::yield_now().await;
             }
+            // The call is over at the service once it answers: its span ends before the
+            // breaker sees the answer and frees its probe slot (the future itself is
+            // dropped later, after the slot may have gone to another probe).
+            drop(span);
             if req.fail {
                 Err(BoxError::from("down"))
             } else {
@@ -1090,18 +1115,28 @@ fn race_inner(race: Arc<Race>) -> tower::util::BoxCloneService<RaceReq, u32, Box
     }))
 }
 
-/// The most spans among `ids` open at once.
-fn max_overlap(spans: &[(usize, usize, usize)], ids: &std::collections::HashSet<usize>) -> usize {
-    let mut points: Vec<(usize, i32)> = Vec::new();
-    for &(id, start, end) in spans {
-        if ids.contains(&id) {
-            points.push((start, 1));
-            points.push((end, -1));
-        }
+/// The most spans among `ids` open at once that compete for probe slots: those that
+/// reached the service with no close of the breaker between them (`closes`: the
+/// generations the breaker closed in). A probe whose half-open closed the breaker is a
+/// call in flight like any other once it has: it no longer holds a slot.
+fn max_overlap(
+    spans: &[CallSpan],
+    ids: &std::collections::HashSet<usize>,
+    closes: &[u64],
+) -> usize {
+    let era = |generation: u64| closes.iter().filter(|&&c| c <= generation).count();
+    let mut points: Vec<(usize, usize, i32)> = Vec::new();
+    for span in spans.iter().filter(|span| ids.contains(&span.id)) {
+        let era = era(span.generation);
+        points.push((era, span.start, 1));
+        points.push((era, span.end, -1));
     }
     points.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, d) in points {
+    let (mut era, mut now, mut most) = (usize::MAX, 0i32, 0i32);
+    for (at_era, _, d) in points {
+        if at_era != era {
+            (era, now) = (at_era, 0);
+        }
         now += d;
         most = most.max(now);
     }
@@ -1134,6 +1169,7 @@ async fn racing_callers_and_a_person_keep_every_invariant() {
         .build()
         .unwrap();
     let handle = layer.handle();
+    *race.handle.lock().unwrap() = Some(handle.clone());
     let mut sub = handle.subscribe();
     let subscribed = tokio::spawn(async move {
         let mut got = Vec::new();
@@ -1279,19 +1315,25 @@ async fn racing_callers_and_a_person_keep_every_invariant() {
     );
     let violations = race.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "{violations:?}");
-    let spans = race.spans.lock().unwrap().clone();
-    let overlap = max_overlap(&spans, &probe_ids);
-    assert!(
-        overlap <= PROBES as usize,
-        "{overlap} successful probes at the service at once, limit {PROBES}"
-    );
-
+    race.handle.lock().unwrap().take();
     drop(handle);
     drop(layer);
     // The channel closes once every part of the breaker is gone: every event delivered.
     let (subscribed, lagged) = subscribed.await.unwrap();
     let observed = observed.lock().unwrap().clone();
     assert_chain(&observed);
+    let spans = race.spans.lock().unwrap().clone();
+    let closes: Vec<u64> = observed
+        .iter()
+        .filter(|t| t.to == State::Closed)
+        .map(|t| t.generation)
+        .collect();
+    let overlap = max_overlap(&spans, &probe_ids, &closes);
+    assert!(
+        overlap <= PROBES as usize,
+        "{overlap} successful probes at the service at once, limit {PROBES}"
+    );
+
     if !lagged {
         assert_eq!(
             subscribed, observed,
