@@ -4,55 +4,20 @@
 //! request, never a panic (also for arbitrary requests, in process).
 #![cfg(feature = "admin")]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper_util::rt::TokioIo;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_circuit_breaker::admin::{Admin, AdminError};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, KillSwitch, State};
 
-/// The admin service on a free loopback port, each connection served by hyper.
-struct AdminServer {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl AdminServer {
-    async fn start(admin: Admin) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("an address");
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let admin = admin.clone();
-                let service =
-                    hyper::service::service_fn(move |request| admin.clone().oneshot(request));
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service),
-                );
-            }
-        });
-        AdminServer { addr, task }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+#[path = "common/admin_server.rs"]
+mod admin_server;
+use admin_server::AdminServer;
 
 /// A request over TCP, bounded; the status and the JSON body.
 async fn send(method: Method, url: &str, body: &str) -> (StatusCode, Value) {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -33,6 +33,10 @@ use tower_circuit_breaker::http::{
 };
 use tower_circuit_breaker::recover::{Failed, RecoverLayer};
 use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers, Unavailable};
+
+#[path = "common/admin_server.rs"]
+mod admin_server;
+use admin_server::AdminServer;
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Outcome, Source, State,
 };
@@ -634,17 +638,18 @@ async fn a_chunked_body_past_the_buffer_limit_stops_the_read_and_fails_the_call(
     assert_eq!(counts(&json), (0, 1, 0));
 }
 
-/// A 429 that asks for 30 s and whose body the server cuts short: the server's wait is
-/// in the head, which arrived whole; as for a body too large to buffer, it opens the
-/// breaker at once for that wait.
-#[tokio::test]
-async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry_after() {
+/// Serves, through `stack`, a 429 that asks for 30 s and whose body the server cuts
+/// short: the server's wait is in the head, which arrived whole; as for a body too large
+/// to buffer, the breaker must open at once for that wait.
+async fn a_cut_429_opens_for_its_wait<S, T>((mut svc, handle): (S, CircuitBreakerHandle))
+where
+    S: Service<Request<Empty<Bytes>>, Response = T, Error = BoxError>,
+{
     let cut = raw(
         "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",
         Then::Close,
     );
     let server = RawServer::start(vec![cut]).await;
-    let (mut svc, handle) = error_body_stack(64 * 1024);
     let _ = call_with(&mut svc, get(&server.url())).await;
     let json = checked_json(&handle);
     assert_eq!(counts(&json), (0, 1, 0));
@@ -653,18 +658,13 @@ async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry
 }
 
 #[tokio::test]
+async fn a_429_whose_error_body_breaks_off_still_opens_the_breaker_for_its_retry_after() {
+    a_cut_429_opens_for_its_wait(error_body_stack(64 * 1024)).await;
+}
+
+#[tokio::test]
 async fn a_429_whose_body_breaks_off_while_buffered_still_opens_the_breaker_for_its_retry_after() {
-    let cut = raw(
-        "HTTP/1.1 429 Too Many Requests\r\nretry-after: 30\r\ncontent-length: 200\r\n\r\n{\"error\":",
-        Then::Close,
-    );
-    let server = RawServer::start(vec![cut]).await;
-    let (mut svc, handle) = buffer_stack(64 * 1024);
-    let _ = call_with(&mut svc, get(&server.url())).await;
-    let json = checked_json(&handle);
-    assert_eq!(counts(&json), (0, 1, 0));
-    assert_eq!(handle.state(), State::Open, "{json}");
-    assert!(handle.snapshot().retry_after() > Some(Duration::from_secs(29)));
+    a_cut_429_opens_for_its_wait(buffer_stack(64 * 1024)).await;
 }
 
 #[tokio::test]
@@ -994,54 +994,6 @@ async fn a_panicking_client_reaches_the_caller_counts_once_and_the_breaker_stays
 
 // ---------------------------------------------------------------------------------
 // The admin route, over TCP, with raw requests.
-
-struct AdminServer {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl AdminServer {
-    async fn start(admin: Admin) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let admin = admin.clone();
-                let service =
-                    hyper::service::service_fn(move |request| admin.clone().oneshot(request));
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service),
-                );
-            }
-        });
-        AdminServer { addr, task }
-    }
-
-    /// Sends `request` as raw bytes (it should ask `connection: close`); the status and
-    /// the body.
-    async fn raw(&self, request: &[u8]) -> (u16, String) {
-        let mut stream = bounded(tokio::net::TcpStream::connect(self.addr))
-            .await
-            .unwrap();
-        let _ = bounded(stream.write_all(request)).await;
-        let mut reply = Vec::new();
-        let _ = bounded(stream.read_to_end(&mut reply)).await;
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        let status = text
-            .get(9..12)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("a status line: {text:?}"));
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-        (status, body)
-    }
-}
-
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 fn admin_of(handle: &CircuitBreakerHandle) -> Admin {
     Admin::builder()
