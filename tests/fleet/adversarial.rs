@@ -85,13 +85,15 @@ async fn hostile_values_in_every_field_are_refused_counted_and_the_replica_works
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("hostile");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let kills = format!("{prefix}:kills");
-    let hints = format!("{prefix}:hints");
+    let ByHand {
+        member,
+        mut events,
+        mut raw,
+        kills,
+        hints,
+        ..
+    } = one_replica_by_hand(&redis.url, "hostile").await;
+    let member = &member;
     let deep = format!(
         r#"{{"v":1,"name":"model","killed":true,"x":{}{}}}"#,
         "[".repeat(1500),
@@ -179,12 +181,15 @@ async fn a_message_that_is_a_json_array_is_refused_as_malformed() {
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("array-form");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let hints = format!("{prefix}:hints");
+    let ByHand {
+        kills,
+        member,
+        mut events,
+        mut raw,
+        hints,
+        ..
+    } = one_replica_by_hand(&redis.url, "array-form").await;
+    let member = &member;
     let until = wall_ms() + 30_000;
     // Neither is the documented object: `{"v":1,"name":...,"killed":...}`.
     let array_hint = format!(
@@ -192,7 +197,7 @@ async fn a_message_that_is_a_json_array_is_refused_as_malformed() {
         wall_ms()
     );
     publish(&mut raw, &hints, &array_hint).await;
-    publish(&mut raw, &format!("{prefix}:kills"), r#"[1,"model",true]"#).await;
+    publish(&mut raw, &kills, r#"[1,"model",true]"#).await;
     let other = refusals(&mut events, 2).await;
     assert!(other.is_empty(), "believed: {other:?}");
     assert!(!member.stop.is_killed());
@@ -205,12 +210,14 @@ async fn a_payload_that_is_not_utf8_is_refused_as_malformed() {
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("bad-utf8");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let kills = format!("{prefix}:kills");
+    let ByHand {
+        member,
+        mut events,
+        mut raw,
+        kills,
+        ..
+    } = one_replica_by_hand(&redis.url, "bad-utf8").await;
+    let member = &member;
     // In a field the format reads, and in one it ignores: neither is JSON (RFC 8259 text
     // is UTF-8).
     publish_bytes(
@@ -242,12 +249,14 @@ async fn extreme_numbers_in_a_believed_hint_never_panic_and_hold_within_the_long
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("extreme");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let hints = format!("{prefix}:hints");
+    let ByHand {
+        member,
+        mut events,
+        mut raw,
+        hints,
+        ..
+    } = one_replica_by_hand(&redis.url, "extreme").await;
+    let member = &member;
     let sent = [
         // The farthest time there is, from a replica starting at sequence 0.
         hint("edge", "r1", 0, "open", Some(u64::MAX)),
@@ -282,12 +291,14 @@ async fn a_replayed_hint_from_a_replicas_earlier_run_is_stale() {
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("replay-run");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let hints = format!("{prefix}:hints");
+    let ByHand {
+        member,
+        mut events,
+        mut raw,
+        hints,
+        ..
+    } = one_replica_by_hand(&redis.url, "replay-run").await;
+    let member = &member;
     // Replica p's first run opens (a cooldown in calls: no time given).
     let old_open = hint("p", "run-1", 7, "open", None);
     publish(&mut raw, &hints, &old_open).await;

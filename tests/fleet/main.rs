@@ -238,6 +238,31 @@ struct Member {
     model: CircuitBreakerLayer,
 }
 
+/// One replica under a fresh prefix named for `test`, its events, and a connection
+/// that publishes on its channels by hand.
+struct ByHand {
+    member: Member,
+    events: tokio::sync::broadcast::Receiver<tower_circuit_breaker::fleet::FleetEvent>,
+    raw: redis::aio::MultiplexedConnection,
+    prefix: String,
+    kills: String,
+    hints: String,
+}
+
+async fn one_replica_by_hand(url: &str, test: &str) -> ByHand {
+    let prefix = unique_prefix(test);
+    let member = members(url, &prefix, 1).await.remove(0);
+    let events = member.fleet.events();
+    ByHand {
+        events,
+        raw: by_hand(url).await,
+        kills: format!("{prefix}:kills"),
+        hints: format!("{prefix}:hints"),
+        prefix,
+        member,
+    }
+}
+
 /// `n` replicas, each sharing kill switch `model` and breaker `model` (following).
 async fn members(url: &str, prefix: &str, n: usize) -> Vec<Member> {
     members_with(url, prefix, n, HintPolicy::Follow).await
@@ -601,13 +626,16 @@ async fn malformed_messages_published_by_hand_are_ignored_and_counted() {
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("malformed");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
-    let kills = format!("{prefix}:kills");
-    let hints = format!("{prefix}:hints");
+    let ByHand {
+        prefix,
+        member,
+        mut events,
+        mut raw,
+        kills,
+        hints,
+        ..
+    } = one_replica_by_hand(&redis.url, "malformed").await;
+    let member = &member;
     let oversized = format!(
         r#"{{"v":1,"name":"model","killed":true,"by":"{}"}}"#,
         "x".repeat(10_000)
@@ -664,11 +692,14 @@ async fn a_published_open_until_far_off_is_capped() {
     let Some(redis) = Redis::get().await else {
         return;
     };
-    let prefix = unique_prefix("cap");
-    let members = members(&redis.url, &prefix, 1).await;
-    let member = &members[0];
-    let mut events = member.fleet.events();
-    let mut raw = by_hand(&redis.url).await;
+    let ByHand {
+        prefix,
+        member,
+        mut events,
+        mut raw,
+        ..
+    } = one_replica_by_hand(&redis.url, "cap").await;
+    let member = &member;
     let ten_days = wall_ms() + 10 * 24 * 3600 * 1000;
     let hint = format!(
         r#"{{"v":1,"replica":"liar","run":"r","seq":1,"name":"model","state":"open","cause":"tripped","at_ms":0,"until_ms":{ten_days}}}"#
