@@ -312,6 +312,15 @@ fn rate_recorder() -> (Readings, impl Fn(&Event<'_>) + Send + Sync + 'static) {
     (rates, observer)
 }
 
+/// The transitions of a probe that goes once the wait in state `from` is over, and
+/// succeeds: half-open, then closed.
+fn probe_closed_from(from: State) -> Vec<(State, State, Cause)> {
+    vec![
+        (from, State::HalfOpen, Cause::CooldownElapsed),
+        (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
+    ]
+}
+
 /// What a recorder heard since the last look.
 fn taken<T>(heard: &Arc<Mutex<Vec<T>>>) -> Vec<T> {
     std::mem::take(&mut *heard.lock().unwrap())
@@ -1073,10 +1082,7 @@ async fn open_for_holds_the_breaker_for_the_duration_then_probes() {
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(
         summary(&drain(&mut transitions)),
-        vec![
-            (State::ForcedOpen, State::HalfOpen, Cause::CooldownElapsed),
-            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
-        ]
+        probe_closed_from(State::ForcedOpen)
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -1577,10 +1583,7 @@ async fn open_for_no_time_makes_the_next_call_the_probe() {
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(
         summary(&drain(&mut changes)),
-        vec![
-            (State::ForcedOpen, State::HalfOpen, Cause::CooldownElapsed),
-            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
-        ]
+        probe_closed_from(State::ForcedOpen)
     );
 }
 
@@ -3964,10 +3967,7 @@ async fn reading_the_state_after_the_cooldown_changes_nothing_until_the_next_cal
     assert_eq!(got(&mut svc, Req::Ok).await, Ok(Source::Probe));
     assert_eq!(
         summary(&drain(&mut transitions)),
-        vec![
-            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
-            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
-        ]
+        probe_closed_from(State::Open)
     );
 }
 
