@@ -65,7 +65,8 @@ pub enum Event<'a> {
         ///   thousand successes, with a threshold of 4, read 50).
         failure_rate: Option<f64>,
     },
-    /// A call was not made.
+    /// A call was not made. Not reported in disabled mode, which counts and reports
+    /// nothing (a call the kill switch skips included).
     Skipped {
         /// The breaker's name.
         name: &'a str,

@@ -784,12 +784,14 @@ impl Entry {
 
     /// Within `reach`, with no call in flight and no handle held: the registry's
     /// reference is the only one. (Under the shard's write lock nobody can take another.)
+    /// A half-open breaker with nothing in flight has no probe under way: it is waiting
+    /// for one as an open breaker past its cooldown is, and goes as one.
     fn evictable(&self, reach: Reach) -> bool {
         Arc::strong_count(&self.shared) == 1
             && match self.shared.published_state() {
                 State::Closed => true,
-                State::Open => reach == Reach::Open,
-                State::HalfOpen | State::ForcedOpen => false,
+                State::Open | State::HalfOpen => reach == Reach::Open,
+                State::ForcedOpen => false,
             }
     }
 }
@@ -799,9 +801,9 @@ impl Entry {
 enum Reach {
     /// Closed ones: nothing is forgotten but their counts.
     Closed,
-    /// Open ones too (opened by failures; never one a person forced open, or one
-    /// half-open): only past twice the capacity, so that keys that fail cannot grow the
-    /// registry without bound.
+    /// Open ones too (opened by failures, or half-open with no probe under way; never one
+    /// a person forced open): only past twice the capacity, so that keys that fail cannot
+    /// grow the registry without bound.
     Open,
 }
 

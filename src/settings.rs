@@ -112,7 +112,8 @@ pub enum Mode {
     /// ([`Source::Shadowed`](crate::Source::Shadowed)).
     ObserveOnly = 1,
     /// Pass-through: nothing is decided and nothing is recorded. The kill switch still
-    /// applies, because it is a person's decision. The state is kept as it was, and
+    /// applies, because it is a person's decision (a call it skips is not counted or
+    /// reported either: nothing is). The state is kept as it was, and
     /// time alone still moves it: a half-open breaker whose dwell limit passes re-opens
     /// (and an open one's wait runs on), as the snapshot then shows.
     Disabled = 2,

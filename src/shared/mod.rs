@@ -205,12 +205,14 @@ impl Shared {
         Decision::Call(Permit::new(self.clone(), ticket))
     }
 
-    /// Counts a skip (not in disabled mode, which counts nothing) and reports it.
+    /// Counts a skip and reports it; in disabled mode, which counts and reports nothing
+    /// (a killed call included), neither.
     #[inline(always)]
     fn skipped(&self, door: &Door, skip: Skip) -> Skip {
-        if door.mode() != Mode::Disabled {
-            self.tally.skipped(skip.reason());
+        if door.mode() == Mode::Disabled {
+            return skip;
         }
+        self.tally.skipped(skip.reason());
         if self.events.observed() {
             self.events.skipped(&skip);
         }
