@@ -2,6 +2,7 @@
 //! npm registry (see `servers.rs`), started over stdio.
 #![cfg(unix)]
 
+mod adversarial;
 mod agent;
 mod attacks;
 mod calls;
