@@ -248,6 +248,30 @@ impl Origin {
 /// # Ok(()) }
 /// ```
 ///
+/// # Keeping the stack's response type
+///
+/// Unlike `timeout` or `retry`, the breaker changes the response type, from `T` to
+/// `Answer<T>`. Where a stack's response type is fixed (a server framework, a client
+/// library's middleware slot), unwrap it outside the breaker with
+/// `map_response(Answer::into_inner)`; the caller then can no longer tell a fallback's
+/// answer from the service's. For HTTP, `http::ProvenanceLayer` (feature `http`) unwraps
+/// it and keeps the provenance on the response, as a header and an extension.
+///
+/// ```
+/// use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::{Answer, CircuitBreakerLayer};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = CircuitBreakerLayer::builder().build()?;
+/// let mut svc = ServiceBuilder::new()
+///     .map_response(Answer::into_inner)
+///     .layer(breaker)
+///     .service(service_fn(|q: String| async move { Ok::<_, std::io::Error>(q) }));
+/// let answer: String = svc.ready().await?.call("2+2".into()).await?;
+/// assert_eq!(answer, "2+2");
+/// # Ok(()) }
+/// ```
+///
 /// # Tool adapters
 ///
 /// A tool's service that answers `Answer<reqwest::Response>` becomes one that answers

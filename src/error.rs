@@ -246,7 +246,9 @@ impl Rejected {
         self.skip.next_probe()
     }
 
-    /// How long from `now` until a probe may go, when the wait is known in time.
+    /// How long from `now` until a probe may go, when the wait is known in time. `now`
+    /// is on the breaker's clock: `tokio::time::Instant::now().into_std()` (see
+    /// [`NextProbe`]).
     pub fn retry_after_from(&self, now: Instant) -> Option<Duration> {
         self.skip.next_probe().retry_after(now)
     }

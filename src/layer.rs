@@ -56,6 +56,44 @@ use crate::shared::Shared;
 /// # Ok(()) }
 /// ```
 ///
+/// # With `retry`
+///
+/// A `retry` inside the breaker (after it in a `ServiceBuilder`) makes one outcome per
+/// call, however many attempts it took: the breaker counts a failure only when every
+/// attempt failed. A `retry` outside it sends each attempt through the breaker, so each
+/// failed attempt counts; once the breaker opens, each further attempt fails at once
+/// with [`Rejected`](crate::error::Rejected) (no fallback set) or is answered by the
+/// fallback, without reaching the service. A retry policy outside should not retry a
+/// `Rejected`: it can only be rejected again until the next probe
+/// ([`Rejected::next_probe`](crate::error::Rejected::next_probe)).
+///
+/// ```
+/// use std::future::{ready, Ready};
+/// use tower::retry::Policy;
+/// use tower::BoxError;
+/// use tower_circuit_breaker::error::Rejected;
+///
+/// /// Retries a failed call up to its count more times, never one the breaker turned away.
+/// #[derive(Clone)]
+/// struct Attempts(usize);
+///
+/// impl<Req: Clone, Res> Policy<Req, Res, BoxError> for Attempts {
+///     type Future = Ready<()>;
+///     fn retry(&mut self, _: &mut Req, result: &mut Result<Res, BoxError>) -> Option<Ready<()>> {
+///         match result {
+///             Err(error) if error.downcast_ref::<Rejected>().is_none() && self.0 > 0 => {
+///                 self.0 -= 1;
+///                 Some(ready(()))
+///             }
+///             _ => None,
+///         }
+///     }
+///     fn clone_request(&mut self, request: &Req) -> Option<Req> {
+///         Some(request.clone())
+///     }
+/// }
+/// ```
+///
 /// # Clone
 ///
 /// Every service this layer makes, and every clone of the layer, shares one breaker:

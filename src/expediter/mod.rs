@@ -15,8 +15,12 @@
 //! - one circuit breaker per tool, all obeying one [`KillSwitch`]; wrap each tool's
 //!   service with [`Expediter::layer`];
 //! - a failure budget shared by all tools for a cycle (default 5): every failure a
-//!   breaker records counts once, a systemic event counts once for all its failures,
-//!   and when it is used up every decision is a pause;
+//!   breaker records counts once, a failed probe's too, a systemic event counts once for
+//!   all its failures, and when it is used up every decision is a pause. So a tool that
+//!   stays down spends one more with each probe (every 3rd decision about it, by
+//!   default), even while its alternative does its work, until every tool pauses: start
+//!   a [new cycle](Expediter::new_cycle), or [force its breaker
+//!   open](crate::CircuitBreakerHandle::force_open) to stop its probes;
 //! - cascade detection: a breaker opening on the error signature (connection refused,
 //!   permission denied...) another open breaker opened on, three opening within a short
 //!   window, or a failure with an open breaker's signature that would use up the

@@ -119,6 +119,12 @@ impl Reason {
 }
 
 /// When a breaker will next let a probe through.
+///
+/// Its instants are `std::time::Instant`s on the breaker's clock, `tokio::time`: pass
+/// `tokio::time::Instant::now().into_std()` as `now` to
+/// [`retry_after`](Self::retry_after). It reads the same as `std::time::Instant::now()`
+/// unless tokio's clock is paused or advanced (`start_paused` tests), where only tokio's
+/// is right.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextProbe {
     /// The breaker is closed: calls go through, no probe is needed.
