@@ -251,7 +251,8 @@ impl Origin {
 /// # Keeping the stack's response type
 ///
 /// Unlike `timeout` or `retry`, the breaker changes the response type, from `T` to
-/// `Answer<T>`. Where a stack's response type is fixed (a server framework, a client
+/// `Answer<T>`. An answer derefs to its response (`answer.len()`, `&*answer`), so code
+/// that only reads it needs no change. Where a stack's response type is fixed (a server framework, a client
 /// library's middleware slot), unwrap it outside the breaker with
 /// `map_response(Answer::into_inner)`; the caller then can no longer tell a fallback's
 /// answer from the service's. For HTTP, `http::ProvenanceLayer` (feature `http`) unwraps
@@ -439,5 +440,34 @@ impl<T> Answer<T> {
     {
         let origin = self.origin;
         Ok(Answer::from_parts(f(self.value).await?, origin))
+    }
+}
+
+/// The response, read through its answer (`answer.len()`, `&*answer`), as
+/// [`get_ref`](Answer::get_ref) gives it.
+///
+/// ```
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = CircuitBreakerLayer::builder().build()?;
+/// let svc = layer.layer(service_fn(|q: String| async move { Ok::<_, std::io::Error>(q) }));
+/// let answer = svc.oneshot("hello".to_string()).await?;
+/// assert_eq!(answer.len(), 5);
+/// assert_eq!(&*answer, "hello");
+/// # Ok(()) }
+/// ```
+impl<T> std::ops::Deref for Answer<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.get_ref()
+    }
+}
+
+impl<T> std::ops::DerefMut for Answer<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.get_mut()
     }
 }

@@ -217,7 +217,7 @@ fn informational_success_and_redirect_statuses_are_successes() {
 }
 
 #[test]
-fn a_4xx_other_than_429_is_the_callers_fault_not_a_failure() {
+fn a_4xx_other_than_429_and_408_is_the_callers_fault_not_a_failure() {
     let classifier = HttpClassifier::new();
     for code in [400, 401, 403, 404, 409, 413, 422] {
         assert_eq!(
@@ -229,9 +229,10 @@ fn a_4xx_other_than_429_is_the_callers_fault_not_a_failure() {
 }
 
 #[test]
-fn a_5xx_or_a_429_is_a_failure_named_by_its_status() {
+fn a_5xx_a_429_or_a_408_is_a_failure_named_by_its_status() {
     let classifier = HttpClassifier::new();
     for (code, message) in [
+        (408, "408 Request Timeout"),
         (429, "429 Too Many Requests"),
         (500, "500 Internal Server Error"),
         (502, "502 Bad Gateway"),

@@ -25,14 +25,16 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | `Err(_)`: the request never got an answer (connection refused or reset, a timeout, a body that broke off) | failure, with the error's text as its message |
 /// | `Err(_)` that is a [`BodyTooLarge`] (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer)) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
 /// | `Err(_)` that is a [`BodyBrokeOff`] (a 429 or 5xx response whose body broke off while an [`ErrorBodyLayer`](super::ErrorBodyLayer) or a [`BufferBodyLayer`](super::BufferBodyLayer) read it) | as the response would be, opening for its wait as below; the message says the body broke off, and why |
-/// | 5xx, 429 | failure, with the status as its message (`503 Service Unavailable`) |
+/// | 5xx, 429, 408 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
 ///
-/// A 4xx other than 429 is the caller's fault, not the service's: a bad request, a
-/// missing model, a rejected key for one request. The service answered, and answered
+/// A 408 Request Timeout is the server giving up on a request it did not get in time:
+/// transient, as a 5xx is (Polly's transient HTTP errors are 5xx and 408 too). Any other
+/// 4xx but 429 is the caller's fault, not the service's: a bad request, a missing model,
+/// a rejected key for one request. The service answered, and answered
 /// correctly; opening the breaker would punish every other caller for one bad request.
 /// Such a 4xx is a success for the breaker (it resets the count of failures in a
 /// row). Handle it in the caller.
@@ -169,7 +171,7 @@ impl HttpClassifier {
         wait: Option<Duration>,
         message: impl FnOnce() -> String,
     ) -> Outcome {
-        if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
+        if !fails_the_service(status) {
             return Outcome::Success;
         }
         let failure = Failure::new(message());
@@ -255,6 +257,14 @@ pub(super) fn requested_wait(status: StatusCode, headers: &HeaderMap) -> Option<
             .get(RETRY_AFTER)
             .and_then(|value| parse_retry_after(value, SystemTime::now()))
     })
+}
+
+/// Whether a response of `status` is a failure of the service: a 5xx, a 429 (too many
+/// requests) or a 408 (the server timed out waiting for the request).
+fn fails_the_service(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
 }
 
 /// OpenAI's `retry-after-ms` header.

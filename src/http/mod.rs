@@ -5,8 +5,8 @@
 //! `http::Request` to `http::Response<B>`, or a `reqwest::Client` with the `reqwest`
 //! feature):
 //!
-//! - [`HttpClassifier`], the breaker's classifier: 5xx, 429 and transport errors are
-//!   failures, other 4xx are not (the caller's fault, not the service's), a
+//! - [`HttpClassifier`], the breaker's classifier: 5xx, 429, 408 and transport errors
+//!   are failures, other 4xx are not (the caller's fault, not the service's), a
 //!   `Retry-After` on a 429 or 503 opens the breaker at once for that long, and an
 //!   `insufficient_quota` error keeps the breaker open until reset;
 //! - [`ErrorBodyLayer`], inside the breaker: reads the start of error bodies into an
