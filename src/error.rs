@@ -127,6 +127,8 @@ pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> St
 pub struct Rejected {
     name: Name,
     skip: Skip,
+    /// The service's own failure that holds the breaker open until a reset, if one does.
+    permanent: Option<Arc<str>>,
 }
 
 /// A breaker's name as a rejection carries it: copied when it is short, as most are,
@@ -218,11 +220,14 @@ mod label {
 }
 
 impl Rejected {
+    /// A rejection of a call skipped as `skip`; `permanent`: the message of the failure
+    /// that holds the breaker open until a reset, when one does.
     #[inline]
-    pub(crate) fn new(name: &BreakerName, skip: Skip) -> Self {
+    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<Arc<str>>) -> Self {
         Rejected {
             name: name.rejected().clone(),
             skip,
+            permanent,
         }
     }
 
@@ -253,6 +258,13 @@ impl Rejected {
         self.skip.next_probe().retry_after(now)
     }
 
+    /// When the breaker is held open until a reset by a failure of the service's own (a
+    /// permanent one: an exhausted quota, a revoked key), what that failure said; a person
+    /// must act before any call is made again.
+    pub fn permanent_failure(&self) -> Option<&str> {
+        self.permanent.as_deref()
+    }
+
     /// How many calls until the probe (1: the next call), when one is scheduled. With a
     /// wait in time (a cooldown in time, a `Retry-After`, a hold) it is usually 1: the first
     /// call once [`retry_after_from`](Self::retry_after_from) has passed.
@@ -272,7 +284,10 @@ impl fmt::Display for Rejected {
                 return f.write_str("it was forced open")
             }
             Reason::ForcedOpen => f.write_str("it was forced open")?,
-            Reason::Open => f.write_str("it is open")?,
+            Reason::Open => match &self.permanent {
+                Some(failure) => write!(f, "it is open after a permanent failure ({failure})")?,
+                None => f.write_str("it is open")?,
+            },
         }
         self.skip.next_probe().tell(f, crate::shared::now())
     }
@@ -283,6 +298,7 @@ impl fmt::Debug for Rejected {
         f.debug_struct("Rejected")
             .field("name", &self.name())
             .field("skip", &self.skip)
+            .field("permanent_failure", &self.permanent)
             .finish()
     }
 }

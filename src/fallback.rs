@@ -57,7 +57,10 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
 
     #[inline(always)]
     fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
-        std::future::ready(Err(Box::new(Rejected::new(&breaker.name, skip))))
+        let permanent = breaker
+            .permanent_failure(&skip)
+            .map(|failure| failure.message);
+        std::future::ready(Err(Box::new(Rejected::new(&breaker.name, skip, permanent))))
     }
 
     fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {

@@ -1193,3 +1193,50 @@ async fn force_open_without_a_fallback_rejects_with_forced_open() {
         "circuit breaker `tool` skipped the call: it was forced open"
     );
 }
+
+/// A breaker held open until a reset by the service's own permanent failure (an
+/// exhausted quota) says so in its rejections, and why; a person's forced open does not
+/// claim one.
+#[tokio::test]
+async fn a_rejection_held_by_a_permanent_failure_names_that_failure() {
+    use tower_circuit_breaker::Failure;
+    let layer = Builder::new()
+        .name("openai")
+        .build()
+        .unwrap()
+        .with_classifier(|result: &Result<&'static str, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure(Failure::new("429: insufficient_quota").permanent()),
+        });
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|fail: bool| async move {
+        if fail {
+            Err(io::Error::other("quota"))
+        } else {
+            Ok("ok")
+        }
+    }));
+    assert!(svc.ready().await.unwrap().call(true).await.is_err());
+    let error = svc.ready().await.unwrap().call(false).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a Rejected error");
+    assert_eq!(rejected.next_probe(), NextProbe::Manual);
+    assert_eq!(
+        rejected.permanent_failure(),
+        Some("429: insufficient_quota")
+    );
+    assert_eq!(
+        rejected.to_string(),
+        "circuit breaker `openai` skipped the call: it is open after a permanent failure \
+         (429: insufficient_quota); closed only by a reset"
+    );
+
+    handle.reset();
+    handle.force_open();
+    let error = svc.ready().await.unwrap().call(false).await.unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a Rejected error");
+    assert_eq!(
+        rejected.permanent_failure(),
+        None,
+        "a person's act, not a failure"
+    );
+}
