@@ -336,7 +336,6 @@ async fn calls_in_flight_at_a_stop_fail_at_once_typed_and_nothing_is_left_runnin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a tool list change whose list never comes blocks the supervisor, so stop() returns with the process alive"]
 async fn a_stop_while_the_server_never_answers_its_changed_tool_list_still_stops_it() -> TestResult
 {
     let Some(servers) = servers::get() else {
