@@ -79,7 +79,10 @@ enum Ended {
 /// that is what happened; otherwise it lives on without a connection, and is stopped.
 async fn output_ended(child: &mut Child, grace: Duration, stderr: &StderrTail) -> Ended {
     match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => Ended::Exited(super::status::Exit::new(status.ok(), stderr.last())),
+        Ok(status) => Ended::Exited(super::status::Exit::new(
+            status.ok(),
+            stderr.last_after_exit().await,
+        )),
         Err(_) => Ended::Lost,
     }
 }
@@ -253,7 +256,7 @@ impl Supervisor {
         let ended = loop {
             tokio::select! {
                 status = child.wait() => {
-                    let exit = super::status::Exit::new(status.ok(), stderr.last());
+                    let exit = super::status::Exit::new(status.ok(), stderr.last_after_exit().await);
                     break Ended::Exited(exit);
                 }
                 // Its output ended with no call under way: out of service at once.
