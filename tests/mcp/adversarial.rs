@@ -462,7 +462,6 @@ async fn every_part_of_a_tool_definition_the_model_sees_is_held_to_a_size() -> T
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: `a`'s tool `b__c` and `a__b`'s tool `c` are both `a__b__c`: the second is dropped silently and the name calls the first"]
 async fn two_servers_whose_tools_meet_at_one_name_are_refused_not_merged() -> TestResult {
     let Some(servers) = servers::get() else {
         return Ok(());
