@@ -492,7 +492,6 @@ async fn two_servers_whose_tools_meet_at_one_name_are_refused_not_merged() -> Te
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a server renaming its tools on every list grows the tool set and its status without bound, past max_tools"]
 async fn a_server_renaming_its_tools_on_every_list_cannot_grow_the_tool_set_without_bound(
 ) -> TestResult {
     let Some(servers) = servers::get() else {
