@@ -21,6 +21,7 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 
 use crate::machine::later;
@@ -34,6 +35,13 @@ use super::tool_list::ToolList;
 const STDERR_LINES: usize = 20;
 /// The longest stderr line kept, and the longest message quoted from the server.
 const MAX_QUOTE: usize = 300;
+/// The most bytes of one stderr line read into memory: its start, enough for
+/// [`MAX_QUOTE`] characters of any width; the rest of a longer line is read and dropped.
+const MAX_STDERR_LINE_BYTES: usize = 4 * MAX_QUOTE;
+/// How long, once a process has exited, its stderr gets to be read to its end, so that
+/// the last line it wrote before it died can say why (a process it launched may hold
+/// the pipe open longer).
+const STDERR_SETTLE: Duration = Duration::from_millis(250);
 /// How long a process that broke its handshake gets to exit, so its exit status can be
 /// told.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -70,31 +78,105 @@ impl ClientHandler for Handler {
     }
 }
 
-/// The last lines a process wrote to stderr.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+/// The last lines a process wrote to stderr, read as bytes to its end: a byte that is
+/// not UTF-8 is replaced, a line longer than [`MAX_STDERR_LINE_BYTES`] is kept cut short
+/// (and the rest read and dropped), so a server cannot stop the reading (its stderr would
+/// then fill, or break) or make it hold more than a bounded amount.
+#[derive(Debug, Clone)]
+pub(crate) struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    /// Whether the reading reached the end of the pipe.
+    done: watch::Receiver<bool>,
+}
 
 impl StderrTail {
-    fn follow(&self, server: Arc<str>, stderr: ChildStderr) {
-        let lines = self.0.clone();
+    fn follow(server: Arc<str>, stderr: ChildStderr) -> StderrTail {
+        let lines: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        let (finished, done) = watch::channel(false);
+        let kept = lines.clone();
         tokio::spawn(async move {
-            let mut reader = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                tracing::debug!(target: "tower_circuit_breaker::mcp", server = %server, "stderr: {}", quote(&line));
-                let mut lines = lines.lock().unwrap_or_else(|p| p.into_inner());
-                if lines.len() == STDERR_LINES {
-                    lines.pop_front();
+            let mut reader = BufReader::new(stderr);
+            let mut line = StderrLine::default();
+            loop {
+                let chunk = match reader.fill_buf().await {
+                    Ok([]) | Err(_) => break,
+                    Ok(chunk) => chunk,
+                };
+                let (read, ended) = match chunk.iter().position(|&b| b == b'\n') {
+                    Some(at) => (at + 1, true),
+                    None => (chunk.len(), false),
+                };
+                line.push(&chunk[..read - usize::from(ended)]);
+                reader.consume(read);
+                if ended {
+                    keep(&server, &kept, line.take());
                 }
-                lines.push_back(quote(&line));
             }
+            if !line.is_empty() {
+                keep(&server, &kept, line.take());
+            }
+            let _ = finished.send(true);
         });
+        StderrTail { lines, done }
     }
 
     /// The last line that is not blank.
     pub(crate) fn last(&self) -> Option<String> {
-        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         lines.iter().rev().find(|l| !l.trim().is_empty()).cloned()
     }
+
+    /// The last line that is not blank, once the process has exited: what it wrote
+    /// before it died read first (at most [`STDERR_SETTLE`]).
+    pub(crate) async fn last_after_exit(&self) -> Option<String> {
+        let mut done = self.done.clone();
+        let _ = tokio::time::timeout(STDERR_SETTLE, done.wait_for(|d| *d)).await;
+        self.last()
+    }
+}
+
+/// One stderr line as it is read: its first [`MAX_STDERR_LINE_BYTES`] bytes, and
+/// whether there were more.
+#[derive(Debug, Default)]
+struct StderrLine {
+    head: Vec<u8>,
+    cut: bool,
+}
+
+impl StderrLine {
+    fn push(&mut self, bytes: &[u8]) {
+        let room = MAX_STDERR_LINE_BYTES - self.head.len();
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.cut |= bytes.len() > room;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.is_empty() && !self.cut
+    }
+
+    /// The line, quoted ([`quote`]: bad UTF-8 replaced, cut short with `…`); the next
+    /// starts empty.
+    fn take(&mut self) -> String {
+        let line = std::mem::take(self);
+        let text = String::from_utf8_lossy(&line.head);
+        let text = text.strip_suffix('\r').unwrap_or(&text);
+        let quoted = quote(text);
+        if line.cut && !quoted.ends_with('…') {
+            format!("{quoted}…")
+        } else {
+            quoted
+        }
+    }
+}
+
+/// Keeps one line of a server's stderr, the oldest dropped past [`STDERR_LINES`].
+fn keep(server: &str, lines: &Mutex<VecDeque<String>>, line: String) {
+    tracing::debug!(target: "tower_circuit_breaker::mcp", server = %server, "stderr: {line}");
+    let mut lines = lines.lock().unwrap_or_else(|p| p.into_inner());
+    if lines.len() == STDERR_LINES {
+        lines.pop_front();
+    }
+    lines.push_back(line);
 }
 
 /// At most [`MAX_QUOTE`] characters of what a server said, control characters escaped.
@@ -210,15 +292,14 @@ pub(crate) async fn start(
         command: config.command_line(),
         message: e.to_string(),
     })?;
-    let stderr = StderrTail::default();
-    if let Some(pipe) = child.stderr.take() {
-        stderr.follow(config.name.clone(), pipe);
-    }
-    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+    let (Some(stdout), Some(stdin), Some(pipe)) =
+        (child.stdout.take(), child.stdin.take(), child.stderr.take())
+    else {
         return Err(StartError::Handshake {
-            message: "its stdin or stdout could not be opened".into(),
+            message: "its stdin, stdout or stderr could not be opened".into(),
         });
     };
+    let stderr = StderrTail::follow(config.name.clone(), pipe);
     let transport =
         AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(config.max_message_bytes);
     let handler = Handler {
@@ -291,7 +372,7 @@ async fn broken_start(child: &mut Child, stderr: &StderrTail, error: StartError)
             // It exited; what it launched may not have.
             kill_group(pid);
             StartError::Exited {
-                exit: Exit::new(Some(status), stderr.last()),
+                exit: Exit::new(Some(status), stderr.last_after_exit().await),
             }
         }
         None => {
@@ -399,5 +480,25 @@ pub(crate) async fn stop(
             child.try_wait().ok().flatten()
         }
     };
-    Exit::new(status, stderr.last())
+    Exit::new(status, stderr.last_after_exit().await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stderr_line_is_kept_cut_short_and_bad_utf8_replaced() {
+        let mut line = StderrLine::default();
+        line.push(b"\xff\xfebad\r");
+        assert_eq!(line.take(), "\u{fffd}\u{fffd}bad");
+        for _ in 0..1000 {
+            line.push(&[b'x'; 1024]);
+        }
+        assert!(line.head.len() <= MAX_STDERR_LINE_BYTES);
+        let long = line.take();
+        assert!(long.ends_with('…'), "{long}");
+        assert_eq!(long.chars().count(), MAX_QUOTE + 1);
+        assert!(line.is_empty());
+    }
 }

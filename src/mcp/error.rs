@@ -62,6 +62,34 @@ pub enum McpConfigError {
     /// Two servers of one tool set share a name.
     #[error("server `{0}` is added twice")]
     DuplicateServer(String),
+    /// A tool of the server has the name (`server__tool`) of another server's tool in
+    /// the same tool set (server `a`'s tool `b__c` and server `a__b`'s tool `c`): the
+    /// name stays with the tool that had it first.
+    #[error("server `{server}`'s tool `{tool}` would be `{name}`, which is already server `{taken_by}`'s tool")]
+    ToolNameTaken {
+        /// The name both tools would have.
+        name: String,
+        /// The server refused.
+        server: String,
+        /// Its tool.
+        tool: String,
+        /// The server whose tool has the name.
+        taken_by: String,
+    },
+    /// The server has had as many tools declared in the tool set as it may (its
+    /// expected tools and twice its `max_tools`: the expediter keeps every tool it is
+    /// given): a new name is not declared.
+    #[error(
+        "server `{server}` has had {limit} tools declared, as many as it may; `{tool}` is not"
+    )]
+    TooManyTools {
+        /// The server.
+        server: String,
+        /// The tool not declared.
+        tool: String,
+        /// How many of its tools may be declared.
+        limit: usize,
+    },
     /// The expediter refused a tool of the server.
     #[error("server `{server}`: {source}")]
     Expediter {

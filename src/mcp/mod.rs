@@ -106,6 +106,7 @@ mod config;
 mod connection;
 mod error;
 mod offer;
+mod relist;
 mod restart;
 mod server;
 mod service;

@@ -2,7 +2,7 @@
 //! behind one lock, its status published to watchers, and changes delivered to
 //! observers in order, outside the lock.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,8 +46,12 @@ pub(crate) struct Connection {
 struct State {
     status: ServerStatus,
     connection: Option<Arc<Connection>>,
-    /// Every tool name a list of this server ever had.
-    listed: HashSet<Arc<str>>,
+    /// Tool names its lists had, each with the number of the last list that had it
+    /// (those of the last list, and at most `max_tools` that vanished, the most
+    /// recently listed).
+    listed: HashMap<Arc<str>, u64>,
+    /// How many tool lists it has had.
+    lists: u64,
 }
 
 /// What every part of a server shares.
@@ -98,7 +102,7 @@ impl Shared {
             return Ok(connection);
         }
         let tool: Arc<str> = tool.into();
-        if state.listed.contains(&tool) {
+        if state.listed.contains_key(&tool) {
             Err(McpError::ToolVanished { server, tool })
         } else {
             Err(McpError::UnknownTool { server, tool })
@@ -114,19 +118,13 @@ impl Shared {
                 status,
                 connection,
                 listed,
+                lists,
             } = &mut *state;
             let before = status.clone();
             f(status, connection);
-            // The tools an earlier list had and this one does not.
             if status.tools != before.tools {
-                let now: HashSet<&str> = status.tools.names().collect();
-                listed.extend(status.tools.names().map(Arc::from));
-                status.vanished = listed
-                    .iter()
-                    .filter(|t| !now.contains(&***t))
-                    .cloned()
-                    .collect();
-                status.vanished.sort();
+                status.vanished =
+                    vanished(listed, lists, &status.tools, self.config.limits.max_tools);
             }
             if *status == before {
                 return;
@@ -234,6 +232,42 @@ impl Shared {
     }
 }
 
+/// Notes a new tool list in `listed` and returns the tools an earlier list had and this
+/// one does not, sorted: the `max` most recently listed of them; older ones are
+/// forgotten (a call of one is then of a tool the server does not have), so a server
+/// renaming its tools holds no more than its last list and `max` names.
+fn vanished(
+    listed: &mut HashMap<Arc<str>, u64>,
+    lists: &mut u64,
+    tools: &ToolList,
+    max: usize,
+) -> Vec<Arc<str>> {
+    *lists += 1;
+    let this = *lists;
+    for name in tools.names() {
+        match listed.get_mut(name) {
+            Some(seen) => *seen = this,
+            None => {
+                listed.insert(name.into(), this);
+            }
+        }
+    }
+    let mut gone: Vec<(u64, Arc<str>)> = listed
+        .iter()
+        .filter(|(_, seen)| **seen != this)
+        .map(|(name, seen)| (*seen, name.clone()))
+        .collect();
+    if gone.len() > max {
+        gone.sort_unstable_by_key(|(seen, _)| std::cmp::Reverse(*seen));
+        for (_, forgotten) in gone.drain(max..) {
+            listed.remove(&forgotten);
+        }
+    }
+    let mut names: Vec<Arc<str>> = gone.into_iter().map(|(_, name)| name).collect();
+    names.sort();
+    names
+}
+
 /// A supervised stdio MCP server. See the [module docs](super).
 ///
 /// # Clone
@@ -288,7 +322,8 @@ impl McpServer {
             state: Mutex::new(State {
                 status: status.clone(),
                 connection: None,
-                listed: HashSet::new(),
+                listed: HashMap::new(),
+                lists: 0,
             }),
             watch: watch::Sender::new(status),
             observers: RwLock::new(Vec::new()),
@@ -418,5 +453,37 @@ impl fmt::Debug for McpServer {
             .field("command", &self.shared.config.command_line())
             .field("status", &self.status().state.as_str())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(names: &[&str]) -> ToolList {
+        let tools = names
+            .iter()
+            .map(|n| {
+                serde_json::from_value(
+                    serde_json::json!({"name": n, "inputSchema": {"type": "object"}}),
+                )
+                .expect("a tool")
+            })
+            .collect();
+        ToolList::check(tools, &super::super::tool_list::ToolLimits::default())
+    }
+
+    #[test]
+    fn vanished_names_are_the_most_recently_listed_within_the_bound() {
+        let (mut listed, mut lists) = (HashMap::new(), 0);
+        for n in 0..100 {
+            let name = format!("t_{n}");
+            let gone = vanished(&mut listed, &mut lists, &list(&[&name, "stays"]), 3);
+            assert!(gone.len() <= 3, "{gone:?}");
+        }
+        let gone = vanished(&mut listed, &mut lists, &list(&["stays"]), 3);
+        let gone: Vec<&str> = gone.iter().map(|n| &**n).collect();
+        assert_eq!(gone, ["t_97", "t_98", "t_99"]);
+        assert_eq!(listed.len(), 4, "the list's name and three vanished");
     }
 }

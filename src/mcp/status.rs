@@ -171,7 +171,8 @@ pub struct ServerStatus {
     pub generation: u64,
     /// Its tools as last read (kept while it is down: they are what it offered).
     pub tools: ToolList,
-    /// Tools an earlier tool list had that the last one does not.
+    /// Tools an earlier tool list had that the last one does not: at most its
+    /// `max_tools`, the most recently listed (older ones are forgotten).
     pub vanished: Vec<Arc<str>>,
     /// Counts every change, so that two statuses can be ordered.
     pub seq: u64,

@@ -23,6 +23,7 @@ use crate::service::CircuitBreaker;
 use super::classify::ServerStarts;
 use super::connection::{self, Notice, Started, StderrTail};
 use super::error::StartError;
+use super::relist::Relist;
 use super::restart::{Next, Restarts};
 use super::server::{Connection, Shared};
 use super::status::{Down, ServerState};
@@ -78,7 +79,10 @@ enum Ended {
 /// that is what happened; otherwise it lives on without a connection, and is stopped.
 async fn output_ended(child: &mut Child, grace: Duration, stderr: &StderrTail) -> Ended {
     match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => Ended::Exited(super::status::Exit::new(status.ok(), stderr.last())),
+        Ok(status) => Ended::Exited(super::status::Exit::new(
+            status.ok(),
+            stderr.last_after_exit().await,
+        )),
         Err(_) => Ended::Lost,
     }
 }
@@ -248,10 +252,11 @@ impl Supervisor {
             *current = Some(connection);
         });
         let grace = self.shared.config.stop_timeout;
+        let mut relist = Relist::new(self.shared.clone(), generation);
         let ended = loop {
             tokio::select! {
                 status = child.wait() => {
-                    let exit = super::status::Exit::new(status.ok(), stderr.last());
+                    let exit = super::status::Exit::new(status.ok(), stderr.last_after_exit().await);
                     break Ended::Exited(exit);
                 }
                 // Its output ended with no call under way: out of service at once.
@@ -260,14 +265,14 @@ impl Supervisor {
                     break output_ended(&mut child, grace, &stderr).await;
                 }
                 notice = self.notices.recv() => match notice {
-                    Some(Notice::ToolsChanged(g)) if g == generation => {
-                        self.shared.refresh_tools(generation).await;
-                    }
+                    Some(Notice::ToolsChanged(g)) if g == generation => relist.changed(),
                     Some(Notice::Closed(g)) if g == generation => {
                         break output_ended(&mut child, grace, &stderr).await;
                     }
                     _ => {}
                 },
+                // Beside the rest: a read the server never answers holds up nothing.
+                () = relist.finished() => relist.done(),
                 transition = self.transitions.recv() => {
                     if let Ok(t) = transition {
                         if t.to == State::Open && t.cause == Cause::Tripped {
@@ -285,6 +290,8 @@ impl Supervisor {
                 },
             }
         };
+        // A read of its tool list under way ends with it.
+        drop(relist);
         // Out of service from now: no call goes to this process any more, and while it
         // is being stopped its status says what comes next, never that it serves. (A
         // process that exited needs no stopping: `down` says so at once.)

@@ -14,10 +14,18 @@ pub(crate) struct ToolLimits {
     pub(crate) max_tools: usize,
     /// More pages than this and the whole list is refused.
     pub(crate) max_pages: usize,
-    /// A longer description and the tool is refused.
+    /// A longer description (in characters) and the tool is refused.
     pub(crate) max_description: usize,
-    /// A larger input schema (as JSON) and the tool is refused.
+    /// A longer title (in characters) and the tool is refused.
+    pub(crate) max_title: usize,
+    /// A larger input schema, or output schema, (as JSON) and the tool is refused.
     pub(crate) max_schema_bytes: usize,
+    /// Larger annotations, icons and `_meta`, together (as JSON), and the tool is
+    /// refused.
+    pub(crate) max_other_bytes: usize,
+    /// A larger definition, all of it (as JSON, as the model is offered it), and the
+    /// tool is refused: the bound on what one tool adds to the model's context.
+    pub(crate) max_definition_bytes: usize,
 }
 
 impl Default for ToolLimits {
@@ -26,7 +34,10 @@ impl Default for ToolLimits {
             max_tools: 1024,
             max_pages: 64,
             max_description: 16 * 1024,
+            max_title: 1024,
             max_schema_bytes: 256 * 1024,
+            max_other_bytes: 16 * 1024,
+            max_definition_bytes: 288 * 1024,
         }
     }
 }
@@ -50,10 +61,12 @@ impl fmt::Display for RefusedTool {
 }
 
 /// A server's tools as read when it last started (or changed its list), checked: names
-/// of 1 to 128 letters, digits, `_`, `-` or `.`, unique; an input schema that is a JSON
-/// object of `"type": "object"`, within a size; a description within a length. A tool
-/// that fails is refused (and said why); a list with too many tools or pages is refused
-/// whole.
+/// of 1 to 128 letters, digits, `_`, `-` or `.`, unique; an input schema, and an output
+/// schema if it has one, of `"type": "object"`, each within 256 KiB; a description
+/// within 16 Ki characters and a title within 1,024; its annotations, icons and `_meta`
+/// within 16 KiB together; and the whole definition, as the model is offered it, within
+/// 288 KiB. A tool that fails is refused (and said why); a list with too many tools or
+/// pages is refused whole.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolList {
     tools: Arc<[Tool]>,
@@ -130,37 +143,75 @@ fn refusal(tool: &Tool, limits: &ToolLimits, seen: &HashSet<String>) -> Option<S
     if seen.contains(name) {
         return Some("the server lists it twice; the first is kept".into());
     }
-    match tool.input_schema.get("type") {
-        Some(serde_json::Value::String(t)) if t == "object" => {}
-        Some(other) => {
-            return Some(format!(
-                "its input schema's type is {other}, not \"object\""
-            ))
+    for (which, schema) in [
+        ("input schema", Some(&tool.input_schema)),
+        ("output schema", tool.output_schema.as_ref()),
+    ] {
+        let Some(schema) = schema else { continue };
+        match schema.get("type") {
+            Some(serde_json::Value::String(t)) if t == "object" => {}
+            Some(other) => return Some(format!("its {which}'s type is {other}, not \"object\"")),
+            None => return Some(format!("its {which} has no type (it must be \"object\")")),
         }
-        None => return Some("its input schema has no type (it must be \"object\")".into()),
-    }
-    if let Some(properties) = tool.input_schema.get("properties") {
-        if !properties.is_object() {
-            return Some("its input schema's properties are not an object".into());
+        if let Some(properties) = schema.get("properties") {
+            if !properties.is_object() {
+                return Some(format!("its {which}'s properties are not an object"));
+            }
         }
     }
-    let schema_bytes = serde_json::to_vec(&*tool.input_schema).map_or(usize::MAX, |v| v.len());
-    if schema_bytes > limits.max_schema_bytes {
-        return Some(format!(
-            "its input schema is {schema_bytes} bytes, more than {}",
-            limits.max_schema_bytes
-        ));
-    }
-    if let Some(description) = &tool.description {
-        let chars = description.chars().count();
-        if chars > limits.max_description {
-            return Some(format!(
-                "its description is {chars} characters, more than {}",
-                limits.max_description
-            ));
+    let chars = |text: Option<&str>| text.map_or(0, |t| t.chars().count());
+    let other = (tool.annotations.as_ref().map_or(0, json_bytes))
+        .saturating_add(tool.icons.as_ref().map_or(0, json_bytes))
+        .saturating_add(tool.meta.as_ref().map_or(0, json_bytes));
+    let sizes = [
+        (
+            "description is",
+            "characters",
+            chars(tool.description.as_deref()),
+            limits.max_description,
+        ),
+        (
+            "title is",
+            "characters",
+            chars(tool.title.as_deref()),
+            limits.max_title,
+        ),
+        (
+            "input schema is",
+            "bytes",
+            json_bytes(&*tool.input_schema),
+            limits.max_schema_bytes,
+        ),
+        (
+            "output schema is",
+            "bytes",
+            tool.output_schema.as_deref().map_or(0, json_bytes),
+            limits.max_schema_bytes,
+        ),
+        (
+            "annotations, icons and _meta come to",
+            "bytes",
+            other,
+            limits.max_other_bytes,
+        ),
+        (
+            "definition is",
+            "bytes",
+            json_bytes(tool),
+            limits.max_definition_bytes,
+        ),
+    ];
+    for (part, unit, size, limit) in sizes {
+        if size > limit {
+            return Some(format!("its {part} {size} {unit}, more than {limit}"));
         }
     }
     None
+}
+
+/// The size of `value` as JSON (as large as can be, if it cannot be written).
+fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
 }
 
 /// A name fit to print: control characters escaped, at most 80 characters.
@@ -221,6 +272,68 @@ mod tests {
             list.refusal("wordy").map(|r| r.name.as_str()),
             Some("wordy")
         );
+    }
+
+    #[test]
+    fn every_part_of_a_definition_is_held_to_a_size_and_an_output_schema_to_an_object() {
+        let big = "b".repeat(40);
+        let listed = vec![
+            tool(json!({"name": "title", "title": big, "inputSchema": {"type": "object"}})),
+            tool(json!({"name": "out", "inputSchema": {"type": "object"},
+                "outputSchema": {"type": "object", "description": big}})),
+            tool(
+                json!({"name": "out_array", "inputSchema": {"type": "object"},
+                "outputSchema": {"type": "array"}}),
+            ),
+            tool(json!({"name": "notes", "inputSchema": {"type": "object"},
+                "annotations": {"title": big}})),
+            tool(json!({"name": "meta", "inputSchema": {"type": "object"},
+                "_meta": {"k": big}})),
+            tool(
+                json!({"name": "whole", "description": "d".repeat(100), "title": "t".repeat(10),
+                "inputSchema": {"type": "object", "description": "s"}}),
+            ),
+            tool(
+                json!({"name": "small", "title": "Small", "inputSchema": {"type": "object"},
+                "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}),
+            ),
+        ];
+        let limits = ToolLimits {
+            max_title: 20,
+            max_schema_bytes: 40,
+            max_other_bytes: 30,
+            max_definition_bytes: 140,
+            ..ToolLimits::default()
+        };
+        let list = ToolList::check(listed, &limits);
+        assert_eq!(list.names().collect::<Vec<_>>(), ["small"]);
+        let why = |name: &str| {
+            list.refusal(name)
+                .map(|r| r.why.clone())
+                .unwrap_or_default()
+        };
+        assert!(
+            why("title").contains("its title is 40 characters, more than 20"),
+            "{}",
+            why("title")
+        );
+        assert!(why("out").contains("output schema"), "{}", why("out"));
+        assert!(
+            why("out_array").contains("output schema's type is \"array\""),
+            "{}",
+            why("out_array")
+        );
+        assert!(
+            why("notes").contains("annotations, icons and _meta"),
+            "{}",
+            why("notes")
+        );
+        assert!(
+            why("meta").contains("annotations, icons and _meta"),
+            "{}",
+            why("meta")
+        );
+        assert!(why("whole").contains("its definition"), "{}", why("whole"));
     }
 
     #[test]

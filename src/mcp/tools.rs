@@ -235,12 +235,25 @@ impl McpTools {
     /// expediter, and so do tools it lists later (after a restart or a change of its
     /// list); each one's availability follows the server's status from now on.
     ///
+    /// Two tools never share a name: a server one of whose tools (expected or listed)
+    /// would have the name of another server's tool is refused whole, and a tool a
+    /// server lists later under a name another server's tool has is not declared (the
+    /// name keeps calling the tool that had it first; a warning says why). A server has
+    /// at most its expected tools and twice its
+    /// [`max_tools`](super::McpServerBuilder::max_tools) declared (the expediter keeps
+    /// every tool it is given, so a server that renames its tools cannot grow the set
+    /// without bound): later new names are not declared, with a warning.
+    ///
     /// # Errors
     ///
-    /// [`McpConfigError::DuplicateServer`], or [`McpConfigError::Expediter`] when the
-    /// expediter refuses a tool's capability entry (a spec not named as it must be is
+    /// [`McpConfigError::DuplicateServer`]; [`McpConfigError::ToolNameTaken`] (nothing
+    /// of the server is added); or [`McpConfigError::Expediter`] when the expediter
+    /// refuses a tool's capability entry (a spec not named as it must be is
     /// [`ExpediterError::UnknownTool`]).
     pub fn add_server(&self, server: &McpServer) -> Result<(), McpConfigError> {
+        let status = server.status();
+        let expected = server.shared.config.expected.clone();
+        let listed: Vec<Tool> = status.tools.tools().to_vec();
         let index = {
             let mut servers = self
                 .inner
@@ -250,25 +263,40 @@ impl McpTools {
             if servers.iter().any(|(s, _)| s.name() == server.name()) {
                 return Err(McpConfigError::DuplicateServer(server.name().to_string()));
             }
+            // A name another server's tool has refuses the server before any of it is
+            // declared.
+            let names = expected
+                .iter()
+                .map(|t| &**t)
+                .chain(listed.iter().map(|t| &*t.name));
+            for tool in names {
+                let name = McpTools::name_of(server.name(), tool);
+                let taken = self.entries().get(&*name).map(|e| e.server);
+                if let Some(taken) = taken {
+                    return Err(McpConfigError::ToolNameTaken {
+                        name,
+                        server: server.name().to_string(),
+                        tool: tool.to_string(),
+                        taken_by: servers[taken].0.name().to_string(),
+                    });
+                }
+            }
             servers.push((
                 server.clone(),
                 Arc::new((Mutex::new(Syncing::default()), Condvar::new())),
             ));
             servers.len() - 1
         };
-        let status = server.status();
-        let expected = server.shared.config.expected.clone();
-        let listed: Vec<Tool> = status.tools.tools().to_vec();
         for tool in &expected {
             self.declare(
                 index,
-                server.name(),
+                server,
                 tool,
                 listed.iter().find(|t| t.name == **tool),
             )?;
         }
         for tool in &listed {
-            self.declare(index, server.name(), &tool.name, Some(tool))?;
+            self.declare(index, server, &tool.name, Some(tool))?;
         }
         let weak = Arc::downgrade(&self.inner);
         server.on_change(move |_| {
@@ -280,18 +308,50 @@ impl McpTools {
         Ok(())
     }
 
-    /// Declares one tool in the expediter, once.
+    /// Declares one tool of server `index` in the expediter, once: not a name another
+    /// server's tool has, and not past the server's bound on declared tools (its
+    /// expected tools and twice its `max_tools`).
     fn declare(
         &self,
         index: usize,
-        server: &str,
+        server: &McpServer,
         tool: &str,
         definition: Option<&Tool>,
     ) -> Result<(), McpConfigError> {
-        let name: Arc<str> = McpTools::name_of(server, tool).into();
-        if self.entries().contains_key(&name) {
-            return Ok(());
+        let name: Arc<str> = McpTools::name_of(server.name(), tool).into();
+        let (existing, declared) = {
+            let entries = self.entries();
+            let declared = entries.values().filter(|e| e.server == index).count();
+            (entries.get(&name).map(|e| e.server), declared)
+        };
+        match existing {
+            Some(owner) if owner == index => return Ok(()),
+            Some(owner) => {
+                return Err(McpConfigError::ToolNameTaken {
+                    name: name.to_string(),
+                    server: server.name().to_string(),
+                    tool: tool.to_string(),
+                    taken_by: self
+                        .server(owner)
+                        .map(|(s, _)| s.name().to_string())
+                        .unwrap_or_default(),
+                })
+            }
+            None => {}
         }
+        let config = &server.shared.config;
+        let limit = config
+            .expected
+            .len()
+            .saturating_add(config.limits.max_tools.saturating_mul(2));
+        if declared >= limit {
+            return Err(McpConfigError::TooManyTools {
+                server: server.name().to_string(),
+                tool: tool.to_string(),
+                limit,
+            });
+        }
+        let server = server.name();
         let info = ToolInfo {
             name: &name,
             server,
@@ -373,7 +433,7 @@ impl McpTools {
 
     fn push(&self, index: usize, server: &McpServer, status: &ServerStatus) {
         for tool in status.tools.tools() {
-            if let Err(error) = self.declare(index, server.name(), &tool.name, Some(tool)) {
+            if let Err(error) = self.declare(index, server, &tool.name, Some(tool)) {
                 tracing::warn!(target: "tower_circuit_breaker::mcp", server = %server.name(), "a new tool was not declared: {error}");
             }
         }
