@@ -128,7 +128,9 @@ pub struct Rejected {
     name: Name,
     skip: Skip,
     /// The service's own failure that holds the breaker open until a reset, if one does.
-    permanent: Option<Arc<str>>,
+    /// One word (a thin pointer, filled only in that rare state): every rejection is
+    /// boxed, and a larger box costs every rejection.
+    permanent: Option<Arc<String>>,
 }
 
 /// A breaker's name as a rejection carries it: copied when it is short, as most are,
@@ -223,11 +225,11 @@ impl Rejected {
     /// A rejection of a call skipped as `skip`; `permanent`: the message of the failure
     /// that holds the breaker open until a reset, when one does.
     #[inline]
-    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<Arc<str>>) -> Self {
+    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<&str>) -> Self {
         Rejected {
             name: name.rejected().clone(),
             skip,
-            permanent,
+            permanent: permanent.map(|failure| Arc::new(failure.to_owned())),
         }
     }
 
@@ -262,7 +264,7 @@ impl Rejected {
     /// permanent one: an exhausted quota, a revoked key), what that failure said; a person
     /// must act before any call is made again.
     pub fn permanent_failure(&self) -> Option<&str> {
-        self.permanent.as_deref()
+        self.permanent.as_deref().map(String::as_str)
     }
 
     /// How many calls until the probe (1: the next call), when one is scheduled. With a

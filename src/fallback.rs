@@ -57,9 +57,8 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
 
     #[inline(always)]
     fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
-        let permanent = breaker
-            .permanent_failure(&skip)
-            .map(|failure| failure.message);
+        let permanent = breaker.permanent_failure(&skip);
+        let permanent = permanent.as_ref().map(|failure| &*failure.message);
         std::future::ready(Err(Box::new(Rejected::new(&breaker.name, skip, permanent))))
     }
 
