@@ -465,9 +465,3 @@ impl<T> std::ops::Deref for Answer<T> {
         self.get_ref()
     }
 }
-
-impl<T> std::ops::DerefMut for Answer<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        self.get_mut()
-    }
-}

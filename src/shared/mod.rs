@@ -299,16 +299,12 @@ impl Shared {
             && !(Door::may_expire(word) && self.expired())
     }
 
-    /// Whether the published door's deadline has passed; `true` while the door is being
-    /// written (the machine decides again). Out of line: only a half-open with a dwell
+    /// Whether the door's deadline has passed. Out of line: only a half-open with a dwell
     /// limit asks.
     #[cold]
     #[inline(never)]
     fn expired(&self) -> bool {
-        self.published
-            .0
-            .load()
-            .is_none_or(|door| door.expired(&mut self.arrival()))
+        self.door().expired(&mut self.arrival())
     }
 
     /// Records a call's outcome: a success that changes nothing is counted with one
