@@ -15,7 +15,7 @@
 //! coming back is not applied either: the change is applied already, and a later one
 //! read from the key since may be in force.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// How a change from the fleet treats a flip made on the switch itself and not shared
@@ -23,9 +23,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unshared {
     /// The change wins: the key read when the link comes up (what a replica did alone
-    /// is undone), or this replica's own [`Fleet::kill`](super::Fleet::kill). Except a
-    /// flip made while the link was up whose write failed: it was the newest word, and
-    /// while the key still says what was agreed before it, it is kept, to be shared.
+    /// is undone), or this replica's own [`Fleet::kill`](super::Fleet::kill).
     Loses,
     /// The flip wins: it was made after what the fleet says, and is shared next.
     Wins,
@@ -37,8 +35,6 @@ pub(crate) struct Agreed {
     by_name: BTreeMap<Arc<str>, bool>,
     /// Per switch, this replica's changes written whose message has not come back yet.
     unheard: BTreeMap<Arc<str>, u32>,
-    /// Switches flipped while the link was up whose write failed.
-    unwritten: BTreeSet<Arc<str>>,
 }
 
 impl Agreed {
@@ -52,24 +48,11 @@ impl Agreed {
         unshared: Unshared,
     ) -> bool {
         let agreed = self.by_name.entry(name.clone()).or_insert(current);
-        let unwritten = self.unwritten.remove(name);
-        let kept = match unshared {
-            Unshared::Wins => *agreed != current,
-            Unshared::Loses => unwritten && *agreed == killed && current != killed,
-        };
-        if kept {
+        if unshared == Unshared::Wins && *agreed != current {
             return false;
         }
         *agreed = killed;
         current != killed
-    }
-
-    /// The flip of switch `name` to `current` could not be written (the link failed):
-    /// it is not agreed, and the key read when the link is back keeps it if it has not
-    /// moved since (see [`Unshared::Loses`]).
-    pub(crate) fn unwritten(&mut self, name: &Arc<str>, current: bool) {
-        self.by_name.insert(name.clone(), !current);
-        self.unwritten.insert(name.clone());
     }
 
     /// This replica wrote a change of switch `name` to its key and published it.
@@ -162,28 +145,6 @@ mod tests {
         agreed.written("model");
         agreed.resubscribed();
         assert!(agreed.heard("model", false));
-    }
-
-    #[test]
-    fn a_flip_whose_write_failed_is_kept_while_the_key_has_not_moved() {
-        let name: Arc<str> = "model".into();
-        let mut agreed = Agreed::default();
-        assert!(!agreed.told(&name, false, false, Unshared::Wins));
-        assert!(agreed.flipped(&name, true));
-        agreed.unwritten(&name, true);
-        // Back: the key still says not killed, as agreed before the flip. Kept, and
-        // shared next.
-        assert!(!agreed.told(&name, false, true, Unshared::Loses));
-        assert!(agreed.flipped(&name, true));
-        // Once only: the next failure-free read of the key wins again.
-        assert!(agreed.told(&name, false, true, Unshared::Loses));
-        // The key moved meanwhile (another replica killed too): it wins, and agrees.
-        let mut agreed = Agreed::default();
-        assert!(!agreed.told(&name, false, false, Unshared::Wins));
-        assert!(agreed.flipped(&name, true));
-        agreed.unwritten(&name, true);
-        assert!(!agreed.told(&name, true, true, Unshared::Loses));
-        assert!(!agreed.flipped(&name, true), "agreed with the key");
     }
 
     #[test]

@@ -218,17 +218,32 @@ impl Fleet {
     /// itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone): such a flip
     /// is written to the key and published as `kill` would, a moment later, from the
     /// link's task (the switch itself changes at once). Made while the link is down, it
-    /// stays on this replica, and the key wins when the link is back; made while it was
-    /// up but not written (the link failed on the write), it is written when the link
-    /// is back, unless the key has changed since.
+    /// stays on this replica, and the key wins when the link is back.
     ///
     /// # Errors
     ///
-    /// A name that cannot be used in keys, another switch already shared under it
+    /// A name that cannot be used in keys, or whose messages (with this replica's name)
+    /// would be longer than [`FleetBuilder::max_message_bytes`], so that every replica,
+    /// this one included, would refuse them; another switch already shared under it
     /// (sharing the same one again is fine), or this switch already shared under
     /// another name ([`FleetError::SharedAs`]).
     pub fn share_kill_switch(&self, name: &str, switch: &KillSwitch) -> Result<(), FleetError> {
         check_name("kill switch", name)?;
+        let settings = &self.inner.replica.settings;
+        // The longer of this replica's two messages for the switch ("false" > "true").
+        let own = wire::encode(&wire::KillMessage::new(
+            name,
+            false,
+            &settings.replica,
+            &settings.run,
+        ));
+        if own.len() > settings.max_message_bytes {
+            return Err(FleetError::BadName {
+                what: "kill switch",
+                name: name.into(),
+                reason: "its messages would be longer than max_message_bytes",
+            });
+        }
         {
             let mut registry = self.inner.replica.registry();
             match registry.switches.get(name) {

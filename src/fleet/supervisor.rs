@@ -17,8 +17,7 @@
 //! watch); the task writes and publishes the flip unless it made it itself on the
 //! fleet's word ([`agreed`](super::agreed)). Alone, such a flip stays local, and the key
 //! read on reconnection wins over it; up, a flip not yet shared wins over what is heard
-//! meanwhile (it is newer, and is published next), and one whose write fails is written
-//! on reconnection, unless the key has moved since.
+//! meanwhile (it is newer, and is published next).
 //!
 //! Commands go before messages: a breaker's transition already passed to this task is
 //! taken into account (an episode of holds ended by its own probe, say) before the next
@@ -195,13 +194,9 @@ impl Supervisor {
         // itself: a PING on each connection is.
         session.check(wait).await?;
         let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
-        // The keys win over what this replica did while alone; a flip whose write
-        // failed while up, kept, is shared now.
-        self.read_kill_keys(&mut session.conn, names.clone(), Unshared::Loses)
+        // The keys win over what this replica did while alone.
+        self.read_kill_keys(&mut session.conn, names, Unshared::Loses)
             .await?;
-        for name in names {
-            self.share_flip(&mut session, name).await?;
-        }
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -367,10 +362,7 @@ impl Supervisor {
         if !self.agreed.flipped(&name, killed) {
             return Ok(());
         }
-        if let Err(error) = self.write_kill(session, &name, killed).await {
-            self.agreed.unwritten(&name, killed);
-            return Err(error);
-        }
+        self.write_kill(session, &name, killed).await?;
         self.replica.emit(FleetEvent::KillSwitch {
             name,
             killed,
