@@ -319,38 +319,60 @@ impl McpTools {
         definition: Option<&Tool>,
     ) -> Result<(), McpConfigError> {
         let name: Arc<str> = McpTools::name_of(server.name(), tool).into();
-        let (existing, declared) = {
-            let entries = self.entries();
-            let declared = entries.values().filter(|e| e.server == index).count();
-            (entries.get(&name).map(|e| e.server), declared)
-        };
-        match existing {
-            Some(owner) if owner == index => return Ok(()),
-            Some(owner) => {
-                return Err(McpConfigError::ToolNameTaken {
-                    name: name.to_string(),
-                    server: server.name().to_string(),
-                    tool: tool.to_string(),
-                    taken_by: self
-                        .server(owner)
-                        .map(|(s, _)| s.name().to_string())
-                        .unwrap_or_default(),
-                })
-            }
-            None => {}
-        }
         let config = &server.shared.config;
         let limit = config
             .expected
             .len()
             .saturating_add(config.limits.max_tools.saturating_mul(2));
-        if declared >= limit {
-            return Err(McpConfigError::TooManyTools {
+        // The name is checked and taken in one critical section, so that two servers
+        // declaring at once cannot both take it; the expediter is told after, outside the
+        // lock, and the name is given back if it refuses.
+        let taken_by = {
+            let mut entries = self
+                .inner
+                .entries
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            match entries.get(&name).map(|e| e.server) {
+                Some(owner) if owner == index => return Ok(()),
+                Some(owner) => Some(owner),
+                None => {
+                    if entries.values().filter(|e| e.server == index).count() >= limit {
+                        return Err(McpConfigError::TooManyTools {
+                            server: server.name().to_string(),
+                            tool: tool.to_string(),
+                            limit,
+                        });
+                    }
+                    let entry = Entry {
+                        server: index,
+                        tool: tool.into(),
+                    };
+                    entries.insert(name.clone(), entry);
+                    None
+                }
+            }
+        };
+        if let Some(owner) = taken_by {
+            return Err(McpConfigError::ToolNameTaken {
+                name: name.to_string(),
                 server: server.name().to_string(),
                 tool: tool.to_string(),
-                limit,
+                taken_by: self
+                    .server(owner)
+                    .map(|(s, _)| s.name().to_string())
+                    .unwrap_or_default(),
             });
         }
+        let give_back = |error| {
+            let mut entries = self
+                .inner
+                .entries
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            entries.remove(&name);
+            Err(error)
+        };
         let server = server.name();
         let info = ToolInfo {
             name: &name,
@@ -364,25 +386,13 @@ impl McpTools {
             source,
         };
         if spec.name() != &*name {
-            return Err(refused(ExpediterError::UnknownTool(name.to_string())));
+            return give_back(refused(ExpediterError::UnknownTool(name.to_string())));
         }
         match self.inner.expediter.add_tool(spec) {
-            // Declared meanwhile by the server's own change.
-            Ok(()) | Err(ExpediterError::DuplicateTool(_)) => {}
-            Err(error) => return Err(refused(error)),
+            // Declared in the expediter already (by the caller, under this name).
+            Ok(()) | Err(ExpediterError::DuplicateTool(_)) => Ok(()),
+            Err(error) => give_back(refused(error)),
         }
-        self.inner
-            .entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                name,
-                Entry {
-                    server: index,
-                    tool: tool.into(),
-                },
-            );
-        Ok(())
     }
 
     fn entries(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Entry>> {
