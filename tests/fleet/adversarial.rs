@@ -739,7 +739,7 @@ async fn a_kill_switch_whose_messages_cannot_fit_the_limit_is_refused_when_share
     };
     let fleet = Fleet::builder()
         .address(&redis.url)
-        .prefix(&unique_prefix("too-long"))
+        .prefix(unique_prefix("too-long"))
         .replica("r1")
         .max_message_bytes(256)
         .start()
