@@ -336,9 +336,13 @@ impl Supervisor {
                     self.replica.registry().switches.keys().cloned().collect();
                 let mut result = Ok(());
                 // A flip made in code before the sync, whose news is not here yet, is
-                // shared first: the keys read then hold it.
+                // shared first: the keys read then hold it. The first write that fails
+                // ends the sync (the link is down: the others would wait their timeouts).
                 for name in &names {
-                    result = result.and(self.share_flip(session, name.clone()).await);
+                    result = self.share_flip(session, name.clone()).await;
+                    if result.is_err() {
+                        break;
+                    }
                 }
                 let result = match result {
                     Ok(()) => {
@@ -547,8 +551,10 @@ impl Supervisor {
             match KillMessage::decode(payload, limit) {
                 Ok(kill) => {
                     add(&self.replica.counters.kill_messages, 1);
-                    let own = kill.replica.as_deref() == Some(&*settings.replica)
-                        && kill.run.as_deref() == Some(&*settings.run);
+                    let own = match (&kill.replica, &kill.run) {
+                        (Some(replica), Some(run)) => self.is_own(replica, run),
+                        _ => false,
+                    };
                     if self.agreed.heard(&kill.name, own) {
                         let origin = KillOrigin::Message;
                         self.apply_kill(&kill.name, kill.killed, origin, Unshared::Wins);
@@ -564,11 +570,17 @@ impl Supervisor {
         }
     }
 
-    fn on_hint(&mut self, hint: HintMessage) {
+    /// Whether a message of `replica`'s `run` is this replica's own, in this run.
+    fn is_own(&self, replica: &str, run: &str) -> bool {
         let settings = &self.replica.settings;
-        if *hint.replica == *settings.replica && *hint.run == *settings.run {
+        replica == &*settings.replica && run == &*settings.run
+    }
+
+    fn on_hint(&mut self, hint: HintMessage) {
+        if self.is_own(&hint.replica, &hint.run) {
             return;
         }
+        let settings = &self.replica.settings;
         let counters = &self.replica.counters;
         let now = clock::now();
         match self.sequences.check(
