@@ -97,15 +97,9 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             None if self.skip.is_some() => return,
             None => {}
         }
-        self.hold(self.shared.decide());
-    }
-
-    #[inline(always)]
-    fn hold(&mut self, decision: Decision) {
-        match decision {
-            Decision::Call(permit) => self.permit = Some(permit),
-            Decision::Skip(skip) => self.skip = Some(skip),
-        }
+        let (permit, skip) = (&mut self.permit, &mut self.skip);
+        self.shared
+            .decide_with(|decision| hold(permit, skip, decision));
     }
 
     /// The call held no longer stands: decided again, out of line (see
@@ -116,7 +110,8 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         if let Some(permit) = self.permit.take() {
             permit.withdraw();
         }
-        self.hold(self.shared.decide());
+        let decision = self.shared.decide();
+        hold(&mut self.permit, &mut self.skip, decision);
     }
 
     /// Records a failure for the call decided: the wrapped service failed or panicked
@@ -126,6 +121,21 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             permit.mark_called();
             permit.settle(Outcome::failure_with(message), None);
         }
+    }
+}
+
+/// Keeps a decision until `call`, in the one of the two places its kind goes to. Both
+/// are empty: a decision is made only when none is held.
+#[inline(always)]
+fn hold(permit: &mut Option<Permit>, skip: &mut Option<Skip>, decision: Decision) {
+    match decision {
+        Decision::Call(decided) => {
+            let held = permit.replace(decided);
+            debug_assert!(held.is_none(), "a decision is made only when none is held");
+            // Nothing to drop (and so nothing to read first).
+            std::mem::forget(held);
+        }
+        Decision::Skip(decided) => *skip = Some(decided),
     }
 }
 
@@ -164,16 +174,16 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
-        if let Some(skip) = self.skip.take() {
-            let future = self.fallback.call(request, skip, &self.shared);
-            return ResponseFuture::answered(future, skip);
+        if let Some(permit) = self.permit.take() {
+            if permit.stands() {
+                let classifier = self.classifier.clone();
+                return ResponseFuture::call(&mut self.inner, request, permit, classifier);
+            }
+            return self.call_decided_again(request, permit);
         }
-        let permit = self.permit.take().expect("poll_ready must be called first");
-        if permit.stands() {
-            let classifier = self.classifier.clone();
-            return ResponseFuture::call(&mut self.inner, request, permit, classifier);
-        }
-        self.call_decided_again(request, permit)
+        let skip = self.skip.take().expect("poll_ready must be called first");
+        let future = self.fallback.call(request, skip, &self.shared);
+        ResponseFuture::answered(future, skip)
     }
 }
 

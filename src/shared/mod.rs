@@ -171,15 +171,41 @@ impl Shared {
     /// Decides the next call. See the [module docs](self).
     #[inline(always)]
     pub(crate) fn decide(self: &Arc<Self>) -> Decision {
+        self.decide_with(|decision| decision)
+    }
+
+    /// [`decide`](Self::decide), handing the decision to `hold`: a decision made here
+    /// goes on in registers, one made out of line is handed on from there.
+    #[inline(always)]
+    pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
         let killed = self.kill.is_killed();
-        let mut clock = self.arrival();
-        if let Some(door) = self.published.0.load() {
-            let verdict = door.admit(killed, &mut clock);
-            if !verdict.needs_machine() {
-                return self.carry_out(&door, verdict);
-            }
+        let clock = self.arrival();
+        // A door that is its first word alone (closed, most often) is decided here with
+        // nothing else read; any other door is read whole out of line.
+        if let Some(door) = self.published.0.load_alone() {
+            return hold(self.decide_at(door, killed, clock));
         }
-        self.decide_locked(killed, clock)
+        hold(self.decide_whole(killed, clock))
+    }
+
+    /// [`decide`](Self::decide), for a door read whole.
+    #[inline(never)]
+    fn decide_whole(self: &Arc<Self>, killed: bool, clock: Arrival<'_>) -> Decision {
+        match self.published.0.load_whole() {
+            Some(door) => self.decide_at(door, killed, clock),
+            None => self.decide_locked(killed, clock),
+        }
+    }
+
+    /// The decision at a published `door`, or the machine's if the verdict changes the
+    /// state.
+    #[inline(always)]
+    fn decide_at(self: &Arc<Self>, door: Door, killed: bool, mut clock: Arrival<'_>) -> Decision {
+        let verdict = door.admit(killed, &mut clock);
+        if verdict.needs_machine() {
+            return self.decide_locked(killed, clock);
+        }
+        self.carry_out(&door, verdict)
     }
 
     #[inline(never)]

@@ -51,19 +51,23 @@ impl Published {
     /// The door as last published, or `None` while it is being written.
     #[inline(always)]
     pub(super) fn load(&self) -> Option<Door> {
-        let word = self.word.load(Ordering::Acquire);
-        if Door::word_alone(word) {
-            return Some(Door {
-                word,
-                step: 0,
-                time: 0,
-            });
-        }
-        self.load_whole()
+        self.load_alone().or_else(|| self.load_whole())
     }
 
-    #[inline(never)]
-    fn load_whole(&self) -> Option<Door> {
+    /// The door as last published if it is its first word alone.
+    #[inline(always)]
+    pub(super) fn load_alone(&self) -> Option<Door> {
+        let word = self.word.load(Ordering::Acquire);
+        Door::word_alone(word).then_some(Door {
+            word,
+            step: 0,
+            time: 0,
+        })
+    }
+
+    /// The door as last published, whatever it is, or `None` while it is being written.
+    #[inline]
+    pub(super) fn load_whole(&self) -> Option<Door> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq & 1 != 0 {
             return None;
