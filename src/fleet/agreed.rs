@@ -15,7 +15,7 @@
 //! coming back is not applied either: the change is applied already, and a later one
 //! read from the key since may be in force.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// How a change from the fleet treats a flip made on the switch itself and not shared
@@ -35,6 +35,9 @@ pub(crate) struct Agreed {
     by_name: BTreeMap<Arc<str>, bool>,
     /// Per switch, this replica's changes written whose message has not come back yet.
     unheard: BTreeMap<Arc<str>, u32>,
+    /// Switches flipped in code while the link was up whose write failed: the flip is
+    /// still to be shared, and wins over the key read on reconnection.
+    owed: BTreeSet<Arc<str>>,
 }
 
 impl Agreed {
@@ -93,6 +96,24 @@ impl Agreed {
         let agreed = self.by_name.entry(name.clone()).or_insert(current);
         std::mem::replace(agreed, current) != current
     }
+
+    /// The write of switch `name`'s flip to `current` failed with the link up: the flip
+    /// is not agreed, and is owed to the fleet.
+    pub(crate) fn owe(&mut self, name: &Arc<str>, current: bool) {
+        self.by_name.insert(name.clone(), !current);
+        self.owed.insert(name.clone());
+    }
+
+    /// Whether a flip of switch `name` is owed to the fleet (see [`owe`](Self::owe)).
+    pub(crate) fn owes(&self, name: &str) -> bool {
+        self.owed.contains(name)
+    }
+
+    /// Switch `name` owes the fleet nothing: its owed flip was shared, or a later change
+    /// made without the link (a flip while alone, a person's command) replaced it.
+    pub(crate) fn settled(&mut self, name: &str) {
+        self.owed.remove(name);
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +166,23 @@ mod tests {
         agreed.written("model");
         agreed.resubscribed();
         assert!(agreed.heard("model", false));
+    }
+
+    #[test]
+    fn a_flip_whose_write_failed_wins_over_the_key_until_it_is_shared() {
+        let name: Arc<str> = "model".into();
+        let mut agreed = Agreed::default();
+        assert!(!agreed.told(&name, false, false, Unshared::Wins));
+        // Killed in code with the link up: shared, but the write fails.
+        assert!(agreed.flipped(&name, true));
+        agreed.owe(&name, true);
+        assert!(agreed.owes("model"));
+        // On reconnection the owed flip is read as one not shared yet: the key's
+        // revive loses, and the flip is shared next.
+        assert!(!agreed.told(&name, false, true, Unshared::Wins));
+        assert!(agreed.flipped(&name, true));
+        agreed.settled("model");
+        assert!(!agreed.owes("model"));
     }
 
     #[test]

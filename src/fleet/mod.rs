@@ -94,7 +94,11 @@
 //! reconnects with backoff ([`FleetBuilder::reconnect_backoff`]); [`Fleet::kill`] applies
 //! on this replica only and says so, and so does a shared switch flipped in code; the
 //! breakers' latest transitions are published when the link is back. On reconnection
-//! the kill keys are read again, and they win over what the replica did meanwhile.
+//! the kill keys are read again, and they win over what the replica did meanwhile. A
+//! shared switch flipped in code while the link was up, whose write failed (the link
+//! went down under it), is not undone: it wins over its key on reconnection and is
+//! written then, unless a later change made without the link (a flip, a
+//! [`Fleet::kill`] or [`Fleet::revive`]) replaced it.
 //!
 //! # The client
 //!

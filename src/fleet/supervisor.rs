@@ -17,7 +17,8 @@
 //! watch); the task writes and publishes the flip unless it made it itself on the
 //! fleet's word ([`agreed`](super::agreed)). Alone, such a flip stays local, and the key
 //! read on reconnection wins over it; up, a flip not yet shared wins over what is heard
-//! meanwhile (it is newer, and is published next).
+//! meanwhile (it is newer, and is published next), and one whose write fails wins over
+//! the key read on reconnection, and is shared then.
 //!
 //! Commands go before messages: a breaker's transition already passed to this task is
 //! taken into account (an episode of holds ended by its own probe, say) before the next
@@ -194,9 +195,17 @@ impl Supervisor {
         // itself: a PING on each connection is.
         session.check(wait).await?;
         let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
-        // The keys win over what this replica did while alone.
+        // The keys win over what this replica did while alone, but not over a flip made
+        // while the link was up whose write failed: that one is shared now.
+        let (owed, names): (Vec<_>, Vec<_>) =
+            names.into_iter().partition(|name| self.agreed.owes(name));
         self.read_kill_keys(&mut session.conn, names, Unshared::Loses)
             .await?;
+        self.read_kill_keys(&mut session.conn, owed.clone(), Unshared::Wins)
+            .await?;
+        for name in owed {
+            self.share_flip(&mut session, name).await?;
+        }
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -311,7 +320,10 @@ impl Supervisor {
             Command::Flipped(name) => match session {
                 Some(session) => self.share_flip(session, name).await,
                 // Alone, a flip stays on this replica: the key wins when the link is back.
-                None => Ok(()),
+                None => {
+                    self.agreed.settled(&name);
+                    Ok(())
+                }
             },
             Command::Flip {
                 name,
@@ -319,6 +331,8 @@ impl Supervisor {
                 reply,
             } => {
                 self.apply_kill(&name, killed, KillOrigin::Command, Unshared::Loses);
+                // A person's command replaces a flip owed: it is reported to them instead.
+                self.agreed.settled(&name);
                 let Some(session) = session else {
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
@@ -364,9 +378,16 @@ impl Supervisor {
         };
         let killed = switch.is_killed();
         if !self.agreed.flipped(&name, killed) {
+            self.agreed.settled(&name);
             return Ok(());
         }
-        self.write_kill(session, &name, killed).await?;
+        if let Err(error) = self.write_kill(session, &name, killed).await {
+            // Made with the link up, the flip is not undone by the key when the link is
+            // back: it is shared then.
+            self.agreed.owe(&name, killed);
+            return Err(error);
+        }
+        self.agreed.settled(&name);
         self.replica.emit(FleetEvent::KillSwitch {
             name,
             killed,

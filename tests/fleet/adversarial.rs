@@ -494,7 +494,6 @@ async fn the_subscriber_cut_by_the_server_is_noticed_and_kills_reach_the_replica
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a switch flipped in code while the link is up, whose write fails (the server cut the command connection), is dropped: undone here by the key on reconnection and never told to the fleet"]
 async fn a_flip_in_code_whose_write_fails_is_not_lost() {
     let Some(server) = RedisServer::start(&[]).await else {
         return;
@@ -519,6 +518,35 @@ async fn a_flip_in_code_whose_write_fails_is_not_lost() {
         members.iter().all(|m| m.stop.is_killed())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_revive_after_a_flip_whose_write_failed_is_the_last_word() {
+    let Some(server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("owed-then-revived");
+    let members = members(&url, &prefix, 2).await;
+    let mut raw = by_hand(&url).await;
+    client_kill(&mut raw, "normal").await;
+    // Killed in code (its write fails), then revived by a person, link back or not.
+    members[0].stop.kill();
+    let deadline = tokio::time::Instant::now() + LINK;
+    while members[0].fleet.revive("model").await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "revive never succeeds"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    members[0].fleet.sync().await.unwrap();
+    poll_until(BOUND, "the revive is the last word everywhere", || {
+        members.iter().all(|m| !m.stop.is_killed())
+    })
+    .await;
+    let mut raw = by_hand(&url).await;
+    assert!(!kill_key(&mut raw, &prefix).await, "the key says revived");
 }
 
 #[tokio::test]
