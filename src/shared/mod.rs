@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
-use crate::machine::door::{Clock, Door, Epoch, Fixed, Verdict};
+use crate::machine::door::{Clock, Door, Fixed, Verdict};
 use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
@@ -349,13 +349,16 @@ impl Shared {
             }
             return;
         }
-        if let Some(kind) = ticket.kind() {
-            self.record(ticket.epoch(), kind, outcome, elapsed);
-        }
+        self.record(ticket, outcome, elapsed);
     }
 
+    /// Records an outcome in the machine; a disabled-mode call's, nowhere.
     #[inline(never)]
-    fn record(&self, epoch: Epoch, kind: Kind, outcome: Outcome, elapsed: Option<Duration>) {
+    fn record(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
+        let Some(kind) = ticket.kind() else {
+            return;
+        };
+        let epoch = ticket.epoch();
         let now = now();
         let observed = self.events.observed();
         self.locked(|machine, tally| {
