@@ -331,7 +331,10 @@ impl Door {
             return Some((0, None));
         }
         let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
-        let at = self.time().filter(|due| clock.now() < due.instant());
+        let at = match self.time() {
+            Some(due) if clock.now() < due.instant() => Some(due),
+            _ => None,
+        };
         match (calls, at) {
             (None | Some(0), None) => None,
             (calls, at) => Some((calls.unwrap_or(1).max(1), at)),

@@ -10,8 +10,20 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Nanos(pub(crate) i64);
 
+static ANCHOR: OnceLock<Instant> = OnceLock::new();
+
+/// The anchor: one load once it is set.
+#[inline(always)]
 fn anchor() -> Instant {
-    static ANCHOR: OnceLock<Instant> = OnceLock::new();
+    match ANCHOR.get() {
+        Some(anchor) => *anchor,
+        None => first_anchor(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn first_anchor() -> Instant {
     *ANCHOR.get_or_init(Instant::now)
 }
 
@@ -31,7 +43,7 @@ impl Nanos {
         Nanos::of(at).instant() == at
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn instant(self) -> Instant {
         let by = Duration::from_nanos(self.0.unsigned_abs());
         let anchor = anchor();

@@ -99,6 +99,7 @@ impl Clock for Arrival<'_> {
         self.step.unwrap_or_else(|| self.tally.steps())
     }
 
+    #[inline(always)]
     fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(now)
     }
@@ -189,7 +190,7 @@ impl Shared {
     }
 
     /// [`decide`](Self::decide), for a door read whole.
-    #[inline(never)]
+    #[inline(always)]
     fn decide_whole(self: &Arc<Self>, killed: bool, clock: Arrival<'_>) -> Decision {
         match self.published.0.load_whole() {
             Some(door) => self.decide_at(door, killed, clock),
