@@ -493,18 +493,53 @@ async fn the_subscriber_cut_by_the_server_is_noticed_and_kills_reach_the_replica
     .await;
 }
 
+/// Two replicas on a server of their own whose plain connections (the replicas' command
+/// connections among them) the server has just cut; the subscribers stay, so the
+/// replicas see nothing wrong yet.
+struct CommandsCut {
+    /// Kept: the server stops when this is dropped (bind it whole, not with `..`).
+    _server: RedisServer,
+    url: String,
+    prefix: String,
+    members: Vec<Member>,
+}
+
+async fn two_replicas_with_commands_cut(test: &str) -> Option<CommandsCut> {
+    let server = RedisServer::start(&[]).await?;
+    let url = server.url();
+    let prefix = unique_prefix(test);
+    let members = members(&url, &prefix, 2).await;
+    client_kill(&mut by_hand(&url).await, "normal").await;
+    Some(CommandsCut {
+        _server: server,
+        url,
+        prefix,
+        members,
+    })
+}
+
+/// Repeats an operator's `flip` every 20 ms until it succeeds, as a person told it
+/// failed would.
+async fn until_it_succeeds<F: std::future::Future<Output = Result<(), FleetError>>>(
+    what: &str,
+    mut flip: impl FnMut() -> F,
+) {
+    let deadline = tokio::time::Instant::now() + LINK;
+    while flip().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} never succeeds"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flip_in_code_whose_write_fails_is_not_lost() {
-    let Some(server) = RedisServer::start(&[]).await else {
+    let Some(cut) = two_replicas_with_commands_cut("cut-commands").await else {
         return;
     };
-    let url = server.url();
-    let prefix = unique_prefix("cut-commands");
-    let members = members(&url, &prefix, 2).await;
-    let mut raw = by_hand(&url).await;
-    // Every plain connection goes, ours too; the subscribers stay, so the replicas
-    // see nothing wrong yet.
-    client_kill(&mut raw, "normal").await;
+    let members = &cut.members;
     members[0].stop.kill();
     poll_until(LINK, "replica 0 relinked", || {
         members[0].fleet.counts().reconnects >= 1 && members[0].fleet.link().is_up()
@@ -522,43 +557,31 @@ async fn a_flip_in_code_whose_write_fails_is_not_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_revive_after_a_flip_whose_write_failed_is_the_last_word() {
-    let Some(server) = RedisServer::start(&[]).await else {
+    let Some(cut) = two_replicas_with_commands_cut("owed-then-revived").await else {
         return;
     };
-    let url = server.url();
-    let prefix = unique_prefix("owed-then-revived");
-    let members = members(&url, &prefix, 2).await;
-    let mut raw = by_hand(&url).await;
-    client_kill(&mut raw, "normal").await;
+    let members = &cut.members;
     // Killed in code (its write fails), then revived by a person, link back or not.
     members[0].stop.kill();
-    let deadline = tokio::time::Instant::now() + LINK;
-    while members[0].fleet.revive("model").await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "revive never succeeds"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_it_succeeds("revive", || members[0].fleet.revive("model")).await;
     members[0].fleet.sync().await.unwrap();
     poll_until(BOUND, "the revive is the last word everywhere", || {
         members.iter().all(|m| !m.stop.is_killed())
     })
     .await;
-    let mut raw = by_hand(&url).await;
-    assert!(!kill_key(&mut raw, &prefix).await, "the key says revived");
+    let mut raw = by_hand(&cut.url).await;
+    assert!(
+        !kill_key(&mut raw, &cut.prefix).await,
+        "the key says revived"
+    );
 }
 
 #[tokio::test]
 async fn a_kill_made_after_the_command_connection_was_cut_is_an_error_or_reaches_everyone() {
-    let Some(server) = RedisServer::start(&[]).await else {
+    let Some(cut) = two_replicas_with_commands_cut("cut-kill").await else {
         return;
     };
-    let url = server.url();
-    let prefix = unique_prefix("cut-kill");
-    let members = members(&url, &prefix, 2).await;
-    let mut raw = by_hand(&url).await;
-    client_kill(&mut raw, "normal").await;
+    let members = &cut.members;
     let first = members[0].fleet.kill("model").await;
     if first.is_err() {
         assert!(matches!(first, Err(FleetError::Redis(_))), "{first:?}");
@@ -567,14 +590,7 @@ async fn a_kill_made_after_the_command_connection_was_cut_is_an_error_or_reaches
             members[0].fleet.link().is_up()
         })
         .await;
-        let deadline = tokio::time::Instant::now() + LINK;
-        while members[0].fleet.kill("model").await.is_err() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "kill never succeeds"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_it_succeeds("kill", || members[0].fleet.kill("model")).await;
     }
     poll_until(BOUND, "the kill everywhere", || {
         members.iter().all(|m| m.stop.is_killed())
