@@ -98,7 +98,9 @@
 //! shared switch flipped in code while the link was up, whose write failed (the link
 //! went down under it), is not undone: it wins over its key on reconnection and is
 //! written then, unless a later change made without the link (a flip, a
-//! [`Fleet::kill`] or [`Fleet::revive`]) replaced it.
+//! [`Fleet::kill`] or [`Fleet::revive`]) replaced it. The key holds no version, so such
+//! a flip is written even over a change another replica made while this one was
+//! reconnecting: the flip, made while the link was up, counts as the later change.
 //!
 //! # The client
 //!
