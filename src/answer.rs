@@ -312,25 +312,6 @@ pub struct Answer<T> {
 }
 
 impl<T> Answer<T> {
-    /// The wrapped service's answer to a call made as `source`, in `state`, that the
-    /// classifier called a success, ignored or deferred.
-    #[inline(always)]
-    pub(crate) fn called(value: T, source: Source, state: State, verdict: Verdict) -> Self {
-        Answer {
-            value,
-            origin: Origin::called(source, state, verdict),
-        }
-    }
-
-    /// The fallback's answer to a call the breaker skipped.
-    #[inline(always)]
-    pub(crate) fn skipped(value: T, skip: Skip) -> Self {
-        Answer {
-            value,
-            origin: Origin::skipped(skip),
-        }
-    }
-
     /// An answer from its value and its origin (see [`into_parts`](Self::into_parts)).
     pub fn from_parts(value: T, origin: Origin) -> Self {
         Answer { value, origin }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::answer::{Answer, Verdict};
+use crate::answer::{Answer, Origin, Verdict};
 use crate::classify::Classify;
 use crate::error::{text_with_sources, BoxError};
 use crate::machine::time::Nanos;
@@ -159,6 +159,7 @@ where
         }
     };
     let (source, state) = (permit.source(), permit.state());
+    let origin = move |verdict| Origin::called(source, state, verdict);
     match (outcome, result) {
         // A success may be handed on, to be settled when its body ends.
         (Outcome::Success, Ok(mut value)) => {
@@ -170,7 +171,7 @@ where
                 }
                 Ok(()) => Verdict::Deferred,
             };
-            Ok(Answer::called(value, source, state, verdict))
+            Ok(Answer::from_parts(value, origin(verdict)))
         }
         (Outcome::Failure(failure), Err(error)) => {
             let error: BoxError = error.into();
@@ -186,7 +187,7 @@ where
                 Verdict::Ignored
             };
             permit.settle(outcome, elapsed);
-            Ok(Answer::called(value, source, state, verdict))
+            Ok(Answer::from_parts(value, origin(verdict)))
         }
         (outcome, Err(error)) => {
             permit.settle(outcome, elapsed);
@@ -228,7 +229,7 @@ where
             }
             KindProj::Answered { future, skip } => {
                 let value = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(Answer::skipped(value, *skip)))
+                Poll::Ready(Ok(Answer::from_parts(value, Origin::skipped(*skip))))
             }
         }
     }

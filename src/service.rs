@@ -98,8 +98,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             None => {}
         }
         let (permit, skip) = (&mut self.permit, &mut self.skip);
-        self.shared
-            .decide_with(|decision| hold(permit, skip, decision));
+        self.shared.decide_with(|held| hold(permit, skip, held));
     }
 
     /// The call held no longer stands: decided again, out of line (see
@@ -110,8 +109,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         if let Some(permit) = self.permit.take() {
             permit.withdraw();
         }
-        let decision = self.shared.decide();
-        hold(&mut self.permit, &mut self.skip, decision);
+        hold(&mut self.permit, &mut self.skip, self.shared.decide());
     }
 
     /// Records a failure for the call decided: the wrapped service failed or panicked
@@ -128,13 +126,10 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
 /// are empty: a decision is made only when none is held.
 #[inline(always)]
 fn hold(permit: &mut Option<Permit>, skip: &mut Option<Skip>, decision: Decision) {
+    debug_assert!(permit.is_none(), "a decision is already held");
     match decision {
-        Decision::Call(decided) => {
-            let held = permit.replace(decided);
-            debug_assert!(held.is_none(), "a decision is made only when none is held");
-            // Nothing to drop (and so nothing to read first).
-            std::mem::forget(held);
-        }
+        // Nothing to drop, and so nothing to read first.
+        Decision::Call(decided) => std::mem::forget(permit.replace(decided)),
         Decision::Skip(decided) => *skip = Some(decided),
     }
 }

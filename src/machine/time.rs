@@ -10,20 +10,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Nanos(pub(crate) i64);
 
-static ANCHOR: OnceLock<Instant> = OnceLock::new();
-
-/// The anchor: one load once it is set.
-#[inline(always)]
 fn anchor() -> Instant {
-    match ANCHOR.get() {
-        Some(anchor) => *anchor,
-        None => first_anchor(),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn first_anchor() -> Instant {
+    static ANCHOR: OnceLock<Instant> = OnceLock::new();
     *ANCHOR.get_or_init(Instant::now)
 }
 

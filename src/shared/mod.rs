@@ -44,7 +44,6 @@ pub(crate) fn now() -> Instant {
 }
 
 /// What was decided for one call.
-#[derive(Debug)]
 pub(crate) enum Decision {
     /// Make the call.
     Call(Permit),
@@ -181,21 +180,15 @@ impl Shared {
     pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
         let killed = self.kill.is_killed();
         let clock = self.arrival();
-        // A door that is its first word alone (closed, most often) is decided here with
-        // nothing else read; any other door is read whole out of line.
+        // A door that is its first word alone (closed, most often) is decided with
+        // nothing else read.
         if let Some(door) = self.published.0.load_alone() {
             return hold(self.decide_at(door, killed, clock));
         }
-        hold(self.decide_whole(killed, clock))
-    }
-
-    /// [`decide`](Self::decide), for a door read whole.
-    #[inline(always)]
-    fn decide_whole(self: &Arc<Self>, killed: bool, clock: Arrival<'_>) -> Decision {
-        match self.published.0.load_whole() {
+        hold(match self.published.0.load_whole() {
             Some(door) => self.decide_at(door, killed, clock),
             None => self.decide_locked(killed, clock),
-        }
+        })
     }
 
     /// The decision at a published `door`, or the machine's if the verdict changes the
@@ -292,11 +285,9 @@ impl Shared {
     /// only in this state, which only a person ends.
     #[inline]
     pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
-        if skip.held_by_a_permanent_failure() {
-            self.last_failure()
-        } else {
-            None
-        }
+        skip.held_by_a_permanent_failure()
+            .then(|| self.last_failure())
+            .flatten()
     }
 
     #[cold]
@@ -479,7 +470,7 @@ impl Shared {
     fn door(&self) -> Door {
         self.published
             .0
-            .load()
+            .load_whole()
             .unwrap_or_else(|| self.lock().door())
     }
 

@@ -48,12 +48,6 @@ impl Published {
         self.word.load(Ordering::Acquire)
     }
 
-    /// The door as last published, or `None` while it is being written.
-    #[inline(always)]
-    pub(super) fn load(&self) -> Option<Door> {
-        self.load_alone().or_else(|| self.load_whole())
-    }
-
     /// The door as last published if it is its first word alone.
     #[inline(always)]
     pub(super) fn load_alone(&self) -> Option<Door> {
