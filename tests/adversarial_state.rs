@@ -6,13 +6,10 @@
 //! Time is tokio's paused clock wherever time matters.
 #![cfg(all(feature = "metrics", feature = "serde"))]
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::LocalRecorderGuard;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::sync::Semaphore;
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
@@ -24,6 +21,10 @@ use tower_circuit_breaker::saved::{stale_label, SaveLayer, SavedAnswers, Unavail
 use tower_circuit_breaker::{
     Advice, Builder, CircuitBreakerLayer, Cooldown, Mode, NextProbe, Reason, Source, State,
 };
+
+#[path = "common/recorded.rs"]
+mod recorded;
+use recorded::{read, record_here, Reads};
 
 type TestResult = Result<(), BoxError>;
 
@@ -318,42 +319,11 @@ fn churn_racing_on_many_threads_keeps_len_honest() {
 // Metrics against the snapshot's counts.
 // ---------------------------------------------------------------------------------
 
-fn record_here() -> (Snapshotter, LocalRecorderGuard<'static>) {
-    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
-    (
-        recorder.snapshotter(),
-        metrics::set_default_local_recorder(recorder),
-    )
-}
-
-/// Every series read once: (name, sorted labels) to a counter's count or a gauge's value.
-fn read(snapshotter: &Snapshotter) -> BTreeMap<(String, Vec<String>), f64> {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            let value = match value {
-                DebugValue::Counter(n) => n as f64,
-                DebugValue::Gauge(g) => g.into_inner(),
-                DebugValue::Histogram(h) => h.len() as f64,
-            };
-            ((key.name().to_string(), labels), value)
-        })
-        .collect()
-}
-
 /// The sum of every series named `name` whose labels include all of `labels`.
-fn total(m: &BTreeMap<(String, Vec<String>), f64>, name: &str, labels: &[&str]) -> u64 {
+fn total(m: &Reads, name: &str, labels: &[&str]) -> u64 {
     m.iter()
         .filter(|((n, l), _)| n == name && labels.iter().all(|x| l.iter().any(|y| y == x)))
-        .map(|(_, v)| *v as u64)
+        .map(|(_, read)| read.value.number() as u64)
         .sum()
 }
 
@@ -513,7 +483,7 @@ async fn a_recreated_keys_gauge_shows_closed_after_its_eviction() -> TestResult 
             "circuit_breaker_state".to_string(),
             vec![format!("breaker={breaker}"), format!("state={state}")],
         ))
-        .copied()
+        .map(|read| read.value.number())
     };
     assert_eq!(state("tool[1]", "closed"), Some(1.0));
     assert_eq!(state("tool[2]", "closed"), Some(0.0));
@@ -522,7 +492,7 @@ async fn a_recreated_keys_gauge_shows_closed_after_its_eviction() -> TestResult 
             "circuit_breaker_failure_rate".to_string(),
             vec!["breaker=tool[1]".to_string()],
         ))
-        .copied();
+        .map(|read| read.value.number());
     assert_eq!(rate, Some(0.0), "the success after re-creation: 0 of 5");
     Ok(())
 }

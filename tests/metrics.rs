@@ -7,17 +7,20 @@
 //! nothing wrote since the last read shows 0.
 #![cfg(feature = "metrics")]
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use metrics::{LocalRecorderGuard, Unit};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics::Unit;
+use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::config::RateWindow;
 use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 use tower_circuit_breaker::metrics::{Metrics, Naming, Series};
 use tower_circuit_breaker::{Builder, Cooldown, Event, Mode, State};
+
+#[path = "common/recorded.rs"]
+mod recorded;
+use recorded::{read, record_here, Read, Reads, Value};
 
 /// A request: succeed, fail, or succeed after a while.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,64 +39,6 @@ async fn serve(req: Req) -> Result<&'static str, std::io::Error> {
             Ok("slow")
         }
     }
-}
-
-/// A fresh recorder, this thread's until the guard is dropped, and its snapshotter (the
-/// recorder is leaked: a test's worth of series).
-fn record_here() -> (Snapshotter, LocalRecorderGuard<'static>) {
-    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
-    (
-        recorder.snapshotter(),
-        metrics::set_default_local_recorder(recorder),
-    )
-}
-
-/// One series' value in a snapshot.
-#[derive(Debug, Clone, PartialEq)]
-enum Value {
-    Counter(u64),
-    Gauge(f64),
-    Histogram(Vec<f64>),
-}
-
-/// One series in a snapshot: its value, unit and help text.
-#[derive(Debug, Clone)]
-struct Read {
-    value: Value,
-    unit: Option<Unit>,
-    help: Option<String>,
-}
-
-type Reads = BTreeMap<(String, Vec<String>), Read>;
-
-/// Every series in a snapshot, by name and sorted `label=value` pairs.
-fn read(snapshotter: &Snapshotter) -> Reads {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, unit, help, value)| {
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            let value = match value {
-                DebugValue::Counter(n) => Value::Counter(n),
-                DebugValue::Gauge(g) => Value::Gauge(g.into_inner()),
-                DebugValue::Histogram(h) => {
-                    Value::Histogram(h.into_iter().map(|v| v.into_inner()).collect())
-                }
-            };
-            let read = Read {
-                value,
-                unit,
-                help: help.map(|h| h.to_string()),
-            };
-            ((key.name().to_string(), labels), read)
-        })
-        .collect()
 }
 
 fn series<'m>(metrics: &'m Reads, name: &str, labels: &[&str]) -> &'m Read {
