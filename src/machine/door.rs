@@ -130,6 +130,13 @@ pub(crate) trait Clock {
     /// The time now. The first call reads the clock; later calls return the same time.
     fn now(&mut self) -> Instant;
 
+    /// Whether the time now is before `at`: what every deadline is decided by. A clock
+    /// may know it without reading the time.
+    #[inline(always)]
+    fn before(&mut self, at: Nanos) -> bool {
+        self.now() < at.instant()
+    }
+
     /// The calls counted so far and the time now, for what the machine does at once.
     fn fixed(&mut self) -> Fixed {
         Fixed {
@@ -332,7 +339,7 @@ impl Door {
         }
         let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
         let at = match self.time() {
-            Some(due) if clock.now() < due.instant() => Some(due),
+            Some(due) if clock.before(due) => Some(due),
             _ => None,
         };
         match (calls, at) {
@@ -387,10 +394,7 @@ impl Door {
     /// machine must apply it before any call is made at this door.
     #[inline(always)]
     pub(crate) fn expired(&self, clock: &mut impl Clock) -> bool {
-        Self::may_expire(self.word)
-            && self
-                .time()
-                .is_some_and(|until| clock.now() >= until.instant())
+        Self::may_expire(self.word) && self.time().is_some_and(|until| !clock.before(until))
     }
 
     /// Decides one arriving call. The kill switch skips every call, in every mode, and

@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Fixed, Verdict};
+use crate::machine::time::Nanos;
 use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
@@ -25,23 +26,19 @@ use crate::snapshot::Snapshot;
 pub(crate) use crate::sync::delivery::DeliveryGroup;
 use crate::sync::{lock, Mutex, MutexGuard};
 
+mod clock;
 mod events;
 mod permit;
 mod published;
 mod tally;
 
+pub(crate) use self::clock::now;
 pub(crate) use self::events::Observer;
 use self::events::{Events, Queued, Reporter};
 pub(crate) use self::permit::Permit;
 use self::permit::Ticket;
 use self::published::Published;
 use self::tally::Tally;
-
-/// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
-#[inline(always)]
-pub(crate) fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
 
 /// What was decided for one call.
 pub(crate) enum Decision {
@@ -101,6 +98,13 @@ impl Clock for Arrival<'_> {
     #[inline(always)]
     fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(now)
+    }
+
+    /// Proven without reading the clock when it can be (see [`clock`]); once read, the
+    /// clock's time decides, so that one call is decided at one time.
+    #[inline(always)]
+    fn before(&mut self, at: Nanos) -> bool {
+        (self.now.is_none() && clock::surely_before(at)) || self.now() < at.instant()
     }
 }
 
