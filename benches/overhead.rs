@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use failsafe::futures::CircuitBreaker as _;
 use tower::{Layer, Service, ServiceExt};
-use tower_circuit_breaker::fallback::{Fallback, NoFallback};
+use tower_circuit_breaker::fallback::{Fallback, NoFallback, TypedErrors};
 use tower_circuit_breaker::{Builder, CircuitBreaker, CircuitBreakerLayer, Cooldown, Outcome};
 
 mod common;
@@ -147,8 +147,17 @@ fn tripping(settings: Builder) -> CircuitBreaker<Noop, Fallback<Noop>, Classifie
     tripping_layer(settings).with_fallback(noop()).layer(noop())
 }
 
-/// The same with no fallback: a skipped call fails with a boxed `Rejected`; tripped.
-fn tripped_without_fallback(cx: &mut Context<'_>) -> CircuitBreaker<Noop, NoFallback, Classifier> {
+/// The same with no fallback, tripped: a skipped call fails with a typed `CallError`.
+fn tripped_typed(cx: &mut Context<'_>) -> CircuitBreaker<Noop, TypedErrors, Classifier> {
+    let mut breaker = tripping_layer(Builder::new())
+        .with_typed_errors()
+        .layer(noop());
+    call_once(&mut breaker, cx, 0);
+    breaker
+}
+
+/// The same, boxing each rejection into tower's `BoxError` (the default): an allocation.
+fn tripped_boxed(cx: &mut Context<'_>) -> CircuitBreaker<Noop, NoFallback, Classifier> {
     let mut breaker = tripping_layer(Builder::new()).layer(noop());
     call_once(&mut breaker, cx, 0);
     breaker
@@ -249,9 +258,16 @@ fn per_call(c: &mut Criterion) {
 
     let layer = ours();
     layer.handle().force_open();
-    let mut rejecting = layer.layer(noop());
+    let mut rejecting = layer.with_typed_errors().layer(noop());
     bench!("ours/open_typed_error", |cx, r| {
         call_once(&mut rejecting, cx, r)
+    });
+
+    let layer = ours();
+    layer.handle().force_open();
+    let mut boxing = layer.layer(noop());
+    bench!("ours/open_boxed_error", |cx, r| {
+        call_once(&mut boxing, cx, r)
     });
 
     // Open after a failure, with a cooldown in calls: no clock read.
@@ -262,18 +278,24 @@ fn per_call(c: &mut Criterion) {
     });
 
     // Open after a failure with the default cooldown (30 s in time): each skipped call
-    // reads the clock.
+    // knows the cooldown has not passed (from the coarse clock, a deadline this far
+    // ahead).
     let mut open_time = tripping(Builder::new());
     call_once(&mut open_time, &mut cx, 0);
     bench!("ours/open_time_cooldown", |cx, r| {
         call_once(&mut open_time, cx, r)
     });
 
-    // The same, with no fallback: each skipped call reads the clock and fails with a
-    // boxed `Rejected` (tower's `BoxError`), an allocation.
-    let mut open_time_error = tripped_without_fallback(&mut cx);
+    // The same, with no fallback: each skipped call fails with a typed `CallError`...
+    let mut open_time_error = tripped_typed(&mut cx);
     bench!("ours/open_time_typed_error", |cx, r| {
         call_once(&mut open_time_error, cx, r)
+    });
+
+    // ...or with a `Rejected` boxed into tower's `BoxError` (the default), an allocation.
+    let mut open_time_boxed = tripped_boxed(&mut cx);
+    bench!("ours/open_time_boxed_error", |cx, r| {
+        call_once(&mut open_time_boxed, cx, r)
     });
 
     let layer = ours();
@@ -402,9 +424,15 @@ fn under_contention(c: &mut Criterion) {
     });
     let layer = ours();
     layer.handle().force_open();
-    let rejecting = layer.layer(noop());
+    let rejecting = layer.with_typed_errors().layer(noop());
     group.bench_function(BenchmarkId::new("ours/open_typed_error", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &rejecting, iters))
+    });
+    let layer = ours();
+    layer.handle().force_open();
+    let boxing = layer.layer(noop());
+    group.bench_function(BenchmarkId::new("ours/open_boxed_error", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &boxing, iters))
     });
     let mut cx = Context::from_waker(Waker::noop());
     let mut open_time = tripping(Builder::new());
@@ -412,9 +440,13 @@ fn under_contention(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("ours/open_time_cooldown", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open_time, iters))
     });
-    let open_time_error = tripped_without_fallback(&mut cx);
+    let open_time_error = tripped_typed(&mut cx);
     group.bench_function(BenchmarkId::new("ours/open_time_typed_error", TASKS), |b| {
         b.iter_custom(|iters| contended(&runtime, &open_time_error, iters))
+    });
+    let open_time_boxed = tripped_boxed(&mut cx);
+    group.bench_function(BenchmarkId::new("ours/open_time_boxed_error", TASKS), |b| {
+        b.iter_custom(|iters| contended(&runtime, &open_time_boxed, iters))
     });
     let layer = ours();
     layer.handle().kill_switch().kill();

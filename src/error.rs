@@ -84,8 +84,83 @@ pub enum ConfigError {
     ZeroCapacity,
 }
 
-/// The boxed error a [`CircuitBreaker`](crate::CircuitBreaker) returns, as in tower.
+/// The boxed error a [`CircuitBreaker`](crate::CircuitBreaker) returns by default, as in
+/// tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The error of a call through a breaker set to fail skipped calls with a typed error
+/// ([`CircuitBreakerLayer::with_typed_errors`](crate::CircuitBreakerLayer::with_typed_errors)):
+/// the call was not made, or the wrapped service failed.
+///
+/// Unlike the default [`BoxError`], it is matched rather than downcast, and a rejection
+/// allocates nothing: the [`Rejected`] is carried by value. Its message and source are
+/// those of what it holds; `?` boxes it into a [`BoxError`] like any other error.
+///
+/// ```
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+/// use tower_circuit_breaker::error::CallError;
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Reason};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = CircuitBreakerLayer::builder().name("search").build()?.with_typed_errors();
+/// layer.handle().force_open();
+/// let mut svc = layer.layer(service_fn(|_: ()| async { Ok::<_, std::io::Error>(()) }));
+/// match svc.ready().await?.call(()).await {
+///     Err(CallError::Rejected(rejected)) => assert_eq!(rejected.reason(), Reason::ForcedOpen),
+///     Err(CallError::Service(error)) => panic!("the service failed: {error}"),
+///     Err(other) => panic!("{other}"),
+///     Ok(_) => panic!("the breaker is open"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The breaker did not make the call.
+    #[error(transparent)]
+    Rejected(Rejected),
+    /// The wrapped service failed, in `poll_ready` or in its call.
+    #[error(transparent)]
+    Service(BoxError),
+}
+
+impl CallError {
+    /// The rejection, if the call was not made.
+    pub fn rejected(&self) -> Option<&Rejected> {
+        match self {
+            CallError::Rejected(rejected) => Some(rejected),
+            CallError::Service(_) => None,
+        }
+    }
+}
+
+/// What a breaker's calls fail with: [`BoxError`] by default, or [`CallError`] with
+/// [typed errors](crate::CircuitBreakerLayer::with_typed_errors). Sealed.
+pub trait BreakerError: sealed::Sealed + Sized {
+    /// The wrapped service's error, as this kind of error carries it.
+    #[doc(hidden)]
+    fn service(error: BoxError) -> Self;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::BoxError {}
+    impl Sealed for super::CallError {}
+}
+
+impl BreakerError for BoxError {
+    #[inline(always)]
+    fn service(error: BoxError) -> Self {
+        error
+    }
+}
+
+impl BreakerError for CallError {
+    #[inline(always)]
+    fn service(error: BoxError) -> Self {
+        CallError::Service(error)
+    }
+}
 
 /// The error's text followed by its sources, skipping a source whose text is already
 /// there: a transport error's own text often names only the URL

@@ -1,4 +1,4 @@
-//! What answers while the breaker is open: a fallback service, or a typed error.
+//! What answers while the breaker is open: a fallback service, or an error.
 
 use std::fmt;
 use std::future::Future;
@@ -11,21 +11,30 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower::Service;
 
-use crate::error::{BoxError, Rejected};
+use crate::error::{BoxError, BreakerError, CallError, Rejected};
 use crate::machine::{FailureRecord, Skip};
 use crate::shared::Shared;
 
-/// No fallback: a skipped call fails fast with [`Rejected`].
+/// No fallback: a skipped call fails fast with [`Rejected`], boxed into tower's
+/// [`BoxError`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoFallback;
+
+/// No fallback, and typed errors: a skipped call fails fast with
+/// [`CallError::Rejected`], which allocates nothing, and the wrapped service's errors come
+/// as [`CallError::Service`]. Set with
+/// [`CircuitBreakerLayer::with_typed_errors`](crate::CircuitBreakerLayer::with_typed_errors).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TypedErrors;
 
 mod sealed {
     pub trait Sealed<Request> {}
 }
 
 /// What a [`CircuitBreaker`](crate::CircuitBreaker) can call instead of the wrapped
-/// service: [`NoFallback`], or a [`Fallback`] around any cloneable `tower::Service`
-/// with the same response type whose error converts into [`BoxError`].
+/// service: [`NoFallback`] or [`TypedErrors`] (a typed error, boxed or not), or a
+/// [`Fallback`] around any cloneable `tower::Service` with the same response type whose
+/// error converts into [`BoxError`].
 ///
 /// It is sealed; set a fallback with
 /// [`CircuitBreakerLayer::with_fallback`](crate::CircuitBreakerLayer::with_fallback).
@@ -33,11 +42,15 @@ mod sealed {
 /// the last moment (the kill switch flipped, or the breaker opened, between `poll_ready`
 /// and `call`): that clone is driven to readiness inside the response future.
 pub trait FallbackService<Request, Response>: sealed::Sealed<Request> {
+    /// What the breaker's calls fail with: [`BoxError`], or [`CallError`] with
+    /// [`TypedErrors`].
+    type Error: BreakerError;
+
     /// The fallback's future.
-    type Future: Future<Output = Result<Response, BoxError>>;
+    type Future: Future<Output = Result<Response, Self::Error>>;
 
     #[doc(hidden)]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>>;
 
     #[doc(hidden)]
     fn call(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future;
@@ -46,9 +59,18 @@ pub trait FallbackService<Request, Response>: sealed::Sealed<Request> {
     fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future;
 }
 
+/// The rejection of a call skipped as `skip` by `breaker`.
+#[inline(always)]
+fn rejected(skip: Skip, breaker: &Shared) -> Rejected {
+    let permanent = breaker.permanent_failure(&skip);
+    let permanent = permanent.as_ref().map(|failure| &*failure.message);
+    Rejected::new(&breaker.name, skip, permanent)
+}
+
 impl<Request> sealed::Sealed<Request> for NoFallback {}
 
 impl<Request, Response> FallbackService<Request, Response> for NoFallback {
+    type Error = BoxError;
     type Future = std::future::Ready<Result<Response, BoxError>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
@@ -57,9 +79,27 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
 
     #[inline(always)]
     fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
-        let permanent = breaker.permanent_failure(&skip);
-        let permanent = permanent.as_ref().map(|failure| &*failure.message);
-        std::future::ready(Err(Box::new(Rejected::new(&breaker.name, skip, permanent))))
+        std::future::ready(Err(Box::new(rejected(skip, breaker))))
+    }
+
+    fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
+        FallbackService::<Request, Response>::call(self, request, skip, breaker)
+    }
+}
+
+impl<Request> sealed::Sealed<Request> for TypedErrors {}
+
+impl<Request, Response> FallbackService<Request, Response> for TypedErrors {
+    type Error = CallError;
+    type Future = std::future::Ready<Result<Response, CallError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), CallError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    #[inline(always)]
+    fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
+        std::future::ready(Err(CallError::Rejected(rejected(skip, breaker))))
     }
 
     fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
@@ -189,6 +229,7 @@ where
     F: Service<M::Call, Response = Response> + Clone,
     F::Error: Into<BoxError>,
 {
+    type Error = BoxError;
     type Future = FallbackFuture<F, M::Call>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {

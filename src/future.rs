@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 
 use crate::answer::{Answer, Origin, Verdict};
 use crate::classify::Classify;
-use crate::error::{text_with_sources, BoxError};
+use crate::error::{text_with_sources, BoxError, BreakerError};
 use crate::machine::time::Nanos;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
@@ -141,15 +141,16 @@ impl Started {
 /// which says what the classifier made of it. A panicking classifier counts as a
 /// failure and the panic goes on.
 #[inline(always)]
-fn conclude<T, E, C>(
+fn conclude<T, E, C, X>(
     result: Result<T, E>,
     classifier: &C,
     permit: Permit,
     elapsed: Option<Duration>,
-) -> Result<Answer<T>, BoxError>
+) -> Result<Answer<T>, X>
 where
     E: Into<BoxError>,
     C: Classify<T, E>,
+    X: BreakerError,
 {
     let outcome = match catch_unwind(AssertUnwindSafe(|| classifier.classify(&result))) {
         Ok(outcome) => outcome,
@@ -177,7 +178,7 @@ where
             let error: BoxError = error.into();
             let failure = failure.with_default_message(|| text_with_sources(&*error));
             permit.settle(Outcome::Failure(failure), elapsed);
-            Err(error)
+            Err(X::service(error))
         }
         // An HTTP 503 is an `Ok`: counted as a failure, and the answer says so.
         (outcome @ (Outcome::Failure(_) | Outcome::Ignored), Ok(value)) => {
@@ -191,19 +192,20 @@ where
         }
         (outcome, Err(error)) => {
             permit.settle(outcome, elapsed);
-            Err(error.into())
+            Err(X::service(error.into()))
         }
     }
 }
 
-impl<SF, FF, C, T, E> Future for ResponseFuture<SF, FF, C>
+impl<SF, FF, C, T, E, X> Future for ResponseFuture<SF, FF, C>
 where
     SF: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
-    FF: Future<Output = Result<T, BoxError>>,
+    FF: Future<Output = Result<T, X>>,
+    X: BreakerError,
     C: Classify<T, E>,
 {
-    type Output = Result<Answer<T>, BoxError>;
+    type Output = Result<Answer<T>, X>;
 
     #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -172,8 +172,8 @@ use tower::{Layer, Service};
 use crate::answer::Answer;
 use crate::builder::{self, Builder, Watcher};
 use crate::classify::{Classify, DefaultClassifier};
-use crate::error::{BoxError, ConfigError};
-use crate::fallback::{Fallback, FallbackService, NoFallback, WithSkip};
+use crate::error::{BoxError, BreakerError, ConfigError};
+use crate::fallback::{Fallback, FallbackService, NoFallback, TypedErrors, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
@@ -389,6 +389,19 @@ impl<K, KF, F, C> KeyedCircuitBreakerLayer<K, KF, F, C> {
         }
     }
 
+    /// Fails skipped calls with a typed [`CallError`](crate::error::CallError), with no
+    /// fallback, as
+    /// [`CircuitBreakerLayer::with_typed_errors`](crate::CircuitBreakerLayer::with_typed_errors)
+    /// does; the rejection names the key's breaker.
+    pub fn with_typed_errors(self) -> KeyedCircuitBreakerLayer<K, KF, TypedErrors, C> {
+        KeyedCircuitBreakerLayer {
+            registry: self.registry,
+            key: self.key,
+            fallback: TypedErrors,
+            classifier: self.classifier,
+        }
+    }
+
     /// Decides what counts as a failure with `classifier` (see
     /// [`Classify`]), for every key.
     pub fn with_classifier<C2>(self, classifier: C2) -> KeyedCircuitBreakerLayer<K, KF, F, C2> {
@@ -510,7 +523,7 @@ where
     C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = Answer<S::Response>;
-    type Error = BoxError;
+    type Error = F::Error;
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -526,7 +539,7 @@ where
             }
             Poll::Ready(Err(error)) => {
                 self.ready = Ready::No;
-                Poll::Ready(Err(error.into()))
+                Poll::Ready(Err(F::Error::service(error.into())))
             }
             Poll::Pending => {
                 self.ready = Ready::No;

@@ -5,7 +5,7 @@ use tower::Layer;
 
 use crate::builder::Builder;
 use crate::classify::DefaultClassifier;
-use crate::fallback::{Fallback, NoFallback, WithSkip};
+use crate::fallback::{Fallback, NoFallback, TypedErrors, WithSkip};
 use crate::handle::CircuitBreakerHandle;
 use crate::service::CircuitBreaker;
 use crate::shared::Shared;
@@ -150,6 +150,35 @@ impl<F, C> CircuitBreakerLayer<F, C> {
         CircuitBreakerLayer {
             shared: self.shared,
             fallback: Fallback::new(fallback),
+            classifier: self.classifier,
+        }
+    }
+
+    /// Fails skipped calls with a typed error, with no fallback: the services' error is
+    /// [`CallError`](crate::error::CallError), either the
+    /// [`Rejected`](crate::error::Rejected) of a call not made, carried by value (a
+    /// rejection allocates nothing), or the wrapped service's error. By default a
+    /// rejection is boxed into tower's [`BoxError`](crate::error::BoxError), which code
+    /// downcasts. Like [`with_fallback`](Self::with_fallback), it replaces what answered
+    /// skipped calls before.
+    ///
+    /// ```
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_circuit_breaker::error::CallError;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, Reason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let layer = CircuitBreakerLayer::builder().build()?.with_typed_errors();
+    /// layer.handle().kill_switch().kill();
+    /// let mut svc = layer.layer(service_fn(|_: ()| async { Ok::<_, std::io::Error>(()) }));
+    /// let error = svc.ready().await?.call(()).await.unwrap_err();
+    /// assert_eq!(error.rejected().map(|r| r.reason()), Some(Reason::Killed));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_typed_errors(self) -> CircuitBreakerLayer<TypedErrors, C> {
+        CircuitBreakerLayer {
+            shared: self.shared,
+            fallback: TypedErrors,
             classifier: self.classifier,
         }
     }

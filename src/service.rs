@@ -7,7 +7,7 @@ use tower::Service;
 
 use crate::answer::Answer;
 use crate::classify::{Classify, DefaultClassifier};
-use crate::error::BoxError;
+use crate::error::{BoxError, BreakerError};
 use crate::fallback::{FallbackService, NoFallback};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
@@ -24,8 +24,10 @@ use crate::shared::{Decision, Permit, Shared};
 /// - a call or probe waits for the wrapped service to be ready and calls it; its
 ///   outcome is classified and recorded when the response future completes;
 /// - a skip waits for the fallback to be ready and calls it (or, with no fallback,
-///   fails with [`Rejected`](crate::error::Rejected)). `poll_ready` never fails just
-///   because the breaker is open.
+///   fails with [`Rejected`](crate::error::Rejected): boxed into a
+///   [`BoxError`], or, with [typed errors](crate::CircuitBreakerLayer::with_typed_errors),
+///   as a [`CallError`](crate::error::CallError)). `poll_ready` never fails just because
+///   the breaker is open.
 ///
 /// An error from the wrapped service's `poll_ready` counts as a failure and is returned
 /// (the service is then unusable, as tower's contract says). If the kill switch is
@@ -142,7 +144,7 @@ where
     C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = Answer<S::Response>;
-    type Error = BoxError;
+    type Error = F::Error;
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
     #[inline(always)]
@@ -158,7 +160,7 @@ where
             Ok(Poll::Ready(Err(error))) => {
                 let error: BoxError = error.into();
                 self.fail_decided(format!("poll_ready failed: {error}"));
-                Poll::Ready(Err(error))
+                Poll::Ready(Err(F::Error::service(error)))
             }
             Err(panic) => {
                 self.fail_decided("the service panicked in poll_ready".to_owned());

@@ -14,6 +14,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use tower::{service_fn, Layer, Service};
+use tower_circuit_breaker::error::CallError;
 use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 use tower_circuit_breaker::{Builder, CircuitBreakerLayer, Cooldown, Outcome, Reason, Source};
 
@@ -212,6 +213,78 @@ fn a_single_breaker_allocates_nothing_per_call() {
         "half-open full, fallback",
         &mut half_open,
         Source::is_fallback,
+    );
+}
+
+/// With typed errors a skipped call's error is a `CallError` carrying its `Rejected` by
+/// value: no box, so no allocation, whatever the reason.
+#[test]
+fn a_rejection_with_typed_errors_allocates_nothing() {
+    let typed = || {
+        CircuitBreakerLayer::builder()
+            .build()
+            .expect("valid")
+            .with_typed_errors()
+    };
+    let layer = typed();
+    layer.handle().force_open();
+    assert_rejections_allocate_nothing("forced open", &mut layer.layer(echo()), Reason::ForcedOpen);
+
+    let layer = typed();
+    layer.handle().kill_switch().kill();
+    assert_rejections_allocate_nothing("killed", &mut layer.layer(echo()), Reason::Killed);
+
+    // Opened by failures, with the default cooldown in time.
+    let layer = typed();
+    let handle = layer.handle();
+    let mut open = layer
+        .with_classifier(|result: &Result<u64, Infallible>| match result {
+            Ok(TRIP) => Outcome::failure(),
+            _ => Outcome::Success,
+        })
+        .layer(echo());
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..3 {
+        assert!(reply(&mut open, &mut cx, TRIP).is_ok());
+    }
+    assert_eq!(handle.state(), tower_circuit_breaker::State::Open);
+    assert_rejections_allocate_nothing("open in time", &mut open, Reason::Open);
+}
+
+fn reply<S: Service<u64>>(
+    svc: &mut S,
+    cx: &mut Context<'_>,
+    request: u64,
+) -> Result<S::Response, S::Error> {
+    assert!(matches!(svc.poll_ready(cx), Poll::Ready(Ok(()))));
+    match pin!(svc.call(request)).poll(cx) {
+        Poll::Ready(result) => result,
+        Poll::Pending => unreachable!("the test's futures complete at once"),
+    }
+}
+
+/// Asserts that `CALLS` calls through `svc`, after `WARM_UP` of them, are rejected for
+/// `reason` and allocate nothing.
+fn assert_rejections_allocate_nothing<S>(what: &str, svc: &mut S, reason: Reason)
+where
+    S: Service<u64, Error = CallError>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut reject = |svc: &mut S| match reply(svc, &mut cx, 1) {
+        Err(CallError::Rejected(rejected)) => rejected.reason(),
+        _ => unreachable!("{what}: rejected"),
+    };
+    for _ in 0..WARM_UP {
+        assert_eq!(reject(svc), reason, "{what}");
+    }
+    let start = Count::now();
+    for _ in 0..CALLS {
+        std::hint::black_box(reject(svc));
+    }
+    let allocations = start.allocations_since();
+    assert_eq!(
+        allocations, 0,
+        "{what}: {allocations} allocations in {CALLS} calls"
     );
 }
 
