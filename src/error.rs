@@ -200,50 +200,70 @@ pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> St
 /// ```
 #[derive(Clone)]
 pub struct Rejected {
-    name: Name,
     skip: Skip,
-    /// The service's own failure that holds the breaker open until a reset, if one does.
-    /// One word (a thin pointer, filled only in that rare state): every rejection is
-    /// boxed, and a larger box costs every rejection.
-    permanent: Option<Arc<String>>,
+    label: Label,
 }
 
-/// A breaker's name as a rejection carries it: copied when it is short, as most are,
-/// rather than shared. Sharing it would touch its reference count twice for every
-/// rejection, from every thread rejecting at once: one cache line bounced between
-/// cores for each call an open breaker turns away. Made once with the breaker (see
-/// [`BreakerName`]) and copied whole: copied from the string at each rejection, the
-/// copy's bytes would be read back wider than they were written, a stall a call.
+/// A breaker's name as its rejections carry it, with the failure of the service's own that
+/// holds it open until a reset, when one does. Two words, as a skip is, so that a
+/// rejection is four words: a rejection carried by value ([`CallError`]) moves in a few
+/// whole-word copies, and a boxed one is a small allocation. A short name is copied:
+/// sharing it would touch its reference count twice for every rejection, from every
+/// thread rejecting at once, one cache line bounced between cores for each call an open
+/// breaker turns away. Made once with the breaker (see [`BreakerName`]) and copied whole:
+/// copied from the string at each rejection, the copy's bytes would be read back wider
+/// than they were written, a stall a call.
 #[derive(Clone)]
-enum Name {
-    Inline { len: u8, bytes: [u8; Name::INLINE] },
-    Shared(Arc<str>),
+enum Label {
+    /// A name of at most [`Label::INLINE`] bytes, and no permanent failure.
+    Inline { len: u8, bytes: [u8; Label::INLINE] },
+    /// A longer name, or one with a permanent failure to tell.
+    Shared(Arc<Named>),
 }
 
-impl Name {
-    const INLINE: usize = 30;
+/// What a [`Label::Shared`] holds.
+struct Named {
+    name: Arc<str>,
+    permanent: Option<String>,
+}
 
-    #[inline]
-    fn new(name: &Arc<str>) -> Name {
+impl Label {
+    const INLINE: usize = 14;
+
+    fn new(name: &Arc<str>) -> Label {
         let len = name.len();
         if len > Self::INLINE {
-            return Name::Shared(name.clone());
+            return Label::shared(name, None);
         }
         let mut bytes = [0; Self::INLINE];
         bytes[..len].copy_from_slice(name.as_bytes());
-        Name::Inline {
+        Label::Inline {
             len: len as u8,
             bytes,
         }
     }
 
-    fn as_str(&self) -> &str {
+    fn shared(name: &Arc<str>, permanent: Option<String>) -> Label {
+        Label::Shared(Arc::new(Named {
+            name: name.clone(),
+            permanent,
+        }))
+    }
+
+    fn name(&self) -> &str {
         match self {
             // Copied whole from a `str`: always UTF-8.
-            Name::Inline { len, bytes } => {
+            Label::Inline { len, bytes } => {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
-            Name::Shared(name) => name,
+            Label::Shared(named) => &named.name,
+        }
+    }
+
+    fn permanent(&self) -> Option<&str> {
+        match self {
+            Label::Inline { .. } => None,
+            Label::Shared(named) => named.permanent.as_deref(),
         }
     }
 }
@@ -255,19 +275,19 @@ mod label {
     use std::fmt;
     use std::sync::Arc;
 
-    use super::Name;
+    use super::Label;
 
     /// A breaker's name, and the copy of it its rejections carry.
     #[derive(Clone)]
     pub(crate) struct BreakerName {
         full: Arc<str>,
-        rejected: Name,
+        rejected: Label,
     }
 
     impl BreakerName {
         pub(crate) fn new(full: Arc<str>) -> Self {
             BreakerName {
-                rejected: Name::new(&full),
+                rejected: Label::new(&full),
                 full,
             }
         }
@@ -276,7 +296,7 @@ mod label {
             &self.full
         }
 
-        pub(super) fn rejected(&self) -> &Name {
+        pub(super) fn rejected(&self) -> &Label {
             &self.rejected
         }
     }
@@ -301,16 +321,16 @@ impl Rejected {
     /// that holds the breaker open until a reset, when one does.
     #[inline]
     pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<&str>) -> Self {
-        Rejected {
-            name: name.rejected().clone(),
-            skip,
-            permanent: permanent.map(|failure| Arc::new(failure.to_owned())),
-        }
+        let label = match permanent {
+            None => name.rejected().clone(),
+            Some(failure) => Label::shared(name.full(), Some(failure.to_owned())),
+        };
+        Rejected { skip, label }
     }
 
     /// The breaker's name.
     pub fn name(&self) -> &str {
-        self.name.as_str()
+        self.label.name()
     }
 
     /// Why the call was not made.
@@ -339,7 +359,7 @@ impl Rejected {
     /// permanent one: an exhausted quota, a revoked key), what that failure said; a person
     /// must act before any call is made again.
     pub fn permanent_failure(&self) -> Option<&str> {
-        self.permanent.as_deref().map(String::as_str)
+        self.label.permanent()
     }
 
     /// How many calls until the probe (1: the next call), when one is scheduled. With a
@@ -361,7 +381,7 @@ impl fmt::Display for Rejected {
                 return f.write_str("it was forced open")
             }
             Reason::ForcedOpen => f.write_str("it was forced open")?,
-            Reason::Open => match &self.permanent {
+            Reason::Open => match self.permanent_failure() {
                 Some(failure) => write!(f, "it is open after a permanent failure ({failure})")?,
                 None => f.write_str("it is open")?,
             },
@@ -375,7 +395,7 @@ impl fmt::Debug for Rejected {
         f.debug_struct("Rejected")
             .field("name", &self.name())
             .field("skip", &self.skip)
-            .field("permanent_failure", &self.permanent)
+            .field("permanent_failure", &self.permanent_failure())
             .finish()
     }
 }
