@@ -54,7 +54,8 @@
 //! In modules named for what they hold:
 //!
 //! - [`fallback`]: what answers while the breaker is open, and what it is told
-//!   ([`fallback::Skipped`]); without one, a skip is an [`error::Rejected`].
+//!   ([`fallback::Skipped`]); without one, a skip is an [`error::Rejected`], boxed or, with
+//!   [`CircuitBreakerLayer::with_typed_errors`], in an [`error::CallError`].
 //! - [`classify`]: the [`classify::Classify`] policy, the default one, and settling a
 //!   streamed answer later.
 //! - [`snapshot`]: a breaker seen without a call, with its counts.
