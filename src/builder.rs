@@ -10,7 +10,8 @@ use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Machine, Transition};
 use crate::settings::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
-use crate::shared::{now, DeliveryGroup, Observer, Shared};
+use crate::clock::now;
+use crate::shared::{DeliveryGroup, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.
 ///

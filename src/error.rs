@@ -386,7 +386,7 @@ impl fmt::Display for Rejected {
                 None => f.write_str("it is open")?,
             },
         }
-        self.skip.next_probe().tell(f, crate::shared::now())
+        self.skip.next_probe().tell(f, crate::clock::now())
     }
 }
 

@@ -16,7 +16,8 @@ use crate::machine::time::Nanos;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
 use crate::settle::Settlement;
-use crate::shared::{now, Permit};
+use crate::clock::now;
+use crate::shared::Permit;
 
 pin_project! {
     /// The future of a call through a [`CircuitBreaker`](crate::CircuitBreaker): the

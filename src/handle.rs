@@ -9,7 +9,8 @@ use tokio::sync::broadcast;
 use crate::kill::KillSwitch;
 use crate::machine::{later, Advice, State, Transition};
 use crate::settings::Mode;
-use crate::shared::{now, Shared};
+use crate::clock::now;
+use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
 /// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,

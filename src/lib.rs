@@ -88,6 +88,7 @@
 pub mod admin;
 mod answer;
 mod builder;
+mod clock;
 pub mod classify;
 pub mod error;
 mod event;

@@ -77,7 +77,7 @@ use tower::{Layer, Service};
 use crate::answer::{Answer, Origin};
 use crate::error::{text_with_sources, BoxError, Rejected};
 use crate::handle::CircuitBreakerHandle;
-use crate::shared::now;
+use crate::clock::now;
 use crate::snapshot::Snapshot;
 
 #[cfg(doc)]

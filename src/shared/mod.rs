@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Fixed, Verdict};
+use crate::clock::{self, now};
 use crate::machine::time::Nanos;
 use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
@@ -26,13 +27,11 @@ use crate::snapshot::Snapshot;
 pub(crate) use crate::sync::delivery::DeliveryGroup;
 use crate::sync::{lock, Mutex, MutexGuard};
 
-mod clock;
 mod events;
 mod permit;
 mod published;
 mod tally;
 
-pub(crate) use self::clock::now;
 pub(crate) use self::events::Observer;
 use self::events::{Events, Queued, Reporter};
 pub(crate) use self::permit::Permit;

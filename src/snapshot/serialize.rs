@@ -7,7 +7,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use super::{Counts, Snapshot};
 use crate::machine::{FailureRecord, NextProbe};
-use crate::shared::now;
+use crate::clock::now;
 
 /// Whole milliseconds, rounded up: a caller that waits this long finds the wait over.
 fn ceil_ms(wait: Duration) -> u64 {
