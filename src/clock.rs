@@ -44,7 +44,8 @@ mod coarse {
 
     /// How to read the coarse clock against the breaker's instants, found once.
     struct Calibration {
-        /// Added to a coarse reading, gives at most the breaker's time now, as [`Nanos`].
+        /// Added to a coarse reading, gives the time it was read as [`Nanos`], or a little
+        /// later (never earlier).
         offset: i64,
         /// How far ahead a deadline must be for the coarse clock to prove it ahead: many
         /// times the coarse clock's resolution (its lag behind the exact clock), and never
@@ -62,8 +63,9 @@ mod coarse {
         static CALIBRATION: OnceLock<Calibration> = OnceLock::new();
         CALIBRATION.get_or_init(|| {
             // The standard library's `Instant` is the monotonic clock: an instant read
-            // after the raw reading is at least that reading, so the offset found here
-            // can only make the time it gives earlier than the truth.
+            // after the raw reading is at least that reading, so the offset found here is
+            // at least the true one, and the time it gives never earlier than the truth:
+            // a deadline it proves ahead is ahead.
             let raw = nanos(clock_gettime(ClockId::Monotonic));
             let at = Nanos::of(Instant::now()).0;
             let resolution = nanos(clock_getres(ClockId::MonotonicCoarse));
