@@ -179,12 +179,13 @@ impl Shared {
     #[inline(always)]
     pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
         let killed = self.kill.is_killed();
-        let clock = self.arrival();
         // A door that is its first word alone (closed, most often) is decided with
-        // nothing else read.
+        // nothing else read. Its clocks are made here, and not before: made before, they
+        // are written to memory on every call, for a slow path to read.
         if let Some(door) = self.published.0.load_alone() {
-            return hold(self.decide_at(door, killed, clock));
+            return hold(self.decide_at(door, killed, self.arrival()));
         }
+        let clock = self.arrival();
         hold(match self.published.0.load_whole() {
             Some(door) => self.decide_at(door, killed, clock),
             None => self.decide_locked(killed, clock),
