@@ -70,7 +70,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
         S: tower::Service<Request, Future = SF>,
     {
         permit.mark_called();
-        let started = Started::at(permit.times_calls());
+        let (permit, started) = Started::at(permit);
         match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
             Ok(future) => ResponseFuture {
                 kind: Kind::Called {
@@ -96,34 +96,35 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     }
 }
 
-/// When a timed call started, in one word; [`Started::UNTIMED`] for a call not timed.
+/// When a timed call started, in one word; nothing for a call not timed (its permit
+/// says whether it is, in a register already).
 #[derive(Debug, Clone, Copy)]
 struct Started(i64);
 
 impl Started {
-    const UNTIMED: i64 = i64::MIN;
-
-    /// Now, if `timed`. The clock is read out of line: inlined, reading it would cost
-    /// every call (untimed ones too) the registers it needs.
+    /// Now, if `permit`'s call is timed. The clock is read out of line (inlined, reading
+    /// it would cost every call the registers it needs), and the permit goes with it:
+    /// kept here across a call that may unwind, it would be kept in memory, to be dropped
+    /// then, on every call.
     #[inline(always)]
-    fn at(timed: bool) -> Started {
-        if timed {
-            Started::now()
+    fn at(permit: Permit) -> (Permit, Started) {
+        if permit.times_calls() {
+            Started::now(permit)
         } else {
-            Started(Self::UNTIMED)
+            (permit, Started(0))
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn now() -> Started {
-        Started(Nanos::of(now()).0)
+    fn now(permit: Permit) -> (Permit, Started) {
+        (permit, Started(Nanos::of(now()).0))
     }
 
-    /// How long since the call started, if it was timed.
+    /// How long since the call started, if it was `timed`.
     #[inline(always)]
-    fn elapsed(self) -> Option<Duration> {
-        if self.0 == Self::UNTIMED {
+    fn elapsed(self, timed: bool) -> Option<Duration> {
+        if !timed {
             return None;
         }
         self.since()
@@ -223,8 +224,10 @@ where
                         resume_unwind(panic)
                     }
                 };
+                // Timed before the permit is taken: taken, it would be kept in memory across
+                // the clock's call, to be dropped if that unwinds, on every call.
+                let elapsed = started.elapsed(permit.as_ref().is_some_and(Permit::times_calls));
                 let permit = permit.take().expect("polled after completion");
-                let elapsed = started.elapsed();
                 Poll::Ready(conclude(result, classifier, permit, elapsed))
             }
             KindProj::Answered { future, skip } => {
