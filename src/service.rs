@@ -169,13 +169,11 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
-        // Tested where it is held: taken first, the permit would be kept in memory across
-        // the test's call out of line (a half-open deadline), to be dropped if it unwinds.
-        if let Some(permit) = self.permit.take_if(|permit| permit.stands()) {
-            let classifier = self.classifier.clone();
-            return ResponseFuture::call(&mut self.inner, request, permit, classifier);
-        }
         if let Some(permit) = self.permit.take() {
+            if permit.stands() {
+                let classifier = self.classifier.clone();
+                return ResponseFuture::call(&mut self.inner, request, permit, classifier);
+            }
             return self.call_decided_again(request, permit);
         }
         let skip = self.skip.take().expect("poll_ready must be called first");
