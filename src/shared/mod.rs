@@ -309,13 +309,15 @@ impl Shared {
     /// Whether a call admitted with `ticket` may still be made: the kill switch is off,
     /// the breaker is in the same epoch, and no deadline of that epoch has passed (a
     /// probe reserved before a half-open's dwell limit and called after it is not made,
-    /// whether or not anything made the machine apply the limit meanwhile).
+    /// whether or not anything made the machine apply the limit meanwhile). Without the
+    /// `clock`, a call at a door whose deadline may have passed is said not to stand, for
+    /// the caller to ask again with it.
     #[inline(always)]
-    fn stands(&self, ticket: Ticket) -> bool {
+    fn stands(&self, ticket: Ticket, clock: bool) -> bool {
         let word = self.published.0.word();
         !self.kill.is_killed()
             && Door::in_epoch(word, ticket.epoch())
-            && !(Door::may_expire(word) && self.expired())
+            && !(Door::may_expire(word) && (!clock || self.expired()))
     }
 
     /// Whether the door's deadline has passed. Out of line: only a half-open with a dwell
