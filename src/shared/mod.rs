@@ -186,10 +186,12 @@ impl Shared {
             return hold(self.decide_at(door, killed, self.arrival()));
         }
         let clock = self.arrival();
-        hold(match self.published.0.load_whole() {
-            Some(door) => self.decide_at(door, killed, clock),
-            None => self.decide_locked(killed, clock),
-        })
+        // Held in each arm: a decision made here then goes on in registers, rather than
+        // meeting the one from out of line in memory.
+        match self.published.0.load_whole() {
+            Some(door) => hold(self.decide_at(door, killed, clock)),
+            None => hold(self.decide_locked(killed, clock)),
+        }
     }
 
     /// The decision at a published `door`, or the machine's if the verdict changes the
