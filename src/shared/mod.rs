@@ -237,7 +237,7 @@ impl Shared {
         }
         self.tally.skipped(skip.reason());
         if self.events.observed() {
-            self.events.skipped(&skip);
+            self.events.skipped(skip);
         }
         skip
     }
