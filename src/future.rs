@@ -120,8 +120,8 @@ fn cancel(permit: Permit) {
     drop(permit);
 }
 
-/// When a timed call started, in one word; nothing for a call not timed (its permit
-/// says whether it is, in a register already).
+/// When a timed call started, in one word; 0, never read, for a call not timed (its
+/// permit says whether it is, from a register).
 #[derive(Debug, Clone, Copy)]
 struct Started(i64);
 
