@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -42,7 +43,7 @@ pin_project! {
             #[pin]
             future: SF,
             // `None` once the outcome is given.
-            permit: Option<Permit>,
+            permit: Held,
             classifier: C,
             // When the call started, if it is timed for the slow-call rule (one word: the
             // future of most calls is not timed, and a smaller future is a faster one).
@@ -71,12 +72,12 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
         S: tower::Service<Request, Future = SF>,
     {
         permit.mark_called();
-        let started = Started::at(permit.times_calls());
+        let (permit, started) = Started::at(permit);
         match catch_unwind(AssertUnwindSafe(|| inner.call(request))) {
             Ok(future) => ResponseFuture {
                 kind: Kind::Called {
                     future,
-                    permit: Some(permit),
+                    permit: Held(ManuallyDrop::new(Some(permit))),
                     classifier,
                     started,
                 },
@@ -97,34 +98,58 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     }
 }
 
-/// When a timed call started, in one word; [`Started::UNTIMED`] for a call not timed.
+/// A called future's permit, until its outcome is given. Dropped with the permit still
+/// in it (the future dropped before it completed), it drops the permit out of line, and
+/// the `ManuallyDrop` leaves nothing else to drop: the future's drop glue, small, is then
+/// inlined where the future is dropped, which is on every call, and dropping a finished
+/// future is a test or two.
+struct Held(ManuallyDrop<Option<Permit>>);
+
+impl Drop for Held {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(permit) = self.0.take() {
+            cancel(permit);
+        }
+    }
+}
+
+/// The call is cancelled: its permit, dropped, says so.
+#[cold]
+#[inline(never)]
+fn cancel(permit: Permit) {
+    drop(permit);
+}
+
+/// When a timed call started, in one word; 0, never read, for a call not timed (its
+/// permit says whether it is, from a register).
 #[derive(Debug, Clone, Copy)]
 struct Started(i64);
 
 impl Started {
-    const UNTIMED: i64 = i64::MIN;
-
-    /// Now, if `timed`. The clock is read out of line: inlined, reading it would cost
-    /// every call (untimed ones too) the registers it needs.
+    /// Now, if `permit`'s call is timed. The clock is read out of line (inlined, reading
+    /// it would cost every call the registers it needs), and the permit goes with it:
+    /// kept here across a call that may unwind, it would be kept in memory, to be dropped
+    /// then, on every call.
     #[inline(always)]
-    fn at(timed: bool) -> Started {
-        if timed {
-            Started::now()
+    fn at(permit: Permit) -> (Permit, Started) {
+        if permit.times_calls() {
+            Started::now(permit)
         } else {
-            Started(Self::UNTIMED)
+            (permit, Started(0))
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn now() -> Started {
-        Started(Nanos::of(now()).0)
+    fn now(permit: Permit) -> (Permit, Started) {
+        (permit, Started(Nanos::of(now()).0))
     }
 
-    /// How long since the call started, if it was timed.
+    /// How long since the call started, if it was `timed`.
     #[inline(always)]
-    fn elapsed(self) -> Option<Duration> {
-        if self.0 == Self::UNTIMED {
+    fn elapsed(self, timed: bool) -> Option<Duration> {
+        if !timed {
             return None;
         }
         self.since()
@@ -220,14 +245,16 @@ where
                 let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
                     Ok(poll) => ready!(poll),
                     Err(panic) => {
-                        if let Some(permit) = permit.take() {
+                        if let Some(permit) = permit.0.take() {
                             permit.settle(Outcome::failure_with("the service panicked"), None);
                         }
                         resume_unwind(panic)
                     }
                 };
-                let permit = permit.take().expect("polled after completion");
-                let elapsed = started.elapsed();
+                // Timed before the permit is taken: taken, it would be kept in memory across
+                // the clock's call, to be dropped if that unwinds, on every call.
+                let elapsed = started.elapsed(permit.0.as_ref().is_some_and(Permit::times_calls));
+                let permit = permit.0.take().expect("polled after completion");
                 Poll::Ready(conclude(result, classifier, permit, elapsed))
             }
             KindProj::Answered { future, skip } => {

@@ -172,7 +172,9 @@ where
     #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
         if let Some(permit) = self.permit.take() {
-            if permit.stands() {
+            // Without the clock: a call out of line would keep the permit in memory, to
+            // be dropped if it unwound, on every call.
+            if permit.stands_at_once() {
                 let classifier = self.classifier.clone();
                 return ResponseFuture::call(&mut self.inner, request, permit, classifier);
             }
@@ -185,9 +187,11 @@ where
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
-    /// The kill switch was flipped or the breaker moved on since `poll_ready`: the call
-    /// is decided again. The wrapped service was polled ready, the fallback not. Out of
-    /// line, as it is rare: inlined, it would cost every call the registers it needs.
+    /// The kill switch was flipped or the breaker moved on since `poll_ready`, or a
+    /// half-open's deadline may have passed: unless the call still stands (the clock
+    /// says the deadline has not passed), it is decided again. The wrapped service was
+    /// polled ready, the fallback not. Out of line, as it is rare: inlined, it would cost
+    /// every call the registers it needs.
     #[cold]
     #[inline(never)]
     fn call_decided_again<Request>(
@@ -200,17 +204,20 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         F: FallbackService<Request, S::Response>,
         C: Clone,
     {
-        permit.withdraw();
-        match self.shared.decide() {
-            Decision::Call(permit) => {
-                let classifier = self.classifier.clone();
-                ResponseFuture::call(&mut self.inner, request, permit, classifier)
+        let permit = if permit.stands() {
+            permit
+        } else {
+            permit.withdraw();
+            match self.shared.decide() {
+                Decision::Call(permit) => permit,
+                Decision::Skip(skip) => {
+                    let future = self.fallback.call_unready(request, skip, &self.shared);
+                    return ResponseFuture::answered(future, skip);
+                }
             }
-            Decision::Skip(skip) => {
-                let future = self.fallback.call_unready(request, skip, &self.shared);
-                ResponseFuture::answered(future, skip)
-            }
-        }
+        };
+        let classifier = self.classifier.clone();
+        ResponseFuture::call(&mut self.inner, request, permit, classifier)
     }
 }
 

@@ -167,8 +167,8 @@ impl Events {
     }
 
     /// Reports a skip decided now.
-    pub(super) fn skipped(self: &Arc<Self>, skip: &Skip) {
-        self.deliver_now(Queued::Skipped(*skip));
+    pub(super) fn skipped(self: &Arc<Self>, skip: Skip) {
+        self.deliver_now(Queued::Skipped(skip));
     }
 
     /// Reports a quiet success counted now; `elapsed` if the call was timed.

@@ -182,16 +182,19 @@ impl Shared {
     #[inline(always)]
     pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
         let killed = self.kill.is_killed();
-        let clock = self.arrival();
         // A door that is its first word alone (closed, most often) is decided with
-        // nothing else read.
+        // nothing else read. Its clocks are made here, and not before: made before, they
+        // are written to memory on every call, for a slow path to read.
         if let Some(door) = self.published.0.load_alone() {
-            return hold(self.decide_at(door, killed, clock));
+            return hold(self.decide_at(door, killed, self.arrival()));
         }
-        hold(match self.published.0.load_whole() {
-            Some(door) => self.decide_at(door, killed, clock),
-            None => self.decide_locked(killed, clock),
-        })
+        let clock = self.arrival();
+        // Held in each arm: a decision made here then goes on in registers, rather than
+        // meeting the one from out of line in memory.
+        match self.published.0.load_whole() {
+            Some(door) => hold(self.decide_at(door, killed, clock)),
+            None => hold(self.decide_locked(killed, clock)),
+        }
     }
 
     /// The decision at a published `door`, or the machine's if the verdict changes the
@@ -237,7 +240,7 @@ impl Shared {
         }
         self.tally.skipped(skip.reason());
         if self.events.observed() {
-            self.events.skipped(&skip);
+            self.events.skipped(skip);
         }
         skip
     }
@@ -311,13 +314,15 @@ impl Shared {
     /// Whether a call admitted with `ticket` may still be made: the kill switch is off,
     /// the breaker is in the same epoch, and no deadline of that epoch has passed (a
     /// probe reserved before a half-open's dwell limit and called after it is not made,
-    /// whether or not anything made the machine apply the limit meanwhile).
+    /// whether or not anything made the machine apply the limit meanwhile). Without the
+    /// `clock`, a call at a door whose deadline may have passed is said not to stand, for
+    /// the caller to ask again with it.
     #[inline(always)]
-    fn stands(&self, ticket: Ticket) -> bool {
+    fn stands(&self, ticket: Ticket, clock: bool) -> bool {
         let word = self.published.0.word();
         !self.kill.is_killed()
             && Door::in_epoch(word, ticket.epoch())
-            && !(Door::may_expire(word) && self.expired())
+            && !(Door::may_expire(word) && (!clock || self.expired()))
     }
 
     /// Whether the door's deadline has passed. Out of line: only a half-open with a dwell

@@ -122,7 +122,14 @@ impl Permit {
     /// breaker has not moved on (no change of state or mode).
     #[inline(always)]
     pub(crate) fn stands(&self) -> bool {
-        self.shared.stands(self.ticket)
+        self.shared.stands(self.ticket, true)
+    }
+
+    /// [`stands`](Self::stands), without the clock: a call at a door whose deadline may
+    /// have passed (a half-open's) is said not to stand, and no call is made out of line.
+    #[inline(always)]
+    pub(crate) fn stands_at_once(&self) -> bool {
+        self.shared.stands(self.ticket, false)
     }
 
     /// The wrapped service is about to be called.
