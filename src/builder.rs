@@ -4,13 +4,13 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::now;
 use crate::error::ConfigError;
 use crate::event::Event;
 use crate::kill::KillSwitch;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Machine, Transition};
 use crate::settings::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
-use crate::clock::now;
 use crate::shared::{DeliveryGroup, Observer, Shared};
 
 /// Settings for a breaker, checked when it is built.

@@ -12,12 +12,12 @@ use pin_project_lite::pin_project;
 
 use crate::answer::{Answer, Origin, Verdict};
 use crate::classify::Classify;
+use crate::clock::now;
 use crate::error::{text_with_sources, BoxError, BreakerError};
 use crate::machine::time::Nanos;
 use crate::machine::Skip;
 use crate::outcome::Outcome;
 use crate::settle::Settlement;
-use crate::clock::now;
 use crate::shared::Permit;
 
 pin_project! {

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::clock::now;
 use crate::kill::KillSwitch;
 use crate::machine::{later, Advice, State, Transition};
 use crate::settings::Mode;
-use crate::clock::now;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 

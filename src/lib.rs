@@ -88,8 +88,8 @@
 pub mod admin;
 mod answer;
 mod builder;
-mod clock;
 pub mod classify;
+mod clock;
 pub mod error;
 mod event;
 pub mod expediter;

@@ -75,9 +75,9 @@ use tower::util::Oneshot;
 use tower::{Layer, Service};
 
 use crate::answer::{Answer, Origin};
+use crate::clock::now;
 use crate::error::{text_with_sources, BoxError, Rejected};
 use crate::handle::CircuitBreakerHandle;
-use crate::clock::now;
 use crate::snapshot::Snapshot;
 
 #[cfg(doc)]

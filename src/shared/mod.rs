@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::clock::{self, now};
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
 use crate::machine::door::{Clock, Door, Fixed, Verdict};
-use crate::clock::{self, now};
 use crate::machine::time::Nanos;
 use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use super::{Counts, Snapshot};
-use crate::machine::{FailureRecord, NextProbe};
 use crate::clock::now;
+use crate::machine::{FailureRecord, NextProbe};
 
 /// Whole milliseconds, rounded up: a caller that waits this long finds the wait over.
 fn ceil_ms(wait: Duration) -> u64 {
