@@ -215,8 +215,9 @@ pub struct Rejected {
 /// than they were written, a stall a call.
 #[derive(Clone)]
 enum Label {
-    /// A name of at most [`Label::INLINE`] bytes, and no permanent failure.
-    Inline { len: u8, bytes: [u8; Label::INLINE] },
+    /// A name of at most [`Label::INLINE`] bytes, padded with `0xFF` (a byte UTF-8 never
+    /// holds), and no permanent failure.
+    Inline([u8; Label::INLINE]),
     /// A longer name, or one with a permanent failure to tell.
     Shared(Arc<Named>),
 }
@@ -228,19 +229,16 @@ struct Named {
 }
 
 impl Label {
-    const INLINE: usize = 14;
+    /// The default name, `circuit-breaker`, fits.
+    const INLINE: usize = 15;
 
     fn new(name: &Arc<str>) -> Label {
-        let len = name.len();
-        if len > Self::INLINE {
+        if name.len() > Self::INLINE {
             return Label::shared(name, None);
         }
-        let mut bytes = [0; Self::INLINE];
-        bytes[..len].copy_from_slice(name.as_bytes());
-        Label::Inline {
-            len: len as u8,
-            bytes,
-        }
+        let mut bytes = [0xFF; Self::INLINE];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Label::Inline(bytes)
     }
 
     fn shared(name: &Arc<str>, permanent: Option<String>) -> Label {
@@ -252,9 +250,10 @@ impl Label {
 
     fn name(&self) -> &str {
         match self {
-            // Copied whole from a `str`: always UTF-8.
-            Label::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            // Copied whole from a `str`: always UTF-8, up to its padding.
+            Label::Inline(bytes) => {
+                let len = bytes.iter().position(|&b| b == 0xFF).unwrap_or(bytes.len());
+                std::str::from_utf8(&bytes[..len]).unwrap_or_default()
             }
             Label::Shared(named) => &named.name,
         }
@@ -262,7 +261,7 @@ impl Label {
 
     fn permanent(&self) -> Option<&str> {
         match self {
-            Label::Inline { .. } => None,
+            Label::Inline(_) => None,
             Label::Shared(named) => named.permanent.as_deref(),
         }
     }
@@ -401,3 +400,33 @@ impl fmt::Debug for Rejected {
 }
 
 impl std::error::Error for Rejected {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{NextProbe, Reason, Skip, State};
+
+    #[test]
+    fn a_rejection_is_four_words_and_names_its_breaker_whole_at_any_length() {
+        assert_eq!(std::mem::size_of::<Rejected>(), 32);
+        let skip = Skip::new(Reason::Open, State::Open, NextProbe::Manual);
+        for name in [
+            "",
+            "a",
+            "ünï",
+            "circuit-breaker",
+            "sixteen-bytes-ok",
+            "é-ünïcödé-näme",
+            "\0",
+        ] {
+            let rejected = Rejected::new(&BreakerName::new(name.into()), skip, None);
+            assert_eq!(rejected.name(), name);
+            assert_eq!(rejected.permanent_failure(), None);
+        }
+        let rejected = Rejected::new(&BreakerName::new("quota".into()), skip, Some("exhausted"));
+        assert_eq!(
+            (rejected.name(), rejected.permanent_failure()),
+            ("quota", Some("exhausted"))
+        );
+    }
+}

@@ -253,8 +253,15 @@ impl Skip {
 
     /// Whether the breaker that skipped is held open by a failure of the service's own
     /// until a reset: open (not killed or forced), with no probe scheduled.
+    #[inline]
     pub(crate) fn held_by_a_permanent_failure(&self) -> bool {
-        self.reason() == Reason::Open && self.next_probe() == NextProbe::Manual
+        self.reason() == Reason::Open && self.next_probe_kind() == Self::MANUAL
+    }
+
+    /// Which [`NextProbe`] it tells, without its time.
+    #[inline(always)]
+    fn next_probe_kind(&self) -> u64 {
+        self.bits.get() >> 5 & 3
     }
 
     /// Why.
@@ -272,7 +279,7 @@ impl Skip {
     /// When to come back.
     #[inline]
     pub fn next_probe(&self) -> NextProbe {
-        match self.bits.get() >> 5 & 3 {
+        match self.next_probe_kind() {
             Self::NOT_NEEDED => NextProbe::NotNeeded,
             Self::IN_FLIGHT => NextProbe::InFlight,
             Self::MANUAL => NextProbe::Manual,
