@@ -10,10 +10,11 @@
 //! (a cooldown in calls): every call that reaches an open breaker whose wait is counted
 //! in calls takes the next step, killed and skipped calls too.
 //!
-//! A skipped call writes nothing shared but its count. Counted in one word, skips from
-//! several threads at once would pass that word's cache line from core to core on every
-//! call, the whole cost of a skip under contention; so once two skips are seen to
-//! collide, the skip counts spread over one cache line per thread group (as Java's
+//! The counts that calls write on the way through (a skip, a closed call's success that
+//! changed nothing else) are the only shared memory those calls write but the breaker's
+//! reference count. Counted in one word each, calls from several threads at once would
+//! pass that word's cache line from core to core on every call; so once two such counts
+//! are seen to collide, they spread over one cache line per thread group (as Java's
 //! `LongAdder` does), and a snapshot sums them.
 
 use std::cell::Cell;
@@ -25,16 +26,12 @@ use crate::outcome::Outcome;
 use crate::snapshot::Counts;
 use crate::sync::AtomicU64;
 
-/// See the [module docs](self). The counters most calls write come first, so that they
-/// share a cache line with the breaker's reference counts, which every call writes too.
+/// See the [module docs](self).
 #[repr(C)]
 #[derive(Default)]
 pub(super) struct Tally {
-    /// Closed-state calls whose success changed nothing but this count: each arrived,
-    /// was made and succeeded.
-    quiet_successes: AtomicU64,
-    /// By [`Reason`]: open, half-open full, killed, forced open; until skips collide.
-    skipped: [AtomicU64; 4],
+    /// What calls count on the way through, until two collide.
+    passing: Passing,
     /// The count of calls an open breaker waits for.
     steps: AtomicU64,
     successes: AtomicU64,
@@ -45,17 +42,26 @@ pub(super) struct Tally {
     abandoned: AtomicU64,
     probes: AtomicU64,
     shadowed: AtomicU64,
-    /// The skip counts, spread, once skips collided (see the [module docs](self)).
-    spread: OnceLock<Box<[Skips]>>,
+    /// What calls count on the way through, spread, once two collided.
+    spread: OnceLock<Box<[Group]>>,
 }
 
-/// One thread group's skip counts, on a cache line of its own (two, where the hardware
+/// Skips by [`Reason`] (open, half-open full, killed, forced open), and closed-state calls
+/// whose success changed nothing but this count ([`QUIET`]): each arrived, was made and
+/// succeeded.
+#[derive(Default)]
+struct Passing([AtomicU64; 5]);
+
+/// A thread group's [`Passing`], on a cache line of its own (two, where the hardware
 /// fetches lines in pairs).
 #[repr(align(128))]
 #[derive(Default)]
-struct Skips([AtomicU64; 4]);
+struct Group(Passing);
 
-/// This thread's group: threads are dealt round the groups as they first skip.
+/// Where [`Passing`] counts quiet successes.
+const QUIET: usize = 4;
+
+/// This thread's group: threads are dealt round the groups as they first collide.
 fn group(groups: usize) -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -98,48 +104,54 @@ impl Tally {
     /// Counts a call skipped for `reason`.
     #[inline(always)]
     pub(super) fn skipped(&self, reason: Reason) {
-        let code = reason.code() as usize;
-        if let Some(spread) = self.spread.get() {
-            return add(&spread[group(spread.len())].0[code]);
-        }
-        let counter = &self.skipped[code];
-        let seen = counter.load(Ordering::Relaxed);
-        if counter
-            .compare_exchange(seen, seen + 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            self.collided(code);
-        }
-    }
-
-    /// Two skips collided: from now on skips are counted spread (this one too).
-    #[cold]
-    #[inline(never)]
-    fn collided(&self, code: usize) {
-        let spread = self.spread.get_or_init(|| {
-            let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            (0..threads.next_power_of_two().clamp(2, 16))
-                .map(|_| Skips::default())
-                .collect()
-        });
-        add(&spread[group(spread.len())].0[code]);
-    }
-
-    /// The skips counted for each reason (see [`Tally::skipped`]).
-    fn skips(&self) -> [u64; 4] {
-        let mut skips = self.skipped.each_ref().map(get);
-        for group in self.spread.get().into_iter().flatten() {
-            for (total, counter) in skips.iter_mut().zip(&group.0) {
-                *total += get(counter);
-            }
-        }
-        skips
+        self.passed(reason.code() as usize);
     }
 
     /// A closed-state call succeeded and changed nothing else.
     #[inline(always)]
     pub(super) fn quiet_success(&self) {
-        add(&self.quiet_successes);
+        self.passed(QUIET);
+    }
+
+    /// Counts a call on the way through as [`Passing`]'s count `i`: in this thread's
+    /// group once counts have collided, or in the one word.
+    #[inline(always)]
+    fn passed(&self, i: usize) {
+        if let Some(spread) = self.spread.get() {
+            return add(&spread[group(spread.len())].0 .0[i]);
+        }
+        let counter = &self.passing.0[i];
+        let seen = counter.load(Ordering::Relaxed);
+        if counter
+            .compare_exchange(seen, seen + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            self.collided(i);
+        }
+    }
+
+    /// Two counts collided: from now on they are counted spread (this one too).
+    #[cold]
+    #[inline(never)]
+    fn collided(&self, i: usize) {
+        let spread = self.spread.get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            (0..threads.next_power_of_two().clamp(2, 16))
+                .map(|_| Group::default())
+                .collect()
+        });
+        add(&spread[group(spread.len())].0 .0[i]);
+    }
+
+    /// [`Passing`]'s counts, summed over their groups.
+    fn passing(&self) -> [u64; 5] {
+        let mut totals = self.passing.0.each_ref().map(get);
+        for group in self.spread.get().into_iter().flatten() {
+            for (total, counter) in totals.iter_mut().zip(&group.0 .0) {
+                *total += get(counter);
+            }
+        }
+        totals
     }
 
     /// A call of `kind` ended with what the machine made of its outcome: counted as
@@ -179,13 +191,13 @@ impl Tally {
     }
 
     pub(super) fn counts(&self) -> Counts {
-        let quiet = get(&self.quiet_successes);
-        let successes = quiet + get(&self.successes);
+        let passing = self.passing();
+        let successes = passing[QUIET] + get(&self.successes);
         let (failures, ignored) = (get(&self.failures), get(&self.ignored));
         let (cancelled, late) = (get(&self.cancelled), get(&self.late));
         let made = successes + failures + ignored + cancelled + late;
         // Each counter is read once, so that the sums agree with the parts.
-        let skipped = self.skips();
+        let skipped = &passing[..QUIET];
         let abandoned = get(&self.abandoned);
         let arrived = made + skipped.iter().sum::<u64>() + abandoned;
         Counts {
@@ -228,13 +240,14 @@ mod tests {
     }
 
     #[test]
-    fn skips_counted_before_and_after_they_spread_add_up() {
+    fn counts_made_before_and_after_they_spread_add_up() {
         let tally = Tally::default();
         for (n, reason) in REASONS.into_iter().enumerate() {
             for _ in 0..=n {
                 tally.skipped(reason);
             }
         }
+        tally.quiet_success();
         tally.collided(Reason::Open.code() as usize);
         assert!(tally.spread.get().is_some());
         std::thread::scope(|scope| {
@@ -243,27 +256,34 @@ mod tests {
                     for reason in REASONS {
                         tally.skipped(reason);
                     }
+                    tally.quiet_success();
                 });
             }
         });
         let counts = tally.counts();
         assert_eq!(skipped(&counts), [1 + 1 + 5, 2 + 5, 3 + 5, 4 + 5]);
-        assert_eq!(counts.arrived, 1 + 1 + 5 + 2 + 5 + 3 + 5 + 4 + 5);
+        assert_eq!((counts.successes, counts.made), (6, 6));
+        assert_eq!(counts.arrived, 1 + 1 + 5 + 2 + 5 + 3 + 5 + 4 + 5 + 6);
     }
 
     #[test]
-    fn skips_from_many_threads_at_once_are_all_counted() {
+    fn counts_from_many_threads_at_once_are_all_counted() {
         let tally = Tally::default();
         std::thread::scope(|scope| {
-            for thread in 0..8 {
+            for thread in 0..10 {
                 let tally = &tally;
                 scope.spawn(move || {
                     for _ in 0..20_000 {
-                        tally.skipped(REASONS[thread % 4]);
+                        match REASONS.get(thread / 2) {
+                            Some(&reason) => tally.skipped(reason),
+                            None => tally.quiet_success(),
+                        }
                     }
                 });
             }
         });
-        assert_eq!(skipped(&tally.counts()), [40_000; 4]);
+        let counts = tally.counts();
+        assert_eq!(skipped(&counts), [40_000; 4]);
+        assert_eq!((counts.successes, counts.arrived), (40_000, 200_000));
     }
 }
