@@ -8,7 +8,11 @@
 //! ```
 //!
 //! `per_call/*`: one `poll_ready` + `call` + one poll of the response future with a
-//! no-op waker, on one thread: the breaker's own cost, no runtime in the way.
+//! no-op waker, on one thread: the breaker's own cost, no runtime in the way. Open calls
+//! are measured with a fallback, with typed errors (`with_typed_errors`: a `CallError`
+//! carrying the `Rejected`, as failsafe's `Error::Rejected`) and with the default boxed
+//! error (a `Rejected` boxed into tower's `BoxError`: an allocation per call); forced
+//! open, with a cooldown in calls, and with the default cooldown in time.
 //! `contended/*`: 64 tasks on a 2-worker multi-thread runtime share one breaker, each
 //! awaiting `ready()` then the call in a loop; the figure is wall time per call. The
 //! same breakers as `per_call`, but for the floor's open path (it never probes).
