@@ -45,7 +45,9 @@ fn classify(result: &Result<u64, Infallible>) -> Outcome {
 }
 
 /// A breaker over a service that counts how often it is called.
-fn breaker(builder: tower_circuit_breaker::Builder) -> (Breaker, CircuitBreakerHandle, Arc<AtomicUsize>) {
+fn breaker(
+    builder: tower_circuit_breaker::Builder,
+) -> (Breaker, CircuitBreakerHandle, Arc<AtomicUsize>) {
     let layer = builder
         .build()
         .expect("valid settings")
@@ -53,11 +55,10 @@ fn breaker(builder: tower_circuit_breaker::Builder) -> (Breaker, CircuitBreakerH
     let handle = layer.handle();
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
-    let inner: Box<dyn FnMut(u64) -> Ready<Result<u64, Infallible>> + Send> =
-        Box::new(move |x| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            ready(Ok(x))
-        });
+    let inner: Box<dyn FnMut(u64) -> Ready<Result<u64, Infallible>> + Send> = Box::new(move |x| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        ready(Ok(x))
+    });
     (layer.layer(service_fn(inner)), handle, calls)
 }
 
@@ -115,9 +116,9 @@ fn prime_with_a_far_deadline() {
 fn assert_probe_after_the_hold(result: Result<Answer<u64>, BoxError>, what: &str) {
     match result {
         Ok(answer) => assert_eq!(answer.source(), Source::Probe, "{what}"),
-        Err(error) => panic!(
-            "{what}: tokio's clock is past the deadline, but the call was skipped: {error}"
-        ),
+        Err(error) => {
+            panic!("{what}: tokio's clock is past the deadline, but the call was skipped: {error}")
+        }
     }
 }
 
@@ -215,8 +216,8 @@ fn control_a_fresh_worker_under_a_paused_runtimes_handle_sends_the_probe() {
 /// From then on, every call on that thread, back on the paused clock, is decided by the
 /// kernel's coarse clock: a paused-time test no longer behaves as before.
 #[test]
-fn a_paused_test_thread_that_once_entered_a_multi_thread_handle_still_decides_on_its_paused_clock(
-) {
+fn a_paused_test_thread_that_once_entered_a_multi_thread_handle_still_decides_on_its_paused_clock()
+{
     let mt = multi_thread(1);
     let ct = paused_current_thread();
     ct.block_on(async {
@@ -249,7 +250,10 @@ fn a_cooldown_in_time_on_a_paused_test_thread_ends_when_the_paused_clock_passes_
                 .failure_threshold(1)
                 .cooldown(Cooldown::Time(HOUR)),
         );
-        assert!(call(&mut svc, FAIL).is_ok(), "a failure the classifier counts");
+        assert!(
+            call(&mut svc, FAIL).is_ok(),
+            "a failure the classifier counts"
+        );
         assert_eq!(handle.state(), State::Open);
         tokio::time::advance(2 * HOUR).await;
         match call(&mut svc, 1) {
@@ -293,7 +297,10 @@ fn probe_across_the_dwell_limit(primed_under_a_multi_thread_handle: bool) {
         );
         assert!(call(&mut svc, FAIL).is_ok());
         assert_eq!(handle.state(), State::Open);
-        assert!(call(&mut svc, 1).is_err(), "the first of the cooldown's two calls");
+        assert!(
+            call(&mut svc, 1).is_err(),
+            "the first of the cooldown's two calls"
+        );
         poll_ready(&mut svc); // the probe is reserved: half-open, dwell limit in an hour
         assert_eq!(handle.state(), State::HalfOpen);
         let made = calls.load(Ordering::SeqCst);
@@ -303,7 +310,10 @@ fn probe_across_the_dwell_limit(primed_under_a_multi_thread_handle: bool) {
             calls.load(Ordering::SeqCst),
             made,
             "the probe reached the service two hours after its dwell limit ({:?})",
-            result.as_ref().map(Answer::source).map_err(ToString::to_string)
+            result
+                .as_ref()
+                .map(Answer::source)
+                .map_err(ToString::to_string)
         );
         let error = result.expect_err("the dwell limit re-opened the breaker");
         let rejected = error.downcast_ref::<Rejected>().expect("rejected");
@@ -347,7 +357,9 @@ fn a_former_worker_reused_by_spawn_blocking_for_a_paused_runtime_decides_on_the_
                     let (mut svc, handle, _) = breaker(CircuitBreakerLayer::builder());
                     handle.open_for(HOUR);
                     tokio::time::advance(2 * HOUR).await;
-                    call(&mut svc, 1).map(|answer| answer.source()).map_err(|e| e.to_string())
+                    call(&mut svc, 1)
+                        .map(|answer| answer.source())
+                        .map_err(|e| e.to_string())
                 }))
             })
             .await
@@ -385,7 +397,9 @@ fn a_worker_driving_a_paused_runtime_inside_block_in_place_decides_on_the_paused
                     let (mut svc, handle, _) = breaker(CircuitBreakerLayer::builder());
                     handle.open_for(HOUR);
                     tokio::time::advance(2 * HOUR).await;
-                    call(&mut svc, 1).map(|answer| answer.source()).map_err(|e| e.to_string())
+                    call(&mut svc, 1)
+                        .map(|answer| answer.source())
+                        .map_err(|e| e.to_string())
                 })
             })
         })

@@ -21,8 +21,7 @@ use tower::{service_fn, Layer, Service};
 use tower_circuit_breaker::error::{BoxError, CallError, ConfigError, Rejected};
 use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
 use tower_circuit_breaker::{
-    Answer, Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Outcome,
-    State,
+    Answer, Builder, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Failure, Outcome, State,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -233,7 +232,11 @@ where
 
 fn check_counts(what: &str, handle: &CircuitBreakerHandle) {
     let c = handle.snapshot().counts;
-    assert_eq!(c.arrived, c.made + c.skipped() + c.abandoned, "{what}: {c:?}");
+    assert_eq!(
+        c.arrived,
+        c.made + c.skipped() + c.abandoned,
+        "{what}: {c:?}"
+    );
     assert_eq!(
         c.made,
         c.successes + c.failures + c.ignored + c.cancelled + c.late,
@@ -246,8 +249,8 @@ fn check_counts(what: &str, handle: &CircuitBreakerHandle) {
 /// boxed breaker: every answer, state and count the same after every step.
 #[tokio::test(start_paused = true)]
 async fn a_typed_breaker_answers_and_counts_exactly_as_the_boxed_one_step_by_step() {
-    use Act::*;
     use self::Person::*;
+    use Act::*;
     let script = [
         Call(OK),
         Call(FAIL),
@@ -306,7 +309,10 @@ async fn a_typed_breaker_answers_and_counts_exactly_as_the_boxed_one_step_by_ste
         .expect("valid")
         .with_classifier(classify)
         .with_typed_errors();
-    let boxed_layer = settings("boxed").build().expect("valid").with_classifier(classify);
+    let boxed_layer = settings("boxed")
+        .build()
+        .expect("valid")
+        .with_classifier(classify);
     let (typed_handle, boxed_handle) = (typed_layer.handle(), boxed_layer.handle());
     let mut typed = typed_layer.layer(service_fn(scripted));
     let mut boxed = boxed_layer.layer(service_fn(scripted));
@@ -337,9 +343,17 @@ async fn a_typed_breaker_answers_and_counts_exactly_as_the_boxed_one_step_by_ste
         };
         let what = format!("step {i} {a:?}");
         if std::env::var_os("REVIEW_TRACE").is_some() {
-            eprintln!("{what}: {t} | {:?} {:?}", typed_handle.state(), typed_handle.snapshot().counts);
+            eprintln!(
+                "{what}: {t} | {:?} {:?}",
+                typed_handle.state(),
+                typed_handle.snapshot().counts
+            );
         }
-        assert_eq!(t.replace("typed", "NAME"), b.replace("boxed", "NAME"), "{what}");
+        assert_eq!(
+            t.replace("typed", "NAME"),
+            b.replace("boxed", "NAME"),
+            "{what}"
+        );
         let (ts, bs) = (typed_handle.snapshot(), boxed_handle.snapshot());
         assert_eq!(ts.state, bs.state, "{what}");
         assert_eq!(ts.counts, bs.counts, "{what}");
@@ -348,7 +362,10 @@ async fn a_typed_breaker_answers_and_counts_exactly_as_the_boxed_one_step_by_ste
         check_counts(&what, &typed_handle);
     }
     let c = typed_handle.snapshot().counts;
-    assert!(c.cancelled > 0 && c.abandoned > 0 && c.skipped_killed > 0 && c.probes > 0, "{c:?}");
+    assert!(
+        c.cancelled > 0 && c.abandoned > 0 && c.skipped_killed > 0 && c.probes > 0,
+        "{c:?}"
+    );
 }
 
 /// `?` boxes a `CallError` with the message and the whole source chain the default
@@ -377,10 +394,20 @@ async fn a_call_error_boxed_by_question_mark_keeps_the_whole_source_chain() {
         E: Into<BoxError>,
     {
         use tower::ServiceExt;
-        Ok(svc.ready().await.map_err(Into::into)?.call(()).await.map_err(Into::into)?)
+        Ok(svc
+            .ready()
+            .await
+            .map_err(Into::into)?
+            .call(())
+            .await
+            .map_err(Into::into)?)
     }
     let failing = || service_fn(|_: ()| async { Err::<(), _>(One(Two(io::Error::other("root")))) });
-    let mut typed = Builder::new().build().expect("valid").with_typed_errors().layer(failing());
+    let mut typed = Builder::new()
+        .build()
+        .expect("valid")
+        .with_typed_errors()
+        .layer(failing());
     let mut boxed = Builder::new().build().expect("valid").layer(failing());
     let (t, b) = (
         through(&mut typed).await.unwrap_err(),
@@ -445,7 +472,10 @@ fn every_name_is_told_exactly_with_and_without_a_permanent_failure() {
                 .expect("valid name")
                 .with_classifier(classify);
             let handle = layer.handle();
-            let mut typed = layer.clone().with_typed_errors().layer(service_fn(scripted));
+            let mut typed = layer
+                .clone()
+                .with_typed_errors()
+                .layer(service_fn(scripted));
             let mut boxed = layer.layer(service_fn(scripted));
             if permanent {
                 let _ = step(&mut boxed, PERMANENT);
@@ -465,10 +495,16 @@ fn every_name_is_told_exactly_with_and_without_a_permanent_failure() {
             };
             for r in [&t, &b, &t.clone()] {
                 assert_eq!(r.name(), name, "{name:?} ({} bytes)", name.len());
-                assert!(r.to_string().contains(&format!("`{name}`")), "{name:?}: {r}");
+                assert!(
+                    r.to_string().contains(&format!("`{name}`")),
+                    "{name:?}: {r}"
+                );
                 let expected = permanent.then_some("quota exhausted");
                 assert_eq!(r.permanent_failure(), expected, "{name:?}");
-                assert!(format!("{r:?}").contains(&format!("{name:?}")), "{name:?}: {r:?}");
+                assert!(
+                    format!("{r:?}").contains(&format!("{name:?}")),
+                    "{name:?}: {r:?}"
+                );
             }
         }
     }
@@ -512,7 +548,12 @@ fn keyed_breakers_names_are_told_exactly() {
 // Allocation.
 
 /// Rejections with typed errors, counted on this thread after a warm-up.
-fn typed_rejection_allocations(layer: CircuitBreakerLayer<tower_circuit_breaker::fallback::TypedErrors, fn(&Result<u64, io::Error>) -> Outcome>) -> u64 {
+fn typed_rejection_allocations(
+    layer: CircuitBreakerLayer<
+        tower_circuit_breaker::fallback::TypedErrors,
+        fn(&Result<u64, io::Error>) -> Outcome,
+    >,
+) -> u64 {
     let mut svc = layer.layer(service_fn(scripted));
     let mut cx = Context::from_waker(Waker::noop());
     let mut reject = |svc: &mut _| {
@@ -533,7 +574,15 @@ fn typed_rejection_allocations(layer: CircuitBreakerLayer<tower_circuit_breaker:
     allocations() - start
 }
 
-fn typed_layer(name: &str) -> (CircuitBreakerLayer<tower_circuit_breaker::fallback::TypedErrors, fn(&Result<u64, io::Error>) -> Outcome>, CircuitBreakerHandle) {
+fn typed_layer(
+    name: &str,
+) -> (
+    CircuitBreakerLayer<
+        tower_circuit_breaker::fallback::TypedErrors,
+        fn(&Result<u64, io::Error>) -> Outcome,
+    >,
+    CircuitBreakerHandle,
+) {
     let layer = Builder::new()
         .name(name)
         .failure_threshold(1)
@@ -564,7 +613,10 @@ fn a_typed_rejection_of_a_breaker_held_open_by_a_permanent_failure_allocates_not
     let _ = step(&mut svc, PERMANENT);
     assert_eq!(handle.state(), State::Open);
     let allocations = typed_rejection_allocations(layer);
-    assert_eq!(allocations, 0, "{allocations} allocations in 1000 rejections");
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in 1000 rejections"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
