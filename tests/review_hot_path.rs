@@ -656,3 +656,33 @@ fn skips_from_short_lived_threads_are_all_counted() {
 
 #[allow(dead_code)]
 fn _outcome(_: Outcome) {}
+
+/// A timed call (slow-call rule) on a paused clock moved on past the 292 years a
+/// one-word instant keeps: a call that takes no time at all is not a slow call. (The
+/// README: settings work "at any time a clock can show (a paused clock moved on by
+/// centuries included)".)
+#[tokio::test(start_paused = true)]
+async fn a_call_that_takes_no_time_is_not_slow_on_a_clock_moved_on_by_centuries() {
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = Builder::new()
+        .failure_threshold(1)
+        .slow_call_threshold(Duration::from_secs(1))
+        .build()
+        .expect("valid")
+        .with_typed_errors();
+    let handle = layer.handle();
+    let mut svc = layer.layer(counting(calls));
+    for centuries in 1..=4 {
+        tokio::time::advance(year * 100).await;
+        let answer = drive(&mut svc, OK).expect("closed");
+        assert!(!answer.is_failure(), "{centuries} centuries on: {answer:?}");
+        let s = handle.snapshot();
+        assert_eq!(
+            (s.state, s.counts.failures),
+            (State::Closed, 0),
+            "{centuries} centuries on: a call of no time counted as slow: {:?}",
+            s.last_failure
+        );
+    }
+}
