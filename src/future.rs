@@ -158,7 +158,10 @@ impl Started {
     #[cold]
     #[inline(never)]
     fn since(self) -> Option<Duration> {
-        Some(now().saturating_duration_since(Nanos(self.0).instant()))
+        // Measured in `Nanos`, as the start was kept: on a clock beyond their range (a
+        // paused one moved on by centuries) both ends are cut to its end alike.
+        let nanos = Nanos::of(now()).0.saturating_sub(self.0).max(0);
+        Some(Duration::from_nanos(nanos.unsigned_abs()))
     }
 }
 
