@@ -93,8 +93,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// the call was not made, or the wrapped service failed.
 ///
 /// Unlike the default [`BoxError`], it is matched rather than downcast, and a rejection
-/// allocates nothing: the [`Rejected`] is carried by value. Its message and source are
-/// those of what it holds; `?` boxes it into a [`BoxError`] like any other error.
+/// allocates nothing: the [`Rejected`] is carried by value (only one that names a
+/// permanent failure, held until a person resets the breaker, allocates once, to carry
+/// the failure's message with the breaker's name). Its message and source are those of
+/// what it holds; `?` boxes it into a [`BoxError`] like any other error.
 ///
 /// ```
 /// use tower::{service_fn, Layer, Service, ServiceExt};
@@ -225,7 +227,7 @@ enum Label {
 /// What a [`Label::Shared`] holds.
 struct Named {
     name: Arc<str>,
-    permanent: Option<String>,
+    permanent: Option<Arc<str>>,
 }
 
 impl Label {
@@ -241,7 +243,7 @@ impl Label {
         Label::Inline(bytes)
     }
 
-    fn shared(name: &Arc<str>, permanent: Option<String>) -> Label {
+    fn shared(name: &Arc<str>, permanent: Option<Arc<str>>) -> Label {
         Label::Shared(Arc::new(Named {
             name: name.clone(),
             permanent,
@@ -319,10 +321,10 @@ impl Rejected {
     /// A rejection of a call skipped as `skip`; `permanent`: the message of the failure
     /// that holds the breaker open until a reset, when one does.
     #[inline]
-    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<&str>) -> Self {
+    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<&Arc<str>>) -> Self {
         let label = match permanent {
             None => name.rejected().clone(),
-            Some(failure) => Label::shared(name.full(), Some(failure.to_owned())),
+            Some(failure) => Label::shared(name.full(), Some(failure.clone())),
         };
         Rejected { skip, label }
     }
@@ -423,7 +425,11 @@ mod tests {
             assert_eq!(rejected.name(), name);
             assert_eq!(rejected.permanent_failure(), None);
         }
-        let rejected = Rejected::new(&BreakerName::new("quota".into()), skip, Some("exhausted"));
+        let rejected = Rejected::new(
+            &BreakerName::new("quota".into()),
+            skip,
+            Some(&"exhausted".into()),
+        );
         assert_eq!(
             (rejected.name(), rejected.permanent_failure()),
             ("quota", Some("exhausted"))

@@ -63,7 +63,7 @@ pub trait FallbackService<Request, Response>: sealed::Sealed<Request> {
 #[inline(always)]
 fn rejected(skip: Skip, breaker: &Shared) -> Rejected {
     let permanent = breaker.permanent_failure(&skip);
-    let permanent = permanent.as_ref().map(|failure| &*failure.message);
+    let permanent = permanent.as_ref().map(|failure| &failure.message);
     Rejected::new(&breaker.name, skip, permanent)
 }
 

@@ -157,10 +157,11 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     /// Fails skipped calls with a typed error, with no fallback: the services' error is
     /// [`CallError`](crate::error::CallError), either the
     /// [`Rejected`](crate::error::Rejected) of a call not made, carried by value (a
-    /// rejection allocates nothing), or the wrapped service's error. By default a
-    /// rejection is boxed into tower's [`BoxError`](crate::error::BoxError), which code
-    /// downcasts. Like [`with_fallback`](Self::with_fallback), it replaces what answered
-    /// skipped calls before.
+    /// rejection allocates nothing, except one naming a permanent failure), or the wrapped
+    /// service's error. By default a rejection is boxed into tower's
+    /// [`BoxError`](crate::error::BoxError), which code downcasts. Like
+    /// [`with_fallback`](Self::with_fallback), it replaces what answered skipped calls
+    /// before.
     ///
     /// ```
     /// use tower::{service_fn, Layer, Service, ServiceExt};

@@ -182,6 +182,19 @@ impl Machine {
         self.last_failure.as_ref()
     }
 
+    /// The failure of the service's own that holds it open until a reset, if one does
+    /// now: nothing is recorded while it holds, so the last failure is the one.
+    pub(crate) fn permanent_failure(&self) -> Option<&FailureRecord> {
+        let held = matches!(
+            self.phase,
+            Phase::Open {
+                due: Due::Never,
+                by: Opener::Breaker
+            }
+        );
+        self.last_failure.as_ref().filter(|_| held)
+    }
+
     /// What an arriving call is decided on, derived from the state.
     pub(crate) fn door(&self) -> Door {
         let epoch = self.epoch();

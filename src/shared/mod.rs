@@ -286,20 +286,20 @@ impl Shared {
 
     /// When `skip` was decided on a breaker open until a reset by a failure of the
     /// service's own (open, with no probe scheduled, and not killed or forced: a
-    /// permanent failure), that failure. Nothing is recorded while it holds, so the last
-    /// failure is the one. Reads the machine: only a context-aware fallback asks, and
-    /// only in this state, which only a person ends.
+    /// permanent failure), that failure, if it still holds the breaker (a person may have
+    /// reset it since, and another failure opened it). Reads the machine: only a rejection
+    /// or a context-aware fallback asks, and only in this state, which only a person ends.
     #[inline]
     pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
         skip.held_by_a_permanent_failure()
-            .then(|| self.last_failure())
+            .then(|| self.permanent_failure_now())
             .flatten()
     }
 
     #[cold]
     #[inline(never)]
-    fn last_failure(&self) -> Option<FailureRecord> {
-        self.lock().last_failure().cloned()
+    fn permanent_failure_now(&self) -> Option<FailureRecord> {
+        self.lock().permanent_failure().cloned()
     }
 
     /// A call decided as made while the kill switch was on, then found not killed: it
