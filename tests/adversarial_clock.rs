@@ -1,13 +1,10 @@
-//! Review: the coarse-clock proof of src/clock.rs against the claim that "every decision
-//! equals the one an exact read of tokio's clock would give; paused-time tests behave as
-//! before".
+//! Adversarial tests of the clock's proof (src/clock.rs): every decision equals the one
+//! an exact read of tokio's clock would give, and paused-time tests behave as before.
 //!
-//! Tokio's clock is the clock of the *current handle* (`Handle::try_current`), which a
-//! thread can change at any time (`Handle::enter`, a runtime driven inside
-//! `spawn_blocking` or `block_in_place`). The proof's thread-local cache
-//! (`WORKER_MAY_PAUSE`) is keyed by the thread, not by the handle: once a thread that
-//! `worker_index()` calls a worker has decided "this clock cannot be paused", every later
-//! call on that thread skips the check, whatever runtime's clock tokio would read.
+//! Tokio's clock is the clock of the *current handle*, which a thread can change at any
+//! time (`Handle::enter`, a runtime driven inside `spawn_blocking` or `block_in_place`): a
+//! thread that once ran under a multi-thread runtime's handle, whose clock cannot be
+//! paused, may next run under a paused one.
 //!
 //! Every test here builds a situation where tokio's exact clock says a deadline has
 //! passed (a paused clock moved on past it) and checks that the breaker decides as that
@@ -102,8 +99,8 @@ fn multi_thread(workers: usize) -> Runtime {
 }
 
 /// Makes a call at a breaker forced open an hour ahead on the real clock, from the thread
-/// and context it runs in: the proof's cache for this thread is filled from the current
-/// handle. The call is skipped either way.
+/// and context it runs in, so that the thread has run a call under the current handle.
+/// The call is skipped either way.
 fn prime_with_a_far_deadline() {
     let (mut far, handle, _) = breaker(CircuitBreakerLayer::builder());
     handle.open_until(tokio_now() + HOUR);
@@ -186,9 +183,9 @@ fn a_worker_that_enters_a_paused_runtimes_handle_decides_on_the_paused_clock() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
-/// The same without priming: the first look on the worker is made under the entered
-/// handle, so the exact clock is read and the probe goes. (Shows that the difference in
-/// the test above is the cache alone.)
+/// The same without priming: the first call on the worker is made under the entered
+/// handle, so the exact clock is read and the probe goes. (The test above differs only in
+/// the call made first under the multi-thread handle.)
 #[test]
 fn control_a_fresh_worker_under_a_paused_runtimes_handle_sends_the_probe() {
     let ct = paused_current_thread();
@@ -264,9 +261,9 @@ fn a_cooldown_in_time_on_a_paused_test_thread_ends_when_the_paused_clock_passes_
 }
 
 /// The claim that matters most: the wrapped service is never called after a half-open's
-/// dwell limit passed between `poll_ready` and `call`. On a paused test thread whose
-/// cache was filled under a multi-thread handle, a probe reserved before the limit and
-/// called two hours after it reaches the service.
+/// dwell limit passed between `poll_ready` and `call`, also on a paused test thread that
+/// once ran a call under a multi-thread handle: a probe reserved before the limit and
+/// called two hours after it must not reach the service.
 #[test]
 fn a_probe_reserved_before_the_dwell_limit_is_not_sent_after_it_on_a_paused_test_thread() {
     probe_across_the_dwell_limit(true);
@@ -323,13 +320,13 @@ fn probe_across_the_dwell_limit(primed_under_a_multi_thread_handle: bool) {
 
 /// A thread that was a multi-thread runtime's worker goes back to the blocking pool when
 /// `block_in_place` hands its core to another thread; a later `spawn_blocking` task on it
-/// that drives a paused current-thread runtime (a common way to run `!Send` futures) is
-/// decided with the worker's cached "cannot pause".
+/// that drives a paused current-thread runtime (a common way to run `!Send` futures) must
+/// be decided on that runtime's paused clock.
 #[test]
 fn a_former_worker_reused_by_spawn_blocking_for_a_paused_runtime_decides_on_the_paused_clock() {
     let mt = multi_thread(1);
     let outcome = mt.block_on(async {
-        // On the one worker: fill its cache, then hand its core to another thread.
+        // On the one worker: a call, then hand its core to another thread.
         let worker = tokio::spawn(async {
             prime_with_a_far_deadline();
             let me = std::thread::current().id();

@@ -1,5 +1,6 @@
-//! Review: the closed-call hot path (`stands_at_once`, `call_decided_again` re-checking
-//! `stands()` with the clock, `Held`, `Started`) and the spread tally.
+//! Adversarial tests of the call's hot path (a permit taken at `call` without the clock
+//! unless a half-open's deadline may have passed, the response future's drop, the start
+//! of a timed call) and of the counts spread under contention.
 //!
 //! Claims attacked: the wrapped service is never called while open or killed, or after a
 //! half-open's dwell limit passed between `poll_ready` and `call`; a dropped future or
@@ -162,10 +163,7 @@ fn expected(start: Start, act: Act) -> Option<bool> {
             // Still observe-only: every call made (a probe, a shadow or a call).
             _ => true,
         }),
-        Start::Closed => Some(match act {
-            ForceOpen | OpenFor | HoldOpen => false,
-            _ => true,
-        }),
+        Start::Closed => Some(!matches!(act, ForceOpen | OpenFor | HoldOpen)),
         Start::HalfOpen | Start::HalfOpenNoDwell => Some(match act {
             ForceOpen | OpenFor => false,
             PastDwell | PastDwellLooked => start == Start::HalfOpenNoDwell,
