@@ -44,7 +44,7 @@ pub(crate) enum Kind {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Recorded {
     /// Counted, as this outcome (after the slow-call rule); `failure_rate`: the trip
-    /// policy's reading after it (see [`Machine::failure_rate`]), if the outcome entered
+    /// policy's reading after it (see [`Machine::reading`]), if the outcome entered
     /// the policy's count.
     Counted {
         outcome: Outcome,
@@ -323,7 +323,7 @@ impl Machine {
             None => 0,
         };
         self.window.push(failure.is_some(), at.now);
-        let rate = self.failure_rate(at.now);
+        let (rate, trips) = self.reading(at.now);
         let cause = match failure {
             // A permanent failure opens it until a reset; a failure that says how long
             // to wait opens it for that long: calling again before then only earns
@@ -336,7 +336,7 @@ impl Machine {
                 Some(Cause::RetryAfter)
             }
             // The trip policy is a state of the window: checked after every outcome.
-            _ => self.should_trip(at.now).then_some(Cause::Tripped),
+            _ => trips.then_some(Cause::Tripped),
         };
         (Some(rate), cause.map(|cause| self.open(at, cause, failure)))
     }
@@ -563,62 +563,47 @@ impl Machine {
         self.threshold_relief = relief;
     }
 
-    /// A configured consecutive-failure threshold, lowered by the relief (never below 1).
-    fn threshold_in_force(&self, configured: u32) -> u32 {
-        configured.saturating_sub(self.threshold_relief).max(1)
-    }
-
-    /// The trip policy's reading of the closed state's count, in percent, as of `now`:
+    /// The trip policy's reading of the closed state's count, in percent, as of `now`,
+    /// and whether it trips the breaker:
     ///
     /// - a failure rate: the failures among the outcomes in the window, or -1 while the
-    ///   window holds fewer than the minimum number of calls (resilience4j's value then);
+    ///   window holds fewer than the minimum number of calls (at least one;
+    ///   resilience4j's value then);
     /// - consecutive failures: the run of failures as a percent of the threshold in
-    ///   force, at most 100. The policy keeps no window, so this is how far the breaker
-    ///   is from tripping (it trips at 100), not a share of calls.
+    ///   force (the configured one lowered by the relief, never below 1), at most 100.
+    ///   The policy keeps no window, so this is how far the breaker is from tripping (it
+    ///   trips at 100), not a share of calls.
     ///
     /// A success the breaker counts without its lock leaves the run of failures at 0:
     /// [`Machine::QUIET_FAILURE_RATE`].
-    pub(crate) fn failure_rate(&self, now: Instant) -> f64 {
+    pub(crate) fn reading(&self, now: Instant) -> (f64, bool) {
         match self.config.trip {
             TripPolicy::ConsecutiveFailures(configured) => {
-                let threshold = self.threshold_in_force(configured);
-                (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
-            }
-            TripPolicy::FailureRate { minimum_calls, .. } => self
-                .counted_window(minimum_calls, now)
-                .map_or(-1.0, |w| w.failures as f64 * 100.0 / w.calls as f64),
-        }
-    }
-
-    /// [`Machine::failure_rate`] after a success that changed nothing: only a breaker on
-    /// consecutive failures with none counted has such successes.
-    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
-
-    fn should_trip(&self, now: Instant) -> bool {
-        match self.config.trip {
-            TripPolicy::ConsecutiveFailures(configured) => {
-                self.consecutive >= self.threshold_in_force(configured)
+                let threshold = configured.saturating_sub(self.threshold_relief).max(1);
+                let rate = f64::from(self.consecutive) * 100.0 / f64::from(threshold);
+                (rate.min(100.0), self.consecutive >= threshold)
             }
             TripPolicy::FailureRate {
                 rate,
                 minimum_calls,
                 ..
             } => {
+                let counts = self.window.totals(now);
+                if counts.calls < u64::from(minimum_calls.max(1)) {
+                    return (-1.0, false);
+                }
+                let (failures, calls) = (counts.failures as f64, counts.calls as f64);
                 // The share, divided out and rounded once, against the rate as given: a
                 // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
                 // `failures >= rate * calls` (rounded on the other side) can miss.
-                self.counted_window(minimum_calls, now)
-                    .is_some_and(|w| w.failures as f64 / w.calls as f64 >= rate)
+                (failures * 100.0 / calls, failures / calls >= rate)
             }
         }
     }
 
-    /// The failure-rate window's counts as of `now`, once it holds the `minimum_calls`
-    /// (at least one) a rate is read from; `None` before.
-    fn counted_window(&self, minimum_calls: u32, now: Instant) -> Option<WindowCounts> {
-        let counts = self.window.totals(now);
-        (counts.calls >= u64::from(minimum_calls.max(1))).then_some(counts)
-    }
+    /// [`Machine::reading`]'s rate after a success that changed nothing: only a breaker
+    /// on consecutive failures with none counted has such successes.
+    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
 
     /// Opens the breaker for its cooldown, or for the wait `failure` asked for, or until
     /// a reset if it is permanent.

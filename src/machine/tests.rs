@@ -262,7 +262,7 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         before.consecutive_failures()
                     );
                     // What observers are told of a success counted without the lock.
-                    prop_assert_eq!(machine.failure_rate(at.now), Machine::QUIET_FAILURE_RATE);
+                    prop_assert_eq!(machine.reading(at.now).0, Machine::QUIET_FAILURE_RATE);
                 }
             }
             Op::Release { which } if !held.is_empty() => {
@@ -494,10 +494,10 @@ fn the_failure_rate_reads_the_policy_in_force() {
         .build_config()
         .unwrap();
     let mut rate = Machine::new(config, now);
-    assert_eq!(rate.failure_rate(now), -1.0);
+    assert_eq!(rate.reading(now).0, -1.0);
     assert_eq!(record(&mut rate, Outcome::failure(), now), Some(-1.0));
     assert_eq!(record(&mut rate, Outcome::Success, now), Some(50.0));
     let later = now + Duration::from_secs(11);
-    assert_eq!(rate.failure_rate(later), -1.0, "aged out of the window");
+    assert_eq!(rate.reading(later).0, -1.0, "aged out of the window");
     assert_eq!(record(&mut rate, Outcome::Success, later), Some(-1.0));
 }
