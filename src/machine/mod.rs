@@ -683,30 +683,27 @@ impl Machine {
             1.0
         };
         let (backoff, reopens) = (self.config.backoff, self.reopens.min(1024) as i32);
-        let grow = |base: f64| match backoff {
-            Some(b) => base * b.multiplier.powi(reopens),
-            None => base,
-        };
+        // Without backoff, 1: `base * 1.0` is `base`, exactly.
+        let growth = backoff.map_or(1.0, |b| b.multiplier.powi(reopens));
         let exact = factor == 1.0 && (reopens == 0 || backoff.is_none());
-        match (self.config.cooldown, self.config.backoff.map(|b| b.cap)) {
+        // The cap, in the cooldown's unit; none in the other.
+        let (calls_cap, time_cap) = match backoff.map(|b| b.cap) {
+            Some(Cooldown::Calls(cap)) => (cap, Duration::MAX),
+            Some(Cooldown::Time(cap)) => (Cooldown::MAX_CALLS, cap),
+            None => (Cooldown::MAX_CALLS, Duration::MAX),
+        };
+        match self.config.cooldown {
             // Exact when nothing grows or spreads it: a float holds only 53 bits (of
             // calls, or of a time's seconds and nanoseconds).
-            (cooldown, _) if exact => cooldown,
-            (Cooldown::Calls(base), cap) => {
-                let cap = match cap {
-                    Some(Cooldown::Calls(cap)) => cap,
-                    _ => Cooldown::MAX_CALLS,
-                };
-                let calls = (grow(base as f64) * factor).round().clamp(1.0, cap as f64);
-                Cooldown::Calls((calls as u64).min(cap))
+            cooldown if exact => cooldown,
+            Cooldown::Calls(base) => {
+                let calls = (base as f64 * growth * factor).round();
+                Cooldown::Calls((calls.clamp(1.0, calls_cap as f64) as u64).min(calls_cap))
             }
-            (Cooldown::Time(base), cap) => {
-                let cap = match cap {
-                    Some(Cooldown::Time(cap)) => cap,
-                    _ => Duration::MAX,
-                };
-                let secs = (grow(base.as_secs_f64()) * factor).max(0.0);
-                Cooldown::Time(Duration::try_from_secs_f64(secs).unwrap_or(cap).min(cap))
+            Cooldown::Time(base) => {
+                let secs = (base.as_secs_f64() * growth * factor).max(0.0);
+                let time = Duration::try_from_secs_f64(secs).unwrap_or(time_cap);
+                Cooldown::Time(time.min(time_cap))
             }
         }
     }
