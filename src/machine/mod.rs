@@ -423,13 +423,7 @@ impl Machine {
             due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
         };
-        if matches!(
-            self.phase,
-            Phase::Open {
-                by: Opener::Person,
-                ..
-            }
-        ) {
+        if self.state() == State::ForcedOpen {
             // Already held by a person: the new hold replaces the old, no transition.
             self.phase = phase;
             return None;
