@@ -318,10 +318,7 @@ impl Machine {
             Outcome::Success => None,
             Outcome::Failure(failure) => Some(failure),
         };
-        self.consecutive = match failure {
-            Some(_) => self.consecutive.saturating_add(1),
-            None => 0,
-        };
+        self.consecutive = failure.map_or(0, |_| self.consecutive.saturating_add(1));
         self.window.push(failure.is_some(), at.now);
         let (rate, trips) = self.reading(at.now);
         let cause = match failure {
