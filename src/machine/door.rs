@@ -193,11 +193,7 @@ impl Door {
     }
 
     fn flag_if(on: bool) -> u64 {
-        if on {
-            Self::FLAG
-        } else {
-            0
-        }
+        u64::from(on) * Self::FLAG
     }
 
     /// A closed door: calls go through. `quiet`: a success changes nothing but the
@@ -308,11 +304,6 @@ impl Door {
         self.epoch().mode()
     }
 
-    #[inline(always)]
-    fn disabled(&self) -> bool {
-        self.mode() == Mode::Disabled
-    }
-
     /// Whether, at the door whose first word is `word`, a success of a call admitted in
     /// `epoch` would change nothing but the counts. Whether calls are timed does not
     /// matter: a quiet door has no slow-call rule, so a timed call is timed only to tell
@@ -407,7 +398,7 @@ impl Door {
         if self.expired(clock) {
             return Verdict::Expired;
         }
-        let disabled = self.disabled();
+        let disabled = self.mode() == Mode::Disabled;
         if killed {
             if self.word & (Self::KIND | Self::HAS_STEP) == Self::OPEN | Self::HAS_STEP && !disabled
             {
