@@ -112,14 +112,6 @@ pub(crate) enum Verdict {
     Expired,
 }
 
-impl Verdict {
-    /// Whether only the machine can carry it out, because it changes the state.
-    #[inline(always)]
-    pub(crate) fn needs_machine(&self) -> bool {
-        matches!(self, Verdict::Probe | Verdict::Expired)
-    }
-}
-
 /// The two clocks a call is decided on, read only when the decision needs them.
 pub(crate) trait Clock {
     /// This call's step on the count of calls an open breaker waits for. The first call

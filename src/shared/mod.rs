@@ -202,7 +202,8 @@ impl Shared {
     #[inline(always)]
     fn decide_at(self: &Arc<Self>, door: Door, killed: bool, mut clock: Arrival<'_>) -> Decision {
         let verdict = door.admit(killed, &mut clock);
-        if verdict.needs_machine() {
+        // Only the machine carries out what changes the state.
+        if matches!(verdict, Verdict::Probe | Verdict::Expired) {
             return self.decide_locked(killed, clock);
         }
         self.carry_out(&door, verdict)
