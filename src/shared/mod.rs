@@ -339,7 +339,7 @@ impl Shared {
     #[inline(always)]
     fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
         if matches!(outcome, Outcome::Success)
-            && ticket.is_call()
+            && ticket.kind() == Some(Kind::Call)
             && Door::quiet_in(self.published.0.word(), ticket.epoch())
         {
             // Looked up before the count: after an atomic add a load waits for it.

@@ -58,11 +58,6 @@ impl Ticket {
     }
 
     #[inline(always)]
-    pub(super) fn is_call(self) -> bool {
-        self.0 & 3 == 0
-    }
-
-    #[inline(always)]
     pub(super) fn called(self) -> bool {
         self.0 & Self::CALLED != 0
     }
