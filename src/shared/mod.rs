@@ -47,11 +47,6 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
-/// Starts a value on a cache line of its own: after the totals (16 bytes of the `Arc`'s
-/// counts and 112 of the tally fill two lines), the door starts the third.
-#[repr(align(64))]
-struct Apart<T>(T);
-
 /// See the [module docs](self). The totals come first, next to the `Arc`'s reference
 /// counts, which every call writes anyway; the door, which every call reads, lies apart.
 ///
@@ -61,7 +56,9 @@ struct Apart<T>(T);
 #[repr(C)]
 pub struct Shared {
     tally: Tally,
-    published: Apart<Published>,
+    /// On a cache line of its own: after the totals (16 bytes of the `Arc`'s counts and
+    /// 112 of the tally fill two lines), the door starts the third.
+    published: Published,
     pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
@@ -119,7 +116,7 @@ impl Shared {
         let name = machine.config().name.clone();
         Shared {
             tally: Tally::default(),
-            published: Apart(Published::new(&machine.door())),
+            published: Published::new(&machine.door()),
             events: Arc::new(Events::new(Reporter::new(name.clone(), observers), group)),
             name: BreakerName::new(name),
             kill,
@@ -142,7 +139,7 @@ impl Shared {
         let (value, reported) = {
             let mut machine = self.lock();
             let (value, event, transition) = f(&mut machine, &self.tally);
-            self.published.0.store(&machine.door());
+            self.published.store(&machine.door());
             let reported = event.is_some() || transition.is_some();
             if let Some(event) = event {
                 self.events.queue(event);
@@ -185,13 +182,13 @@ impl Shared {
         // A door that is its first word alone (closed, most often) is decided with
         // nothing else read. Its clocks are made here, and not before: made before, they
         // are written to memory on every call, for a slow path to read.
-        if let Some(door) = self.published.0.load_alone() {
+        if let Some(door) = self.published.load_alone() {
             return hold(self.decide_at(door, killed, self.arrival()));
         }
         let clock = self.arrival();
         // Held in each arm: a decision made here then goes on in registers, rather than
         // meeting the one from out of line in memory.
-        match self.published.0.load_whole() {
+        match self.published.load_whole() {
             Some(door) => hold(self.decide_at(door, killed, clock)),
             None => hold(self.decide_locked(killed, clock)),
         }
@@ -320,7 +317,7 @@ impl Shared {
     /// the caller to ask again with it.
     #[inline(always)]
     fn stands(&self, ticket: Ticket, clock: bool) -> bool {
-        let word = self.published.0.word();
+        let word = self.published.word();
         !self.kill.is_killed()
             && Door::in_epoch(word, ticket.epoch())
             && !(Door::may_expire(word) && (!clock || self.expired()))
@@ -340,7 +337,7 @@ impl Shared {
     fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
         if matches!(outcome, Outcome::Success)
             && ticket.kind() == Some(Kind::Call)
-            && Door::quiet_in(self.published.0.word(), ticket.epoch())
+            && Door::quiet_in(self.published.word(), ticket.epoch())
         {
             // Looked up before the count: after an atomic add a load waits for it.
             let observed = self.events.observed();
@@ -478,7 +475,6 @@ impl Shared {
     /// The door as last published, or the machine's while one is being published.
     fn door(&self) -> Door {
         self.published
-            .0
             .load_whole()
             .unwrap_or_else(|| self.lock().door())
     }
