@@ -136,19 +136,14 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
     ) -> R {
-        let (value, reported) = {
-            let mut machine = self.lock();
-            let (value, event, transition) = f(&mut machine, &self.tally);
-            self.published.store(&machine.door());
-            let reported = event.is_some() || transition.is_some();
-            if let Some(event) = event {
-                self.events.queue(event);
-            }
-            if let Some(transition) = transition {
-                self.events.queue(Queued::Transition(transition));
-            }
-            (value, reported)
-        };
+        let mut machine = self.lock();
+        let (value, event, transition) = f(&mut machine, &self.tally);
+        self.published.store(&machine.door());
+        let reported = event.is_some() || transition.is_some();
+        for event in event.into_iter().chain(transition.map(Queued::Transition)) {
+            self.events.queue(event);
+        }
+        drop(machine);
         if reported {
             self.events.deliver();
         }
