@@ -149,16 +149,13 @@ impl Started {
     /// How long since the call started, if it was `timed`.
     #[inline(always)]
     fn elapsed(self, timed: bool) -> Option<Duration> {
-        if !timed {
-            return None;
-        }
-        self.since()
+        timed.then(|| self.since())
     }
 
     #[cold]
     #[inline(never)]
-    fn since(self) -> Option<Duration> {
-        Some(now().saturating_duration_since(Nanos(self.0).instant()))
+    fn since(self) -> Duration {
+        now().saturating_duration_since(Nanos(self.0).instant())
     }
 }
 
