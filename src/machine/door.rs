@@ -312,25 +312,6 @@ impl Door {
         word >> Self::EPOCH_SHIFT == epoch.bits()
     }
 
-    /// For a call arriving at an open door: `None` if the probe may go, else what to
-    /// tell a call that must wait. Takes the call's step when the wait is counted in
-    /// calls, and reads the clock only when it is counted in time.
-    #[inline(always)]
-    fn wait(&self, clock: &mut impl Clock) -> Option<(u64, Option<Nanos>)> {
-        if self.word & Self::NEVER != 0 {
-            return Some((0, None));
-        }
-        let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
-        let at = match self.time() {
-            Some(due) if clock.before(due) => Some(due),
-            _ => None,
-        };
-        match (calls, at) {
-            (None | Some(0), None) => None,
-            (calls, at) => Some((calls.unwrap_or(1).max(1), at)),
-        }
-    }
-
     /// When the probe may go, as a call skipped `at` (its step the calls counted so far)
     /// is told: what [`Door::gate`] would tell it.
     pub(crate) fn next_probe(&self, mut at: Fixed) -> NextProbe {
@@ -355,11 +336,23 @@ impl Door {
                 } else {
                     Reason::Open
                 };
-                Verdict::Skip(match self.wait(clock) {
-                    None => return Verdict::Probe,
-                    Some((0, _)) => Skip::new(reason, state, NextProbe::Manual),
-                    Some((calls, at)) => Skip::waiting(reason, state, calls, at),
-                })
+                if self.word & Self::NEVER != 0 {
+                    return Verdict::Skip(Skip::new(reason, state, NextProbe::Manual));
+                }
+                // The call's step is taken when the wait is counted in calls, and the
+                // clock read only when it is counted in time.
+                let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
+                let at = match self.time() {
+                    Some(due) if clock.before(due) => Some(due),
+                    _ => None,
+                };
+                match (calls, at) {
+                    (None | Some(0), None) => Verdict::Probe,
+                    (calls, at) => {
+                        let calls = calls.unwrap_or(1).max(1);
+                        Verdict::Skip(Skip::waiting(reason, state, calls, at))
+                    }
+                }
             }
             _ if self.flag() => Verdict::Probe,
             _ => Verdict::Skip(Skip::new(Reason::HalfOpenFull, state, NextProbe::InFlight)),
