@@ -26,6 +26,7 @@ use self::window::Window;
 pub use self::window::WindowCounts;
 use crate::outcome::{Failure, Outcome};
 use crate::settings::{Config, Cooldown, Mode, TripPolicy};
+use crate::snapshot::{Counts, Snapshot};
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its
 /// code in a permit's word.
@@ -146,30 +147,12 @@ impl Machine {
         Epoch::new(self.generation, self.mode)
     }
 
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Why it is in its state: the latest transition's cause (`None`: closed since built).
-    pub(crate) fn cause(&self) -> Option<Cause> {
-        self.cause
-    }
-
     pub(crate) fn mode(&self) -> Mode {
         self.mode
     }
 
     pub(crate) fn state(&self) -> State {
         self.door().state()
-    }
-
-    pub(crate) fn consecutive_failures(&self) -> u32 {
-        self.consecutive
-    }
-
-    /// The failures and calls in the failure-rate window as of `now`.
-    pub(crate) fn window(&self, now: Instant) -> WindowCounts {
-        self.window.totals(now)
     }
 
     /// Probes under way: this half-open's, and those of earlier ones that still hold a
@@ -180,6 +163,30 @@ impl Machine {
 
     pub(crate) fn last_failure(&self) -> Option<&FailureRecord> {
         self.last_failure.as_ref()
+    }
+
+    /// A view of the breaker as of `at`, with the layer's running totals (`counts`) and
+    /// its kill switch (`killed`), which the machine does not keep.
+    pub(crate) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
+        Snapshot {
+            name: self.config.name.clone(),
+            state: self.state(),
+            cause: self.cause,
+            mode: self.mode,
+            killed,
+            consecutive_failures: self.consecutive,
+            window: self.window.totals(at.now),
+            probes_in_flight: self.probes_in_flight(),
+            last_failure: self.last_failure.clone(),
+            counts,
+            next_probe: if killed {
+                NextProbe::Manual
+            } else {
+                self.next_probe(at)
+            },
+            generation: self.generation,
+            taken_at: at.now,
+        }
     }
 
     /// What an arriving call is decided on, derived from the state.

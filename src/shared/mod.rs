@@ -407,25 +407,7 @@ impl Shared {
         let killed = self.kill.is_killed();
         self.with(|machine, at| {
             let transition = machine.tick(at);
-            let snapshot = Snapshot {
-                name: self.name.full().clone(),
-                state: machine.state(),
-                cause: machine.cause(),
-                mode: machine.mode(),
-                killed,
-                consecutive_failures: machine.consecutive_failures(),
-                window: machine.window(at.now),
-                probes_in_flight: machine.probes_in_flight(),
-                last_failure: machine.last_failure().cloned(),
-                counts: self.tally.counts(),
-                next_probe: if killed {
-                    NextProbe::Manual
-                } else {
-                    machine.next_probe(at)
-                },
-                generation: machine.generation(),
-                taken_at: at.now,
-            };
+            let snapshot = machine.snapshot(at, killed, self.tally.counts());
             (snapshot, transition)
         })
     }
