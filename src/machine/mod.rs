@@ -182,7 +182,7 @@ impl Machine {
             next_probe: if killed {
                 NextProbe::Manual
             } else {
-                self.next_probe(at)
+                self.door().next_probe(at)
             },
             generation: self.generation,
             taken_at: at.now,
@@ -253,7 +253,7 @@ impl Machine {
             // A change to half-open made by this call: as of it, this probe holds its
             // slot.
             if let Some(started) = transition.as_mut().filter(|t| t.to == State::HalfOpen) {
-                started.next_probe = self.next_probe(clock.fixed());
+                started.next_probe = self.door().next_probe(clock.fixed());
             }
         }
         (verdict, transition)
@@ -408,14 +408,6 @@ impl Machine {
             ..at
         };
         Some(self.open(at, Cause::DwellExceeded, None))
-    }
-
-    /// When the next probe may go, as of `at` (`at.step`: the count of calls so far).
-    pub(crate) fn next_probe(&self, at: Fixed) -> NextProbe {
-        if self.mode == Mode::Disabled {
-            return NextProbe::NotNeeded;
-        }
-        self.door().next_probe(at)
     }
 
     /// Opens the breaker until [`Machine::reset`] (`until: None`) or until a time, after
@@ -667,7 +659,7 @@ impl Machine {
             generation: self.generation,
             mode: self.mode,
             consecutive_failures: self.consecutive,
-            next_probe: self.next_probe(at),
+            next_probe: self.door().next_probe(at),
         }
     }
 
