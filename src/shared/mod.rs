@@ -475,8 +475,10 @@ impl Shared {
         self.events.subscribe()
     }
 
-    /// Tells the observers that the breaker was evicted from its keyed registry.
+    /// Tells the observers that the breaker was evicted from its keyed registry, after
+    /// whatever is queued.
     pub(crate) fn evicted(&self) {
-        self.events.evicted();
+        self.events.queue(Queued::Evicted);
+        self.events.deliver();
     }
 }
