@@ -147,10 +147,6 @@ impl Machine {
         Epoch::new(self.generation, self.mode)
     }
 
-    pub(crate) fn mode(&self) -> Mode {
-        self.mode
-    }
-
     pub(crate) fn state(&self) -> State {
         self.door().state()
     }

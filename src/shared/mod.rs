@@ -445,8 +445,9 @@ impl Shared {
         });
     }
 
+    /// The mode, as the door last published says.
     pub(crate) fn mode(&self) -> Mode {
-        self.lock().mode()
+        self.door().mode()
     }
 
     /// The door as last published, or the machine's while one is being published.
