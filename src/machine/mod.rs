@@ -620,10 +620,7 @@ impl Machine {
         self.consecutive = 0;
         self.reopens = 0;
         self.window.clear();
-        if matches!(self.phase, Phase::Closed) {
-            return None;
-        }
-        Some(self.enter(Phase::Closed, at, cause))
+        (self.state() != State::Closed).then(|| self.enter(Phase::Closed, at, cause))
     }
 
     /// Probes whose half-open's dwell limit has passed by `now` hold no slot (a re-open
