@@ -404,8 +404,7 @@ impl<T> Answer<T> {
     where
         Fut: Future<Output = U>,
     {
-        let origin = self.origin;
-        Answer::from_parts(f(self.value).await, origin)
+        Answer::from_parts(f(self.value).await, self.origin)
     }
 
     /// Changes the response with an async function that may fail (reading a body as
@@ -419,8 +418,7 @@ impl<T> Answer<T> {
     where
         Fut: Future<Output = Result<U, E>>,
     {
-        let origin = self.origin;
-        Ok(Answer::from_parts(f(self.value).await?, origin))
+        Ok(Answer::from_parts(f(self.value).await?, self.origin))
     }
 }
 

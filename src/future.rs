@@ -149,19 +149,16 @@ impl Started {
     /// How long since the call started, if it was `timed`.
     #[inline(always)]
     fn elapsed(self, timed: bool) -> Option<Duration> {
-        if !timed {
-            return None;
-        }
-        self.since()
+        timed.then(|| self.since())
     }
 
     #[cold]
     #[inline(never)]
-    fn since(self) -> Option<Duration> {
+    fn since(self) -> Duration {
         // Measured in `Nanos`, as the start was kept: on a clock beyond their range (a
         // paused one moved on by centuries) both ends are cut to its end alike.
         let nanos = Nanos::of(now()).0.saturating_sub(self.0).max(0);
-        Some(Duration::from_nanos(nanos.unsigned_abs()))
+        Duration::from_nanos(nanos.unsigned_abs())
     }
 }
 

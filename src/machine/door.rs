@@ -112,14 +112,6 @@ pub(crate) enum Verdict {
     Expired,
 }
 
-impl Verdict {
-    /// Whether only the machine can carry it out, because it changes the state.
-    #[inline(always)]
-    pub(crate) fn needs_machine(&self) -> bool {
-        matches!(self, Verdict::Probe | Verdict::Expired)
-    }
-}
-
 /// The two clocks a call is decided on, read only when the decision needs them.
 pub(crate) trait Clock {
     /// This call's step on the count of calls an open breaker waits for. The first call
@@ -193,11 +185,7 @@ impl Door {
     }
 
     fn flag_if(on: bool) -> u64 {
-        if on {
-            Self::FLAG
-        } else {
-            0
-        }
+        u64::from(on) * Self::FLAG
     }
 
     /// A closed door: calls go through. `quiet`: a success changes nothing but the
@@ -308,11 +296,6 @@ impl Door {
         self.epoch().mode()
     }
 
-    #[inline(always)]
-    fn disabled(&self) -> bool {
-        self.mode() == Mode::Disabled
-    }
-
     /// Whether, at the door whose first word is `word`, a success of a call admitted in
     /// `epoch` would change nothing but the counts. Whether calls are timed does not
     /// matter: a quiet door has no slow-call rule, so a timed call is timed only to tell
@@ -329,29 +312,11 @@ impl Door {
         word >> Self::EPOCH_SHIFT == epoch.bits()
     }
 
-    /// For a call arriving at an open door: `None` if the probe may go, else what to
-    /// tell a call that must wait. Takes the call's step when the wait is counted in
-    /// calls, and reads the clock only when it is counted in time.
-    #[inline(always)]
-    fn wait(&self, clock: &mut impl Clock) -> Option<(u64, Option<Nanos>)> {
-        if self.word & Self::NEVER != 0 {
-            return Some((0, None));
-        }
-        let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
-        let at = match self.time() {
-            Some(due) if clock.before(due) => Some(due),
-            _ => None,
-        };
-        match (calls, at) {
-            (None | Some(0), None) => None,
-            (calls, at) => Some((calls.unwrap_or(1).max(1), at)),
-        }
-    }
-
     /// When the probe may go, as a call skipped `at` (its step the calls counted so far)
-    /// is told: what [`Door::gate`] would tell it.
+    /// is told: what [`Door::gate`] would tell it. A disabled breaker needs none.
     pub(crate) fn next_probe(&self, mut at: Fixed) -> NextProbe {
         match self.gate(&mut at) {
+            _ if self.mode() == Mode::Disabled => NextProbe::NotNeeded,
             Verdict::Skip(skip) => skip.next_probe(),
             Verdict::Call => NextProbe::NotNeeded,
             _ => NextProbe::After { calls: 1, at: None },
@@ -372,11 +337,23 @@ impl Door {
                 } else {
                     Reason::Open
                 };
-                Verdict::Skip(match self.wait(clock) {
-                    None => return Verdict::Probe,
-                    Some((0, _)) => Skip::new(reason, state, NextProbe::Manual),
-                    Some((calls, at)) => Skip::waiting(reason, state, calls, at),
-                })
+                if self.word & Self::NEVER != 0 {
+                    return Verdict::Skip(Skip::new(reason, state, NextProbe::Manual));
+                }
+                // The call's step is taken when the wait is counted in calls, and the
+                // clock read only when it is counted in time.
+                let calls = self.due_step().map(|due| due.saturating_sub(clock.step()));
+                let at = match self.time() {
+                    Some(due) if clock.before(due) => Some(due),
+                    _ => None,
+                };
+                match (calls, at) {
+                    (None | Some(0), None) => Verdict::Probe,
+                    (calls, at) => {
+                        let calls = calls.unwrap_or(1).max(1);
+                        Verdict::Skip(Skip::waiting(reason, state, calls, at))
+                    }
+                }
             }
             _ if self.flag() => Verdict::Probe,
             _ => Verdict::Skip(Skip::new(Reason::HalfOpenFull, state, NextProbe::InFlight)),
@@ -407,7 +384,7 @@ impl Door {
         if self.expired(clock) {
             return Verdict::Expired;
         }
-        let disabled = self.disabled();
+        let disabled = self.mode() == Mode::Disabled;
         if killed {
             if self.word & (Self::KIND | Self::HAS_STEP) == Self::OPEN | Self::HAS_STEP && !disabled
             {

@@ -26,6 +26,7 @@ use self::window::Window;
 pub use self::window::WindowCounts;
 use crate::outcome::{Failure, Outcome};
 use crate::settings::{Config, Cooldown, Mode, TripPolicy};
+use crate::snapshot::{Counts, Snapshot};
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its
 /// code in a permit's word.
@@ -44,7 +45,7 @@ pub(crate) enum Kind {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Recorded {
     /// Counted, as this outcome (after the slow-call rule); `failure_rate`: the trip
-    /// policy's reading after it (see [`Machine::failure_rate`]), if the outcome entered
+    /// policy's reading after it (see [`Machine::reading`]), if the outcome entered
     /// the policy's count.
     Counted {
         outcome: Outcome,
@@ -146,30 +147,8 @@ impl Machine {
         Epoch::new(self.generation, self.mode)
     }
 
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Why it is in its state: the latest transition's cause (`None`: closed since built).
-    pub(crate) fn cause(&self) -> Option<Cause> {
-        self.cause
-    }
-
-    pub(crate) fn mode(&self) -> Mode {
-        self.mode
-    }
-
     pub(crate) fn state(&self) -> State {
         self.door().state()
-    }
-
-    pub(crate) fn consecutive_failures(&self) -> u32 {
-        self.consecutive
-    }
-
-    /// The failures and calls in the failure-rate window as of `now`.
-    pub(crate) fn window(&self, now: Instant) -> WindowCounts {
-        self.window.totals(now)
     }
 
     /// Probes under way: this half-open's, and those of earlier ones that still hold a
@@ -178,8 +157,28 @@ impl Machine {
         self.probes.iter().map(|p| p.running).sum()
     }
 
-    pub(crate) fn last_failure(&self) -> Option<&FailureRecord> {
-        self.last_failure.as_ref()
+    /// A view of the breaker as of `at`, with the layer's running totals (`counts`) and
+    /// its kill switch (`killed`), which the machine does not keep.
+    pub(crate) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
+        Snapshot {
+            name: self.config.name.clone(),
+            state: self.state(),
+            cause: self.cause,
+            mode: self.mode,
+            killed,
+            consecutive_failures: self.consecutive,
+            window: self.window.totals(at.now),
+            probes_in_flight: self.probes_in_flight(),
+            last_failure: self.last_failure.clone(),
+            counts,
+            next_probe: if killed {
+                NextProbe::Manual
+            } else {
+                self.door().next_probe(at)
+            },
+            generation: self.generation,
+            taken_at: at.now,
+        }
     }
 
     /// The failure of the service's own that holds it open until a reset, if one does
@@ -259,7 +258,7 @@ impl Machine {
             // A change to half-open made by this call: as of it, this probe holds its
             // slot.
             if let Some(started) = transition.as_mut().filter(|t| t.to == State::HalfOpen) {
-                started.next_probe = self.next_probe(clock.fixed());
+                started.next_probe = self.door().next_probe(clock.fixed());
             }
         }
         (verdict, transition)
@@ -331,12 +330,9 @@ impl Machine {
             Outcome::Success => None,
             Outcome::Failure(failure) => Some(failure),
         };
-        self.consecutive = match failure {
-            Some(_) => self.consecutive.saturating_add(1),
-            None => 0,
-        };
+        self.consecutive = failure.map_or(0, |_| self.consecutive.saturating_add(1));
         self.window.push(failure.is_some(), at.now);
-        let rate = self.failure_rate(at.now);
+        let (rate, trips) = self.reading(at.now);
         let cause = match failure {
             // A permanent failure opens it until a reset; a failure that says how long
             // to wait opens it for that long: calling again before then only earns
@@ -349,7 +345,7 @@ impl Machine {
                 Some(Cause::RetryAfter)
             }
             // The trip policy is a state of the window: checked after every outcome.
-            _ => self.should_trip(at.now).then_some(Cause::Tripped),
+            _ => trips.then_some(Cause::Tripped),
         };
         (Some(rate), cause.map(|cause| self.open(at, cause, failure)))
     }
@@ -419,14 +415,6 @@ impl Machine {
         Some(self.open(at, Cause::DwellExceeded, None))
     }
 
-    /// When the next probe may go, as of `at` (`at.step`: the count of calls so far).
-    pub(crate) fn next_probe(&self, at: Fixed) -> NextProbe {
-        if self.mode == Mode::Disabled {
-            return NextProbe::NotNeeded;
-        }
-        self.door().next_probe(at)
-    }
-
     /// Opens the breaker until [`Machine::reset`] (`until: None`) or until a time, after
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
@@ -436,13 +424,7 @@ impl Machine {
             due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
         };
-        if matches!(
-            self.phase,
-            Phase::Open {
-                by: Opener::Person,
-                ..
-            }
-        ) {
+        if self.state() == State::ForcedOpen {
             // Already held by a person: the new hold replaces the old, no transition.
             self.phase = phase;
             return None;
@@ -576,62 +558,47 @@ impl Machine {
         self.threshold_relief = relief;
     }
 
-    /// A configured consecutive-failure threshold, lowered by the relief (never below 1).
-    fn threshold_in_force(&self, configured: u32) -> u32 {
-        configured.saturating_sub(self.threshold_relief).max(1)
-    }
-
-    /// The trip policy's reading of the closed state's count, in percent, as of `now`:
+    /// The trip policy's reading of the closed state's count, in percent, as of `now`,
+    /// and whether it trips the breaker:
     ///
     /// - a failure rate: the failures among the outcomes in the window, or -1 while the
-    ///   window holds fewer than the minimum number of calls (resilience4j's value then);
+    ///   window holds fewer than the minimum number of calls (at least one;
+    ///   resilience4j's value then);
     /// - consecutive failures: the run of failures as a percent of the threshold in
-    ///   force, at most 100. The policy keeps no window, so this is how far the breaker
-    ///   is from tripping (it trips at 100), not a share of calls.
+    ///   force (the configured one lowered by the relief, never below 1), at most 100.
+    ///   The policy keeps no window, so this is how far the breaker is from tripping (it
+    ///   trips at 100), not a share of calls.
     ///
     /// A success the breaker counts without its lock leaves the run of failures at 0:
     /// [`Machine::QUIET_FAILURE_RATE`].
-    pub(crate) fn failure_rate(&self, now: Instant) -> f64 {
+    pub(crate) fn reading(&self, now: Instant) -> (f64, bool) {
         match self.config.trip {
             TripPolicy::ConsecutiveFailures(configured) => {
-                let threshold = self.threshold_in_force(configured);
-                (f64::from(self.consecutive) * 100.0 / f64::from(threshold)).min(100.0)
-            }
-            TripPolicy::FailureRate { minimum_calls, .. } => self
-                .counted_window(minimum_calls, now)
-                .map_or(-1.0, |w| w.failures as f64 * 100.0 / w.calls as f64),
-        }
-    }
-
-    /// [`Machine::failure_rate`] after a success that changed nothing: only a breaker on
-    /// consecutive failures with none counted has such successes.
-    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
-
-    fn should_trip(&self, now: Instant) -> bool {
-        match self.config.trip {
-            TripPolicy::ConsecutiveFailures(configured) => {
-                self.consecutive >= self.threshold_in_force(configured)
+                let threshold = configured.saturating_sub(self.threshold_relief).max(1);
+                let rate = f64::from(self.consecutive) * 100.0 / f64::from(threshold);
+                (rate.min(100.0), self.consecutive >= threshold)
             }
             TripPolicy::FailureRate {
                 rate,
                 minimum_calls,
                 ..
             } => {
+                let counts = self.window.totals(now);
+                if counts.calls < u64::from(minimum_calls.max(1)) {
+                    return (-1.0, false);
+                }
+                let (failures, calls) = (counts.failures as f64, counts.calls as f64);
                 // The share, divided out and rounded once, against the rate as given: a
                 // share exactly at a decimal rate (7 of 25 at 0.28) reaches it, which
                 // `failures >= rate * calls` (rounded on the other side) can miss.
-                self.counted_window(minimum_calls, now)
-                    .is_some_and(|w| w.failures as f64 / w.calls as f64 >= rate)
+                (failures * 100.0 / calls, failures / calls >= rate)
             }
         }
     }
 
-    /// The failure-rate window's counts as of `now`, once it holds the `minimum_calls`
-    /// (at least one) a rate is read from; `None` before.
-    fn counted_window(&self, minimum_calls: u32, now: Instant) -> Option<WindowCounts> {
-        let counts = self.window.totals(now);
-        (counts.calls >= u64::from(minimum_calls.max(1))).then_some(counts)
-    }
+    /// [`Machine::reading`]'s rate after a success that changed nothing: only a breaker
+    /// on consecutive failures with none counted has such successes.
+    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
 
     /// Opens the breaker for its cooldown, or for the wait `failure` asked for, or until
     /// a reset if it is permanent.
@@ -662,10 +629,7 @@ impl Machine {
         self.consecutive = 0;
         self.reopens = 0;
         self.window.clear();
-        if matches!(self.phase, Phase::Closed) {
-            return None;
-        }
-        Some(self.enter(Phase::Closed, at, cause))
+        (self.state() != State::Closed).then(|| self.enter(Phase::Closed, at, cause))
     }
 
     /// Probes whose half-open's dwell limit has passed by `now` hold no slot (a re-open
@@ -697,7 +661,7 @@ impl Machine {
             generation: self.generation,
             mode: self.mode,
             consecutive_failures: self.consecutive,
-            next_probe: self.next_probe(at),
+            next_probe: self.door().next_probe(at),
         }
     }
 
@@ -711,30 +675,27 @@ impl Machine {
             1.0
         };
         let (backoff, reopens) = (self.config.backoff, self.reopens.min(1024) as i32);
-        let grow = |base: f64| match backoff {
-            Some(b) => base * b.multiplier.powi(reopens),
-            None => base,
-        };
+        // Without backoff, 1: `base * 1.0` is `base`, exactly.
+        let growth = backoff.map_or(1.0, |b| b.multiplier.powi(reopens));
         let exact = factor == 1.0 && (reopens == 0 || backoff.is_none());
-        match (self.config.cooldown, self.config.backoff.map(|b| b.cap)) {
+        // The cap, in the cooldown's unit; none in the other.
+        let (calls_cap, time_cap) = match backoff.map(|b| b.cap) {
+            Some(Cooldown::Calls(cap)) => (cap, Duration::MAX),
+            Some(Cooldown::Time(cap)) => (Cooldown::MAX_CALLS, cap),
+            None => (Cooldown::MAX_CALLS, Duration::MAX),
+        };
+        match self.config.cooldown {
             // Exact when nothing grows or spreads it: a float holds only 53 bits (of
             // calls, or of a time's seconds and nanoseconds).
-            (cooldown, _) if exact => cooldown,
-            (Cooldown::Calls(base), cap) => {
-                let cap = match cap {
-                    Some(Cooldown::Calls(cap)) => cap,
-                    _ => Cooldown::MAX_CALLS,
-                };
-                let calls = (grow(base as f64) * factor).round().clamp(1.0, cap as f64);
-                Cooldown::Calls((calls as u64).min(cap))
+            cooldown if exact => cooldown,
+            Cooldown::Calls(base) => {
+                let calls = (base as f64 * growth * factor).round();
+                Cooldown::Calls((calls.clamp(1.0, calls_cap as f64) as u64).min(calls_cap))
             }
-            (Cooldown::Time(base), cap) => {
-                let cap = match cap {
-                    Some(Cooldown::Time(cap)) => cap,
-                    _ => Duration::MAX,
-                };
-                let secs = (grow(base.as_secs_f64()) * factor).max(0.0);
-                Cooldown::Time(Duration::try_from_secs_f64(secs).unwrap_or(cap).min(cap))
+            Cooldown::Time(base) => {
+                let secs = (base.as_secs_f64() * growth * factor).max(0.0);
+                let time = Duration::try_from_secs_f64(secs).unwrap_or(time_cap);
+                Cooldown::Time(time.min(time_cap))
             }
         }
     }

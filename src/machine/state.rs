@@ -235,14 +235,13 @@ impl Skip {
     /// A skip for this reason, in this state, told this about the next probe.
     #[inline(always)]
     pub fn new(reason: Reason, state: State, next_probe: NextProbe) -> Skip {
-        match next_probe {
-            NextProbe::NotNeeded => Self::pack(reason, state, Self::NOT_NEEDED, 0, None),
-            NextProbe::InFlight => Self::pack(reason, state, Self::IN_FLIGHT, 0, None),
-            NextProbe::Manual => Self::pack(reason, state, Self::MANUAL, 0, None),
-            NextProbe::After { calls, at } => {
-                Self::pack(reason, state, Self::AFTER, calls, at.map(Nanos::of))
-            }
-        }
+        let (kind, calls, at) = match next_probe {
+            NextProbe::NotNeeded => (Self::NOT_NEEDED, 0, None),
+            NextProbe::InFlight => (Self::IN_FLIGHT, 0, None),
+            NextProbe::Manual => (Self::MANUAL, 0, None),
+            NextProbe::After { calls, at } => (Self::AFTER, calls, at.map(Nanos::of)),
+        };
+        Self::pack(reason, state, kind, calls, at)
     }
 
     /// The probe is the `calls`-th call from now, not before `at`.

@@ -257,12 +257,9 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     // The door's promise, on which a success is counted without the lock.
                     prop_assert!(transition.is_none());
                     prop_assert_eq!(machine.door(), before.door());
-                    prop_assert_eq!(
-                        machine.consecutive_failures(),
-                        before.consecutive_failures()
-                    );
+                    prop_assert_eq!(machine.consecutive, before.consecutive);
                     // What observers are told of a success counted without the lock.
-                    prop_assert_eq!(machine.failure_rate(at.now), Machine::QUIET_FAILURE_RATE);
+                    prop_assert_eq!(machine.reading(at.now).0, Machine::QUIET_FAILURE_RATE);
                 }
             }
             Op::Release { which } if !held.is_empty() => {
@@ -440,10 +437,7 @@ fn a_failure_with_a_retry_after_opens_the_breaker_at_once_unless_told_to_only_co
         assert!(matches!(recorded, Recorded::Counted { .. }));
         if !open {
             assert_eq!(transition, None, "only counted");
-            assert_eq!(
-                (machine.state(), machine.consecutive_failures()),
-                (State::Closed, 1)
-            );
+            assert_eq!((machine.state(), machine.consecutive), (State::Closed, 1));
             continue;
         }
         let transition = transition.expect("opened at once");
@@ -494,10 +488,10 @@ fn the_failure_rate_reads_the_policy_in_force() {
         .build_config()
         .unwrap();
     let mut rate = Machine::new(config, now);
-    assert_eq!(rate.failure_rate(now), -1.0);
+    assert_eq!(rate.reading(now).0, -1.0);
     assert_eq!(record(&mut rate, Outcome::failure(), now), Some(-1.0));
     assert_eq!(record(&mut rate, Outcome::Success, now), Some(50.0));
     let later = now + Duration::from_secs(11);
-    assert_eq!(rate.failure_rate(later), -1.0, "aged out of the window");
+    assert_eq!(rate.reading(later).0, -1.0, "aged out of the window");
     assert_eq!(record(&mut rate, Outcome::Success, later), Some(-1.0));
 }

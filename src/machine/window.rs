@@ -29,14 +29,10 @@ impl Window {
     pub(crate) fn new(policy: &TripPolicy, epoch: Instant) -> Self {
         match *policy {
             TripPolicy::ConsecutiveFailures(_) => Window::None,
-            TripPolicy::FailureRate {
-                window: RateWindow::Calls(n),
-                ..
-            } => Window::Ring(Ring::new(n as usize)),
-            TripPolicy::FailureRate {
-                window: RateWindow::Time(d),
-                ..
-            } => Window::Time(Box::new(Buckets::new(d, epoch))),
+            TripPolicy::FailureRate { window, .. } => match window {
+                RateWindow::Calls(n) => Window::Ring(Ring::new(n as usize)),
+                RateWindow::Time(d) => Window::Time(Box::new(Buckets::new(d, epoch))),
+            },
         }
     }
 

@@ -159,13 +159,6 @@ impl Events {
             .subscribe()
     }
 
-    /// Reports that the breaker was evicted from its keyed registry, after whatever is
-    /// queued.
-    pub(super) fn evicted(self: &Arc<Self>) {
-        self.queue(Queued::Evicted);
-        self.deliver();
-    }
-
     /// Reports a skip decided now.
     pub(super) fn skipped(self: &Arc<Self>, skip: Skip) {
         self.deliver_now(Queued::Skipped(skip));

@@ -47,11 +47,6 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
-/// Starts a value on a cache line of its own: after the totals (16 bytes of the `Arc`'s
-/// counts and 112 of the tally fill two lines), the door starts the third.
-#[repr(align(64))]
-struct Apart<T>(T);
-
 /// See the [module docs](self). The totals come first, next to the `Arc`'s reference
 /// counts, which every call writes anyway; the door, which every call reads, lies apart.
 ///
@@ -61,7 +56,9 @@ struct Apart<T>(T);
 #[repr(C)]
 pub struct Shared {
     tally: Tally,
-    published: Apart<Published>,
+    /// On a cache line of its own: after the totals (16 bytes of the `Arc`'s counts and
+    /// 112 of the tally fill two lines), the door starts the third.
+    published: Published,
     pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
@@ -119,7 +116,7 @@ impl Shared {
         let name = machine.config().name.clone();
         Shared {
             tally: Tally::default(),
-            published: Apart(Published::new(&machine.door())),
+            published: Published::new(&machine.door()),
             events: Arc::new(Events::new(Reporter::new(name.clone(), observers), group)),
             name: BreakerName::new(name),
             kill,
@@ -139,19 +136,14 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
     ) -> R {
-        let (value, reported) = {
-            let mut machine = self.lock();
-            let (value, event, transition) = f(&mut machine, &self.tally);
-            self.published.0.store(&machine.door());
-            let reported = event.is_some() || transition.is_some();
-            if let Some(event) = event {
-                self.events.queue(event);
-            }
-            if let Some(transition) = transition {
-                self.events.queue(Queued::Transition(transition));
-            }
-            (value, reported)
-        };
+        let mut machine = self.lock();
+        let (value, event, transition) = f(&mut machine, &self.tally);
+        self.published.store(&machine.door());
+        let reported = event.is_some() || transition.is_some();
+        for event in event.into_iter().chain(transition.map(Queued::Transition)) {
+            self.events.queue(event);
+        }
+        drop(machine);
         if reported {
             self.events.deliver();
         }
@@ -185,13 +177,13 @@ impl Shared {
         // A door that is its first word alone (closed, most often) is decided with
         // nothing else read. Its clocks are made here, and not before: made before, they
         // are written to memory on every call, for a slow path to read.
-        if let Some(door) = self.published.0.load_alone() {
+        if let Some(door) = self.published.load_alone() {
             return hold(self.decide_at(door, killed, self.arrival()));
         }
         let clock = self.arrival();
         // Held in each arm: a decision made here then goes on in registers, rather than
         // meeting the one from out of line in memory.
-        match self.published.0.load_whole() {
+        match self.published.load_whole() {
             Some(door) => hold(self.decide_at(door, killed, clock)),
             None => hold(self.decide_locked(killed, clock)),
         }
@@ -202,7 +194,8 @@ impl Shared {
     #[inline(always)]
     fn decide_at(self: &Arc<Self>, door: Door, killed: bool, mut clock: Arrival<'_>) -> Decision {
         let verdict = door.admit(killed, &mut clock);
-        if verdict.needs_machine() {
+        // Only the machine carries out what changes the state.
+        if matches!(verdict, Verdict::Probe | Verdict::Expired) {
             return self.decide_locked(killed, clock);
         }
         self.carry_out(&door, verdict)
@@ -319,7 +312,7 @@ impl Shared {
     /// the caller to ask again with it.
     #[inline(always)]
     fn stands(&self, ticket: Ticket, clock: bool) -> bool {
-        let word = self.published.0.word();
+        let word = self.published.word();
         !self.kill.is_killed()
             && Door::in_epoch(word, ticket.epoch())
             && !(Door::may_expire(word) && (!clock || self.expired()))
@@ -338,8 +331,8 @@ impl Shared {
     #[inline(always)]
     fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
         if matches!(outcome, Outcome::Success)
-            && ticket.is_call()
-            && Door::quiet_in(self.published.0.word(), ticket.epoch())
+            && ticket.kind() == Some(Kind::Call)
+            && Door::quiet_in(self.published.word(), ticket.epoch())
         {
             // Looked up before the count: after an atomic add a load waits for it.
             let observed = self.events.observed();
@@ -414,25 +407,7 @@ impl Shared {
         let killed = self.kill.is_killed();
         self.with(|machine, at| {
             let transition = machine.tick(at);
-            let snapshot = Snapshot {
-                name: self.name.full().clone(),
-                state: machine.state(),
-                cause: machine.cause(),
-                mode: machine.mode(),
-                killed,
-                consecutive_failures: machine.consecutive_failures(),
-                window: machine.window(at.now),
-                probes_in_flight: machine.probes_in_flight(),
-                last_failure: machine.last_failure().cloned(),
-                counts: self.tally.counts(),
-                next_probe: if killed {
-                    NextProbe::Manual
-                } else {
-                    machine.next_probe(at)
-                },
-                generation: machine.generation(),
-                taken_at: at.now,
-            };
+            let snapshot = machine.snapshot(at, killed, self.tally.counts());
             (snapshot, transition)
         })
     }
@@ -470,14 +445,14 @@ impl Shared {
         });
     }
 
+    /// The mode, as the door last published says.
     pub(crate) fn mode(&self) -> Mode {
-        self.lock().mode()
+        self.door().mode()
     }
 
     /// The door as last published, or the machine's while one is being published.
     fn door(&self) -> Door {
         self.published
-            .0
             .load_whole()
             .unwrap_or_else(|| self.lock().door())
     }
@@ -501,8 +476,10 @@ impl Shared {
         self.events.subscribe()
     }
 
-    /// Tells the observers that the breaker was evicted from its keyed registry.
+    /// Tells the observers that the breaker was evicted from its keyed registry, after
+    /// whatever is queued.
     pub(crate) fn evicted(&self) {
-        self.events.evicted();
+        self.events.queue(Queued::Evicted);
+        self.events.deliver();
     }
 }

@@ -58,39 +58,8 @@ impl Ticket {
     }
 
     #[inline(always)]
-    pub(super) fn is_call(self) -> bool {
-        self.0 & 3 == 0
-    }
-
-    #[inline(always)]
     pub(super) fn called(self) -> bool {
         self.0 & Self::CALLED != 0
-    }
-
-    /// Where the call's answer comes from.
-    #[inline(always)]
-    fn source(self) -> Source {
-        match self.kind() {
-            Some(Kind::Probe) => Source::Probe,
-            Some(Kind::Shadow) => Source::Shadowed(self.reason()),
-            Some(Kind::Call) | None => Source::Service,
-        }
-    }
-
-    /// The state the call found.
-    #[inline(always)]
-    fn state(self) -> State {
-        match self.kind() {
-            Some(Kind::Call) => State::Closed,
-            Some(Kind::Probe) => State::HalfOpen,
-            Some(Kind::Shadow) => match self.reason() {
-                Reason::Open | Reason::Killed => State::Open,
-                Reason::HalfOpenFull => State::HalfOpen,
-                Reason::ForcedOpen => State::ForcedOpen,
-            },
-            // Disabled: the state found, as `pass` keeps it.
-            None => State::from_code(self.0 >> 2),
-        }
     }
 }
 
@@ -144,14 +113,30 @@ impl Permit {
         self.ticket.0 & Ticket::TIMED != 0
     }
 
+    /// Where the call's answer comes from.
     #[inline(always)]
     pub(crate) fn source(&self) -> Source {
-        self.ticket.source()
+        match self.ticket.kind() {
+            Some(Kind::Probe) => Source::Probe,
+            Some(Kind::Shadow) => Source::Shadowed(self.ticket.reason()),
+            Some(Kind::Call) | None => Source::Service,
+        }
     }
 
+    /// The state the call found.
     #[inline(always)]
     pub(crate) fn state(&self) -> State {
-        self.ticket.state()
+        match self.ticket.kind() {
+            Some(Kind::Call) => State::Closed,
+            Some(Kind::Probe) => State::HalfOpen,
+            Some(Kind::Shadow) => match self.ticket.reason() {
+                Reason::Open | Reason::Killed => State::Open,
+                Reason::HalfOpenFull => State::HalfOpen,
+                Reason::ForcedOpen => State::ForcedOpen,
+            },
+            // Disabled: the state found, as `pass` keeps it.
+            None => State::from_code(self.ticket.0 >> 2),
+        }
     }
 
     /// Gives the call's outcome; `elapsed` is how long it took, if it was timed.

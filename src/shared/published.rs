@@ -11,7 +11,9 @@ use std::sync::atomic::Ordering;
 use crate::machine::door::Door;
 use crate::sync::{fence, AtomicU64};
 
-/// A door behind a sequence number. See the [module docs](self).
+/// A door behind a sequence number, on a cache line of its own. See the
+/// [module docs](self).
+#[repr(align(64))]
 pub(super) struct Published {
     /// Odd while a door is being written.
     seq: AtomicU64,
