@@ -182,16 +182,13 @@ impl Machine {
     }
 
     /// The failure of the service's own that holds it open until a reset, if one does
-    /// now: nothing is recorded while it holds, so the last failure is the one.
+    /// now (the transition into its state was for one: only a person's act or a change
+    /// of state ends such a hold). Nothing is recorded while it holds, so the last failure
+    /// is the one.
     pub(crate) fn permanent_failure(&self) -> Option<&FailureRecord> {
-        let held = matches!(
-            self.phase,
-            Phase::Open {
-                due: Due::Never,
-                by: Opener::Breaker
-            }
-        );
-        self.last_failure.as_ref().filter(|_| held)
+        self.last_failure
+            .as_ref()
+            .filter(|_| self.cause == Some(Cause::PermanentFailure))
     }
 
     /// What an arriving call is decided on, derived from the state.
