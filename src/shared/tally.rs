@@ -135,8 +135,10 @@ impl Tally {
     #[inline(never)]
     fn collided(&self, i: usize) {
         let spread = self.spread.get_or_init(|| {
+            // Twice as many groups as threads run at once: threads dealt round them rarely
+            // share one.
             let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            (0..threads.next_power_of_two().clamp(2, 16))
+            (0..(threads * 2).next_power_of_two().clamp(4, 32))
                 .map(|_| Group::default())
                 .collect()
         });
