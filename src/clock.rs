@@ -2,34 +2,80 @@
 //! proof that a deadline is still ahead, which spares most calls at an open door the
 //! clock read.
 //!
-//! Reading tokio's clock costs what reading the system's monotonic clock costs (20 to
-//! 30 ns on a virtual machine), and a call at a door with a deadline (open with a
-//! cooldown in time, half-open with a dwell limit) must know whether the deadline has
-//! passed. It rarely needs the exact time for that: [`surely_before`] proves that the
-//! deadline is still ahead from the kernel's coarse monotonic clock (a read of a few
-//! nanoseconds), when that clock is the one tokio would read, and the deadline is far
-//! enough ahead that the coarse clock's lag cannot matter. When it proves nothing, the
-//! call reads tokio's clock exactly, so every decision is the one an exact read gives.
+//! Which clock. Tokio's clock is the clock of the runtime whose handle is entered; only a
+//! current-thread runtime's can be paused (a test's), and a multi-thread runtime's, like
+//! the clock outside any runtime, is the system's monotonic clock. A call made outside
+//! any task asks the entered handle every time. A call made by a task asks it the first
+//! time, and keeps the answer for the rest of the task: a task of a multi-thread runtime
+//! runs on the system's clock, also if it later enters a paused runtime's handle or drives
+//! a paused runtime inside `block_in_place` (asking the handle on every call would touch
+//! the runtime's reference count twice a call, a cache line passed between the runtime's
+//! threads); a task of a current-thread runtime always reads tokio's clock. Every read the
+//! breaker makes follows this one rule ([`now`]), so a deadline is set and decided on the
+//! same clock.
 //!
-//! Tokio's clock is the system's own unless the caller runs under a current-thread
-//! runtime's handle, whose clock a test may pause and move on at will; such a caller
-//! always reads it.
+//! The proof. Reading the clock costs 20 to 30 ns on a virtual machine, and a call at a
+//! door with a deadline (open with a cooldown in time, a hold, half-open with a dwell
+//! limit) must know whether the deadline has passed. It rarely needs the exact time for
+//! that: on the system's clock, [`surely_before`] proves the deadline still ahead from the
+//! kernel's coarse monotonic clock (a read of a few nanoseconds) when the deadline is far
+//! enough ahead that the coarse clock's lag cannot matter. When it proves nothing, the
+//! call reads the clock exactly, so every decision is the one an exact read gives.
 
+use std::cell::Cell;
 use std::time::Instant;
+
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::machine::time::Nanos;
 
-/// The breaker's clock: `tokio::time`, so paused-time tests run instantly.
-#[inline(always)]
+/// The breaker's clock (see the [module docs](self)).
+#[inline]
 pub(crate) fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
+    if on_the_system_clock() {
+        Instant::now()
+    } else {
+        tokio::time::Instant::now().into_std()
+    }
 }
 
 /// Whether the breaker's clock, read now on this thread, would be before `deadline`, when
 /// that is proven without reading it; `false` when it is not (the clock must be read).
 #[inline]
 pub(crate) fn surely_before(deadline: Nanos) -> bool {
-    coarse::surely_before(deadline)
+    on_the_system_clock() && coarse::surely_before(deadline)
+}
+
+/// Whether a call made here runs on the system's monotonic clock (see the
+/// [module docs](self)).
+#[inline]
+fn on_the_system_clock() -> bool {
+    thread_local! {
+        /// The task that last called here, and what its first call found.
+        static TASK: Cell<Option<(tokio::task::Id, bool)>> = const { Cell::new(None) };
+    }
+    let Some(task) = tokio::task::try_id() else {
+        return handle_on_the_system_clock();
+    };
+    TASK.try_with(|known| match known.get() {
+        Some((id, system)) if id == task => system,
+        _ => {
+            let system = handle_on_the_system_clock();
+            known.set(Some((task, system)));
+            system
+        }
+    })
+    .unwrap_or(false)
+}
+
+/// Whether the handle entered now, if any, keeps the system's clock: none (outside any
+/// runtime), or a multi-thread runtime's. A thread whose runtime context is gone (it is
+/// exiting) is not known to.
+fn handle_on_the_system_clock() -> bool {
+    match Handle::try_current() {
+        Ok(handle) => handle.runtime_flavor() == RuntimeFlavor::MultiThread,
+        Err(error) => error.is_missing_context(),
+    }
 }
 
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(tcb_loom)))]
@@ -38,7 +84,6 @@ mod coarse {
     use std::time::Instant;
 
     use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
-    use tokio::runtime::{Handle, RuntimeFlavor};
 
     use crate::machine::time::Nanos;
 
@@ -76,11 +121,9 @@ mod coarse {
         })
     }
 
+    /// Whether the system's clock is before `deadline`, as the coarse clock proves.
     #[inline]
     pub(super) fn surely_before(deadline: Nanos) -> bool {
-        if clock_may_be_paused() {
-            return false;
-        }
         let calibration = calibration();
         // The coarse clock is never ahead of the exact one, and lags it by about its
         // resolution, a tick (under 5 ms measured on a 4 ms tick, idle or busy), far less
@@ -90,22 +133,6 @@ mod coarse {
             .saturating_add(calibration.offset)
             .saturating_add(calibration.margin)
             < deadline.0
-    }
-
-    /// Whether tokio's clock, read on this thread now, may be other than the system's
-    /// monotonic clock. Tokio reads the clock of the runtime whose handle is entered (the
-    /// one whose task, worker or `block_on` this is, or any entered by hand): only a
-    /// current-thread runtime's can be paused. Outside any runtime tokio reads the
-    /// system's clock. Asked of the handle at every call, never remembered: a thread may
-    /// enter another runtime's handle at any time.
-    #[inline]
-    fn clock_may_be_paused() -> bool {
-        match Handle::try_current() {
-            Ok(handle) => handle.runtime_flavor() != RuntimeFlavor::MultiThread,
-            // Outside any runtime: the system's clock. A thread whose runtime context is
-            // gone (it is exiting) proves nothing.
-            Err(error) => !error.is_missing_context(),
-        }
     }
 }
 
@@ -174,7 +201,7 @@ mod tests {
                 .map(|_| {
                     tokio::spawn(async move {
                         never_proves_a_deadline_near_or_past();
-                        // Twice: the second time the worker is known.
+                        // Twice: the second time the task is known.
                         surely_before(far) && surely_before(far)
                     })
                 })
@@ -183,12 +210,53 @@ mod tests {
             for task in tasks {
                 proven.push(task.await.expect("task"));
             }
-            // The thread blocked on the runtime is not a worker: it asks the runtime.
+            // The thread blocked on the runtime is in no task: it asks the handle.
             proven.push(surely_before(far));
             proven
         });
         let expected = cfg!(any(target_os = "linux", target_os = "android"));
         assert!(proven.iter().all(|&p| p == expected), "{proven:?}");
+    }
+
+    /// A task keeps what its first call found: one of a multi-thread runtime stays on the
+    /// system's clock under a paused runtime's handle it enters; one whose first call was
+    /// made under a paused handle reads tokio's clock for the rest. Outside any task, the
+    /// entered handle decides at every call.
+    #[test]
+    fn a_task_keeps_the_clock_its_first_call_found_and_a_call_outside_tasks_asks_each_time() {
+        let paused = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .expect("runtime");
+        let handle = paused.handle().clone();
+        let (first_outside, then_entered, entered_first) = multi.block_on(async move {
+            let first = on_the_system_clock();
+            let h = handle.clone();
+            let kept = tokio::spawn(async move {
+                assert!(on_the_system_clock());
+                let _entered = h.enter();
+                on_the_system_clock()
+            });
+            let kept = kept.await.expect("task");
+            let fresh = tokio::spawn(async move {
+                let _entered = handle.enter();
+                on_the_system_clock()
+            });
+            (first, kept, fresh.await.expect("task"))
+        });
+        assert!(first_outside && then_entered && !entered_first);
+        paused.block_on(async {
+            assert!(!on_the_system_clock());
+            let before = now();
+            tokio::time::advance(Duration::from_secs(3600)).await;
+            assert_eq!(now() - before, Duration::from_secs(3600), "tokio's paused clock");
+        });
+        assert!(on_the_system_clock(), "outside any runtime");
     }
 
     /// A current-thread runtime's clock may be paused and moved on by a test at will, so

@@ -4,7 +4,9 @@
 //! Tokio's clock is the clock of the *current handle*, which a thread can change at any
 //! time (`Handle::enter`, a runtime driven inside `spawn_blocking` or `block_in_place`): a
 //! thread that once ran under a multi-thread runtime's handle, whose clock cannot be
-//! paused, may next run under a paused one.
+//! paused, may next run under a paused one. The breaker follows it, but for the one rule
+//! the clock's docs state: a task of a multi-thread runtime runs on the system's clock
+//! throughout, also under a paused runtime it enters or drives.
 //!
 //! Every test here builds a situation where tokio's exact clock says a deadline has
 //! passed (a paused clock moved on past it) and checks that the breaker decides as that
@@ -147,12 +149,14 @@ fn control_a_paused_clock_moved_past_a_hold_sends_the_probe() {
     });
 }
 
-/// A task on a multi-thread runtime worker makes one call at some breaker with a
-/// deadline (the worker is now known as "cannot pause"), then enters a paused
-/// current-thread runtime's handle: tokio's clock is now that paused clock, two hours past
-/// the breaker's hold. The exact read says: probe.
+/// The documented rule (src/clock.rs): a task of a multi-thread runtime runs on the
+/// system's clock, the one that runtime keeps, for the rest of the task once its first
+/// call found it so, also under a paused runtime's handle it enters later. A breaker held
+/// open for an hour on a paused clock that then moved two hours on: for such a task the
+/// hold ends an hour from the system's now, not the paused clock's, so the call is
+/// skipped; and every time the breaker tells is on that one clock.
 #[test]
-fn a_worker_that_enters_a_paused_runtimes_handle_decides_on_the_paused_clock() {
+fn a_multi_thread_task_under_a_paused_runtimes_entered_handle_decides_on_the_system_clock() {
     let ct = paused_current_thread();
     let (svc, handle, calls) = breaker(CircuitBreakerLayer::builder());
     let deadline = ct.block_on(async {
@@ -163,24 +167,34 @@ fn a_worker_that_enters_a_paused_runtimes_handle_decides_on_the_paused_clock() {
     });
     let paused = ct.handle().clone();
     let mt = multi_thread(1);
-    let (result, exact_now) = mt.block_on(async move {
+    let (result, paused_now, system_before) = mt.block_on(async move {
         tokio::spawn(async move {
             let mut svc = svc;
-            // Any call at a deadline on this worker, before it enters the other handle.
+            // The task's first call, under its own runtime's handle.
             prime_with_a_far_deadline();
             let _entered = paused.enter();
-            let exact_now = tokio_now();
-            (call(&mut svc, 1), exact_now)
+            let (paused_now, system_before) = (tokio_now(), Instant::now());
+            (call(&mut svc, 1), paused_now, system_before)
         })
         .await
         .expect("task")
     });
     assert!(
-        exact_now >= deadline,
-        "the exact read under the entered handle is the paused clock, past the hold"
+        paused_now >= deadline,
+        "tokio's entered clock is past the hold"
     );
-    assert_probe_after_the_hold(result, "a worker under a paused runtime's handle");
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(system_before < deadline, "the system's clock is not");
+    let error = result.expect_err("skipped: on the system's clock the hold is on");
+    let rejected = error.downcast_ref::<Rejected>().expect("a rejection");
+    assert_eq!(rejected.reason(), Reason::ForcedOpen);
+    assert_eq!(
+        rejected.next_probe(),
+        tower_circuit_breaker::NextProbe::After {
+            calls: 1,
+            at: Some(deadline)
+        }
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
 /// The same without priming: the first call on the worker is made under the entered
@@ -378,14 +392,14 @@ fn a_former_worker_reused_by_spawn_blocking_for_a_paused_runtime_decides_on_the_
     }
 }
 
-/// The documented limitation (src/clock.rs, `context_may_pause`): a worker that drives a
-/// paused current-thread runtime inside `block_in_place`. Kept here because README's
-/// Design says "any call in a current-thread runtime ... reads tokio's clock, so every
-/// decision is the one an exact read gives" without the exception.
+/// The documented rule again: a task of a multi-thread runtime that drives a paused
+/// current-thread runtime inside `block_in_place` runs on the system's clock throughout.
+/// A hold set there for an hour is on the system's clock, and is still on after the
+/// paused clock moves two hours on; a hold that ended on the system's clock has ended.
 #[test]
-fn a_worker_driving_a_paused_runtime_inside_block_in_place_decides_on_the_paused_clock() {
+fn a_multi_thread_task_driving_a_paused_runtime_in_block_in_place_decides_on_the_system_clock() {
     let mt = multi_thread(1);
-    let result = mt.block_on(async {
+    let (held, ended) = mt.block_on(async {
         tokio::spawn(async {
             prime_with_a_far_deadline();
             tokio::task::block_in_place(|| {
@@ -394,16 +408,24 @@ fn a_worker_driving_a_paused_runtime_inside_block_in_place_decides_on_the_paused
                     let (mut svc, handle, _) = breaker(CircuitBreakerLayer::builder());
                     handle.open_for(HOUR);
                     tokio::time::advance(2 * HOUR).await;
-                    call(&mut svc, 1)
-                        .map(|answer| answer.source())
-                        .map_err(|e| e.to_string())
+                    let held = call(&mut svc, 1).map(|answer| answer.source());
+                    handle.open_until(Instant::now());
+                    let ended = call(&mut svc, 1).map(|answer| answer.source());
+                    (
+                        held.map_err(|e| e.to_string()),
+                        ended.map_err(|e| e.to_string()),
+                    )
                 })
             })
         })
         .await
         .expect("task")
     });
-    assert_eq!(result, Ok(Source::Probe));
+    assert!(
+        held.is_err(),
+        "on the system's clock the hour's hold is on: {held:?}"
+    );
+    assert_eq!(ended, Ok(Source::Probe));
 }
 
 /// Held: a paused current-thread runtime and a multi-thread runtime side by side in one
