@@ -29,10 +29,11 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::machine::time::Nanos;
 
-/// The breaker's clock (see the [module docs](self)).
+/// The breaker's clock (see the [module docs](self)): tokio's, but in a task whose first
+/// call found the system's.
 #[inline]
 pub(crate) fn now() -> Instant {
-    if on_the_system_clock() {
+    if task_on_the_system_clock() == Some(true) {
         Instant::now()
     } else {
         tokio::time::Instant::now().into_std()
@@ -50,22 +51,27 @@ pub(crate) fn surely_before(deadline: Nanos) -> bool {
 /// [module docs](self)).
 #[inline]
 fn on_the_system_clock() -> bool {
+    task_on_the_system_clock().unwrap_or_else(handle_on_the_system_clock)
+}
+
+/// In a task, whether it runs on the system's clock, as its first call found; `None`
+/// outside any task.
+#[inline]
+fn task_on_the_system_clock() -> Option<bool> {
     thread_local! {
         /// The task that last called here, and what its first call found.
         static TASK: Cell<Option<(tokio::task::Id, bool)>> = const { Cell::new(None) };
     }
-    let Some(task) = tokio::task::try_id() else {
-        return handle_on_the_system_clock();
-    };
-    TASK.try_with(|known| match known.get() {
+    let task = tokio::task::try_id()?;
+    let system = TASK.try_with(|known| match known.get() {
         Some((id, system)) if id == task => system,
         _ => {
             let system = handle_on_the_system_clock();
             known.set(Some((task, system)));
             system
         }
-    })
-    .unwrap_or(false)
+    });
+    Some(system.unwrap_or(false))
 }
 
 /// Whether the handle entered now, if any, keeps the system's clock: none (outside any
@@ -254,7 +260,11 @@ mod tests {
             assert!(!on_the_system_clock());
             let before = now();
             tokio::time::advance(Duration::from_secs(3600)).await;
-            assert_eq!(now() - before, Duration::from_secs(3600), "tokio's paused clock");
+            assert_eq!(
+                now() - before,
+                Duration::from_secs(3600),
+                "tokio's paused clock"
+            );
         });
         assert!(on_the_system_clock(), "outside any runtime");
     }
