@@ -25,7 +25,7 @@
 use std::cell::Cell;
 use std::time::Instant;
 
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::{Handle, RuntimeFlavor, TryCurrentError};
 
 use crate::machine::time::Nanos;
 
@@ -51,6 +51,18 @@ pub(crate) fn surely_before(deadline: Nanos) -> bool {
 /// [module docs](self)).
 #[inline]
 fn on_the_system_clock() -> bool {
+    thread_local! {
+        /// Whether this thread has been seen in a task: until it has, the handle alone is
+        /// asked first, which outside any runtime is one look.
+        static IN_TASKS: Cell<bool> = const { Cell::new(false) };
+    }
+    if !IN_TASKS.try_with(Cell::get).unwrap_or(true) {
+        let handle = Handle::try_current();
+        if handle.is_err() || tokio::task::try_id().is_none() {
+            return keeps_the_system_clock(handle);
+        }
+        let _ = IN_TASKS.try_with(|seen| seen.set(true));
+    }
     task_on_the_system_clock().unwrap_or_else(handle_on_the_system_clock)
 }
 
@@ -78,7 +90,13 @@ fn task_on_the_system_clock() -> Option<bool> {
 /// runtime), or a multi-thread runtime's. A thread whose runtime context is gone (it is
 /// exiting) is not known to.
 fn handle_on_the_system_clock() -> bool {
-    match Handle::try_current() {
+    keeps_the_system_clock(Handle::try_current())
+}
+
+/// Whether `handle`, as `Handle::try_current` gave it, keeps the system's clock.
+#[inline(always)]
+fn keeps_the_system_clock(handle: Result<Handle, TryCurrentError>) -> bool {
+    match handle {
         Ok(handle) => handle.runtime_flavor() == RuntimeFlavor::MultiThread,
         Err(error) => error.is_missing_context(),
     }
