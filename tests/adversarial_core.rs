@@ -4,6 +4,9 @@
 //! Paused `tokio::time` wherever time matters; the multi-thread tests check invariants,
 //! never timings.
 
+mod common;
+use common::counts::assert_counts_add_up;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +17,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::{ConfigError, Rejected};
-use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
     Answer, Backoff, Builder, Cause, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer,
     Cooldown, Event, Failure, KillSwitch, Mode, NextProbe, Outcome, Reason, Source, State,
@@ -144,20 +146,6 @@ fn drain(rx: &mut tokio::sync::broadcast::Receiver<Transition>) -> Vec<Transitio
 
 fn steps(ts: &[Transition]) -> Vec<(State, State, Cause)> {
     ts.iter().map(|t| (t.from, t.to, t.cause)).collect()
-}
-
-/// The snapshot's totals add up as the README says.
-fn assert_counts_add_up(counts: &Counts) {
-    assert_eq!(
-        counts.arrived,
-        counts.made + counts.skipped() + counts.abandoned,
-        "arrived = made + skipped + abandoned: {counts:?}"
-    );
-    assert_eq!(
-        counts.made,
-        counts.successes + counts.failures + counts.ignored + counts.cancelled + counts.late,
-        "made = successes + failures + ignored + cancelled + late: {counts:?}"
-    );
 }
 
 /// A chain of transitions is continuous (each starts where the last ended) and its

@@ -8,6 +8,9 @@
 //! recorded as failures; counts add up at every instant and nothing is lost under any
 //! contention.
 
+mod common;
+use common::counts::assert_counts_add_up;
+
 use std::future::Future;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -45,19 +48,6 @@ fn counting(
     })
 }
 
-fn check(what: &str, c: &Counts) {
-    assert_eq!(
-        c.arrived,
-        c.made + c.skipped() + c.abandoned,
-        "{what}: {c:?}"
-    );
-    assert_eq!(
-        c.made,
-        c.successes + c.failures + c.ignored + c.cancelled + c.late,
-        "{what}: {c:?}"
-    );
-}
-
 // ---------------------------------------------------------------------------------------
 // A person's act between `poll_ready` and `call`, from every starting state.
 
@@ -71,6 +61,19 @@ enum Start {
     /// Open (cooldown 10 s) in observe-only mode: calls are made as shadows.
     ObserveOnlyOpen,
     Disabled,
+}
+
+/// A typed breaker that one failure opens for ten seconds, with this half-open dwell limit.
+fn one_failure_opens(
+    dwell: Option<Duration>,
+) -> tower_circuit_breaker::CircuitBreakerLayer<tower_circuit_breaker::fallback::TypedErrors> {
+    Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(Duration::from_secs(10)))
+        .max_half_open_dwell(dwell)
+        .build()
+        .expect("valid")
+        .with_typed_errors()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,13 +103,7 @@ fn start(
         Start::HalfOpenNoDwell => None,
         _ => Some(Duration::from_secs(30)),
     };
-    let layer = Builder::new()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Time(Duration::from_secs(10)))
-        .max_half_open_dwell(dwell)
-        .build()
-        .expect("valid")
-        .with_typed_errors();
+    let layer = one_failure_opens(dwell);
     let handle = layer.handle();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer.layer(counting(calls.clone()));
@@ -246,7 +243,7 @@ async fn a_persons_act_between_poll_ready_and_call_is_obeyed_from_every_state() 
                     .map_err(|e| e.to_string()),
                 snapshot.state
             );
-            check(&what, &c);
+            assert_counts_add_up(&c);
             if std::env::var_os("REVIEW_TRACE").is_some() {
                 eprintln!("{what}");
             }
@@ -282,13 +279,7 @@ async fn a_persons_act_between_poll_ready_and_call_is_obeyed_from_every_state() 
 async fn dropped_probe_futures_and_reservations_free_the_slot_and_count_once() {
     for dwell in [Some(Duration::from_secs(30)), None] {
         let calls = Arc::new(AtomicUsize::new(0));
-        let layer = Builder::new()
-            .failure_threshold(1)
-            .cooldown(Cooldown::Time(Duration::from_secs(10)))
-            .max_half_open_dwell(dwell)
-            .build()
-            .expect("valid")
-            .with_typed_errors();
+        let layer = one_failure_opens(dwell);
         let handle = layer.handle();
         let mut svc = layer.layer(counting(calls.clone()));
         let _ = drive(&mut svc, FAIL);
@@ -312,7 +303,7 @@ async fn dropped_probe_futures_and_reservations_free_the_slot_and_count_once() {
                 drop(future); // the call, under way
             }
             let c = handle.snapshot().counts;
-            check(&format!("round {round}"), &c);
+            assert_counts_add_up(&c);
             assert_eq!(c.arrived, before.arrived + 2, "round {round}");
             assert_eq!(
                 c.abandoned + c.cancelled,
@@ -370,7 +361,7 @@ async fn a_panicking_probe_is_a_failure_with_typed_errors_wherever_it_panics() {
         let panicked = catch_unwind(AssertUnwindSafe(|| drive(&mut svc, OK)));
         assert!(panicked.is_err(), "at {at}: the panic reaches the caller");
         let s = handle.snapshot();
-        check(&format!("at {at}"), &s.counts);
+        assert_counts_add_up(&s.counts);
         assert_eq!(
             s.state,
             State::Open,
@@ -407,7 +398,7 @@ fn counts_under_contention_add_up_in_every_snapshot_and_lose_nothing() {
             while !done.load(Ordering::SeqCst) || looks < 10 {
                 for (i, handle) in [&open_handle, &closed_handle].into_iter().enumerate() {
                     let c = handle.snapshot().counts;
-                    check("a snapshot under contention", &c);
+                    assert_counts_add_up(&c);
                     let p = last[i];
                     for (now, then) in [
                         (c.arrived, p.arrived),
@@ -582,7 +573,7 @@ fn racing_callers_and_a_person_are_counted_exactly() {
         person.await.expect("person");
     });
     let c = handle.snapshot().counts;
-    check("after the race", &c);
+    assert_counts_add_up(&c);
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let rejected: u64 = seen.rejected.iter().map(get).sum();
     // Every call the tasks made to the end was answered by the service or rejected; a

@@ -8,6 +8,9 @@
 //! A counting global allocator (per thread) checks allocations; time is tokio's paused
 //! clock; calls are driven by hand where the exact order matters.
 
+mod common;
+use common::counts::assert_counts_add_up;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
@@ -141,6 +144,23 @@ fn describe<E: Describe>(result: &Result<Answer<u64>, E>) -> String {
     }
 }
 
+/// Calls a service polled ready and polls the call once, describing what came of it: a
+/// panic is caught; a call still pending is dropped (cancelled).
+fn call_described<S, E>(svc: &mut S, cx: &mut Context<'_>, request: u64) -> String
+where
+    S: Service<u64, Response = Answer<u64>, Error = E>,
+    E: Describe,
+{
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        let mut future = pin!(svc.call(request));
+        match future.as_mut().poll(cx) {
+            Poll::Ready(result) => describe(&result),
+            Poll::Pending => "pending, dropped".to_string(),
+        }
+    }));
+    polled.unwrap_or_else(|_| "panicked".into())
+}
+
 /// Drives a call by hand: `poll_ready`, `call`, one poll. A panic is caught and described.
 /// `HANG` leaves the future pending: it is dropped (the call is cancelled).
 fn step<S, E>(svc: &mut S, request: u64) -> String
@@ -155,14 +175,7 @@ where
         Ok(Poll::Pending) => return "poll_ready pending".into(),
         Err(_) => return "poll_ready panicked".into(),
     }
-    let polled = catch_unwind(AssertUnwindSafe(|| {
-        let mut future = pin!(svc.call(request));
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(result) => describe(&result),
-            Poll::Pending => "pending, dropped".to_string(),
-        }
-    }));
-    polled.unwrap_or_else(|_| "panicked".into())
+    call_described(svc, &mut cx, request)
 }
 
 fn settings(name: &str) -> Builder {
@@ -220,28 +233,7 @@ where
         _ => return "not ready".into(),
     }
     act(handle, person);
-    let polled = catch_unwind(AssertUnwindSafe(|| {
-        let mut future = pin!(svc.call(request));
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(result) => describe(&result),
-            Poll::Pending => "pending, dropped".to_string(),
-        }
-    }));
-    polled.unwrap_or_else(|_| "panicked".into())
-}
-
-fn check_counts(what: &str, handle: &CircuitBreakerHandle) {
-    let c = handle.snapshot().counts;
-    assert_eq!(
-        c.arrived,
-        c.made + c.skipped() + c.abandoned,
-        "{what}: {c:?}"
-    );
-    assert_eq!(
-        c.made,
-        c.successes + c.failures + c.ignored + c.cancelled + c.late,
-        "{what}: {c:?}"
-    );
+    call_described(svc, &mut cx, request)
 }
 
 /// The same script of calls, a person's acts between and around them, dropped futures,
@@ -359,7 +351,7 @@ async fn a_typed_breaker_answers_and_counts_exactly_as_the_boxed_one_step_by_ste
         assert_eq!(ts.counts, bs.counts, "{what}");
         assert_eq!(ts.probes_in_flight, bs.probes_in_flight, "{what}");
         assert_eq!(ts.next_probe, bs.next_probe, "{what}");
-        check_counts(&what, &typed_handle);
+        assert_counts_add_up(&ts.counts);
     }
     let c = typed_handle.snapshot().counts;
     assert!(

@@ -3,6 +3,7 @@
 //! interleavings come from `yield_now`, random drop points and kill flips.
 
 mod common;
+use common::counts::assert_counts_add_up;
 
 use common::{yields, Rng};
 use std::convert::Infallible;
@@ -12,7 +13,6 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::{yield_now, JoinSet};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
-use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
     Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, Outcome, Reason, Source, State,
 };
@@ -163,19 +163,6 @@ async fn join_all<T: 'static>(mut set: JoinSet<T>) -> Vec<T> {
         out.push(result.expect("a task panicked"));
     }
     out
-}
-
-fn assert_counts_add_up(counts: &Counts) {
-    assert_eq!(
-        counts.arrived,
-        counts.made + counts.skipped() + counts.abandoned,
-        "arrived != made + skipped + abandoned: {counts:?}"
-    );
-    assert_eq!(
-        counts.made,
-        counts.successes + counts.failures + counts.ignored + counts.cancelled + counts.late,
-        "made != successes + failures + ignored + cancelled + late: {counts:?}"
-    );
 }
 
 // ---------------------------------------------------------------------------------

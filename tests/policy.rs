@@ -1,6 +1,9 @@
 //! Trip policies, modes and observability (snapshots, subscribers, callbacks), on
 //! tokio's paused clock, plus `Send`/`Sync` checks of the public types.
 
+mod common;
+use common::counts::assert_counts_add_up;
+
 use std::convert::Infallible;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,19 +96,6 @@ where
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
-}
-
-fn assert_counts_add_up(counts: &Counts) {
-    assert_eq!(
-        counts.arrived,
-        counts.made + counts.skipped() + counts.abandoned,
-        "{counts:?}"
-    );
-    assert_eq!(
-        counts.made,
-        counts.successes + counts.failures + counts.ignored + counts.cancelled + counts.late,
-        "{counts:?}"
-    );
 }
 
 // ---------------------------------------------------------------------------------

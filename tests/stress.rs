@@ -66,6 +66,7 @@ use tower_circuit_breaker::{
 };
 
 mod common;
+use common::counts::assert_counts_add_up;
 
 use common::{yields, Rng};
 
@@ -142,19 +143,6 @@ fn quiet_planned_panics() {
             }
         }));
     });
-}
-
-fn assert_counts_add_up(counts: &Counts) {
-    assert_eq!(
-        counts.arrived,
-        counts.made + counts.skipped() + counts.abandoned,
-        "arrived != made + skipped + abandoned: {counts:?}"
-    );
-    assert_eq!(
-        counts.made,
-        counts.successes + counts.failures + counts.ignored + counts.cancelled + counts.late,
-        "made != successes + failures + ignored + cancelled + late: {counts:?}"
-    );
 }
 
 // ---------------------------------------------------------------------------------

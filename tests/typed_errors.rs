@@ -28,6 +28,15 @@ fn echo_or_fail(
     })
 }
 
+/// One call through `svc`, once it is ready.
+async fn send<S, R>(svc: &mut S, request: R) -> Result<S::Response, S::Error>
+where
+    S: Service<R>,
+    S::Error: std::fmt::Debug,
+{
+    svc.ready().await.expect("ready").call(request).await
+}
+
 fn settings() -> Builder {
     Builder::new()
         .name("search")
@@ -43,40 +52,16 @@ async fn a_skip_fails_with_the_same_rejection_the_default_boxes() {
     let mut typed = typed.layer(echo_or_fail());
     let mut boxed = boxed.layer(echo_or_fail());
     for _ in 0..2 {
-        let error = typed
-            .ready()
-            .await
-            .expect("ready")
-            .call("fail")
-            .await
-            .unwrap_err();
+        let error = send(&mut typed, "fail").await.unwrap_err();
         assert!(matches!(error, CallError::Service(_)), "{error:?}");
-        assert!(boxed
-            .ready()
-            .await
-            .expect("ready")
-            .call("fail")
-            .await
-            .is_err());
+        assert!(send(&mut boxed, "fail").await.is_err());
     }
     assert_eq!(typed_handle.state(), State::Open);
     assert_eq!(boxed_handle.state(), State::Open);
     advance(secs(4)).await;
 
-    let typed_error = typed
-        .ready()
-        .await
-        .expect("ready")
-        .call("hi")
-        .await
-        .unwrap_err();
-    let boxed_error = boxed
-        .ready()
-        .await
-        .expect("ready")
-        .call("hi")
-        .await
-        .unwrap_err();
+    let typed_error = send(&mut typed, "hi").await.unwrap_err();
+    let boxed_error = send(&mut boxed, "hi").await.unwrap_err();
     let CallError::Rejected(rejected) = &typed_error else {
         panic!("rejected, got {typed_error:?}");
     };
@@ -101,13 +86,7 @@ async fn a_skip_fails_with_the_same_rejection_the_default_boxes() {
 
     // After the cooldown the next call is the probe, as by default.
     advance(secs(6)).await;
-    let answer = typed
-        .ready()
-        .await
-        .expect("ready")
-        .call("hi")
-        .await
-        .expect("probe");
+    let answer = send(&mut typed, "hi").await.expect("probe");
     assert_eq!(answer.source(), Source::Probe);
     assert_eq!(typed_handle.state(), State::Closed);
 }
@@ -217,31 +196,13 @@ async fn keyed_breakers_fail_with_typed_errors_naming_the_keys_breaker() {
         .with_typed_errors();
     let mut svc = layer.layer(echo_or_fail());
     for _ in 0..2 {
-        let error = svc
-            .ready()
-            .await
-            .expect("ready")
-            .call("fail")
-            .await
-            .unwrap_err();
+        let error = send(&mut svc, "fail").await.unwrap_err();
         assert!(matches!(error, CallError::Service(_)), "{error:?}");
     }
-    let error = svc
-        .ready()
-        .await
-        .expect("ready")
-        .call("fail")
-        .await
-        .unwrap_err();
+    let error = send(&mut svc, "fail").await.unwrap_err();
     let rejected = error.rejected().expect("rejected");
     assert_eq!(rejected.reason(), Reason::Open);
     assert!(rejected.name().contains("fail"), "{}", rejected.name());
-    let answer = svc
-        .ready()
-        .await
-        .expect("ready")
-        .call("up")
-        .await
-        .expect("its own breaker");
+    let answer = send(&mut svc, "up").await.expect("its own breaker");
     assert_eq!(answer.source(), Source::Service);
 }

@@ -2,6 +2,7 @@
 //! since Write names it), reproducible randomness, and yields.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub(crate) mod counts;
 pub(crate) mod tool;
 
 use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
