@@ -315,8 +315,10 @@ impl Door {
     /// When the probe may go, as a call skipped `at` (its step the calls counted so far)
     /// is told: what [`Door::gate`] would tell it. A disabled breaker needs none.
     pub(crate) fn next_probe(&self, mut at: Fixed) -> NextProbe {
+        if self.mode() == Mode::Disabled {
+            return NextProbe::NotNeeded;
+        }
         match self.gate(&mut at) {
-            _ if self.mode() == Mode::Disabled => NextProbe::NotNeeded,
             Verdict::Skip(skip) => skip.next_probe(),
             Verdict::Call => NextProbe::NotNeeded,
             _ => NextProbe::After { calls: 1, at: None },
