@@ -167,6 +167,8 @@ impl BreakerError for CallError {
 /// The error's text followed by its sources, skipping a source whose text is already
 /// there: a transport error's own text often names only the URL
 /// (`error sending request for url (...): ...: Connection refused (os error 111)`).
+/// Credentials and query strings in URLs are taken out ([`redact_urls`]): the text
+/// becomes a failure's message, which snapshots, reports and answers show.
 pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> String {
     use std::fmt::Write as _;
     let mut message = error.to_string();
@@ -178,7 +180,78 @@ pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> St
         }
         source = cause.source();
     }
-    message
+    match redact_urls(&message) {
+        std::borrow::Cow::Borrowed(_) => message,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    }
+}
+
+/// `text` with the secrets URLs in it may carry taken out: the user and password before
+/// a host (`https://user:key@host/` becomes `https://<redacted>@host/`) and the query
+/// and fragment (`?api-key=...` becomes `?<redacted>`), where keys are often passed
+/// (Azure OpenAI's `api-key`, Gemini's `key`). A URL ends at whitespace, a quote, `<`,
+/// `>`, a backtick, or a `)` that ends the text or comes before whitespace or
+/// punctuation (reqwest writes `for url (...)`).
+pub(crate) fn redact_urls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") {
+        return text.into();
+    }
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut search = 0;
+    while let Some(found) = text[search..].find("://") {
+        let host = search + found + 3;
+        let end = url_end(bytes, host);
+        let url = &text[host..end];
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let userinfo = url[..authority_end].rfind('@');
+        let secret_query = url.find(['?', '#']);
+        if userinfo.is_some() || secret_query.is_some() {
+            out.push_str(&text[copied..host]);
+            let rest = match userinfo {
+                Some(at) => {
+                    out.push_str("<redacted>");
+                    &url[at..]
+                }
+                None => url,
+            };
+            match rest.find(['?', '#']) {
+                Some(query) => {
+                    out.push_str(&rest[..query]);
+                    out.push_str("?<redacted>");
+                }
+                None => out.push_str(rest),
+            }
+            copied = end;
+        }
+        search = end.max(host);
+    }
+    if copied == 0 {
+        return text.into();
+    }
+    out.push_str(&text[copied..]);
+    out.into()
+}
+
+/// Where the URL whose host starts at `from` ends (see [`redact_urls`]).
+fn url_end(bytes: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while let Some(&byte) = bytes.get(at) {
+        let ends = match byte {
+            b'"' | b'\'' | b'<' | b'>' | b'`' => true,
+            byte if byte.is_ascii_whitespace() => true,
+            b')' => bytes
+                .get(at + 1)
+                .is_none_or(|next| next.is_ascii_whitespace() || b":;,.)".contains(next)),
+            _ => false,
+        };
+        if ends {
+            break;
+        }
+        at += 1;
+    }
+    at
 }
 
 /// The call was not made and no fallback is set.
@@ -356,6 +429,53 @@ impl Rejected {
         self.skip.next_probe().retry_after(now)
     }
 
+    /// How long from now until a probe may go, when the wait is known in time, as
+    /// [`Snapshot::retry_after`](crate::snapshot::Snapshot::retry_after) and
+    /// [`Unavailable::retry_after`](crate::saved::Unavailable::retry_after) say it: the
+    /// time left of a cooldown in time, of a wait the service asked for or of a hold
+    /// (zero once it has passed); zero when the next call will be the probe; `None` when
+    /// only calls, a probe under way or a person decide ([`next_probe`](Self::next_probe)
+    /// says which). Measured on the breaker's clock, `tokio::time`, so it is exact in
+    /// paused-time tests; for an HTTP `Retry-After`, round it up to whole seconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_circuit_breaker::{error::Rejected, CircuitBreakerLayer, Cooldown};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .failure_threshold(1)
+    ///     .cooldown(Cooldown::Time(Duration::from_secs(30)))
+    ///     .build()?;
+    /// let mut svc = layer.layer(service_fn(|_: ()| async {
+    ///     Err::<(), _>(std::io::Error::other("connection refused"))
+    /// }));
+    /// assert!(svc.ready().await?.call(()).await.is_err()); // opens it for 30 s
+    ///
+    /// tokio::time::advance(Duration::from_secs(12)).await;
+    /// let err = svc.ready().await?.call(()).await.unwrap_err();
+    /// let rejected = err.downcast_ref::<Rejected>().unwrap();
+    /// assert_eq!(rejected.retry_after(), Some(Duration::from_secs(18)));
+    ///
+    /// // Counted in calls, the wait is known in time only when the next call probes.
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .failure_threshold(1)
+    ///     .cooldown(Cooldown::Calls(3))
+    ///     .build()?;
+    /// let mut svc = layer.layer(service_fn(|_: ()| async {
+    ///     Err::<(), _>(std::io::Error::other("connection refused"))
+    /// }));
+    /// assert!(svc.ready().await?.call(()).await.is_err());
+    /// let err = svc.ready().await?.call(()).await.unwrap_err();
+    /// let rejected = err.downcast_ref::<Rejected>().unwrap();
+    /// assert_eq!((rejected.retry_after(), rejected.calls_until_probe()), (None, Some(2)));
+    /// # Ok(()) }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_from(crate::clock::now())
+    }
+
     /// When the breaker is held open until a reset by a failure of the service's own (a
     /// permanent one: an exhausted quota, a revoked key), what that failure said; a person
     /// must act before any call is made again.
@@ -407,6 +527,68 @@ impl std::error::Error for Rejected {}
 mod tests {
     use super::*;
     use crate::machine::{NextProbe, Reason, Skip, State};
+
+    #[test]
+    fn credentials_and_query_strings_in_urls_are_taken_out_of_texts() {
+        let cases = [
+            (
+                "error sending request for url (https://host.example/v1/chat?api-key=s3cret&x=1): connection refused",
+                "error sending request for url (https://host.example/v1/chat?<redacted>): connection refused",
+            ),
+            (
+                "error sending request for url (http://user:p%40ss@127.0.0.1:8080/v1#frag)",
+                "error sending request for url (http://<redacted>@127.0.0.1:8080/v1?<redacted>)",
+            ),
+            (
+                "see \"https://a.example/p?key=k\" and <http://b.example/q?token=t>.",
+                "see \"https://a.example/p?<redacted>\" and <http://b.example/q?<redacted>>.",
+            ),
+            (
+                "a query with (parens): http://h/p?a=(x)&key=k2 then more",
+                "a query with (parens): http://h/p?<redacted> then more",
+            ),
+        ];
+        for (text, redacted) in cases {
+            assert_eq!(redact_urls(text), redacted, "{text}");
+        }
+        for kept in [
+            "503 Service Unavailable",
+            "error sending request for url (http://127.0.0.1:8080/v1/chat/completions): refused",
+            "odd :// alone, and https://host/path",
+            "é — https://例え.jp/パス",
+        ] {
+            assert!(matches!(redact_urls(kept), std::borrow::Cow::Borrowed(_)), "{kept}");
+        }
+    }
+
+    #[test]
+    fn a_transport_errors_message_carries_no_url_secret() {
+        #[derive(Debug)]
+        struct Transport;
+        impl fmt::Display for Transport {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("error sending request for url (https://u:pw@api.example/v1?key=k)")
+            }
+        }
+        impl std::error::Error for Transport {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&Refused)
+            }
+        }
+        #[derive(Debug)]
+        struct Refused;
+        impl fmt::Display for Refused {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("Connection refused (os error 111)")
+            }
+        }
+        impl std::error::Error for Refused {}
+        assert_eq!(
+            text_with_sources(&Transport),
+            "error sending request for url (https://<redacted>@api.example/v1?<redacted>): \
+             Connection refused (os error 111)"
+        );
+    }
 
     #[test]
     fn a_rejection_is_four_words_and_names_its_breaker_whole_at_any_length() {
