@@ -140,6 +140,8 @@ mod unavailable;
 pub use self::fallback::{SavedFallback, Unanswered};
 pub use self::save::{EverySuccess, GoodAnswer, Save, SaveFuture, SaveLayer};
 pub use self::store::{SavedAnswers, SavedConfigError};
+#[cfg(feature = "http")]
+pub(crate) use self::unavailable::ceil_secs;
 pub use self::unavailable::{stale_label, Unavailable};
 
 /// An answer that can be saved and served again: one that is `Clone`, since each time it

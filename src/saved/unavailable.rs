@@ -28,6 +28,12 @@ use super::SavedFallback;
 ///   exhausted); it does not pass by itself, so no retry is scheduled until a person
 ///   resets it`
 /// - `model is unavailable: the call failed (503 Service Unavailable); retry after 30s`
+/// - `model is unavailable: the call failed (503 Service Unavailable)`: the breaker is
+///   still closed and sets no wait; it never says "retry now" after a failure
+/// - `model is unavailable (its circuit breaker is open); the next call will be its probe`
+///
+/// For HTTP, [`http::unavailable`](crate::http::unavailable()) (feature `http`) makes it a
+/// 503 with `Retry-After` and an OpenAI-style error body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable {
     name: Arc<str>,
@@ -120,15 +126,21 @@ impl Unavailable {
     }
 
     /// What a call that was made and failed should be told, from what a fallback for
-    /// failed calls receives: the failure, and the breaker right after it.
+    /// failed calls receives: the failure, and the breaker right after it. With the
+    /// breaker still closed, no wait is known: it sets none, and a failure is no reason
+    /// to call again at once.
     pub fn from_failed<Request>(failed: &Failed<Request>) -> Self {
         let snapshot = &failed.snapshot;
+        let retry_after = match snapshot.next_probe {
+            NextProbe::NotNeeded => None,
+            _ => retry_after_of(snapshot),
+        };
         Unavailable {
             name: failed.breaker.clone(),
             reason: None,
             state: snapshot.state,
             next_probe: snapshot.next_probe,
-            retry_after: retry_after_of(snapshot),
+            retry_after,
             failure: failed.failure.clone(),
             permanent: skip_of(snapshot).held_by_a_permanent_failure(),
         }
@@ -164,10 +176,16 @@ impl Unavailable {
     }
 
     /// How long until the next probe may go: the time left of a time cooldown (or of a
-    /// wait the service asked for), zero when the next call will be the probe, and
-    /// `None` when no time is known: the cooldown counts calls and more than one is
-    /// needed ([`calls_until_probe`](Self::calls_until_probe)), a probe is under way,
-    /// or only a person can end it (the kill switch, forced open, a permanent failure).
+    /// wait the service asked for), zero when the next call will be the probe (or, for
+    /// a skipped call, when the breaker has closed again since), and `None` when no time
+    /// is known: the cooldown counts calls and more than one is needed
+    /// ([`calls_until_probe`](Self::calls_until_probe)), a probe is under way, only a
+    /// person can end it (the kill switch, forced open, a permanent failure), or the
+    /// call failed and the breaker is still closed (it sets no wait).
+    ///
+    /// Measured when the `Unavailable` was made, on the breaker's clock (`tokio::time`);
+    /// for an HTTP `Retry-After`, round it up to whole seconds
+    /// ([`http::retry_after_value`](crate::http::retry_after_value), feature `http`).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -190,21 +208,36 @@ impl Unavailable {
         self.permanent
     }
 
+    /// When the breaker will next let a call through, after "; " (or nothing, when the
+    /// call failed and the breaker is still closed: it sets no wait, and a failure is
+    /// never answered with "retry now").
     fn write_when(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.permanent && self.reason != Some(Reason::Killed) {
+            if self.failure.is_some() {
+                f.write_str("; it does not pass by itself, so ")?;
+            } else {
+                f.write_str("; ")?;
+            }
             return f.write_str("no retry is scheduled until a person resets it");
         }
         match (self.retry_after, self.next_probe) {
-            (Some(wait), _) if wait.is_zero() => f.write_str("retry now"),
-            (Some(wait), _) => write!(f, "retry after {}", human(ceil_secs(wait))),
+            (Some(wait), _) if !wait.is_zero() => {
+                write!(f, "; retry after {}", human(ceil_secs(wait)))
+            }
+            // Skipped, and the breaker closed again since (a probe succeeded).
+            (Some(_), NextProbe::NotNeeded) => {
+                f.write_str("; it has closed again since, and lets calls through")
+            }
+            (Some(_), _) => f.write_str("; the next call will be its probe"),
             (None, NextProbe::After { calls, .. }) => {
-                write!(f, "it will be tried again in {calls} calls")
+                write!(f, "; it will be tried again in {calls} calls")
             }
-            (None, NextProbe::InFlight) => f.write_str("retry shortly"),
+            (None, NextProbe::InFlight) => f.write_str("; retry shortly"),
+            (None, NextProbe::NotNeeded) => Ok(()),
             (None, _) if self.reason == Some(Reason::Killed) => {
-                f.write_str("no retry is scheduled until a person turns the kill switch off")
+                f.write_str("; no retry is scheduled until a person turns the kill switch off")
             }
-            (None, _) => f.write_str("no retry is scheduled until a person resets it"),
+            (None, _) => f.write_str("; no retry is scheduled until a person resets it"),
         }
     }
 }
@@ -212,18 +245,11 @@ impl Unavailable {
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = &self.name;
-        let does_not_pass = "it does not pass by itself, so ";
         match (self.reason, &self.failure) {
-            (None, Some(failure)) if self.permanent => write!(
-                f,
-                "{name} is unavailable: the call failed ({failure}); {does_not_pass}"
-            )?,
-            (None, Some(failure)) => {
-                write!(f, "{name} is unavailable: the call failed ({failure}); ")?
-            }
-            (None, None) => write!(f, "{name} is unavailable: the call failed; ")?,
+            (None, Some(failure)) => write!(f, "{name} is unavailable: the call failed ({failure})")?,
+            (None, None) => write!(f, "{name} is unavailable: the call failed")?,
             (Some(Reason::Open), Some(failure)) if self.permanent => {
-                write!(f, "{name} is unavailable: {failure}; {does_not_pass}")?
+                write!(f, "{name} is unavailable: {failure}")?
             }
             (Some(reason), _) => {
                 let why = match reason {
@@ -235,7 +261,7 @@ impl fmt::Display for Unavailable {
                     }
                     _ => "its circuit breaker is open",
                 };
-                write!(f, "{name} is unavailable ({why}); ")?
+                write!(f, "{name} is unavailable ({why})")?
             }
         }
         self.write_when(f)
@@ -262,7 +288,8 @@ pub fn stale_label(age: Duration) -> String {
     )
 }
 
-fn ceil_secs(duration: Duration) -> u64 {
+/// Whole seconds, rounded up: a caller told to wait this long finds the wait over.
+pub(crate) fn ceil_secs(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 
