@@ -95,12 +95,15 @@
 mod body_broke_off;
 pub(crate) mod bounded_read;
 pub(crate) mod buffer;
+mod chat_label;
 mod classify;
 pub(crate) mod error_body;
 mod provenance;
 #[cfg(feature = "reqwest")]
 mod reqwest;
+mod stale;
 mod stream;
+mod unavailable;
 
 pub use self::body_broke_off::BodyBrokeOff;
 pub use self::bounded_read::MAX_EMPTY_FRAMES;
@@ -108,6 +111,7 @@ pub use self::buffer::{
     BodyTooLarge, BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,
     DEFAULT_BUFFER_LIMIT,
 };
+pub use self::chat_label::{label_chat_completion, NotLabelled};
 pub use self::classify::{parse_retry_after, HttpClassifier};
 pub use self::error_body::{
     ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody,
@@ -117,6 +121,8 @@ pub use self::provenance::{
     fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,
     Labelled, Provenance, ProvenanceFuture, ProvenanceLayer, X_CIRCUIT_BREAKER,
 };
+pub use self::stale::{stale, stale_from_header, X_CIRCUIT_BREAKER_STALE};
 pub use self::stream::{
     StreamBodies, StreamBodiesFuture, StreamBody, StreamBodyLayer, StreamClassifier,
 };
+pub use self::unavailable::{retry_after_value, unavailable, CALL_FAILED, CIRCUIT_OPEN};

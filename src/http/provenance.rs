@@ -4,11 +4,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
+use ::http::header::RETRY_AFTER;
 use ::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::unavailable::retry_after_value;
 use crate::answer::{Answer, Source};
 use crate::error::BoxError;
 use crate::machine::{NextProbe, Reason, State};
@@ -42,6 +45,36 @@ impl AnswerInfo {
     /// Whether the fallback produced the answer.
     pub fn is_fallback(&self) -> bool {
         self.source.is_fallback()
+    }
+
+    /// For a fallback's answer, how long from now until the breaker will next let a
+    /// call through, when that is known in time (see [`NextProbe::retry_after`]),
+    /// measured on the breaker's clock (`tokio::time`); `None` for the service's
+    /// answers, and when only calls, a probe under way or a person decide, or the call
+    /// failed with the breaker still closed (it sets no wait). It is what
+    /// [`Provenance`] writes as `Retry-After`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::http::AnswerInfo;
+    /// use tower_circuit_breaker::{Answer, NextProbe, Origin, Reason, Skip, State};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let at = tokio::time::Instant::now().into_std() + Duration::from_secs(20);
+    /// let next_probe = NextProbe::After { calls: 1, at: Some(at) };
+    /// let skip = Skip::new(Reason::Open, State::Open, next_probe);
+    /// let answer = Answer::from_parts("unavailable", Origin::skipped(skip));
+    /// tokio::time::advance(Duration::from_secs(5)).await;
+    /// assert_eq!(AnswerInfo::of(&answer).retry_after(), Some(Duration::from_secs(15)));
+    /// # }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        if !self.is_fallback() {
+            return None;
+        }
+        let now = tokio::time::Instant::now().into_std();
+        self.next_probe.retry_after(now)
     }
 }
 
@@ -258,6 +291,13 @@ fn header_str(source: Source) -> &'static str {
 /// read them all with [`HeaderMap::get_all`](::http::HeaderMap::get_all). The extension
 /// is the nearest breaker's.
 ///
+/// A fallback's answer also gets `Retry-After`, in whole seconds rounded up, when the
+/// breaker knows how long until it next lets a call through
+/// ([`AnswerInfo::retry_after`]) and the answer has none of its own: a saved answer
+/// served while the breaker is open says when to ask again, as an honest 503 does. None
+/// is written when the wait is not known in time, nor after a failed call with the
+/// breaker still closed.
+///
 /// ```
 /// use std::convert::Infallible;
 /// use http::{Request, Response};
@@ -392,9 +432,13 @@ where
         let answer = ready!(self.project().future.poll(cx))?;
         let info = AnswerInfo::of(&answer);
         let mut response = answer.into_inner();
-        response
-            .headers_mut()
-            .append(X_CIRCUIT_BREAKER, header_value(info.source));
+        let headers = response.headers_mut();
+        headers.append(X_CIRCUIT_BREAKER, header_value(info.source));
+        if let Some(wait) = info.retry_after() {
+            if !headers.contains_key(RETRY_AFTER) {
+                headers.insert(RETRY_AFTER, retry_after_value(wait));
+            }
+        }
         response.extensions_mut().insert(info);
         Poll::Ready(Ok(response))
     }
