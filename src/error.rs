@@ -557,7 +557,10 @@ mod tests {
             "odd :// alone, and https://host/path",
             "é — https://例え.jp/パス",
         ] {
-            assert!(matches!(redact_urls(kept), std::borrow::Cow::Borrowed(_)), "{kept}");
+            assert!(
+                matches!(redact_urls(kept), std::borrow::Cow::Borrowed(_)),
+                "{kept}"
+            );
         }
     }
 

@@ -11,7 +11,11 @@
 //! bodies and provenance (2); a tool adapter that reads a reqwest body into text (3); a
 //! `Retry-After` respected at once (4); a failed call answered by the fallback (5); an
 //! exhausted quota named in the unavailable answer (7). The snapshot's JSON (6) is in
-//! `tests/snapshot_json.rs` and, over TCP, `tests/admin.rs`.
+//! `tests/snapshot_json.rs` and, over TCP, `tests/admin.rs`. Honest HTTP answers from
+//! the ready-made `http::stale` and `http::unavailable` (8): `Retry-After` on what the
+//! breaker makes while it knows the wait, `Age` and the stale marker on saved answers
+//! whose JSON still parses with the label in it, no "retry now" after a failure, and
+//! `Rejected::retry_after`.
 //!
 //! Time: real sockets need the real clock. Cooldowns, `Retry-After` waits and ages are
 //! crossed with [`skip`]: tokio's clock (the breaker's and the store's) paused and
@@ -32,12 +36,14 @@ use hyper_util::rt::TokioExecutor;
 use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::error::Rejected;
 use tower_circuit_breaker::http::{
-    provenance, BodyTooLarge, BufferBodyLayer, BufferedResponse, ErrorBodyBytes, ErrorBodyLayer,
-    HttpClassifier, ProvenanceLayer, DEFAULT_BUFFER_LIMIT, X_CIRCUIT_BREAKER,
+    self as tcb_http, provenance, stale_from_header, BodyTooLarge, BufferBodyLayer,
+    BufferedResponse, ErrorBodyBytes, ErrorBodyLayer, HttpClassifier, ProvenanceLayer,
+    DEFAULT_BUFFER_LIMIT, X_CIRCUIT_BREAKER, X_CIRCUIT_BREAKER_STALE,
 };
 use tower_circuit_breaker::recover::RecoverLayer;
-use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers, Unavailable};
+use tower_circuit_breaker::saved::{stale_label, SaveLayer, SavedAnswers, Unavailable};
 use tower_circuit_breaker::{
     Answer, Builder, Cause, CircuitBreakerHandle, Cooldown, NextProbe, Reason, Source, State,
     Verdict,
@@ -69,7 +75,15 @@ enum Reply {
     /// 429 with `Retry-After: <secs>` and a body one byte over the buffer's default
     /// limit.
     HugeRateLimited(u64),
+    /// 200 with a chat completion whose content holds quotes, a backslash, escapes and
+    /// non-ASCII text ([`TRICKY_BODY`]).
+    Tricky,
 }
+
+/// A chat completion whose content is [`TRICKY_CONTENT`], written with JSON escapes.
+const TRICKY_BODY: &str = r#"{"id":"chatcmpl-7","object":"chat.completion","created":1712345678,"choices":[{"index":0,"message":{"role":"assistant","content":"She said \"hi\" \\ caf\u00e9 — naïve 😀\nline two"},"finish_reason":"stop"}],"usage":{"total_tokens":12}}"#;
+/// What [`TRICKY_BODY`]'s content says.
+const TRICKY_CONTENT: &str = "She said \"hi\" \\ café — naïve 😀\nline two";
 
 impl ScriptedReply for Reply {
     fn answer(&self) -> Reply_ {
@@ -89,6 +103,7 @@ impl ScriptedReply for Reply {
                     .expect("a valid response");
                 Reply_::Respond(response).retry_after(wait)
             }
+            Reply::Tricky => Reply_::json(200, TRICKY_BODY),
         }
     }
 }
@@ -171,13 +186,23 @@ struct Model {
 /// The stack around hyper-util's client, the breaker named `chat`; with `recover`,
 /// failed calls are answered by the saved fallback too.
 fn hyper_model(builder: Builder, recover: bool) -> Model {
+    hyper_model_answering(builder, recover, stale, unavailable)
+}
+
+/// The same stack, its saved fallback answering with `stale` and `unavailable`.
+fn hyper_model_answering(
+    builder: Builder,
+    recover: bool,
+    stale: Stale,
+    unavailable: Unav,
+) -> Model {
     let client = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(0)
         .build_http::<ReqBody>();
     let saved = SavedAnswers::new(100, secs(24 * 3600)).expect("valid settings");
     let key = prompt_of as fn(&Request<ReqBody>) -> Option<String>;
     let save = SaveLayer::new(saved.clone(), key);
-    let fallback = save.fallback(stale as Stale, unavailable as Unav);
+    let fallback = save.fallback(stale, unavailable);
     let breaker = builder
         .name("chat")
         .build()
@@ -707,4 +732,230 @@ async fn an_exhausted_quota_is_named_in_the_unavailable_answer_until_a_reset() {
         (Source::Service, StatusCode::OK)
     );
     assert_eq!(server.requests(), 2);
+}
+
+// ---------------------------------------------------------------------------------
+// 8. Honest HTTP answers: the ready-made `http::stale` and `http::unavailable`.
+
+/// The stack with the crate's own fallback answers.
+fn ready_made_model(builder: Builder, recover: bool) -> Model {
+    hyper_model_answering(builder, recover, tcb_http::stale, tcb_http::unavailable)
+}
+
+#[track_caller]
+fn header<'a>(response: &'a BufferedResponse, name: &str) -> Option<&'a str> {
+    let value = response.headers().get(name)?;
+    Some(value.to_str().expect("ASCII"))
+}
+
+fn json_of(response: &BufferedResponse) -> serde_json::Value {
+    serde_json::from_slice(response.body()).expect("the body is still JSON")
+}
+
+#[tokio::test]
+async fn a_skipped_calls_503_carries_retry_after_equal_to_the_wait_rounded_up() {
+    let server = TestServer::start([Reply::RateLimited(7)], Reply::Ok).await;
+    let builder = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(30)));
+    let mut model = ready_made_model(builder, false);
+
+    // The server asks for 7 s: the breaker opens at once for that long.
+    let limited = ask(&mut model, &server, "q").await;
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&limited, "retry-after"),
+        Some("7"),
+        "the server's own"
+    );
+    assert_eq!(model.handle.state(), State::Open);
+
+    // 5 s later a skipped call is told the 2 s left (a little less, in real time,
+    // rounded up), in the header and in the message, and reaches no server.
+    skip(secs(5)).await;
+    let skipped = ask(&mut model, &server, "another question").await;
+    assert_eq!(skipped.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(source(&skipped), Source::Fallback(Reason::Open));
+    let wait = model
+        .handle
+        .snapshot()
+        .retry_after()
+        .expect("a wait in time");
+    assert!(wait <= secs(2) && wait > secs(1), "{wait:?}");
+    assert_eq!(header(&skipped, "retry-after"), Some("2"));
+    assert_eq!(header(&skipped, "content-type"), Some("application/json"));
+    let json = json_of(&skipped);
+    assert_eq!(json["error"]["code"], "circuit_open");
+    assert_eq!(json["error"]["type"], "service_unavailable");
+    assert_eq!(
+        json["error"]["message"],
+        "chat is unavailable (its circuit breaker is open); retry after 2s"
+    );
+    assert!(header(&skipped, X_CIRCUIT_BREAKER_STALE.as_str()).is_none());
+    assert_eq!(server.requests(), 1);
+
+    // Killed: nothing is scheduled, so no Retry-After at all.
+    model.handle.kill_switch().kill();
+    let killed = ask(&mut model, &server, "another question").await;
+    assert_eq!(source(&killed), Source::Fallback(Reason::Killed));
+    assert_eq!(killed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&killed, "retry-after"), None);
+    assert!(json_of(&killed)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .ends_with("no retry is scheduled until a person turns the kill switch off"));
+    assert_eq!(server.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_saved_answer_carries_age_the_stale_marker_retry_after_and_a_labelled_content_that_still_parses(
+) {
+    let script = [
+        Reply::Tricky,
+        Reply::Unavailable,
+        Reply::Unavailable,
+        Reply::Unavailable,
+    ];
+    let server = TestServer::start(script, Reply::Ok).await;
+    let builder = Builder::new()
+        .failure_threshold(3)
+        .cooldown(Cooldown::Time(secs(30)));
+    let mut model = ready_made_model(builder, false);
+
+    let fresh = ask(&mut model, &server, "q").await;
+    assert_eq!(fresh.body(), TRICKY_BODY, "a fresh answer is not labelled");
+    assert!(header(&fresh, "age").is_none());
+    assert!(header(&fresh, X_CIRCUIT_BREAKER_STALE.as_str()).is_none());
+
+    skip(secs(600)).await;
+    for _ in 0..3 {
+        ask(&mut model, &server, "q").await;
+    }
+    assert_eq!(model.handle.state(), State::Open);
+    skip(secs(10)).await;
+
+    // Open: the saved answer, marked for HTTP, for machines and in the content.
+    let served = ask(&mut model, &server, "q").await;
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(source(&served), Source::Fallback(Reason::Open));
+    assert_eq!(header(&served, "age"), Some("610"));
+    let marker = &served.headers()[X_CIRCUIT_BREAKER_STALE];
+    assert_eq!(marker, "age=610");
+    assert_eq!(stale_from_header(marker), Some(secs(610)));
+    // 20 s of the 30 s cooldown are left (a little less, rounded up).
+    assert_eq!(header(&served, "retry-after"), Some("20"));
+    // The JSON still parses, the label is in the content, the rest is as it was.
+    let json = json_of(&served);
+    let label = stale_label(secs(610));
+    assert_eq!(
+        label,
+        "[STALE DATA — saved 10m 10s ago, may not reflect current state]"
+    );
+    assert_eq!(
+        json["choices"][0]["message"]["content"],
+        format!("{label}\n{TRICKY_CONTENT}")
+    );
+    assert_eq!(json["id"], "chatcmpl-7");
+    assert_eq!(json["usage"]["total_tokens"], 12);
+    let length: usize = header(&served, "content-length").unwrap().parse().unwrap();
+    assert_eq!(
+        length,
+        served.body().len(),
+        "Content-Length follows the label"
+    );
+    // As a `reqwest::Response`, as a client library reads it.
+    let response = reqwest::Response::from(served);
+    assert_eq!(response.headers()[X_CIRCUIT_BREAKER_STALE], "age=610");
+    let parsed: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(parsed, json);
+
+    // The store keeps the answer as it came: served again later, labelled afresh.
+    skip(secs(5)).await;
+    let again = ask(&mut model, &server, "q").await;
+    let content = json_of(&again)["choices"][0]["message"]["content"].clone();
+    assert_eq!(
+        content,
+        format!("{}\n{TRICKY_CONTENT}", stale_label(secs(615)))
+    );
+    assert_eq!(server.requests(), 4, "no call while open");
+}
+
+#[tokio::test]
+async fn after_a_failed_call_with_the_breaker_closed_no_answer_says_retry_now_or_carries_retry_after(
+) {
+    let script = [Reply::Ok, Reply::Unavailable, Reply::Unavailable];
+    let server = TestServer::start(script, Reply::Ok).await;
+    let mut model = ready_made_model(Builder::new().failure_threshold(3), true);
+
+    ask(&mut model, &server, "q").await;
+    skip(secs(60)).await;
+
+    // A failed call with something saved: the saved answer, marked, without a wait.
+    let saved = ask(&mut model, &server, "q").await;
+    assert_eq!(source(&saved), Source::FallbackAfterFailure);
+    assert_eq!(model.handle.state(), State::Closed);
+    assert_eq!(
+        header(&saved, X_CIRCUIT_BREAKER_STALE.as_str()),
+        Some("age=60")
+    );
+    assert_eq!(header(&saved, "retry-after"), None);
+    assert!(json_of(&saved)["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("[STALE DATA — saved 1m 0s ago"));
+
+    // Nothing saved: the honest 503, which says the call failed and nothing of when.
+    let failed = ask(&mut model, &server, "new").await;
+    assert_eq!(source(&failed), Source::FallbackAfterFailure);
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&failed, "retry-after"), None);
+    let json = json_of(&failed);
+    assert_eq!(json["error"]["code"], "call_failed");
+    let message = json["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "chat is unavailable: the call failed (503 Service Unavailable)"
+    );
+    for body in [&failed, &saved] {
+        let text = String::from_utf8_lossy(body.body()).to_lowercase();
+        assert!(!text.contains("retry now"), "{text}");
+    }
+    assert_eq!(model.handle.state(), State::Closed);
+    assert_eq!(server.requests(), 3);
+}
+
+#[tokio::test]
+async fn a_rejection_over_tcp_says_how_long_until_the_probe_from_now() {
+    let server = TestServer::start([Reply::RateLimited(7)], Reply::Ok).await;
+    let breaker = Builder::new()
+        .name("chat")
+        .failure_threshold(3)
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new());
+    let mut svc = ServiceBuilder::new()
+        .layer(breaker)
+        .timeout(ATTEMPT_TIMEOUT)
+        .layer(BufferBodyLayer::new())
+        .service(reqwest::Client::new());
+    let request = || reqwest_chat(&server, "q");
+    let limited = svc.ready().await.unwrap().call(request()).await.unwrap();
+    assert_eq!(limited.get_ref().status(), StatusCode::TOO_MANY_REQUESTS);
+
+    skip(secs(3)).await;
+    let error = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request())
+        .await
+        .unwrap_err();
+    let rejected = error.downcast_ref::<Rejected>().expect("a rejection");
+    let wait = rejected.retry_after().expect("a wait in time");
+    assert!(wait <= secs(4) && wait > secs(3), "{wait:?}");
+    // Read later, it is shorter: measured from now, not from the rejection.
+    skip(secs(1)).await;
+    let later = rejected.retry_after().unwrap();
+    assert!(later <= wait - secs(1), "{later:?} after {wait:?}");
+    assert_eq!(server.requests(), 1);
 }

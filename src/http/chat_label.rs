@@ -381,15 +381,22 @@ mod tests {
 
     #[test]
     fn every_choice_gets_the_label_and_the_rest_of_the_body_is_kept_byte_for_byte() {
-        let body = br#"{ "id" : "chatcmpl-1", "created": 1712345678, "usage": {"total_tokens": 1.5e3},
+        let body =
+            br#"{ "id" : "chatcmpl-1", "created": 1712345678, "usage": {"total_tokens": 1.5e3},
             "choices": [ {"index":0, "message": {"role":"assistant","content":"one"}},
                          {"index":1, "message": {"content":"two", "role":"assistant"}} ] }"#;
         let labelled = label_chat_completion(body, LABEL).unwrap();
         assert_eq!(content(&labelled, 0), format!("{LABEL}\none"));
         assert_eq!(content(&labelled, 1), format!("{LABEL}\ntwo"));
         let expected = String::from_utf8_lossy(body)
-            .replace(r#""content":"one""#, &format!(r#""content":"{LABEL}\none""#))
-            .replace(r#""content":"two""#, &format!(r#""content":"{LABEL}\ntwo""#));
+            .replace(
+                r#""content":"one""#,
+                &format!(r#""content":"{LABEL}\none""#),
+            )
+            .replace(
+                r#""content":"two""#,
+                &format!(r#""content":"{LABEL}\ntwo""#),
+            );
         assert_eq!(labelled, expected.as_bytes());
     }
 

@@ -152,9 +152,9 @@ impl BufferedResponse {
     /// assert_eq!(response.headers()["content-length"], response.body().len().to_string());
     /// assert!(response.headers().get("etag").is_none());
     ///
-    /// let mut text = BufferedResponse::from(http::Response::new(Bytes::from("42")));
+    /// let mut text = BufferedResponse::from(http::Response::new(Bytes::from("It is 42.")));
     /// assert_eq!(text.label_chat_completion("[cached]"), Err(NotLabelled::NotJson));
-    /// assert_eq!(text.body(), "42");
+    /// assert_eq!(text.body(), "It is 42.");
     /// # Ok::<(), NotLabelled>(())
     /// ```
     pub fn label_chat_completion(&mut self, label: &str) -> Result<(), NotLabelled> {

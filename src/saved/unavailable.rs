@@ -246,7 +246,9 @@ impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = &self.name;
         match (self.reason, &self.failure) {
-            (None, Some(failure)) => write!(f, "{name} is unavailable: the call failed ({failure})")?,
+            (None, Some(failure)) => {
+                write!(f, "{name} is unavailable: the call failed ({failure})")?
+            }
             (None, None) => write!(f, "{name} is unavailable: the call failed")?,
             (Some(Reason::Open), Some(failure)) if self.permanent => {
                 write!(f, "{name} is unavailable: {failure}")?
