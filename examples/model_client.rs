@@ -39,11 +39,11 @@ use tower::retry::Policy;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::admin::{Admin, AdminBody};
 use tower_circuit_breaker::http::{
-    provenance, BufferBodyLayer, BufferedResponse, HttpClassifier, ProvenanceLayer,
-    X_CIRCUIT_BREAKER,
+    provenance, stale, unavailable, BufferBodyLayer, BufferedResponse, HttpClassifier,
+    ProvenanceLayer, X_CIRCUIT_BREAKER, X_CIRCUIT_BREAKER_STALE,
 };
 use tower_circuit_breaker::recover::RecoverLayer;
-use tower_circuit_breaker::saved::{stale_label, SaveLayer, SavedAnswers, Unavailable};
+use tower_circuit_breaker::saved::{SaveLayer, SavedAnswers, Unavailable};
 use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Cooldown, Source};
 
 /// Each attempt's deadline: a hang longer than this is a failed attempt.
@@ -70,6 +70,9 @@ async fn main() -> Result<(), BoxError> {
         saved.clone(),
         prompt_of as fn(&ChatRequest) -> Option<String>,
     );
+    // The crate's ready-made answers: a saved answer with `Age`, the
+    // `x-circuit-breaker-stale` marker and the stale label in the message content (the
+    // JSON kept valid), or an honest 503 with `Retry-After` when the wait is known.
     let fallback = save.fallback(
         stale as fn(ChatResponse, Duration) -> ChatResponse,
         unavailable as fn(Unavailable) -> ChatResponse,
@@ -140,7 +143,11 @@ where
     S: Service<ChatRequest, Response = ChatResponse, Error = BoxError>,
 {
     let question = "What is six times seven?";
-    let mut ask = Asker { n: 0, url };
+    let mut ask = Asker {
+        n: 0,
+        url,
+        last: http::HeaderMap::new(),
+    };
 
     println!("\n-- the model answers; the answer is saved");
     model.set(Mode::Up);
@@ -156,11 +163,15 @@ where
         ask.call(&mut svc, question).await?,
         Source::FallbackAfterFailure
     );
+    assert!(ask.last.contains_key(X_CIRCUIT_BREAKER_STALE));
     ask.call(&mut svc, "A question never asked before").await?;
-    // Two failed calls opened the breaker: skipped calls get the saved answer too.
+    // Two failed calls opened the breaker: skipped calls get the saved answer too, with
+    // when to ask again.
     let before = model.requests();
     assert!(ask.call(&mut svc, question).await?.is_fallback());
     assert_eq!(model.requests(), before, "no call while open");
+    assert!(ask.last.contains_key(X_CIRCUIT_BREAKER_STALE));
+    assert!(ask.last.contains_key("retry-after"));
     assert_eq!(saved.stored(), 2, "no failure was saved");
 
     println!("\n-- the model recovers; after the cooldown one probe closes the breaker");
@@ -244,6 +255,8 @@ where
 struct Asker<'a> {
     n: usize,
     url: &'a str,
+    /// The last answer's headers.
+    last: http::HeaderMap,
 }
 
 impl Asker<'_> {
@@ -268,9 +281,19 @@ impl Asker<'_> {
         } else {
             "fallback"
         };
-        let text = content_of(response.body());
+        // What HTTP clients and machines read: the stale marker, and when to ask again.
+        let mut marks = String::new();
+        if let Some(stale) = response.headers().get(X_CIRCUIT_BREAKER_STALE) {
+            marks.push_str(&format!(" (stale {})", stale.to_str().unwrap_or("?")));
+        }
+        if let Some(wait) = response.headers().get("retry-after") {
+            marks.push_str(&format!(" (retry-after {})", wait.to_str().unwrap_or("?")));
+        }
+        // One line per answer: the stale label's line break printed as a space.
+        let text = content_of(response.body()).replace('\n', " ");
+        self.last = response.headers().clone();
         println!(
-            "{n:>2} {who:<8} [{label}] {} {text}",
+            "{n:>2} {who:<8} [{label}] {}{marks} {text}",
             response.status().as_u16()
         );
         Ok(source)
@@ -282,34 +305,6 @@ impl Asker<'_> {
 fn prompt_of(request: &ChatRequest) -> Option<String> {
     let body = request.body()?.as_bytes()?;
     Some(String::from_utf8_lossy(body).into_owned())
-}
-
-/// A saved answer, served again: the `Age` header for HTTP, and the stale label in the
-/// message itself, where the model or the person reading it will see it.
-fn stale(response: ChatResponse, age: Duration) -> ChatResponse {
-    let mut response = response.with_age(age);
-    if let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(response.body()) {
-        if let Some(content) = json["choices"][0]["message"]["content"].as_str() {
-            let labelled = format!("{} {content}", stale_label(age));
-            json["choices"][0]["message"]["content"] = labelled.into();
-            *response.body_mut() = Bytes::from(json.to_string());
-        }
-    }
-    response
-}
-
-/// No saved answer: an honest 503 that says why and when to come back, never made-up
-/// content.
-fn unavailable(unavailable: Unavailable) -> ChatResponse {
-    let body = serde_json::json!({
-        "error": { "message": unavailable.to_string(), "code": "circuit_open" }
-    });
-    Response::builder()
-        .status(StatusCode::SERVICE_UNAVAILABLE)
-        .header(CONTENT_TYPE, "application/json")
-        .body(Bytes::from(body.to_string()))
-        .expect("a valid response")
-        .into()
 }
 
 /// The assistant's message of a chat completion, the error message of an error body,
