@@ -100,7 +100,9 @@ impl BufferedResponse {
         &self.body
     }
 
-    /// Its body, to replace it.
+    /// Its body, to replace it. Headers that describe the body (`Content-Length`,
+    /// `ETag`) are left as they are; [`label_chat_completion`](Self::label_chat_completion)
+    /// keeps them right.
     pub fn body_mut(&mut self) -> &mut Bytes {
         &mut self.body
     }
@@ -114,7 +116,9 @@ impl BufferedResponse {
     /// as HTTP caches write it), added to the `Age` it arrived with, if any: how a saved
     /// answer served by a fallback says how old it is, in a way HTTP clients and caches
     /// understand. Put a label in the content too
-    /// where a person or a model reads it ([`stale_label`](crate::saved::stale_label)).
+    /// where a person or a model reads it ([`stale_label`](crate::saved::stale_label)):
+    /// [`stale`](super::stale()) does both, and marks the answer
+    /// ([`with_stale_marker`](Self::with_stale_marker)).
     ///
     /// ```
     /// use std::time::Duration;

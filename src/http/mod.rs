@@ -18,7 +18,15 @@
 //! - [`ProvenanceLayer`], outside the breaker: turns the breaker's
 //!   [`Answer`](crate::Answer) back into a plain `http::Response` labelled with an
 //!   [`X_CIRCUIT_BREAKER`] header and an [`AnswerInfo`] extension, for stacks whose
-//!   response type is fixed.
+//!   response type is fixed; a fallback's answer also gets `Retry-After` when the
+//!   breaker knows when it will next let a call through;
+//! - honest answers for a [`SavedFallback`](crate::saved::SavedFallback), ready-made:
+//!   [`stale`] serves a saved answer with `Age`, the [`X_CIRCUIT_BREAKER_STALE`] marker
+//!   and, in an OpenAI chat completion, the stale label in each message's content
+//!   ([`label_chat_completion`], the JSON kept valid); [`unavailable`] answers a call
+//!   nothing was saved for with a 503, `Retry-After` when the wait is known
+//!   ([`retry_after_value`]) and an OpenAI-style error body
+//!   (`save.fallback(http::stale, http::unavailable)`).
 //!
 //! The order, outside in: provenance, (a [`SaveLayer`](crate::saved::SaveLayer) for saved
 //! answers,) breaker, (timeout, so that a hang counts as a failure,) error body or

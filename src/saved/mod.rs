@@ -119,6 +119,13 @@
 //! converts to and from `http::Response` and `reqwest::Response`. Or save the parsed
 //! answer (`map_response` inside the save layer).
 //!
+//! For `BufferedResponse`s the two functions are ready-made:
+//! `save.fallback(http::stale, http::unavailable)` serves a saved answer with `Age`, an
+//! `x-circuit-breaker-stale: age=<seconds>` marker and, in an OpenAI chat completion,
+//! [`stale_label`] in each message's content (the JSON kept valid), and answers a call
+//! with nothing saved with a 503 that carries `Retry-After` when the wait is known and an
+//! OpenAI-style error body saying why.
+//!
 //! # Keys
 //!
 //! The key decides which questions are "the same". Key on everything that changes the

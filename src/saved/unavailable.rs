@@ -32,8 +32,8 @@ use super::SavedFallback;
 ///   still closed and sets no wait; it never says "retry now" after a failure
 /// - `model is unavailable (its circuit breaker is open); the next call will be its probe`
 ///
-/// For HTTP, [`http::unavailable`](crate::http::unavailable()) (feature `http`) makes it a
-/// 503 with `Retry-After` and an OpenAI-style error body.
+/// For HTTP, `http::unavailable` (feature `http`) makes it a 503 with `Retry-After` and
+/// an OpenAI-style error body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable {
     name: Arc<str>,
@@ -184,8 +184,8 @@ impl Unavailable {
     /// call failed and the breaker is still closed (it sets no wait).
     ///
     /// Measured when the `Unavailable` was made, on the breaker's clock (`tokio::time`);
-    /// for an HTTP `Retry-After`, round it up to whole seconds
-    /// ([`http::retry_after_value`](crate::http::retry_after_value), feature `http`).
+    /// for an HTTP `Retry-After`, round it up to whole seconds (`http::retry_after_value`,
+    /// feature `http`).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
