@@ -224,8 +224,10 @@ impl Unavailable {
             (Some(wait), _) if !wait.is_zero() => {
                 write!(f, "; retry after {}", human(ceil_secs(wait)))
             }
+            // Failed, and the breaker is still closed: it sets no wait.
+            (_, NextProbe::NotNeeded) if self.is_failed_call() => Ok(()),
             // Skipped, and the breaker closed again since (a probe succeeded).
-            (Some(_), NextProbe::NotNeeded) => {
+            (_, NextProbe::NotNeeded) => {
                 f.write_str("; it has closed again since, and lets calls through")
             }
             (Some(_), _) => f.write_str("; the next call will be its probe"),
@@ -233,7 +235,6 @@ impl Unavailable {
                 write!(f, "; it will be tried again in {calls} calls")
             }
             (None, NextProbe::InFlight) => f.write_str("; retry shortly"),
-            (None, NextProbe::NotNeeded) => Ok(()),
             (None, _) if self.reason == Some(Reason::Killed) => {
                 f.write_str("; no retry is scheduled until a person turns the kill switch off")
             }
@@ -304,5 +305,49 @@ fn human(secs: u64) -> String {
         format!("{m}m {s}s")
     } else {
         format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn told(next_probe: NextProbe, now: Instant) -> String {
+        let skip = Skip::new(Reason::Open, State::Open, next_probe);
+        Unavailable::from_skip(&skip, &Arc::from("model"), now).to_string()
+    }
+
+    #[test]
+    fn a_skip_is_told_when_the_breaker_next_lets_a_call_through_and_never_retry_now() {
+        let now = Instant::now();
+        let cases = [
+            (
+                NextProbe::After { calls: 1, at: None },
+                "model is unavailable (its circuit breaker is open); the next call will be its probe",
+            ),
+            (
+                // A wait in time that has passed: the next call probes.
+                NextProbe::After { calls: 1, at: Some(now) },
+                "model is unavailable (its circuit breaker is open); the next call will be its probe",
+            ),
+            (
+                NextProbe::After { calls: 1, at: Some(now + Duration::from_millis(17_001)) },
+                "model is unavailable (its circuit breaker is open); retry after 18s",
+            ),
+            (
+                NextProbe::After { calls: 4, at: None },
+                "model is unavailable (its circuit breaker is open); it will be tried again in 4 calls",
+            ),
+            (
+                NextProbe::NotNeeded,
+                "model is unavailable (its circuit breaker is open); it has closed again since, and lets calls through",
+            ),
+        ];
+        for (next_probe, text) in cases {
+            assert_eq!(told(next_probe, now), text, "{next_probe:?}");
+            assert!(!text.contains("now"));
+        }
     }
 }
