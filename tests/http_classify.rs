@@ -1053,6 +1053,63 @@ async fn an_observed_call_that_would_have_been_skipped_is_labelled_shadowed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn provenance_adds_retry_after_rounded_up_to_a_fallbacks_answer_only_when_the_wait_is_known()
+{
+    let endpoint = Endpoint::new([Ok(status(500))]);
+    let (mut svc, handle) = stack(&endpoint, one_strike(), HttpClassifier::new());
+
+    let failed = send(&mut svc).await;
+    assert_eq!(label(&failed), "service");
+    assert!(
+        failed.headers().get("retry-after").is_none(),
+        "the service's own answer"
+    );
+
+    advance(Duration::from_millis(12_300)).await;
+    let skipped = send(&mut svc).await;
+    assert_eq!(label(&skipped), "fallback; reason=open");
+    assert_eq!(
+        skipped.headers()["retry-after"],
+        "18",
+        "17.7 s left, rounded up"
+    );
+
+    // Forced open until a reset, or killed: nothing is scheduled, nothing is said.
+    handle.force_open();
+    assert!(send(&mut svc).await.headers().get("retry-after").is_none());
+    handle.reset();
+    handle.kill_switch().kill();
+    assert!(send(&mut svc).await.headers().get("retry-after").is_none());
+    assert_eq!(endpoint.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn provenance_keeps_a_retry_after_the_fallback_wrote_itself() {
+    let breaker = one_strike()
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new())
+        .with_fallback(service_fn(|_: Request<()>| async {
+            let response = Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .header("retry-after", "99")
+                .body(ResponseBody::full("come back later"))
+                .expect("a valid response");
+            Ok::<_, Infallible>(response)
+        }));
+    breaker.handle().open_for(secs(5));
+    let mut svc = ServiceBuilder::new()
+        .layer(ProvenanceLayer::new())
+        .layer(breaker)
+        .layer(ErrorBodyLayer::new())
+        .service(Endpoint::default());
+    let skipped = send(&mut svc).await;
+    assert_eq!(label(&skipped), "fallback; reason=forced_open");
+    let waits: Vec<_> = skipped.headers().get_all("retry-after").iter().collect();
+    assert_eq!(waits, ["99"]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn provenance_appends_to_a_label_from_a_breaker_farther_away() {
     let upstream = reply(200, &[("x-circuit-breaker", "fallback; reason=open")], "");
     let endpoint = Endpoint::new([Ok(upstream)]);
@@ -1095,4 +1152,5 @@ fn public_types_are_send_and_sync() {
     send_sync::<ProvenanceLayer>();
     send_sync::<Provenance<Endpoint>>();
     send_sync::<AnswerInfo>();
+    send_sync::<tower_circuit_breaker::http::NotLabelled>();
 }
