@@ -93,6 +93,7 @@ mod clock;
 pub mod error;
 mod event;
 pub mod expediter;
+pub mod failover;
 pub mod fallback;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
@@ -113,6 +114,7 @@ pub mod mcp;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod outcome;
+mod redact;
 pub mod recover;
 pub mod replay;
 pub mod saved;
@@ -137,6 +139,7 @@ pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
 pub use crate::outcome::{Failure, Outcome};
+pub use crate::redact::redact;
 pub use crate::service::CircuitBreaker;
 pub use crate::settings::{Backoff, Cooldown, Mode};
 

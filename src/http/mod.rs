@@ -97,6 +97,7 @@ pub(crate) mod bounded_read;
 pub(crate) mod buffer;
 mod classify;
 pub(crate) mod error_body;
+mod failover;
 mod provenance;
 #[cfg(feature = "reqwest")]
 mod reqwest;
@@ -109,6 +110,10 @@ pub use self::buffer::{
     DEFAULT_BUFFER_LIMIT,
 };
 pub use self::classify::{parse_retry_after, HttpClassifier};
+pub use self::failover::{
+    route_headers, route_of, HttpFailover, RouteHeaders, RouteHeadersLayer, X_CIRCUIT_BREAKER_PASSED,
+    X_CIRCUIT_BREAKER_PROVIDER,
+};
 pub use self::error_body::{
     ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody,
     DEFAULT_ERROR_BODY_LIMIT,
