@@ -63,6 +63,9 @@
 //!   types, the response future.
 //! - [`saved`]: the last good answer per request, served labelled stale while the
 //!   service is down. [`recover`]: a fallback for calls that were made and failed.
+//! - [`retry`]: a retry policy to place inside the breaker: only transient failures as
+//!   its classifier sees them, backoff with full jitter, a retry budget, a short
+//!   `Retry-After` waited and a long one handed back so the breaker opens.
 //! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
 //!   bounded registry.
 //! - [`expediter`]: an agent's tools under one failure policy: alternatives, a shared
@@ -117,6 +120,7 @@ mod outcome;
 mod redact;
 pub mod recover;
 pub mod replay;
+pub mod retry;
 pub mod saved;
 mod service;
 mod settings;
