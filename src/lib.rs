@@ -109,6 +109,9 @@ pub mod http;
 pub mod keyed;
 mod kill;
 mod layer;
+#[cfg(feature = "llm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "llm")))]
+pub mod llm;
 mod machine;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
@@ -117,8 +120,8 @@ pub mod mcp;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod outcome;
-mod redact;
 pub mod recover;
+mod redact;
 pub mod replay;
 pub mod retry;
 pub mod saved;

@@ -12,8 +12,8 @@ use tower::Layer;
 use super::buffer::BufferedResponse;
 use super::classify::contains_json_string;
 use super::error_body::ErrorBodyBytes;
-use super::provenance::Labelled;
 use super::parse_retry_after;
+use super::provenance::Labelled;
 use crate::failover::{Attempted, FailoverPolicy, Route, Routed};
 use crate::{Answer, Verdict};
 
@@ -145,7 +145,9 @@ impl<B> HttpParts for Response<B> {
         Response::headers(self)
     }
     fn body_bytes(&self) -> Option<&[u8]> {
-        self.extensions().get::<ErrorBodyBytes>().map(ErrorBodyBytes::as_bytes)
+        self.extensions()
+            .get::<ErrorBodyBytes>()
+            .map(ErrorBodyBytes::as_bytes)
     }
 }
 
@@ -230,6 +232,9 @@ pub fn route_headers<R: Labelled>(routed: Routed<R>) -> Answer<R> {
     let (answer, route) = routed.into_parts();
     let (mut response, origin) = answer.into_parts();
     let headers = response.headers_mut();
+    // A saved answer carries the route it took then: this call's route replaces it.
+    headers.remove(X_CIRCUIT_BREAKER_PROVIDER);
+    headers.remove(X_CIRCUIT_BREAKER_PASSED);
     if let Some(provider) = route.provider().and_then(|p| HeaderValue::from_str(p).ok()) {
         headers.insert(X_CIRCUIT_BREAKER_PROVIDER, provider);
     }
