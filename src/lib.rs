@@ -63,6 +63,9 @@
 //!   types, the response future.
 //! - [`saved`]: the last good answer per request, served labelled stale while the
 //!   service is down. [`recover`]: a fallback for calls that were made and failed.
+//! - [`retry`]: a retry policy to place inside the breaker: only transient failures as
+//!   its classifier sees them, backoff with full jitter, a retry budget, a short
+//!   `Retry-After` waited and a long one handed back so the breaker opens.
 //! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
 //!   bounded registry.
 //! - [`expediter`]: an agent's tools under one failure policy: alternatives, a shared
@@ -93,6 +96,7 @@ mod clock;
 pub mod error;
 mod event;
 pub mod expediter;
+pub mod failover;
 pub mod fallback;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
@@ -105,6 +109,9 @@ pub mod http;
 pub mod keyed;
 mod kill;
 mod layer;
+#[cfg(feature = "llm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "llm")))]
+pub mod llm;
 mod machine;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
@@ -114,7 +121,9 @@ pub mod mcp;
 pub mod metrics;
 mod outcome;
 pub mod recover;
+mod redact;
 pub mod replay;
+pub mod retry;
 pub mod saved;
 mod service;
 mod settings;
@@ -137,6 +146,7 @@ pub use crate::kill::KillSwitch;
 pub use crate::layer::CircuitBreakerLayer;
 pub use crate::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
 pub use crate::outcome::{Failure, Outcome};
+pub use crate::redact::redact;
 pub use crate::service::CircuitBreaker;
 pub use crate::settings::{Backoff, Cooldown, Mode};
 

@@ -437,3 +437,55 @@ async fn the_answer_to_a_head_request_owes_no_body() {
     let after = dropped_unread(&mut model, Request::new(()), &handle).await;
     assert_eq!(after.failures, 1, "a GET's answer owes its length");
 }
+
+/// Frames whose data is a `Chain` of two `Bytes`: the end marker may lie in the second
+/// slice, straddle the two, or straddle a slice and the next frame.
+type ChainedChunks = ChunkBody<
+    stream::Iter<std::vec::IntoIter<Result<Frame<bytes::buf::Chain<Bytes, Bytes>>, io::Error>>>,
+>;
+
+fn chained(frames: &[(&'static str, &'static str)]) -> Response<ChainedChunks> {
+    use bytes::Buf;
+    let frames: Vec<Result<Frame<bytes::buf::Chain<Bytes, Bytes>>, io::Error>> = frames
+        .iter()
+        .map(|(first, second)| Ok(Frame::data(Bytes::from(*first).chain(Bytes::from(*second)))))
+        .collect();
+    Response::new(ChunkBody::new(stream::iter(frames)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_marker_is_found_in_any_slice_of_a_multi_slice_frame_and_across_frames() {
+    let cases: [&[(&str, &str)]; 4] = [
+        // In the second slice.
+        &[("data: a\n\n", "data: [DONE]\n\n")],
+        // Straddling the two slices of one frame.
+        &[("data: a\n\ndata: [DO", "NE]\n\n")],
+        // Straddling the second slice of one frame and the first of the next.
+        &[("data: a\n\n", "data: [D"), ("ONE]", "\n\n")],
+        // Spread over three slices in two frames.
+        &[("data: a\n\ndata:", " [DO"), ("NE", "]\n\n")],
+    ];
+    for frames in cases {
+        let breaker = CircuitBreakerLayer::builder()
+            .name("model")
+            .build()
+            .expect("valid");
+        let handle = breaker.handle();
+        let mut model = ServiceBuilder::new()
+            .layer(breaker.with_classifier(StreamClassifier::default()))
+            .layer(StreamBodyLayer::new().end_marker(b"data: [DONE]"))
+            .service(service_fn(move |_: Request<()>| async move {
+                Ok::<_, Infallible>(chained(frames))
+            }));
+        let answer = model
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .unwrap();
+        answer.into_inner().into_body().collect().await.unwrap();
+        let counts = handle.snapshot().counts;
+        assert_eq!((counts.successes, counts.failures), (1, 0), "{frames:?}");
+    }
+}

@@ -368,7 +368,7 @@ fn status_text(status: StatusCode) -> String {
 }
 
 /// Whether `needle` appears in `haystack` between double quotes.
-fn contains_json_string(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains_json_string(haystack: &[u8], needle: &[u8]) -> bool {
     if needle.is_empty() || haystack.len() < needle.len() + 2 {
         return false;
     }

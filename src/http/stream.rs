@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -248,12 +249,7 @@ where
                 if let Some(data) = frame.data_ref() {
                     *this.seen += data.remaining() as u64;
                     if let (Some(marker), false) = (*this.marker, *this.marker_seen) {
-                        let chunk = data.chunk();
-                        this.tail.extend_from_slice(chunk);
-                        *this.marker_seen = this.tail.windows(marker.len()).any(|w| w == marker);
-                        let keep = marker.len().saturating_sub(1);
-                        let drop = this.tail.len().saturating_sub(keep);
-                        this.tail.drain(..drop);
+                        *this.marker_seen = find_marker(data, marker, this.tail);
                         // The answer is whole at its end marker: a caller that stops
                         // reading there (as event-stream clients do) has had a success.
                         if *this.marker_seen && ended(*this.seen, *this.expected, true).is_ok() {
@@ -292,6 +288,38 @@ where
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// Whether `marker` ends in `data`, read after `tail` (the previous bytes' last
+/// `marker.len() - 1`, kept for a marker split across frames and updated here). Every
+/// slice of a buffer made of several (a `Chain`, say) is searched, through
+/// [`Buf::chunks_vectored`]; a marker may straddle slices and frames.
+fn find_marker<D: Buf>(data: &D, marker: &[u8], tail: &mut Vec<u8>) -> bool {
+    const ON_STACK: usize = 16;
+    let mut on_stack = [IoSlice::new(&[]); ON_STACK];
+    let mut on_heap: Vec<IoSlice<'_>>;
+    let mut slices: &mut [IoSlice<'_>] = &mut on_stack;
+    let filled = loop {
+        let filled = data.chunks_vectored(slices);
+        let total: usize = slices[..filled].iter().map(|slice| slice.len()).sum();
+        // All of it, or all the buffer shows (one that does not override
+        // `chunks_vectored` shows its first slice only).
+        if total >= data.remaining() || filled < slices.len() {
+            break filled;
+        }
+        on_heap = vec![IoSlice::new(&[]); slices.len() * 2];
+        slices = &mut on_heap;
+    };
+    let keep = marker.len().saturating_sub(1);
+    for slice in &slices[..filled] {
+        tail.extend_from_slice(slice);
+        if tail.windows(marker.len()).any(|window| window == marker) {
+            return true;
+        }
+        let drop = tail.len().saturating_sub(keep);
+        tail.drain(..drop);
+    }
+    false
 }
 
 /// Whether a stream that has given `seen` bytes (of `expected`, if announced), its end

@@ -1,0 +1,275 @@
+//! One OpenAI-compatible endpoint, and how a caller's request is made for it:
+//! [`Provider`].
+
+use std::fmt;
+
+use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use reqwest::Url;
+
+use super::LlmConfigError;
+
+/// An OpenAI-compatible endpoint: its name, base URL, key, model and headers.
+///
+/// A caller's request is addressed to the first provider's base URL
+/// ([`LlmClient::url`](super::LlmClient::url)); for each provider it is made again with
+/// the part after that base URL appended to the provider's own, the provider's key as a
+/// bearer token (replacing the caller's `Authorization`), its headers, and, when the
+/// body is a JSON object with a `"model"`, the provider's model name.
+///
+/// ```
+/// use tower_circuit_breaker::llm::Provider;
+///
+/// let openai = Provider::new("openai", "https://api.openai.com/v1")
+///     .bearer("sk-…")
+///     .model("gpt-4o-mini");
+/// let anthropic = Provider::new("anthropic", "https://api.anthropic.com/v1")
+///     .header("x-api-key", "…")
+///     .header("anthropic-version", "2023-06-01")
+///     .model("claude-3-5-haiku-latest");
+/// let local = Provider::new("local", "http://127.0.0.1:11434/v1").model("llama3.2");
+/// # let _ = (openai, anthropic, local);
+/// ```
+#[derive(Clone)]
+pub struct Provider {
+    pub(super) name: String,
+    base: String,
+    bearer: Option<String>,
+    headers: Vec<(String, String)>,
+    model: Option<String>,
+}
+
+impl Provider {
+    /// A provider named `name` (in routes, headers, the admin service and metrics) at
+    /// `base_url` (`https://api.openai.com/v1`); checked when the client is built.
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Provider {
+            name: name.into(),
+            base: base_url.into(),
+            bearer: None,
+            headers: Vec::new(),
+            model: None,
+        }
+    }
+
+    /// Sends `key` as `Authorization: Bearer <key>`, marked sensitive (never logged by
+    /// `http`'s `Debug`).
+    pub fn bearer(mut self, key: impl Into<String>) -> Self {
+        self.bearer = Some(key.into());
+        self
+    }
+
+    /// Sends this header with every request (set, replacing the caller's).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Writes this model name into the JSON body's `"model"`.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks the settings, for a client to use.
+    pub(super) fn check(&self) -> Result<Prepared, LlmConfigError> {
+        let invalid = |what: &str| LlmConfigError::InvalidProvider {
+            provider: self.name.clone(),
+            what: what.to_owned(),
+        };
+        let base = Url::parse(self.base.trim_end_matches('/'))
+            .map_err(|_| invalid("its base URL is not a URL"))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid("its base URL is not an http(s) URL"));
+        }
+        if base.query().is_some() || !base.username().is_empty() || base.password().is_some() {
+            return Err(invalid(
+                "its base URL has a query or credentials: give a key with `bearer` or `header`",
+            ));
+        }
+        let mut headers = Vec::new();
+        if let Some(key) = &self.bearer {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| invalid("its bearer key is not a valid header value"))?;
+            value.set_sensitive(true);
+            headers.push((AUTHORIZATION, value));
+        }
+        for (name, value) in &self.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| invalid("a header name is not valid"))?;
+            let mut value =
+                HeaderValue::from_str(value).map_err(|_| invalid("a header value is not valid"))?;
+            value.set_sensitive(true);
+            headers.push((name, value));
+        }
+        Ok(Prepared {
+            base: base.to_string().trim_end_matches('/').to_owned(),
+            headers,
+            model: self.model.clone(),
+        })
+    }
+}
+
+impl fmt::Debug for Provider {
+    /// Never shows the key or header values.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("base_url", &crate::redact(&self.base))
+            .field("bearer", &self.bearer.as_ref().map(|_| "[redacted]"))
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>(),
+            )
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+/// A checked provider: how a request is made for it. `Debug` shows header values as
+/// `Sensitive`.
+#[derive(Clone, Debug)]
+pub(super) struct Prepared {
+    /// The base URL, without a trailing `/`.
+    pub(super) base: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    model: Option<String>,
+}
+
+impl Prepared {
+    /// The caller's request, addressed to `primary` (a base URL without a trailing
+    /// `/`), made for this provider; `None` if it is not addressed under `primary` or its
+    /// body cannot be copied (a stream).
+    pub(super) fn prepare(
+        &self,
+        primary: &str,
+        request: &reqwest::Request,
+    ) -> Option<reqwest::Request> {
+        let url = request.url().as_str();
+        let rest = url.strip_prefix(primary)?;
+        if !(rest.is_empty() || rest.starts_with(['/', '?'])) {
+            return None;
+        }
+        let mut prepared = request.try_clone()?;
+        *prepared.url_mut() = Url::parse(&format!("{}{rest}", self.base)).ok()?;
+        for (name, value) in &self.headers {
+            prepared.headers_mut().insert(name.clone(), value.clone());
+        }
+        if let Some(model) = &self.model {
+            if let Some(body) = with_model(prepared.body().and_then(reqwest::Body::as_bytes), model)
+            {
+                prepared
+                    .headers_mut()
+                    .insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+                *prepared.body_mut() = Some(body.into());
+            }
+        }
+        Some(prepared)
+    }
+}
+
+/// The JSON object `body` with its `"model"` set to `model`; `None` if it is not a JSON
+/// object with a `"model"` (left as it is).
+fn with_model(body: Option<&[u8]>, model: &str) -> Option<Vec<u8>> {
+    let mut json: serde_json::Value = serde_json::from_slice(body?).ok()?;
+    let object = json.as_object_mut()?;
+    if !object.contains_key("model") {
+        return None;
+    }
+    object.insert(
+        "model".to_owned(),
+        serde_json::Value::String(model.to_owned()),
+    );
+    serde_json::to_vec(&json).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(url: &str, body: &str) -> reqwest::Request {
+        let mut request = reqwest::Request::new(reqwest::Method::POST, Url::parse(url).unwrap());
+        *request.body_mut() = Some(body.to_owned().into());
+        request
+    }
+
+    #[test]
+    fn a_request_is_readdressed_with_the_providers_model_and_key() {
+        let prepared = Provider::new("b", "http://b.test/api/v1/")
+            .bearer("k")
+            .model("m2")
+            .check()
+            .unwrap();
+        let out = prepared
+            .prepare(
+                "http://a.test/v1",
+                &request(
+                    "http://a.test/v1/chat/completions",
+                    r#"{"model":"m1","n":1}"#,
+                ),
+            )
+            .unwrap();
+        assert_eq!(out.url().as_str(), "http://b.test/api/v1/chat/completions");
+        assert_eq!(out.headers()[AUTHORIZATION], "Bearer k");
+        let body: serde_json::Value =
+            serde_json::from_slice(out.body().unwrap().as_bytes().unwrap()).unwrap();
+        assert_eq!(body, serde_json::json!({"model": "m2", "n": 1}));
+    }
+
+    #[test]
+    fn a_request_elsewhere_or_a_lookalike_prefix_is_not_prepared() {
+        let prepared = Provider::new("b", "http://b.test/v1").check().unwrap();
+        let primary = "http://a.test/v1";
+        assert!(prepared
+            .prepare(primary, &request("http://c.test/v1/x", "{}"))
+            .is_none());
+        assert!(prepared
+            .prepare(primary, &request("http://a.test/v10/x", "{}"))
+            .is_none());
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_sent_as_it_is() {
+        let prepared = Provider::new("b", "http://b.test/v1")
+            .model("m")
+            .check()
+            .unwrap();
+        let out = prepared
+            .prepare(
+                "http://a.test/v1",
+                &request("http://a.test/v1/x", "not json"),
+            )
+            .unwrap();
+        assert_eq!(out.body().unwrap().as_bytes().unwrap(), b"not json");
+    }
+
+    #[test]
+    fn a_base_url_with_credentials_or_a_query_is_refused_without_showing_them() {
+        for base in [
+            "http://u:secret@b.test/v1",
+            "http://b.test/v1?key=secret",
+            "not a url",
+            "ftp://b.test",
+        ] {
+            let error = Provider::new("b", base).check().unwrap_err();
+            assert!(!error.to_string().contains("secret"), "{error}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_keys() {
+        let provider = Provider::new("b", "http://b.test/v1")
+            .bearer("sk-secret")
+            .header("x-api-key", "secret2");
+        let text = format!("{provider:?}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+}

@@ -1,0 +1,155 @@
+//! Credentials out of texts that leave the process: [`redact`].
+
+use std::borrow::Cow;
+
+/// The text with what looks like a credential replaced by `[redacted]`: a URL's user
+/// information (`https://user:pass@host` becomes `https://[redacted]@host`) and query
+/// string (`?key=…` becomes `?[redacted]`), and the value after `Bearer `, `Basic `,
+/// `api-key=`, `api_key=`, `token=` or `key=` outside a URL.
+///
+/// The crate runs every message it shows outside the process (failure messages in
+/// reports, headers and route descriptions) through it; use it for your own texts too.
+/// It errs towards removing too much: a query string without a secret goes as well.
+///
+/// ```
+/// use tower_circuit_breaker::redact;
+///
+/// let message = "error sending request for url (https://bob:hunter2@api.example.com/v1/chat?key=SECRET)";
+/// assert_eq!(
+///     redact(message),
+///     "error sending request for url (https://[redacted]@api.example.com/v1/chat?[redacted])",
+/// );
+/// assert_eq!(redact("Authorization: Bearer sk-123"), "Authorization: Bearer [redacted]");
+/// assert_eq!(redact("connection refused"), "connection refused"); // borrowed, unchanged
+/// ```
+pub fn redact(text: &str) -> Cow<'_, str> {
+    if !needs_redaction(text) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(len) = url_len(rest) {
+            redact_url(&rest[..len], &mut out);
+            rest = &rest[len..];
+        } else if let Some((marker_len, value_len)) = secret_after_marker(rest) {
+            out.push_str(&rest[..marker_len]);
+            out.push_str(REDACTED);
+            rest = &rest[marker_len + value_len..];
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    Cow::Owned(out)
+}
+
+const REDACTED: &str = "[redacted]";
+
+/// Words after which a secret follows (compared without case).
+const MARKERS: [&str; 6] = [
+    "bearer ", "basic ", "api-key=", "api_key=", "token=", "key=",
+];
+
+fn needs_redaction(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("://") || MARKERS.iter().any(|marker| lower.contains(marker))
+}
+
+/// The length of the URL that starts `text`, if one does (`scheme://…`, up to the
+/// first whitespace, quote, bracket or angle bracket).
+fn url_len(text: &str) -> Option<usize> {
+    let scheme = text
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        .count();
+    if scheme == 0 || !text[scheme..].starts_with("://") {
+        return None;
+    }
+    let len = text
+        .char_indices()
+        .find(|&(_, c)| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '<' | '>' | '`'))
+        .map_or(text.len(), |(at, _)| at);
+    Some(len)
+}
+
+fn redact_url(url: &str, out: &mut String) {
+    let (scheme, rest) = url.split_at(url.find("://").expect("a URL") + 3);
+    out.push_str(scheme);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, rest) = rest.split_at(authority_end);
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str(REDACTED);
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let path_end = rest.find(['?', '#']).unwrap_or(rest.len());
+    out.push_str(&rest[..path_end]);
+    let rest = &rest[path_end..];
+    if rest.starts_with('?') {
+        out.push('?');
+        out.push_str(REDACTED);
+        if let Some(fragment) = rest.find('#') {
+            out.push_str(&rest[fragment..]);
+        }
+    } else {
+        out.push_str(rest);
+    }
+}
+
+/// A marker at the start of `text` (at a word's start) and the length of the value
+/// after it.
+fn secret_after_marker(text: &str) -> Option<(usize, usize)> {
+    let marker = MARKERS.iter().find(|marker| {
+        text.len() >= marker.len()
+            && text.is_char_boundary(marker.len())
+            && text[..marker.len()].eq_ignore_ascii_case(marker)
+    })?;
+    let value = text[marker.len()..]
+        .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | ')'))
+        .unwrap_or(text.len() - marker.len());
+    (value > 0).then_some((marker.len(), value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn urls_lose_their_user_information_and_query_but_keep_host_and_path() {
+        assert_eq!(
+            redact("GET http://u:p@h:8080/a/b?x=1&key=2#frag failed"),
+            "GET http://[redacted]@h:8080/a/b?[redacted]#frag failed"
+        );
+        assert_eq!(redact("http://h/a"), "http://h/a");
+    }
+
+    #[test]
+    fn keys_after_markers_are_removed_whatever_their_case() {
+        assert_eq!(redact("api_key=abc&x=1"), "api_key=[redacted]&x=1");
+        assert_eq!(redact("BEARER abc.def"), "BEARER [redacted]");
+        assert_eq!(redact("token=t, other"), "token=[redacted], other");
+    }
+
+    #[test]
+    fn a_marker_inside_a_word_is_only_redacted_with_its_value() {
+        // "monkey=1" ends with "key=": its value goes too, erring towards less.
+        assert_eq!(redact("monkey=1"), "mon".to_owned() + "key=[redacted]");
+    }
+
+    #[test]
+    fn text_without_secrets_is_borrowed() {
+        assert!(matches!(
+            redact("503 Service Unavailable"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn unicode_around_secrets_is_kept() {
+        assert_eq!(redact("é key=ü ok"), "é key=[redacted] ok");
+    }
+}

@@ -1,0 +1,479 @@
+//! Provider failover over real TCP on loopback: `LlmClient` in front of two or three
+//! scripted OpenAI-compatible servers (`tests/common/server.rs`) that answer, fail in
+//! bursts, rate-limit with short and long `Retry-After` (or `retry-after-ms`), report an
+//! exhausted quota, hang, and take a caller's mistake. Each test checks what the caller
+//! got (status, headers, body, provenance, which provider) and what reached each server.
+//!
+//! Time: real sockets need the real clock; waits are kept short (milliseconds), and
+//! cooldowns are crossed with `skip` (tokio's clock paused and advanced while no request
+//! is in flight). Every call is bounded by `tokio::time::timeout`.
+#![cfg(feature = "llm")]
+
+#[path = "common/server.rs"]
+mod server;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
+use tower::{Service, ServiceExt};
+use tower_circuit_breaker::failover::Route;
+use tower_circuit_breaker::http::{
+    provenance, route_of, BufferedResponse, HttpFailover, X_CIRCUIT_BREAKER,
+    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER,
+};
+use tower_circuit_breaker::llm::{LlmClient, LlmClientBuilder, LlmService, Provider};
+use tower_circuit_breaker::retry::RetryBuilder;
+use tower_circuit_breaker::{Builder, Cooldown, Reason, Source, State};
+
+const CALL_BOUND: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// 200 with a chat completion.
+    Ok,
+    /// 503 Service Unavailable.
+    Unavailable,
+    /// 429 with `Retry-After: <secs>`.
+    RateLimited(u64),
+    /// 429 with `retry-after-ms: <ms>`.
+    RateLimitedMs(&'static str),
+    /// 429 with an `insufficient_quota` body.
+    QuotaExhausted,
+    /// 400: the caller's mistake.
+    BadRequest,
+    /// 400: the context is too long for this model.
+    ContextTooLong,
+    /// Never answers.
+    Hang,
+}
+
+impl ScriptedReply for Reply {
+    fn answer(&self) -> Reply_ {
+        match *self {
+            Reply::Ok => Reply_::json(200, CHAT_BODY),
+            Reply::Unavailable => Reply_::json(503, r#"{"error":{"code":"server_error"}}"#),
+            Reply::RateLimited(wait) => Reply_::json(429, RATE_LIMIT_BODY).retry_after(wait),
+            Reply::RateLimitedMs(ms) => {
+                Reply_::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
+            }
+            Reply::QuotaExhausted => Reply_::json(429, QUOTA_BODY),
+            Reply::BadRequest => Reply_::json(400, r#"{"error":{"code":"invalid_request_error"}}"#),
+            Reply::ContextTooLong => {
+                Reply_::json(400, r#"{"error":{"code":"context_length_exceeded"}}"#)
+            }
+            Reply::Hang => Reply_::Hang,
+        }
+    }
+}
+
+type TestServer = server::TestServer<Reply>;
+
+/// Lets `wait` pass on tokio's clock, without waiting for it; only with no request in
+/// flight.
+async fn skip(wait: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(wait).await;
+    tokio::time::resume();
+}
+
+/// The test settings: 3 attempts with millisecond backoff, a `Retry-After` up to 200 ms
+/// waited, attempts time out after 300 ms, breakers open after 3 failures for 30 s.
+fn builder(servers: &[(&str, &TestServer)]) -> LlmClientBuilder {
+    let mut builder = LlmClient::builder()
+        .breaker(
+            Builder::new()
+                .failure_threshold(3)
+                .cooldown(Cooldown::Time(Duration::from_secs(30))),
+        )
+        .retry(
+            RetryBuilder::new()
+                .max_attempts(3)
+                .backoff(Duration::from_millis(1), Duration::from_millis(5))
+                .max_retry_after_wait(Duration::from_millis(200)),
+        )
+        .timeout(Duration::from_millis(300));
+    for (name, server) in servers {
+        builder = builder
+            .provider(Provider::new(*name, server.api_base()).model(format!("{name}-model")));
+    }
+    builder
+}
+
+fn client(servers: &[(&str, &TestServer)]) -> LlmClient {
+    builder(servers)
+        .build(reqwest::Client::new())
+        .expect("valid settings")
+}
+
+/// Asks `question` of the client, bounded in time.
+async fn ask(llm: &LlmClient, question: &str) -> BufferedResponse {
+    let request = reqwest::Client::new()
+        .post(llm.url("/chat/completions"))
+        .json(&serde_json::json!({
+            "model": "any",
+            "messages": [{"role": "user", "content": question}],
+        }))
+        .build()
+        .expect("a request");
+    let mut service: LlmService = llm.service();
+    tokio::time::timeout(CALL_BOUND, async {
+        service.ready().await?.call(request).await
+    })
+    .await
+    .expect("the call ends in time")
+    .expect("the stack answers")
+}
+
+fn header<'a>(answer: &'a BufferedResponse, name: &http::HeaderName) -> Option<&'a str> {
+    answer
+        .headers()
+        .get(name)
+        .map(|value| value.to_str().expect("ASCII"))
+}
+
+fn provider(answer: &BufferedResponse) -> Option<&str> {
+    header(answer, &X_CIRCUIT_BREAKER_PROVIDER)
+}
+
+fn passed(answer: &BufferedResponse) -> Option<&str> {
+    header(answer, &X_CIRCUIT_BREAKER_PASSED)
+}
+
+fn route(answer: &BufferedResponse) -> &Route {
+    route_of(answer).expect("a failover answer has its route")
+}
+
+#[tokio::test]
+async fn the_primary_answers_and_nothing_reaches_the_others() {
+    let a = TestServer::start([], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(provider(&answer), Some("a"));
+    assert_eq!(passed(&answer), None);
+    assert_eq!(header(&answer, &X_CIRCUIT_BREAKER), Some("service"));
+    assert_eq!(answer.text().unwrap(), CHAT_BODY);
+    assert_eq!((a.requests(), b.requests()), (1, 0));
+}
+
+#[tokio::test]
+async fn a_burst_of_503_is_retried_then_the_second_provider_answers() {
+    let a = TestServer::start([], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(passed(&answer), Some("a; reason=failed"));
+    let why = route(&answer).passed()[0].why().to_string();
+    assert_eq!(why, "failed: 503 Service Unavailable");
+    // Three attempts at the primary (the retry policy's), one outcome for its breaker.
+    assert_eq!((a.requests(), b.requests()), (3, 1));
+    let counts = llm.handle("a").unwrap().snapshot().counts;
+    assert_eq!((counts.made, counts.failures), (1, 1));
+}
+
+#[tokio::test]
+async fn a_primary_that_opened_is_passed_with_nothing_sent() {
+    let a = TestServer::start([], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    for _ in 0..3 {
+        assert_eq!(provider(&ask(&llm, "q").await), Some("b"));
+    }
+    assert_eq!(llm.handle("a").unwrap().state(), State::Open);
+    let sent = a.requests();
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(passed(&answer), Some("a; reason=open"));
+    assert_eq!(
+        route(&answer).passed()[0].why().reason(),
+        Some(Reason::Open)
+    );
+    assert_eq!(a.requests(), sent, "nothing reaches an open provider");
+    assert_eq!(b.requests(), 4);
+}
+
+#[tokio::test]
+async fn a_long_retry_after_opens_the_primary_at_once_and_the_second_answers() {
+    let a = TestServer::start([Reply::RateLimited(3600)], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    let why = route(&answer).passed()[0].why().to_string();
+    assert!(
+        why.starts_with("failed: 429 Too Many Requests, retry after 3600s"),
+        "{why}"
+    );
+    // Not retried: a long wait is handed back at once, and the breaker opened for it.
+    assert_eq!(a.requests(), 1);
+    assert_eq!(llm.handle("a").unwrap().state(), State::Open);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(passed(&answer), Some("a; reason=open"));
+    assert_eq!(a.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_short_retry_after_ms_is_waited_and_the_primary_answers() {
+    let a = TestServer::start([Reply::RateLimitedMs("50")], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let started = std::time::Instant::now();
+    let answer = ask(&llm, "q").await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(50),
+        "the wait is respected"
+    );
+    assert_eq!(provider(&answer), Some("a"));
+    assert_eq!((a.requests(), b.requests()), (2, 0));
+    assert_eq!(llm.handle("a").unwrap().state(), State::Closed);
+}
+
+#[tokio::test]
+async fn an_exhausted_quota_is_not_retried_and_holds_the_primary_open_until_reset() {
+    let a = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    assert_eq!(provider(&ask(&llm, "q").await), Some("b"));
+    assert_eq!(a.requests(), 1, "a permanent failure is never retried");
+    skip(Duration::from_secs(24 * 3600)).await;
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        route(&answer).passed()[0].why().to_string(),
+        "open, until a person acts"
+    );
+    assert_eq!(a.requests(), 1);
+
+    llm.handle("a").unwrap().reset();
+    assert_eq!(provider(&ask(&llm, "q").await), Some("a"));
+}
+
+#[tokio::test]
+async fn a_hang_times_out_and_moves_on() {
+    let a = TestServer::start([], Reply::Hang).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        route(&answer).passed()[0].why().to_string(),
+        "failed: request timed out"
+    );
+    assert_eq!((a.requests(), b.requests()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_callers_mistake_is_the_answer_and_is_not_failed_over() {
+    let a = TestServer::start([], Reply::BadRequest).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(answer.status(), 400);
+    assert_eq!(provider(&answer), Some("a"));
+    assert_eq!((a.requests(), b.requests()), (1, 0));
+    assert_eq!(llm.handle("a").unwrap().snapshot().counts.failures, 0);
+}
+
+#[tokio::test]
+async fn a_context_too_long_moves_on_only_when_asked() {
+    let a = TestServer::start([], Reply::ContextTooLong).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    assert_eq!(ask(&llm, "q").await.status(), 400);
+    assert_eq!(b.requests(), 0);
+
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .failover(HttpFailover::new().context_too_long(true))
+        .build(reqwest::Client::new())
+        .unwrap();
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        route(&answer).passed()[0].why().to_string(),
+        "failed: 400 Bad Request: context_length_exceeded"
+    );
+}
+
+#[tokio::test]
+async fn three_providers_the_third_answers_when_two_fail() {
+    let a = TestServer::start([], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Hang).await;
+    let c = TestServer::start([], Reply::Ok).await;
+    let llm = builder(&[("a", &a), ("b", &b), ("c", &c)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("c"));
+    assert_eq!(passed(&answer), Some("a; reason=failed, b; reason=failed"));
+    assert_eq!((a.requests(), b.requests(), c.requests()), (1, 1, 1));
+}
+
+#[tokio::test]
+async fn a_killed_provider_is_passed_then_answers_again_once_revived() {
+    let a = TestServer::start([], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    llm.handle("a").unwrap().kill_switch().kill();
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(passed(&answer), Some("a; reason=killed"));
+    assert_eq!(a.requests(), 0);
+
+    llm.handle("a").unwrap().kill_switch().revive();
+    assert_eq!(provider(&ask(&llm, "q").await), Some("a"));
+    assert_eq!(a.requests(), 1);
+}
+
+#[tokio::test]
+async fn with_every_provider_down_the_saved_answer_is_served_with_its_age() {
+    let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Unavailable).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+    assert_eq!(provider(&ask(&llm, "q").await), Some("a"));
+    skip(Duration::from_secs(5)).await;
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(provider(&answer), None, "no provider answered");
+    assert_eq!(passed(&answer), Some("a; reason=failed, b; reason=failed"));
+    assert_eq!(
+        header(&answer, &X_CIRCUIT_BREAKER),
+        Some("fallback; reason=failed")
+    );
+    assert_eq!(header(&answer, &http::header::AGE), Some("5"));
+    assert!(answer.text().unwrap().contains("42"));
+    assert_eq!(
+        provenance(&answer).unwrap().source,
+        Source::FallbackAfterFailure
+    );
+}
+
+#[tokio::test]
+async fn with_every_provider_open_the_caller_gets_503_with_the_earliest_retry_after() {
+    let a = TestServer::start([Reply::RateLimited(30)], Reply::Ok).await;
+    let b = TestServer::start([Reply::RateLimited(10)], Reply::Ok).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .retry(RetryBuilder::new().max_retry_after_wait(Duration::from_millis(1)))
+        .no_saved_answers()
+        .build(reqwest::Client::new())
+        .unwrap();
+    assert_eq!(ask(&llm, "first").await.status(), 503);
+
+    let answer = ask(&llm, "second").await;
+    assert_eq!(answer.status(), 503);
+    assert_eq!(passed(&answer), Some("a; reason=open, b; reason=open"));
+    let retry_after: u64 = header(&answer, &http::header::RETRY_AFTER)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((9..=10).contains(&retry_after), "{retry_after}");
+    let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    assert_eq!(body["error"]["code"], "circuit_open");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("no provider answered; passed a (open, tried again in"),
+        "{message}"
+    );
+    assert_eq!(
+        (a.requests(), b.requests()),
+        (1, 1),
+        "nothing reaches an open provider"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_message_never_carries_the_url_query_or_credentials() {
+    // Nothing listens here: the client's error names the URL, key and all.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = listener.local_addr().unwrap();
+    drop(listener);
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = LlmClient::builder()
+        .provider(Provider::new("a", format!("http://{dead}/v1")))
+        .provider(Provider::new("b", b.api_base()))
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+    let request = reqwest::Client::new()
+        .post(format!("{}?key=SECRET", llm.url("/chat/completions")))
+        .body("{}")
+        .build()
+        .unwrap();
+    let answer = llm.service().oneshot(request).await.unwrap();
+    assert_eq!(provider(&answer), Some("b"));
+    let why = route(&answer).passed()[0].why().to_string();
+    assert!(why.starts_with("failed: "), "{why}");
+    assert!(!why.contains("SECRET"), "{why}");
+    let snapshot = llm.handle("a").unwrap().snapshot();
+    let _ = snapshot; // the snapshot's own redaction is the admin service's (see tests/admin.rs)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Under random outcomes, each user call reaches each provider at most as often as
+    /// the retry policy allows, nothing reaches a provider passed as open or killed,
+    /// and the answer's provider is the one whose server was reached last.
+    #[test]
+    fn every_answers_route_matches_what_reached_each_server(
+        script_a in proptest::collection::vec(0u8..4, 8),
+        script_b in proptest::collection::vec(0u8..4, 8),
+        kills in proptest::collection::vec(any::<bool>(), 4),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let reply = |code: u8| match code {
+                0 => Reply::Ok,
+                1 => Reply::Unavailable,
+                2 => Reply::RateLimited(3600),
+                _ => Reply::BadRequest,
+            };
+            let a = TestServer::start(script_a.iter().map(|&c| reply(c)), Reply::Ok).await;
+            let b = TestServer::start(script_b.iter().map(|&c| reply(c)), Reply::Ok).await;
+            let llm = builder(&[("a", &a), ("b", &b)]).build(reqwest::Client::new()).unwrap();
+            for (i, kill) in kills.iter().enumerate() {
+                let switch = llm.handle("a").unwrap().kill_switch();
+                if *kill { switch.kill() } else { switch.revive() }
+                let before = (a.requests(), b.requests());
+                let answer = ask(&llm, &format!("q{i}")).await;
+                let sent = (a.requests() - before.0, b.requests() - before.1);
+                assert!(sent.0 <= 3 && sent.1 <= 3, "at most the policy's attempts: {sent:?}");
+                let passed_a = route(&answer).passed().iter().find(|p| p.provider() == "a");
+                if let Some(reason) = passed_a.and_then(|p| p.why().reason()) {
+                    assert_eq!(sent.0, 0, "skipped ({reason:?}) but reached");
+                }
+                if *kill {
+                    assert_eq!(sent.0, 0, "killed but reached");
+                }
+                match provider(&answer) {
+                    Some("a") => assert_eq!(sent.1, 0, "b reached though a answered"),
+                    Some("b") => assert!(sent.1 >= 1),
+                    Some(other) => panic!("unknown provider {other}"),
+                    None => assert!(answer.status() == 503 || header(&answer, &http::header::AGE).is_some()),
+                }
+            }
+        });
+    }
+}
