@@ -167,8 +167,9 @@ impl BreakerError for CallError {
 /// The error's text followed by its sources, skipping a source whose text is already
 /// there: a transport error's own text often names only the URL
 /// (`error sending request for url (...): ...: Connection refused (os error 111)`).
-/// Credentials and query strings in URLs are taken out ([`redact_urls`]): the text
-/// becomes a failure's message, which snapshots, reports and answers show.
+/// What looks like a credential is taken out ([`redact`](crate::redact): URL user
+/// information and query strings, bearer tokens, `key=` values): the text becomes a
+/// failure's message, which snapshots, reports, logs and answers show.
 pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> String {
     use std::fmt::Write as _;
     let mut message = error.to_string();
@@ -180,78 +181,10 @@ pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> St
         }
         source = cause.source();
     }
-    match redact_urls(&message) {
+    match crate::redact(&message) {
         std::borrow::Cow::Borrowed(_) => message,
         std::borrow::Cow::Owned(redacted) => redacted,
     }
-}
-
-/// `text` with the secrets URLs in it may carry taken out: the user and password before
-/// a host (`https://user:key@host/` becomes `https://<redacted>@host/`) and the query
-/// and fragment (`?api-key=...` becomes `?<redacted>`), where keys are often passed
-/// (Azure OpenAI's `api-key`, Gemini's `key`). A URL ends at whitespace, a quote, `<`,
-/// `>`, a backtick, or a `)` that ends the text or comes before whitespace or
-/// punctuation (reqwest writes `for url (...)`).
-pub(crate) fn redact_urls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains("://") {
-        return text.into();
-    }
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut search = 0;
-    while let Some(found) = text[search..].find("://") {
-        let host = search + found + 3;
-        let end = url_end(bytes, host);
-        let url = &text[host..end];
-        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
-        let userinfo = url[..authority_end].rfind('@');
-        let secret_query = url.find(['?', '#']);
-        if userinfo.is_some() || secret_query.is_some() {
-            out.push_str(&text[copied..host]);
-            let rest = match userinfo {
-                Some(at) => {
-                    out.push_str("<redacted>");
-                    &url[at..]
-                }
-                None => url,
-            };
-            match rest.find(['?', '#']) {
-                Some(query) => {
-                    out.push_str(&rest[..query]);
-                    out.push_str("?<redacted>");
-                }
-                None => out.push_str(rest),
-            }
-            copied = end;
-        }
-        search = end.max(host);
-    }
-    if copied == 0 {
-        return text.into();
-    }
-    out.push_str(&text[copied..]);
-    out.into()
-}
-
-/// Where the URL whose host starts at `from` ends (see [`redact_urls`]).
-fn url_end(bytes: &[u8], from: usize) -> usize {
-    let mut at = from;
-    while let Some(&byte) = bytes.get(at) {
-        let ends = match byte {
-            b'"' | b'\'' | b'<' | b'>' | b'`' => true,
-            byte if byte.is_ascii_whitespace() => true,
-            b')' => bytes
-                .get(at + 1)
-                .is_none_or(|next| next.is_ascii_whitespace() || b":;,.)".contains(next)),
-            _ => false,
-        };
-        if ends {
-            break;
-        }
-        at += 1;
-    }
-    at
 }
 
 /// The call was not made and no fallback is set.
@@ -529,42 +462,6 @@ mod tests {
     use crate::machine::{NextProbe, Reason, Skip, State};
 
     #[test]
-    fn credentials_and_query_strings_in_urls_are_taken_out_of_texts() {
-        let cases = [
-            (
-                "error sending request for url (https://host.example/v1/chat?api-key=s3cret&x=1): connection refused",
-                "error sending request for url (https://host.example/v1/chat?<redacted>): connection refused",
-            ),
-            (
-                "error sending request for url (http://user:p%40ss@127.0.0.1:8080/v1#frag)",
-                "error sending request for url (http://<redacted>@127.0.0.1:8080/v1?<redacted>)",
-            ),
-            (
-                "see \"https://a.example/p?key=k\" and <http://b.example/q?token=t>.",
-                "see \"https://a.example/p?<redacted>\" and <http://b.example/q?<redacted>>.",
-            ),
-            (
-                "a query with (parens): http://h/p?a=(x)&key=k2 then more",
-                "a query with (parens): http://h/p?<redacted> then more",
-            ),
-        ];
-        for (text, redacted) in cases {
-            assert_eq!(redact_urls(text), redacted, "{text}");
-        }
-        for kept in [
-            "503 Service Unavailable",
-            "error sending request for url (http://127.0.0.1:8080/v1/chat/completions): refused",
-            "odd :// alone, and https://host/path",
-            "é — https://例え.jp/パス",
-        ] {
-            assert!(
-                matches!(redact_urls(kept), std::borrow::Cow::Borrowed(_)),
-                "{kept}"
-            );
-        }
-    }
-
-    #[test]
     fn a_transport_errors_message_carries_no_url_secret() {
         #[derive(Debug)]
         struct Transport;
@@ -588,7 +485,7 @@ mod tests {
         impl std::error::Error for Refused {}
         assert_eq!(
             text_with_sources(&Transport),
-            "error sending request for url (https://<redacted>@api.example/v1?<redacted>): \
+            "error sending request for url (https://[redacted]@api.example/v1?[redacted]): \
              Connection refused (os error 111)"
         );
     }

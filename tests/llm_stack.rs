@@ -959,3 +959,52 @@ async fn a_rejection_over_tcp_says_how_long_until_the_probe_from_now() {
     assert!(later <= wait - secs(1), "{later:?} after {wait:?}");
     assert_eq!(server.requests(), 1);
 }
+
+#[tokio::test]
+async fn the_unavailable_answer_to_a_refused_reqwest_call_names_no_secret_from_its_url() {
+    let mut server = TestServer::start([], Reply::Ok).await;
+    let saved = SavedAnswers::<String, BufferedResponse>::new(10, secs(3600)).unwrap();
+    let save = SaveLayer::new(saved, body_of as fn(&reqwest::Request) -> Option<String>);
+    let fallback = save.fallback(tcb_http::stale, tcb_http::unavailable);
+    let breaker = Builder::new()
+        .name("chat")
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new())
+        .with_fallback_context(fallback.clone());
+    let recover = RecoverLayer::new(breaker.handle(), fallback)
+        .keep_requests_with(reqwest::Request::try_clone as fn(&_) -> _);
+    let mut svc = ServiceBuilder::new()
+        .layer(ProvenanceLayer::new())
+        .layer(recover)
+        .layer(save)
+        .layer(breaker)
+        .timeout(ATTEMPT_TIMEOUT)
+        .layer(BufferBodyLayer::new())
+        .service(reqwest::Client::new());
+
+    server.stop().await;
+    let url = format!(
+        "http://user:pa55@{}/v1/chat/completions?api-key=s3cret",
+        server.addr()
+    );
+    let mut request = reqwest::Request::new(http::Method::POST, url.parse().unwrap());
+    *request.body_mut() = Some(r#"{"messages":[]}"#.into());
+    let call = async { svc.ready().await?.call(request).await };
+    let answer = tokio::time::timeout(CALL_BOUND, call)
+        .await
+        .expect("within its bound")
+        .expect("the fallback's answer");
+    assert_eq!(source(&answer), Source::FallbackAfterFailure);
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let message = message_of(&answer);
+    assert!(
+        message.starts_with("chat is unavailable: the call failed ("),
+        "{message}"
+    );
+    assert!(message.contains("[redacted]"), "{message}");
+    for secret in ["s3cret", "pa55", "api-key=s"] {
+        assert!(!message.contains(secret), "{message}");
+        assert!(!String::from_utf8_lossy(answer.body()).contains(secret));
+    }
+}

@@ -9,7 +9,6 @@ use bytes::Bytes;
 
 use super::buffer::BufferedResponse;
 use super::chat_label::escape_json_into;
-use crate::error::redact_urls;
 use crate::saved::{ceil_secs, Unavailable};
 
 /// The `code` of [`unavailable`]'s error body for a call the breaker skipped (open, a
@@ -49,7 +48,8 @@ pub fn retry_after_value(wait: Duration) -> HeaderValue {
 /// - an error body in OpenAI's shape, so OpenAI clients read it as an API error:
 ///   `{"error":{"message":"...","type":"service_unavailable","param":null,"code":"circuit_open"}}`,
 ///   the message [`Unavailable`]'s sentence (`chat is unavailable (its circuit breaker
-///   is open); retry after 18s`) with URL credentials and query strings taken out, the
+///   is open); retry after 18s`) with what looks like a credential taken out
+///   ([`redact`](crate::redact)), the
 ///   code [`CIRCUIT_OPEN`] for a skipped call or [`CALL_FAILED`] for a failed one.
 ///
 /// [`ProvenanceLayer`](super::ProvenanceLayer) adds where it came from
@@ -110,7 +110,7 @@ fn error_body(unavailable: &Unavailable) -> String {
     let message = unavailable.to_string();
     let mut body = String::with_capacity(message.len() + 96);
     body.push_str(r#"{"error":{"message":""#);
-    escape_json_into(&redact_urls(&message), &mut body);
+    escape_json_into(&crate::redact(&message), &mut body);
     body.push_str(r#"","type":"service_unavailable","param":null,"code":""#);
     body.push_str(code);
     body.push_str(r#""}}"#);
