@@ -20,7 +20,7 @@ use tower::{Service, ServiceExt};
 use tower_circuit_breaker::failover::Route;
 use tower_circuit_breaker::http::{
     provenance, route_of, BufferedResponse, HttpFailover, X_CIRCUIT_BREAKER,
-    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER,
+    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_STALE,
 };
 use tower_circuit_breaker::llm::{LlmClient, LlmClientBuilder, LlmService, Provider};
 use tower_circuit_breaker::retry::RetryBuilder;
@@ -363,7 +363,12 @@ async fn with_every_provider_down_the_saved_answer_is_served_with_its_age() {
         Some("fallback; reason=failed")
     );
     assert_eq!(header(&answer, &http::header::AGE), Some("5"));
-    assert!(answer.text().unwrap().contains("42"));
+    assert_eq!(header(&answer, &X_CIRCUIT_BREAKER_STALE), Some("age=5"));
+    let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "[STALE DATA — saved 5s ago, may not reflect current state]\n42"
+    );
     assert_eq!(
         provenance(&answer).unwrap().source,
         Source::FallbackAfterFailure

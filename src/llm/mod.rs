@@ -15,7 +15,8 @@
 //!    caller's 4xx) is passed for the next ([`HttpFailover`]); the answer's
 //!    `x-circuit-breaker-provider` and `x-circuit-breaker-passed` headers say who
 //!    answered and why the others were passed. When no provider answers: the saved
-//!    answer to the same question, labelled stale with its `Age`, or an honest 503
+//!    answer to the same question, marked stale ([`http::stale`](crate::http::stale):
+//!    `Age`, `x-circuit-breaker-stale`, the content labelled), or an honest 503
 //!    "unavailable" JSON error with `Retry-After` when a provider's next probe time is
 //!    known.
 //! 4. For each provider: its breaker, with the [`HttpClassifier`] (a 429 or 503 with
@@ -285,13 +286,14 @@ fn request_key(request: &reqwest::Request) -> Option<String> {
     Some(String::from_utf8_lossy(body).into_owned())
 }
 
-/// The saved answer to the request, labelled with its age.
+/// The saved answer to the request, marked stale: `Age`, `x-circuit-breaker-stale`, and
+/// a chat completion's content labelled.
 fn saved_answer(
     saved: Option<&SavedAnswers<String, BufferedResponse>>,
     request: &reqwest::Request,
 ) -> Option<BufferedResponse> {
     let (answer, age) = saved?.get(&request_key(request)?)?;
-    Some(answer.with_age(age))
+    Some(crate::http::stale(answer, age))
 }
 
 /// An honest 503: no provider answered, each one's reason, and `Retry-After` when a
@@ -299,15 +301,14 @@ fn saved_answer(
 fn unavailable(route: &Route) -> BufferedResponse {
     let message = crate::redact(&route.to_string()).into_owned();
     let body = serde_json::json!({
-        "error": {"message": message, "type": "service_unavailable", "code": "circuit_open"}
+        "error": {"message": message, "type": "service_unavailable", "code": crate::http::CIRCUIT_OPEN}
     });
     let mut response = http::Response::new(Bytes::from(body.to_string()));
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(wait) = route.retry_after() {
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        headers.insert(RETRY_AFTER, crate::http::retry_after_value(wait));
     }
     response.into()
 }
