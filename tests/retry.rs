@@ -24,7 +24,7 @@ use tower::timeout::error::Elapsed;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::error::{CallError, Rejected};
 use tower_circuit_breaker::http::{BufferBodyLayer, BufferedResponse, HttpClassifier};
-use tower_circuit_breaker::retry::{RetryConfigError, RetryLayer, RetryPolicy};
+use tower_circuit_breaker::retry::{BreakerVerdict, RetryConfigError, RetryLayer, RetryPolicy};
 use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source, State};
 
 use common::counts::assert_counts_add_up;
@@ -765,4 +765,45 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
         Reason::Open
     );
     assert_eq!(limited.requests(), 1);
+}
+
+// ---------------------------------------------------------------------------------
+// Outside a breaker.
+
+#[tokio::test(start_paused = true)]
+async fn outside_a_breaker_a_fallbacks_answer_is_never_retried_and_a_failure_is() {
+    let breaker = CircuitBreakerLayer::builder()
+        .name("model")
+        .failure_threshold(10)
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new())
+        .with_fallback(service_fn(|_: String| async {
+            Ok::<_, Infallible>(response(503, None, "the model is unavailable"))
+        }));
+    let handle = breaker.handle();
+    let (inner, calls) = model([], Step::Status(503));
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            RetryLayer::builder()
+                .max_attempts(3)
+                .build()
+                .unwrap()
+                .with_classifier(BreakerVerdict),
+        )
+        .layer(breaker)
+        .service(inner);
+
+    // Each 503 is a failure to the breaker: retried, and each attempt counted.
+    let answer = call(&mut svc).await.unwrap();
+    assert!(answer.is_failure());
+    assert_eq!(calls.count(), 3);
+    assert_eq!(handle.snapshot().counts.failures, 3);
+
+    // The fallback's 503 for a skipped call: not retried.
+    handle.force_open();
+    let answer = call(&mut svc).await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::ForcedOpen));
+    assert_eq!(handle.snapshot().counts.arrived, 4);
+    assert_eq!(calls.count(), 3);
 }

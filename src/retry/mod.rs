@@ -62,7 +62,8 @@
 //! 1. A breaker's own rejection ([`Rejected`](crate::error::Rejected), a
 //!    [`CallError::Rejected`](crate::error::CallError::Rejected), boxed or not) is never
 //!    retried: with the policy placed outside a breaker, a skipped call would only be
-//!    skipped again until the next probe.
+//!    skipped again until the next probe. (Outside a breaker with a fallback, classify
+//!    its answers with [`BreakerVerdict`]: a fallback's answer is never retried.)
 //! 2. The classifier (give it the breaker's) decides the rest. A success, an ignored
 //!    result, and so a caller's 4xx (`http::HttpClassifier` calls it a success: the
 //!    service answered), are returned. So is a permanent failure
@@ -101,8 +102,10 @@
 mod builder;
 mod layer;
 mod policy;
+mod verdict;
 
 pub use self::builder::{RetryBuilder, RetryConfigError};
 pub use self::layer::RetryLayer;
 pub use self::policy::RetryPolicy;
+pub use self::verdict::BreakerVerdict;
 pub use crate::recover::{CloneRequests, KeepRequest};
