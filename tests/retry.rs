@@ -190,17 +190,13 @@ async fn backoff_grows_and_stays_under_the_cap_with_full_jitter() {
         }
     }
     let max = |n: usize| waits[n].iter().max().copied().unwrap();
-    let distinct = |n: usize| {
-        let mut w = waits[n].clone();
-        w.sort();
-        w.dedup();
-        w.len()
-    };
-    for n in 0..7 {
+    for (n, waits) in waits.iter().enumerate() {
+        let mut distinct = waits.clone();
+        distinct.sort();
+        distinct.dedup();
         assert!(
-            distinct(n) >= 10,
-            "retry {n}'s waits are spread: {:?}",
-            waits[n]
+            distinct.len() >= 10,
+            "retry {n}'s waits are spread: {waits:?}"
         );
     }
     // It grows: later retries wait longer than the earlier ceilings allow...
