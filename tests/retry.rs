@@ -803,3 +803,160 @@ async fn outside_a_breaker_a_fallbacks_answer_is_never_retried_and_a_failure_is(
     assert_eq!(handle.snapshot().counts.arrived, 4);
     assert_eq!(calls.count(), 3);
 }
+
+// ---------------------------------------------------------------------------------
+// Against a reference model.
+
+/// What the model says the policy does with one step's result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fate {
+    /// Returned: a success to the breaker (200, a caller's 404).
+    Success,
+    /// Retried (if attempts remain) after exactly this wait, or after the backoff.
+    Transient(Option<Duration>),
+    /// Returned at once: a failure to the breaker (a long `Retry-After`).
+    Final,
+    /// Returned at once, and the breaker stays open (an exhausted quota).
+    Permanent,
+}
+
+fn fate(step: Step) -> Fate {
+    match step {
+        Step::Status(200 | 404) => Fate::Success,
+        Step::Status(_) | Step::Refused => Fate::Transient(None),
+        Step::Waiting(_, _, "2") => Fate::Transient(Some(secs(2))),
+        Step::Waiting(..) => Fate::Final,
+        Step::Quota => Fate::Permanent,
+        Step::Hang => unreachable!("not generated"),
+    }
+}
+
+fn steps() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Step::Status(200)),
+        Just(Step::Status(404)),
+        Just(Step::Status(503)),
+        Just(Step::Refused),
+        Just(Step::Waiting(429, "retry-after", "2")),
+        Just(Step::Waiting(429, "retry-after", "60")),
+        Just(Step::Quota),
+    ]
+}
+
+/// Runs `user_calls` calls through breaker -> retry -> model(script) and checks each
+/// against the reference model: the attempts made, the waits between them, what the
+/// caller got, and one outcome per call in the breaker's counts.
+fn check_against_model(
+    script: Vec<Step>,
+    max_attempts: u32,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    use proptest::prelude::*;
+    let (base, cap) = (ms(100), ms(400));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(async {
+            let breaker = CircuitBreakerLayer::builder()
+                .name("model")
+                .failure_threshold(1_000)
+                .open_on_retry_after(false)
+                .build()
+                .unwrap()
+                .with_classifier(HttpClassifier::new());
+            let handle = breaker.handle();
+            let retry = RetryLayer::builder()
+                .max_attempts(max_attempts)
+                .backoff(base, cap)
+                .tps_budget(secs(60), 1_000, 1000.0)
+                .build()
+                .unwrap()
+                .with_classifier(HttpClassifier::new());
+            let (inner, calls) = model(script.clone(), Step::Status(200));
+            let mut svc = ServiceBuilder::new()
+                .layer(breaker)
+                .layer(retry)
+                .service(inner);
+
+            let mut next = script
+                .into_iter()
+                .chain(std::iter::repeat(Step::Status(200)));
+            let (mut open, mut successes, mut failures) = (false, 0, 0);
+            for user_call in 0..4 {
+                calls.clear();
+                let result = call(&mut svc).await;
+                if open {
+                    let rejected = result
+                        .as_ref()
+                        .err()
+                        .and_then(|e| e.downcast_ref::<Rejected>());
+                    prop_assert!(rejected.is_some(), "call {}: open for good", user_call);
+                    prop_assert_eq!(calls.count(), 0);
+                    continue;
+                }
+                // The model: attempts until one is not transient or none remain.
+                let mut waits = Vec::new();
+                let (last, last_fate) = loop {
+                    let step = next.next().unwrap();
+                    match fate(step) {
+                        Fate::Transient(wait) if (waits.len() as u32) + 1 < max_attempts => {
+                            waits.push(wait)
+                        }
+                        other => break (step, other),
+                    }
+                };
+                prop_assert_eq!(calls.count(), waits.len() + 1, "call {}", user_call);
+                for (n, (gap, wait)) in calls.gaps().into_iter().zip(&waits).enumerate() {
+                    match wait {
+                        Some(exact) => prop_assert_eq!(gap, *exact),
+                        None => {
+                            let ceiling = (base * 2u32.pow(n as u32)).min(cap);
+                            prop_assert!(gap <= ceiling + ms(1), "{:?} > {:?}", gap, ceiling);
+                        }
+                    }
+                }
+                match (last, &result) {
+                    (Step::Refused, Err(error)) => {
+                        prop_assert!(error.to_string().contains("connection refused"))
+                    }
+                    (Step::Status(status) | Step::Waiting(status, ..), Ok(answer)) => {
+                        prop_assert_eq!(answer.status().as_u16(), status)
+                    }
+                    (Step::Quota, Ok(answer)) => prop_assert_eq!(answer.status().as_u16(), 429),
+                    (step, result) => prop_assert!(false, "{:?} gave {:?}", step, result.is_ok()),
+                }
+                match last_fate {
+                    Fate::Success => successes += 1,
+                    Fate::Permanent => {
+                        failures += 1;
+                        open = true;
+                    }
+                    Fate::Transient(_) | Fate::Final => failures += 1,
+                }
+                let counts = handle.snapshot().counts;
+                prop_assert_eq!((counts.successes, counts.failures), (successes, failures));
+            }
+            let counts = handle.snapshot().counts;
+            prop_assert_eq!(counts.arrived, 4);
+            assert_counts_add_up(&counts);
+            Ok(())
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_policy_matches_its_reference_model(
+        script in proptest::collection::vec(steps(), 0..16),
+        max_attempts in 1u32..5,
+    ) {
+        check_against_model(script, max_attempts)?;
+    }
+}
