@@ -960,3 +960,98 @@ proptest::proptest! {
         check_against_model(script, max_attempts)?;
     }
 }
+
+// ---------------------------------------------------------------------------------
+// The breaker's handle.
+
+#[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_no_retry_goes_out_once_a_person_kills_it() {
+    for told in [false, true] {
+        let breaker = CircuitBreakerLayer::builder()
+            .name("model")
+            .build()
+            .unwrap()
+            .with_classifier(HttpClassifier::new());
+        let handle = breaker.handle();
+        let calls = Arc::new(AtomicUsize::new(0));
+        // The first call fails, and an operator kills the breaker while it does.
+        let inner = service_fn({
+            let (calls, handle) = (calls.clone(), handle.clone());
+            move |_: String| {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    handle.kill_switch().kill();
+                }
+                async { Ok::<_, std::io::Error>(response(503, None, "{}")) }
+            }
+        });
+        let mut retry = RetryLayer::builder().max_attempts(3);
+        if told {
+            retry = retry.breaker(handle.clone());
+        }
+        let mut svc = ServiceBuilder::new()
+            .layer(breaker)
+            .layer(
+                retry
+                    .build()
+                    .unwrap()
+                    .with_classifier(HttpClassifier::new()),
+            )
+            .service(inner);
+        let answer = call(&mut svc).await.unwrap();
+        assert_eq!(answer.status(), 503);
+        assert_eq!(answer.source(), Source::Service);
+        let expected = if told { 1 } else { 3 };
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            expected,
+            "told the breaker: {told}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_a_probe_is_still_retried() {
+    // The breaker is half-open and this call is its probe: its slot taken is no reason
+    // to stop.
+    let breaker = CircuitBreakerLayer::builder()
+        .name("model")
+        .failure_threshold(1)
+        .cooldown(tower_circuit_breaker::Cooldown::Time(secs(1)))
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new());
+    let handle = breaker.handle();
+    let (inner, calls) = model(
+        [Step::Status(503), Step::Status(503), Step::Status(200)],
+        Step::Status(200),
+    );
+    let retry = RetryLayer::builder()
+        .max_attempts(1)
+        .breaker(handle.clone())
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new());
+    let mut once = ServiceBuilder::new()
+        .layer(breaker.clone())
+        .layer(retry)
+        .service(inner.clone());
+    assert_eq!(call(&mut once).await.unwrap().status(), 503);
+    assert_eq!(handle.state(), State::Open);
+    tokio::time::advance(secs(2)).await;
+
+    let retry = RetryLayer::builder()
+        .max_attempts(3)
+        .breaker(handle.clone())
+        .build()
+        .unwrap()
+        .with_classifier(HttpClassifier::new());
+    let mut svc = ServiceBuilder::new()
+        .layer(breaker)
+        .layer(retry)
+        .service(inner);
+    let answer = call(&mut svc).await.unwrap();
+    assert_eq!(answer.source(), Source::Probe);
+    assert_eq!(answer.status(), 200);
+    assert_eq!(calls.count(), 3, "the probe's retry went out");
+    assert_eq!(handle.state(), State::Closed);
+}

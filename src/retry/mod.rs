@@ -79,7 +79,10 @@
 //!    answers meanwhile.
 //! 5. Any other failure is retried after exponential backoff with full jitter: the n-th
 //!    retry (from 0) waits a random time in `[0, min(cap, base * 2^n)]`.
-//! 6. Every retry is withdrawn from a retry budget (tower's
+//! 6. With the breaker's handle given ([`RetryBuilder::breaker`]), no retry is sent
+//!    once that breaker would skip a call: opened meanwhile by other calls' failures,
+//!    killed or forced open by a person. The last result is returned.
+//! 7. Every retry is withdrawn from a retry budget (tower's
 //!    [`TpsBudget`](tower::retry::budget::TpsBudget) by default) shared by every call
 //!    the policy serves; each user call deposits once. A retry the budget refuses is not
 //!    made, and the result is returned: under a wide outage, retries do not multiply
