@@ -11,6 +11,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use super::layer::RetryLayer;
 use super::policy::Common;
+use crate::handle::CircuitBreakerHandle;
 
 /// A setting of a [`RetryBuilder`] that cannot work, found when the policy is built.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
@@ -53,6 +54,7 @@ pub enum RetryConfigError {
 /// | [`backoff`](Self::backoff) | 500 ms, 8 s | the n-th retry (from 0) waits a random time in `[0, min(cap, base * 2^n)]` (full jitter) |
 /// | [`max_retry_after_wait`](Self::max_retry_after_wait) | 5 s | the longest `Retry-After` waited for; a longer one is returned at once |
 /// | [`budget`](Self::budget) / [`tps_budget`](Self::tps_budget) | `TpsBudget::default()`: retries up to 20% of calls over 10 s, plus 10 a second | retries across every call the policy serves |
+/// | [`breaker`](Self::breaker) | none | the breaker outside: no retry once it would skip a call (open, killed, forced open) |
 /// | [`jitter_seed`](Self::jitter_seed) | random | the jitter's seed, for reproducible runs |
 ///
 /// ```
@@ -78,6 +80,7 @@ pub struct RetryBuilder {
     cap: Duration,
     max_retry_after_wait: Duration,
     budget: BudgetSetting,
+    breaker: Option<CircuitBreakerHandle>,
     jitter_seed: Option<u64>,
 }
 
@@ -113,6 +116,7 @@ impl Default for RetryBuilder {
                 min_per_sec: 10,
                 retry_ratio: 0.2,
             },
+            breaker: None,
             jitter_seed: None,
         }
     }
@@ -167,13 +171,23 @@ impl RetryBuilder {
     }
 
     /// A budget of your own, or one shared with other policies (keep a clone of the
-    /// `Arc`). The policy deposits once per user call and withdraws once per retry;
+    /// `Arc`). The policy deposits once per user call (one whose request could be kept for
+    /// a retry) and withdraws once per retry;
     /// a retry the budget refuses is not made.
     pub fn budget<B>(mut self, budget: Arc<B>) -> Self
     where
         B: Budget + Send + Sync + 'static,
     {
         self.budget = BudgetSetting::Given(budget);
+        self
+    }
+
+    /// The breaker this policy sits inside: a retry is not sent once that breaker would
+    /// skip a call (opened by other calls' failures meanwhile, killed, forced open), and
+    /// the last result is returned. Without it, an attempt admitted before the breaker
+    /// opened keeps its retries. Not set by default.
+    pub fn breaker(mut self, handle: CircuitBreakerHandle) -> Self {
+        self.breaker = Some(handle);
         self
     }
 
@@ -236,6 +250,7 @@ impl RetryBuilder {
             self.cap,
             self.max_retry_after_wait,
             budget,
+            self.breaker,
             seed,
         )))
     }
@@ -260,6 +275,9 @@ impl fmt::Debug for RetryBuilder {
                 .field("budget_retry_ratio", retry_ratio),
             BudgetSetting::Given(_) => debug.field("budget", &"given"),
         };
-        debug.field("jitter_seed", &self.jitter_seed).finish()
+        debug
+            .field("breaker", &self.breaker.as_ref().map(|b| b.name()))
+            .field("jitter_seed", &self.jitter_seed)
+            .finish()
     }
 }

@@ -62,7 +62,8 @@
 //! 1. A breaker's own rejection ([`Rejected`](crate::error::Rejected), a
 //!    [`CallError::Rejected`](crate::error::CallError::Rejected), boxed or not) is never
 //!    retried: with the policy placed outside a breaker, a skipped call would only be
-//!    skipped again until the next probe.
+//!    skipped again until the next probe. (Outside a breaker with a fallback, classify
+//!    its answers with [`BreakerVerdict`]: a fallback's answer is never retried.)
 //! 2. The classifier (give it the breaker's) decides the rest. A success, an ignored
 //!    result, and so a caller's 4xx (`http::HttpClassifier` calls it a success: the
 //!    service answered), are returned. So is a permanent failure
@@ -78,7 +79,10 @@
 //!    answers meanwhile.
 //! 5. Any other failure is retried after exponential backoff with full jitter: the n-th
 //!    retry (from 0) waits a random time in `[0, min(cap, base * 2^n)]`.
-//! 6. Every retry is withdrawn from a retry budget (tower's
+//! 6. With the breaker's handle given ([`RetryBuilder::breaker`]), no retry is sent
+//!    once that breaker would skip a call: opened meanwhile by other calls' failures,
+//!    killed or forced open by a person. The last result is returned.
+//! 7. Every retry is withdrawn from a retry budget (tower's
 //!    [`TpsBudget`](tower::retry::budget::TpsBudget) by default) shared by every call
 //!    the policy serves; each user call deposits once. A retry the budget refuses is not
 //!    made, and the result is returned: under a wide outage, retries do not multiply
@@ -101,8 +105,10 @@
 mod builder;
 mod layer;
 mod policy;
+mod verdict;
 
 pub use self::builder::{RetryBuilder, RetryConfigError};
 pub use self::layer::RetryLayer;
 pub use self::policy::RetryPolicy;
+pub use self::verdict::BreakerVerdict;
 pub use crate::recover::{CloneRequests, KeepRequest};

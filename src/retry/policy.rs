@@ -13,6 +13,8 @@ use tower::retry::Policy;
 
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, CallError, Rejected};
+use crate::handle::CircuitBreakerHandle;
+use crate::machine::{Advice, Reason};
 use crate::outcome::Outcome;
 use crate::recover::{CloneRequests, KeepRequest};
 
@@ -21,6 +23,8 @@ use crate::recover::{CloneRequests, KeepRequest};
 pub(crate) struct Common {
     settings: Settings,
     budget: Arc<dyn Budget + Send + Sync>,
+    /// The breaker outside, if given: no retry once it would skip a call.
+    breaker: Option<CircuitBreakerHandle>,
     /// A splitmix64 counter: each draw advances it once, so clones (one per call) never
     /// draw the same wait in step.
     rng: AtomicU64,
@@ -42,6 +46,7 @@ impl Common {
         cap: Duration,
         max_retry_after_wait: Duration,
         budget: Arc<dyn Budget + Send + Sync>,
+        breaker: Option<CircuitBreakerHandle>,
         seed: u64,
     ) -> Self {
         Common {
@@ -52,8 +57,19 @@ impl Common {
                 max_retry_after_wait,
             },
             budget,
+            breaker,
             rng: AtomicU64::new(seed),
         }
+    }
+
+    /// Whether the breaker outside would now skip a call because it is open (other
+    /// calls failed), killed or forced open: a retry now would reach a service the
+    /// breaker has stopped calling. Its probe slot taken is no reason: that probe may
+    /// be this very call.
+    fn breaker_skips(&self) -> bool {
+        self.breaker.as_ref().is_some_and(|breaker| {
+            matches!(breaker.peek(), Advice::Skip(skip) if skip.reason() != Reason::HalfOpenFull)
+        })
     }
 
     /// A number in `[0, 1)`: splitmix64, lock-free.
@@ -194,6 +210,14 @@ where
             // Full jitter: anywhere from no wait to the ceiling.
             Step::Backoff { ceiling } => ceiling.mul_f64(common.next_random()),
         };
+        if common.breaker_skips() {
+            tracing::debug!(
+                reason = GiveUp::BreakerSkips.as_str(),
+                attempts = self.retries + 1,
+                "not retried"
+            );
+            return None;
+        }
         if !common.budget.withdraw() {
             tracing::debug!(
                 reason = GiveUp::BudgetExhausted.as_str(),
@@ -235,6 +259,8 @@ enum GiveUp {
     /// The service asked for a longer wait than the policy waits for: the breaker
     /// outside opens for it.
     LongRetryAfter,
+    /// The breaker outside would skip a call now (open, killed, forced open).
+    BreakerSkips,
     /// The retry budget refused the retry.
     BudgetExhausted,
 }
@@ -246,13 +272,14 @@ impl GiveUp {
             GiveUp::Permanent => "permanent failure",
             GiveUp::AttemptsExhausted => "attempts exhausted",
             GiveUp::LongRetryAfter => "retry-after above the longest wait",
+            GiveUp::BreakerSkips => "the breaker would skip the call",
             GiveUp::BudgetExhausted => "retry budget exhausted",
         }
     }
 }
 
-/// Every rule of the policy but the budget (a side effect, asked last), in order: one
-/// pure function.
+/// Every rule of the policy but the breaker's and the budget's (read from shared state,
+/// asked last, in that order), in order: one pure function.
 fn next_step(settings: &Settings, outcome: &Outcome, retries: u32) -> Step {
     let Outcome::Failure(failure) = outcome else {
         return Step::Return(GiveUp::NotAFailure);
@@ -409,6 +436,7 @@ mod tests {
             SETTINGS.cap,
             SETTINGS.max_retry_after_wait,
             Arc::new(tower::retry::budget::TpsBudget::default()),
+            None,
             7,
         );
         let draws: Vec<f64> = (0..1000).map(|_| common.next_random()).collect();
