@@ -208,7 +208,6 @@ impl LlmClientBuilder {
         let Some(primary) = prepared.first().map(|first| first.base.clone()) else {
             return Err(FailoverConfigError::NoProviders.into());
         };
-        let retry = self.retry.map(RetryBuilder::build).transpose()?;
         let buffer = match self.buffer_limit {
             Some(limit) => BufferBodyLayer::new().limit(limit),
             None => BufferBodyLayer::new(),
@@ -218,11 +217,18 @@ impl LlmClientBuilder {
         for (provider, prepared) in self.providers.iter().zip(prepared) {
             let breaker = self.breaker.clone().name(provider.name.clone()).build()?;
             let handle = breaker.handle();
-            let retry = retry.clone().map(|retry| {
-                retry
-                    .with_classifier(HttpClassifier::new())
-                    .keep_requests_with(reqwest::Request::try_clone as fn(&_) -> _)
-            });
+            // No retry goes out once the breaker would skip a call (killed, forced open).
+            let retry = match &self.retry {
+                Some(retry) => Some(
+                    retry
+                        .clone()
+                        .breaker(handle.clone())
+                        .build()?
+                        .with_classifier(HttpClassifier::new())
+                        .keep_requests_with(reqwest::Request::try_clone as fn(&_) -> _),
+                ),
+                None => None,
+            };
             let service = ServiceBuilder::new()
                 .layer(breaker.with_classifier(HttpClassifier::new()))
                 .option_layer(retry)
