@@ -77,8 +77,7 @@ impl Failure {
     /// breaker open: the breaker probes after at most `cap` (or its own
     /// [`max_retry_after`](crate::Builder::max_retry_after), the smaller), while the wait
     /// asked for stays in [`requested_wait`](Self::requested_wait) and is reported. What
-    /// a classifier with a bound of its own sets
-    /// ([`HttpClassifier::max_retry_after`](crate::http::HttpClassifier::max_retry_after),
+    /// a classifier with a bound of its own sets (`http::HttpClassifier::max_retry_after`,
     /// feature `http`).
     ///
     /// ```
