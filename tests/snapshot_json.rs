@@ -84,7 +84,11 @@ async fn a_snapshot_serializes_in_the_documented_shape_with_times_relative_to_wh
         json!({ "kind": "after", "calls": 1, "retry_after_ms": 6750 })
     );
     assert_eq!(open["retry_after_ms"], 6750);
-    assert_eq!(open["requested_wait_ms"], Value::Null, "the breaker waits as asked");
+    assert_eq!(
+        open["requested_wait_ms"],
+        Value::Null,
+        "the breaker waits as asked"
+    );
     assert_eq!(open["counts"]["made"], 2);
     assert_eq!(open["counts"]["failures"], 1);
     assert_eq!(open["generation"], 1);
