@@ -120,8 +120,30 @@ impl Builder {
         self
     }
 
-    /// The longest wait a failed response may impose through
-    /// [`Failure::retry_after`](crate::Failure::retry_after). Default 5 minutes.
+    /// The longest a failed response's wait
+    /// ([`Failure::retry_after`](crate::Failure::retry_after): an HTTP `Retry-After`)
+    /// holds the breaker open: the probe goes after at most this long, so that a
+    /// misconfigured server cannot park the breaker for days. Default 5 minutes.
+    ///
+    /// A longer wait is not hidden: the breaker probes at the cap, and reports the time
+    /// the service asked for beside it
+    /// ([`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until) and
+    /// `requested_wait_ms` in its JSON,
+    /// [`Transition::requested_until`](crate::Transition::requested_until),
+    /// [`Skip::asked_longer`](crate::Skip::asked_longer)), so that an answer can say "the
+    /// provider asked to wait 3 days; next probe in 5 minutes".
+    ///
+    /// A wait that arrives after the breaker opened (a 429 for a call admitted before
+    /// the opening, answered late) counts as no failure, but lengthens the opening when it
+    /// ends later than the opening's wait, up to this cap from its arrival (and the wait
+    /// asked for beyond the cap is reported): the probe does not go out early into
+    /// another 429. It never shortens a wait, and never touches what a person did: a
+    /// breaker forced open, held for a time, reset, or let probe
+    /// ([`allow_probe`](crate::CircuitBreakerHandle::allow_probe)), or a change of mode,
+    /// after the call was admitted is left as the person left it; a half-open breaker is
+    /// left to its probe, whose own result decides. This holds whatever
+    /// [`open_on_retry_after`](Self::open_on_retry_after) says: an opening already there
+    /// waits as long as the service asked.
     pub fn max_retry_after(mut self, cap: Duration) -> Self {
         self.config.max_retry_after = cap;
         self

@@ -167,6 +167,12 @@ pub struct Skipped<Request> {
     /// [`Failure::permanent`]: crate::Failure::permanent
     /// [`NextProbe::Manual`]: crate::NextProbe::Manual
     pub permanent_failure: Option<FailureRecord>,
+    /// When the service asked to be left alone until, if that is later than the skip's
+    /// next probe (a `Retry-After` above the breaker's
+    /// [`max_retry_after`](crate::Builder::max_retry_after): the breaker probes at its
+    /// cap, and this is what the service asked for, so that an answer can say "retry
+    /// after 3 days"); `None` otherwise. Set when [`Skip::asked_longer`] says so.
+    pub requested_until: Option<std::time::Instant>,
 }
 
 /// How a fallback of mode `M` receives a request.
@@ -198,6 +204,7 @@ impl<Request> FallbackMode<Request> for WithSkip {
             skip,
             breaker: breaker.name.full().clone(),
             permanent_failure: breaker.permanent_failure(&skip),
+            requested_until: breaker.requested_until(&skip),
         }
     }
 }

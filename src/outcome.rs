@@ -41,6 +41,7 @@ impl Outcome {
 pub struct Failure {
     message: Option<Cow<'static, str>>,
     retry_after: Option<Duration>,
+    retry_after_cap: Option<Duration>,
     permanent: bool,
 }
 
@@ -53,14 +54,45 @@ impl Failure {
         }
     }
 
-    /// The service said how long to wait (an HTTP `Retry-After`, say). By default this
-    /// failure opens the breaker at once, whatever the trip policy's count, and that
-    /// opening waits this long (bounded by the breaker's `max_retry_after`) instead of
-    /// the configured time cooldown; with a cooldown in calls, the probe waits for both.
-    /// With [`Builder::open_on_retry_after(false)`](crate::Builder::open_on_retry_after)
-    /// it counts as one failure, and only an opening it causes waits this long.
+    /// The service said how long to wait (an HTTP `Retry-After`, say): give the wait as
+    /// it asked, uncut. By default this failure opens the breaker at once, whatever the
+    /// trip policy's count, and that opening waits this long (bounded by
+    /// [`cap_retry_after`](Self::cap_retry_after) and by the breaker's
+    /// [`max_retry_after`](crate::Builder::max_retry_after)) instead of the configured
+    /// time cooldown; with a cooldown in calls, the probe waits for both. A wait longer
+    /// than the bound is still reported as asked
+    /// ([`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until)). With
+    /// [`Builder::open_on_retry_after(false)`](crate::Builder::open_on_retry_after) it
+    /// counts as one failure, and only an opening it causes waits this long.
+    ///
+    /// A failure that arrives after the breaker opened (its call was admitted before)
+    /// counts for nothing, but its wait still lengthens the opening when it ends later
+    /// (see [`Builder::max_retry_after`](crate::Builder::max_retry_after)).
     pub fn retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = Some(wait);
+        self
+    }
+
+    /// Bounds how long this failure's [`retry_after`](Self::retry_after) holds the
+    /// breaker open: the breaker probes after at most `cap` (or its own
+    /// [`max_retry_after`](crate::Builder::max_retry_after), the smaller), while the wait
+    /// asked for stays in [`requested_wait`](Self::requested_wait) and is reported. What
+    /// a classifier with a bound of its own sets (`http::HttpClassifier::max_retry_after`,
+    /// feature `http`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::Failure;
+    ///
+    /// let three_days = Duration::from_secs(3 * 24 * 3600);
+    /// let failure = Failure::new("429 Too Many Requests")
+    ///     .retry_after(three_days)
+    ///     .cap_retry_after(Duration::from_secs(300));
+    /// assert_eq!(failure.retry_after_hint(), Some(Duration::from_secs(300)));
+    /// assert_eq!(failure.requested_wait(), Some(three_days));
+    /// ```
+    pub fn cap_retry_after(mut self, cap: Duration) -> Self {
+        self.retry_after_cap = Some(self.retry_after_cap.map_or(cap, |old| old.min(cap)));
         self
     }
 
@@ -77,8 +109,17 @@ impl Failure {
         self.message.as_deref()
     }
 
-    /// The wait the response asked for.
+    /// The wait this failure holds the breaker open for, before the breaker's own
+    /// [`max_retry_after`](crate::Builder::max_retry_after): the wait the response asked
+    /// for, bounded by [`cap_retry_after`](Self::cap_retry_after) if one was set.
     pub fn retry_after_hint(&self) -> Option<Duration> {
+        let cap = self.retry_after_cap.unwrap_or(Duration::MAX);
+        self.retry_after.map(|wait| wait.min(cap))
+    }
+
+    /// The wait the response asked for, uncut by any bound: what a report says the
+    /// service asked for ("retry after 3 days"), while the breaker probes at the bound.
+    pub fn requested_wait(&self) -> Option<Duration> {
         self.retry_after
     }
 

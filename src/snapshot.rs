@@ -85,6 +85,7 @@ impl Counts {
 ///   "last_failure": { "message": "429 Too Many Requests", "ago_ms": 250 },
 ///   "next_probe": { "kind": "after", "calls": 1, "retry_after_ms": 6750 },
 ///   "retry_after_ms": 6750,
+///   "requested_wait_ms": null,
 ///   "counts": { "arrived": 12, "made": 10, "probes": 1, "skipped": 2, "skipped_open": 2,
 ///               "skipped_half_open_full": 0, "skipped_killed": 0, "skipped_forced_open": 0,
 ///               "abandoned": 0, "successes": 9, "failures": 1, "ignored": 0,
@@ -100,7 +101,10 @@ impl Counts {
 /// `next_probe.kind` is `after` (with `calls`, counting the next call as 1, and
 /// `retry_after_ms`, `null` when only calls decide), `not_needed` (closed), `in_flight`
 /// (every probe slot taken) or `manual` (only a person ends it); `retry_after_ms` is
-/// [`retry_after`](Self::retry_after), `null` when no time is known.
+/// [`retry_after`](Self::retry_after), `null` when no time is known;
+/// `requested_wait_ms` is [`requested_wait`](Self::requested_wait): how long the service
+/// asked to be left alone when that is longer than the breaker waits (a `Retry-After`
+/// above the cap; `retry_after_ms` is then the cap's wait), `null` otherwise.
 ///
 /// ```
 /// use std::time::Duration;
@@ -152,6 +156,17 @@ pub struct Snapshot {
     pub counts: Counts,
     /// When the next probe may go: exactly what a call skipped now would be told.
     pub next_probe: NextProbe,
+    /// When the service asked to be left alone until, if that is later than the next
+    /// probe: a `Retry-After` above the breaker's
+    /// [`max_retry_after`](crate::Builder::max_retry_after) (a monthly spend limit asks
+    /// for days). The breaker still probes at its cap ([`next_probe`](Self::next_probe)),
+    /// so that a misconfigured server cannot park it for days; this says what the
+    /// service asked for, so that a report can say both ("the provider asked to wait 3
+    /// days; next probe in 5 minutes"). A later failure's longer wait (one that arrived
+    /// after the breaker opened) moves it on, never back. `None` when the breaker waits
+    /// as long as the service asked, or no wait was asked, or a person holds the breaker.
+    /// A skip told this opening's wait says so ([`Skip::asked_longer`](crate::Skip::asked_longer)).
+    pub requested_until: Option<Instant>,
     /// The generation: it grows with every change of state or mode.
     pub generation: u64,
     /// When the snapshot was taken.
@@ -162,5 +177,38 @@ impl Snapshot {
     /// How long until the next probe may go, when that is known in time.
     pub fn retry_after(&self) -> Option<Duration> {
         self.next_probe.retry_after(self.taken_at)
+    }
+
+    /// How long the service asked to be left alone from when the snapshot was taken, if
+    /// longer than the breaker waits: [`requested_until`](Self::requested_until) as a
+    /// wait (the truthful "retry after 3 days" beside [`retry_after`](Self::retry_after)'s
+    /// next probe).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, Failure, Outcome};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let three_days = Duration::from_secs(3 * 24 * 3600);
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .name("chat")
+    ///     .max_retry_after(Duration::from_secs(300))
+    ///     .build()?
+    ///     .with_classifier(move |_: &Result<(), std::io::Error>| {
+    ///         Outcome::Failure(Failure::new("429 Too Many Requests").retry_after(three_days))
+    ///     });
+    /// let handle = layer.handle();
+    /// let mut chat = layer.layer(service_fn(|_: ()| async { Ok::<_, std::io::Error>(()) }));
+    /// let _ = chat.ready().await?.call(()).await;
+    /// let snapshot = handle.snapshot();
+    /// assert_eq!(snapshot.retry_after(), Some(Duration::from_secs(300)), "probes at the cap");
+    /// assert_eq!(snapshot.requested_wait(), Some(three_days), "says what was asked");
+    /// # Ok(()) }
+    /// ```
+    pub fn requested_wait(&self) -> Option<Duration> {
+        self.requested_until
+            .map(|until| until.saturating_duration_since(self.taken_at))
     }
 }

@@ -526,6 +526,7 @@ async fn snapshot_json_has_every_documented_field() -> TestResult {
         "last_failure",
         "next_probe",
         "retry_after_ms",
+        "requested_wait_ms",
         "counts",
         "generation",
     ] {

@@ -25,6 +25,13 @@
 //!   half-open; only ever longer), the probe then waits for the time and for its own
 //!   cooldown; releasing it puts its own wait back (none, if the hint opened it);
 //!   allowing a probe lets the next call probe
+//! a failure asking to wait w s (a 429's Retry-After), at time t:
+//!   on time: counted, and opens at once; the probe waits for the cooldown and until
+//!   t + min(w, cap); t + w is reported when it is later than that
+//!   late: counted as late; a call or probe admitted since a person's latest act (a
+//!   reset, a forced open or hold, a probe allowed, a mode change) lengthens an open
+//!   breaker's wait (its own under a hint too) to t + min(w, cap) when that is later,
+//!   and the time reported to t + w when that is later; never anything else
 //! ```
 
 mod common;
@@ -45,7 +52,7 @@ use tokio::sync::oneshot;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::snapshot::Counts;
 use tower_circuit_breaker::{
-    Answer, Builder, Cooldown, Mode, NextProbe, Outcome, Reason, Source, State,
+    Answer, Builder, Cooldown, Failure, Mode, NextProbe, Outcome, Reason, Source, State,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -69,6 +76,8 @@ enum Act {
     Call(Fate),
     /// The held call (by index, modulo their number) ends: `true` a success.
     Release(usize, bool),
+    /// The held call ends with a 429 asking for this many seconds.
+    ReleaseLimited(usize, u64),
     Kill,
     Revive,
     Reset,
@@ -94,6 +103,7 @@ fn act() -> impl Strategy<Value = Act> {
     prop_oneof![
         20 => fate.prop_map(Act::Call),
         3 => (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| Act::Release(i, ok)),
+        2 => (any::<usize>(), 0u64..12).prop_map(|(i, wait)| Act::ReleaseLimited(i, wait)),
         1 => Just(Act::Kill),
         2 => Just(Act::Revive),
         1 => Just(Act::Reset),
@@ -112,6 +122,8 @@ struct Case {
     threshold: u32,
     cooldown: u64,
     dwell: u64,
+    /// The breaker's `max_retry_after`, in seconds.
+    cap: u64,
     acts: Vec<Act>,
 }
 
@@ -119,8 +131,8 @@ impl fmt::Debug for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "threshold {} cooldown {} calls dwell {} s:",
-            self.threshold, self.cooldown, self.dwell
+            "threshold {} cooldown {} calls dwell {} s retry-after cap {} s:",
+            self.threshold, self.cooldown, self.dwell, self.cap
         )?;
         for (i, act) in self.acts.iter().enumerate() {
             writeln!(f, "  t={} {act:?}", i + 1)?;
@@ -134,12 +146,14 @@ fn cases() -> impl Strategy<Value = Case> {
         1u32..=4,
         1u64..=5,
         3u64..=20,
+        1u64..=8,
         prop::collection::vec(act(), 1..80),
     )
-        .prop_map(|(threshold, cooldown, dwell, acts)| Case {
+        .prop_map(|(threshold, cooldown, dwell, cap, acts)| Case {
             threshold,
             cooldown,
             dwell,
+            cap,
             acts,
         })
 }
@@ -157,8 +171,11 @@ enum Phase {
         since: u64,
         calls: bool,
         until: Option<u64>,
-        /// A hint holds it: whether its own wait underneath counts calls.
-        hinted: Option<bool>,
+        /// A hint holds it: its own wait underneath (whether it counts calls, and its
+        /// time).
+        hinted: Option<(bool, Option<u64>)>,
+        /// The latest end of a wait a failure asked for (uncut by the cap).
+        asked: Option<u64>,
     },
     HalfOpen {
         entered: u64,
@@ -202,9 +219,12 @@ struct Model {
     threshold: u32,
     cooldown: u64,
     dwell: u64,
+    cap: u64,
     phase: Phase,
     fails: u32,
     generation: u64,
+    /// The first generation whose calls were admitted after a person's latest act.
+    acted: u64,
     mode: Mode,
     killed: bool,
     /// Calls held in flight: (generation, kind).
@@ -218,9 +238,11 @@ impl Model {
             threshold: case.threshold,
             cooldown: case.cooldown,
             dwell: case.dwell,
+            cap: case.cap,
             phase: Phase::Closed,
             fails: 0,
             generation: 0,
+            acted: 0,
             mode: Mode::Enabled,
             killed: false,
             held: Vec::new(),
@@ -251,12 +273,36 @@ impl Model {
     }
 
     fn open(&mut self) {
+        self.open_for(None);
+    }
+
+    /// Opens for the cooldown, and for `wait` = (t, w): a failure at `t` asked for `w`
+    /// seconds.
+    fn open_for(&mut self, wait: Option<(u64, u64)>) {
         self.enter(Phase::Open {
             since: 0,
             calls: true,
-            until: None,
+            until: wait.map(|(t, w)| t + w.min(self.cap)),
             hinted: None,
+            asked: wait.map(|(t, w)| t + w),
         });
+    }
+
+    /// A person acted; `transitioned`: a new generation began.
+    fn acted(&mut self, transitioned: bool) {
+        self.acted = self.generation + u64::from(!transitioned);
+    }
+
+    /// What the breaker reports the service asked for, beyond its own wait.
+    fn requested_until(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Open {
+                until,
+                asked: Some(asked),
+                ..
+            } if until.is_none_or(|until| until < asked) => Some(asked),
+            _ => None,
+        }
     }
 
     /// A look at the clock: a half-open past its dwell limit opens again.
@@ -393,12 +439,41 @@ impl Model {
 
     /// A call made in `generation` as `kind` ends with `ok`.
     fn record(&mut self, generation: u64, kind: Kind, ok: bool) {
+        self.record_at(generation, kind, ok, None);
+    }
+
+    /// A call made in `generation` as `kind` ends with `ok`; a failure may ask for a
+    /// wait, `(t, w)`: `w` seconds from `t`.
+    fn record_at(&mut self, generation: u64, kind: Kind, ok: bool, wait: Option<(u64, u64)>) {
         if kind == Kind::Pass {
             return;
         }
         self.ended(kind);
         if generation != self.generation {
             self.counts.late += 1;
+            if let Some((t, w)) = wait.filter(|_| kind != Kind::Shadow && generation >= self.acted)
+            {
+                let (cut, whole) = (t + w.min(self.cap), t + w);
+                if let Phase::Open {
+                    until,
+                    hinted,
+                    asked,
+                    ..
+                } = &mut self.phase
+                {
+                    if *until < Some(cut) {
+                        *until = Some(cut);
+                    }
+                    if let Some((_, own)) = hinted {
+                        if *own < Some(cut) {
+                            *own = Some(cut);
+                        }
+                    }
+                    if *asked < Some(whole) {
+                        *asked = Some(whole);
+                    }
+                }
+            }
             return;
         }
         if ok {
@@ -413,8 +488,8 @@ impl Model {
                     self.fails = 0;
                 } else {
                     self.fails += 1;
-                    if self.fails >= self.threshold {
-                        self.open();
+                    if wait.is_some() || self.fails >= self.threshold {
+                        self.open_for(wait);
                     }
                 }
             }
@@ -425,7 +500,7 @@ impl Model {
                     self.enter(Phase::Closed);
                 } else {
                     self.fails += 1;
-                    self.open();
+                    self.open_for(wait);
                 }
             }
         }
@@ -504,6 +579,14 @@ impl Model {
                 }
                 None
             }
+            Act::ReleaseLimited(i, wait) => {
+                if !self.held.is_empty() {
+                    let (generation, kind) = self.held.remove(i % self.held.len());
+                    self.tick(t);
+                    self.record_at(generation, kind, false, Some((t, wait)));
+                }
+                None
+            }
             Act::Kill => {
                 self.killed = true;
                 None
@@ -514,9 +597,11 @@ impl Model {
             }
             Act::Reset => {
                 self.fails = 0;
-                if self.phase != Phase::Closed {
+                let transitioned = self.phase != Phase::Closed;
+                if transitioned {
                     self.enter(Phase::Closed);
                 }
+                self.acted(transitioned);
                 None
             }
             Act::ForceOpen => {
@@ -531,6 +616,7 @@ impl Model {
                 if mode != self.mode {
                     self.mode = mode;
                     self.generation += 1;
+                    self.acted(true);
                     if let Phase::HalfOpen { running, .. } = &mut self.phase {
                         *running = 0;
                     }
@@ -547,8 +633,7 @@ impl Model {
                         hinted: hinted @ Some(_),
                         ..
                     } => {
-                        *calls = hinted.take() == Some(true);
-                        *until = None;
+                        (*calls, *until) = hinted.take().expect("a hint holds it");
                         true
                     }
                     _ => false,
@@ -556,7 +641,7 @@ impl Model {
             }
             Act::AllowProbe => {
                 self.tick(t);
-                Some(Seen::Applied(match &mut self.phase {
+                let applied = match &mut self.phase {
                     Phase::Open {
                         calls,
                         until,
@@ -567,7 +652,11 @@ impl Model {
                         true
                     }
                     _ => false,
-                }))
+                };
+                if applied {
+                    self.acted(false);
+                }
+                Some(Seen::Applied(applied))
             }
         }
     }
@@ -582,7 +671,8 @@ impl Model {
                     since: 0,
                     calls: false,
                     until: Some(to),
-                    hinted: Some(false),
+                    hinted: Some((false, None)),
+                    asked: None,
                 });
                 true
             }
@@ -593,7 +683,7 @@ impl Model {
                 hinted,
                 ..
             } => {
-                hinted.get_or_insert(*calls);
+                hinted.get_or_insert((*calls, *until));
                 *until = Some(to);
                 true
             }
@@ -619,8 +709,14 @@ impl Model {
     fn hold(&mut self, t: u64, until: Option<u64>) {
         self.tick(t);
         match &mut self.phase {
-            Phase::Forced { until: held } => *held = until,
-            _ => self.enter(Phase::Forced { until }),
+            Phase::Forced { until: held } => {
+                *held = until;
+                self.acted(false);
+            }
+            _ => {
+                self.enter(Phase::Forced { until });
+                self.acted(true);
+            }
         }
     }
 }
@@ -640,13 +736,15 @@ fn at(t: u64) -> Instant {
 enum Reply {
     Answer,
     Unavailable,
+    /// A 429 asking for this many seconds.
+    Limited(u64),
     Fallback,
 }
 
 /// How a call answers: at once, when the test says, or never.
 enum Plan {
     Now(bool),
-    Later(oneshot::Receiver<bool>),
+    Later(oneshot::Receiver<Reply>),
     Never,
 }
 
@@ -659,6 +757,9 @@ type CallFuture = Pin<Box<dyn Future<Output = Result<Answer<Reply>, BoxError>> +
 fn classify(result: &Result<Reply, Infallible>) -> Outcome {
     match result {
         Ok(Reply::Answer) => Outcome::Success,
+        Ok(Reply::Limited(wait)) => Outcome::Failure(
+            Failure::new("429 Too Many Requests").retry_after(Duration::from_secs(*wait)),
+        ),
         Ok(_) => Outcome::failure_with("unavailable"),
         Err(never) => match *never {},
     }
@@ -704,6 +805,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             .failure_threshold(case.threshold)
             .cooldown(Cooldown::Calls(case.cooldown))
             .max_half_open_dwell(Some(Duration::from_secs(case.dwell)))
+            .max_retry_after(Duration::from_secs(case.cap))
             .build()
             .map_err(fail)?;
         let handle = layer.handle();
@@ -713,16 +815,13 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             service_fn(move |req: Req| {
                 calls.fetch_add(1, Ordering::SeqCst);
                 async move {
-                    let ok = match req.plan {
-                        Plan::Now(ok) => ok,
-                        Plan::Later(answer) => answer.await.unwrap_or(false),
+                    let reply = match req.plan {
+                        Plan::Now(true) => Reply::Answer,
+                        Plan::Now(false) => Reply::Unavailable,
+                        Plan::Later(answer) => answer.await.unwrap_or(Reply::Unavailable),
                         Plan::Never => std::future::pending().await,
                     };
-                    Ok::<_, Infallible>(if ok {
-                        Reply::Answer
-                    } else {
-                        Reply::Unavailable
-                    })
+                    Ok::<_, Infallible>(reply)
                 }
             })
         };
@@ -733,7 +832,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             }))
             .layer(inner);
         let mut model = Model::new(case);
-        let mut held: Vec<(oneshot::Sender<bool>, CallFuture, bool)> = Vec::new();
+        let mut held: Vec<(oneshot::Sender<Reply>, CallFuture, bool)> = Vec::new();
         let mut made_passes = 0u64;
         for (i, &act) in case.acts.iter().enumerate() {
             let t = i as u64 + 1;
@@ -779,10 +878,14 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                         }
                     }
                 }),
-                Act::Release(i, ok) => {
+                Act::Release(i, _) | Act::ReleaseLimited(i, _) => {
                     if !held.is_empty() {
                         let (tx, mut future, _) = held.remove(i % held.len());
-                        let _ = tx.send(ok);
+                        let _ = tx.send(match act {
+                            Act::Release(_, true) => Reply::Answer,
+                            Act::ReleaseLimited(_, wait) => Reply::Limited(wait),
+                            _ => Reply::Unavailable,
+                        });
                         loop {
                             tokio::task::yield_now().await;
                             if let Poll::Ready(result) = poll_once(&mut future) {
@@ -863,6 +966,12 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
 
             let snapshot = handle.snapshot();
             prop_assert_eq!(snapshot.state, model.state(), "state at t={}", t);
+            prop_assert_eq!(
+                snapshot.requested_until.map(|until| until - shift),
+                model.requested_until().map(at),
+                "the wait the service asked for, at t={}",
+                t
+            );
             prop_assert_eq!(snapshot.mode, model.mode);
             prop_assert_eq!(snapshot.killed, model.killed);
             prop_assert_eq!(

@@ -55,6 +55,7 @@ async fn a_snapshot_serializes_in_the_documented_shape_with_times_relative_to_wh
             "last_failure": null,
             "next_probe": { "kind": "not_needed" },
             "retry_after_ms": null,
+            "requested_wait_ms": null,
             "counts": {
                 "arrived": 0, "made": 0, "probes": 0, "skipped": 0, "skipped_open": 0,
                 "skipped_half_open_full": 0, "skipped_killed": 0, "skipped_forced_open": 0,
@@ -83,6 +84,11 @@ async fn a_snapshot_serializes_in_the_documented_shape_with_times_relative_to_wh
         json!({ "kind": "after", "calls": 1, "retry_after_ms": 6750 })
     );
     assert_eq!(open["retry_after_ms"], 6750);
+    assert_eq!(
+        open["requested_wait_ms"],
+        Value::Null,
+        "the breaker waits as asked"
+    );
     assert_eq!(open["counts"]["made"], 2);
     assert_eq!(open["counts"]["failures"], 1);
     assert_eq!(open["generation"], 1);

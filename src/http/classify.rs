@@ -26,7 +26,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | `Err(_)` that is a [`BodyTooLarge`] (a 429 or 5xx response too large for a [`BufferBodyLayer`](super::BufferBodyLayer)) | as the response would be: failure named by its status, opening for its `retry-after-ms` or `Retry-After` as below |
 /// | `Err(_)` that is a [`BodyBrokeOff`] (a 429 or 5xx response whose body broke off while an [`ErrorBodyLayer`](super::ErrorBodyLayer) or a [`BufferBodyLayer`](super::BufferBodyLayer) read it) | as the response would be, opening for its wait as below; the message says the body broke off, and why |
 /// | 5xx, 429, 408 | failure, with the status as its message (`503 Service Unavailable`) |
-/// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after) |
+/// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after); a longer wait is kept as asked ([`Failure::requested_wait`]) and reported |
 /// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
@@ -58,11 +58,15 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 ///
 /// Read on a 429 or a 503, in delta-seconds (`Retry-After: 120`) or as an HTTP date
 /// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from [`SystemTime::now`]).
-/// A wait longer than [`max_retry_after`](Self::max_retry_after) (default 5 minutes) is
-/// cut to it, so that a misconfigured server cannot park the breaker for a day. The
-/// breaker bounds it again with its own
-/// [`Builder::max_retry_after`](crate::Builder::max_retry_after); the smaller bound
-/// wins. A date in the past or a value that is neither form is ignored: the breaker's
+/// The breaker probes after at most [`max_retry_after`](Self::max_retry_after) (default
+/// 5 minutes), so that a misconfigured server cannot park it for a day; the breaker bounds
+/// the wait again with its own
+/// [`Builder::max_retry_after`](crate::Builder::max_retry_after), and the smaller bound
+/// wins. A longer wait is not lost: the failure carries it uncut
+/// ([`Failure::requested_wait`]; [`Failure::retry_after_hint`] is the bounded one), and
+/// the breaker reports it beside its next probe
+/// ([`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until)), so that
+/// a provider's monthly spend limit reads "retry after 3 days", not "5 minutes". A date in the past or a value that is neither form is ignored: the breaker's
 /// own cooldown applies. `Retry-After: 0` is honoured: the opening waits no time (with
 /// a cooldown in calls, it still waits for those calls).
 ///
@@ -86,7 +90,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 ///     .unwrap());
 /// let Outcome::Failure(failure) = classifier.classify(&limited) else { unreachable!() };
 /// assert_eq!(failure.message(), Some("429 Too Many Requests"));
-/// assert_eq!(failure.retry_after_hint(), Some(Duration::from_secs(60)));
+/// assert_eq!(failure.retry_after_hint(), Some(Duration::from_secs(60)), "the breaker's wait");
+/// assert_eq!(failure.requested_wait(), Some(Duration::from_secs(3600)), "the server's");
 ///
 /// let not_found: Result<_, std::io::Error> = Ok(Response::builder().status(404).body(()).unwrap());
 /// assert_eq!(classifier.classify(&not_found), Outcome::Success);
@@ -113,9 +118,10 @@ impl HttpClassifier {
         Self::default()
     }
 
-    /// The longest wait a `Retry-After` header may ask for; longer waits are cut to
-    /// this. Default 5 minutes. `Duration::ZERO` turns every wait into "probe on the
-    /// next call".
+    /// The longest a `Retry-After` header's wait holds the breaker open; the probe goes
+    /// after at most this long ([`Failure::cap_retry_after`]), while the wait asked for
+    /// is kept and reported ([`Failure::requested_wait`]). Default 5 minutes.
+    /// `Duration::ZERO` turns every wait into "probe on the next call".
     pub fn max_retry_after(mut self, cap: Duration) -> Self {
         self.max_retry_after = cap;
         self
@@ -164,7 +170,8 @@ impl HttpClassifier {
     }
 
     /// What `status` says of the service, with the wait its response asked for
-    /// ([`requested_wait`]), cut to the cap; a failure's message is `message()`.
+    /// ([`requested_wait`]), bounded by the cap and kept uncut; a failure's message is
+    /// `message()`.
     fn status_outcome(
         &self,
         status: StatusCode,
@@ -176,7 +183,11 @@ impl HttpClassifier {
         }
         let failure = Failure::new(message());
         match wait {
-            Some(wait) => Outcome::Failure(failure.retry_after(wait.min(self.max_retry_after))),
+            Some(wait) => Outcome::Failure(
+                failure
+                    .retry_after(wait)
+                    .cap_retry_after(self.max_retry_after),
+            ),
             None => Outcome::Failure(failure),
         }
     }

@@ -43,6 +43,11 @@ impl Epoch {
         self.0
     }
 
+    /// The generation part (the low 54 bits of the generation).
+    pub(crate) fn generation(self) -> u64 {
+        self.0 >> 2
+    }
+
     #[inline(always)]
     pub(crate) fn mode(self) -> Mode {
         match self.0 & 3 {
@@ -173,6 +178,9 @@ impl Door {
     const HAS_TIME: u64 = 1 << 5;
     /// Calls are timed, for a slow-call rule.
     pub(crate) const TIMED: u64 = 1 << 6;
+    /// Open: the service asked to wait longer than the probe waits (a `Retry-After`
+    /// above the cap); its skips say so ([`Skip::asked_longer`]).
+    const ASKED_LONGER: u64 = 1 << 7;
     pub(crate) const EPOCH_SHIFT: u32 = 8;
 
     fn made(epoch: Epoch, flags: u64, step: u64, time: Option<Instant>) -> Door {
@@ -195,9 +203,11 @@ impl Door {
     }
 
     /// An open door: calls are skipped until `due`, then the next one is the probe.
-    /// `forced`: a person opened it.
-    pub(crate) fn open(epoch: Epoch, due: Due, forced: bool) -> Door {
-        let flags = Self::OPEN | Self::flag_if(forced);
+    /// `forced`: a person opened it; `asked_longer`: the service asked to wait longer
+    /// than `due` (its skips say so).
+    pub(crate) fn open(epoch: Epoch, due: Due, forced: bool, asked_longer: bool) -> Door {
+        let asked = if asked_longer { Self::ASKED_LONGER } else { 0 };
+        let flags = Self::OPEN | Self::flag_if(forced) | asked;
         match due {
             Due::Never => Self::made(epoch, flags | Self::NEVER, 0, None),
             Due::At { step, time } => {
@@ -228,6 +238,12 @@ impl Door {
     #[inline(always)]
     pub(crate) fn timed(&self) -> bool {
         self.word & Self::TIMED != 0
+    }
+
+    /// Whether an open door's wait is shorter than the service asked for.
+    #[cfg(test)]
+    pub(crate) fn asked_longer(&self) -> bool {
+        self.word & Self::ASKED_LONGER != 0
     }
 
     /// An open door's wait.
@@ -353,7 +369,8 @@ impl Door {
                     (None | Some(0), None) => Verdict::Probe,
                     (calls, at) => {
                         let calls = calls.unwrap_or(1).max(1);
-                        Verdict::Skip(Skip::waiting(reason, state, calls, at))
+                        let asked = self.word & Self::ASKED_LONGER != 0;
+                        Verdict::Skip(Skip::waiting(reason, state, calls, at, asked))
                     }
                 }
             }
@@ -458,7 +475,7 @@ mod tests {
             step: Some(9),
             time: None,
         };
-        let open = Door::open(EPOCH, due, false);
+        let open = Door::open(EPOCH, due, false, false);
         let mut clock = counting(6, now);
         let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
@@ -482,7 +499,7 @@ mod tests {
             step: None,
             time: Some(due),
         };
-        let open = Door::open(EPOCH, at, false);
+        let open = Door::open(EPOCH, at, false, false);
         let mut clock = counting(1, now);
         let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
@@ -499,8 +516,30 @@ mod tests {
     }
 
     #[test]
+    fn a_skip_at_a_door_whose_wait_was_cut_says_the_service_asked_longer() {
+        let now = Instant::now();
+        let due = Due::at(now + Duration::from_secs(300));
+        for asked in [false, true] {
+            let open = Door::open(EPOCH, due, false, asked);
+            let Verdict::Skip(skip) = open.admit(false, &mut counting(1, now)) else {
+                panic!("skipped")
+            };
+            assert_eq!(skip.asked_longer(), asked);
+            assert_eq!(
+                skip.next_probe().retry_after(now),
+                Some(Duration::from_secs(300))
+            );
+            // The kill switch's skip says nothing of the wait: only a person ends it.
+            let Verdict::Skip(killed) = open.admit(true, &mut counting(1, now)) else {
+                panic!("skipped")
+            };
+            assert!(!killed.asked_longer());
+        }
+    }
+
+    #[test]
     fn observe_only_turns_a_skip_into_a_shadow_call_but_not_a_kill() {
-        let open = Door::open(Epoch::new(1, Mode::ObserveOnly), Due::Never, true);
+        let open = Door::open(Epoch::new(1, Mode::ObserveOnly), Due::Never, true, false);
         let mut clock = counting(1, Instant::now());
         assert_eq!(
             open.admit(false, &mut clock),
@@ -544,13 +583,14 @@ mod tests {
             step in proptest::option::of(proptest::num::u64::ANY),
             nanos in proptest::option::of(0u64..1 << 62),
             timed in proptest::bool::ANY,
+            asked in proptest::bool::ANY,
         ) {
             let epoch = Epoch::new(generation, mode);
             let time = nanos.map(|n| Instant::now() + Duration::from_nanos(n));
             let due = if never { Due::Never } else { Due::At { step, time } };
             let door = match kind {
                 0 => Door::closed(epoch, flag),
-                1 => Door::open(epoch, due, flag),
+                1 => Door::open(epoch, due, flag, asked),
                 _ => Door::half_open(epoch, flag, time),
             }
             .timed_if(timed);
@@ -567,6 +607,7 @@ mod tests {
                     let state = if flag { State::ForcedOpen } else { State::Open };
                     proptest::prop_assert_eq!(door.state(), state);
                     proptest::prop_assert_eq!(door.due(), Some(due));
+                    proptest::prop_assert_eq!(door.asked_longer(), asked);
                 }
                 _ => {
                     proptest::prop_assert_eq!(door.state(), State::HalfOpen);

@@ -52,17 +52,22 @@ pub(crate) enum Recorded {
         failure_rate: Option<f64>,
     },
     /// The breaker moved on since the call was admitted (another state or mode): the
-    /// outcome counts for nothing.
+    /// outcome counts for nothing. A failure's wait may still have lengthened an opening
+    /// (see [`Machine::record`]).
     Late,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Closed,
-    /// Open until `due`, kept open by `by`.
+    /// Open until `due`, kept open by `by`. `asked`: the latest end of a wait a failure
+    /// of this opening asked for (its `Retry-After`, uncut), which the probe does not
+    /// wait for when it is above the cap: reported, not obeyed (see
+    /// [`Machine::requested_until`]).
     Open {
         due: Due,
         by: Opener,
+        asked: Option<Instant>,
     },
     /// Successes of this half-open's probes so far (its probes under way are in
     /// [`Machine::probes`]).
@@ -118,6 +123,11 @@ pub(crate) struct Machine {
     last_failure: Option<FailureRecord>,
     /// The probes under way: this half-open's, and earlier ones' that still hold slots.
     probes: Vec<Probes>,
+    /// The first generation whose calls were admitted after a person's latest act (a
+    /// reset, a forced open, a probe allowed, a change of mode): a late outcome of a call
+    /// admitted before it never lengthens an opening (see [`Machine::record`]), so it
+    /// cannot undo what the person did.
+    acted: u64,
 }
 
 impl Machine {
@@ -136,6 +146,7 @@ impl Machine {
             reopens: 0,
             last_failure: None,
             probes: Vec::new(),
+            acted: 0,
         }
     }
 
@@ -176,6 +187,7 @@ impl Machine {
             } else {
                 self.door().next_probe(at)
             },
+            requested_until: self.requested_until(),
             generation: self.generation,
             taken_at: at.now,
         }
@@ -191,6 +203,22 @@ impl Machine {
             .filter(|_| self.cause == Some(Cause::PermanentFailure))
     }
 
+    /// When the service asked to be left alone until, if that is later than the breaker
+    /// waits: an opening whose `Retry-After` was above the cap (the probe goes at the
+    /// cap), open by the breaker's own calls or a hint. `None` for any other state, a
+    /// person's hold included (the person's wait is the one that holds).
+    pub(crate) fn requested_until(&self) -> Option<Instant> {
+        let Phase::Open {
+            due: Due::At { time, .. },
+            by: Opener::Breaker | Opener::Hint { .. },
+            asked: Some(asked),
+        } = self.phase
+        else {
+            return None;
+        };
+        time.is_none_or(|time| time < asked).then_some(asked)
+    }
+
     /// What an arriving call is decided on, derived from the state.
     pub(crate) fn door(&self) -> Door {
         let epoch = self.epoch();
@@ -201,7 +229,12 @@ impl Machine {
                     && matches!(self.config.trip, TripPolicy::ConsecutiveFailures(_))
                     && self.config.slow_call.is_none(),
             ),
-            Phase::Open { due, by } => Door::open(epoch, due, by == Opener::Person),
+            Phase::Open { due, by, .. } => Door::open(
+                epoch,
+                due,
+                by == Opener::Person,
+                self.requested_until().is_some(),
+            ),
             Phase::HalfOpen { entered_at, .. } => Door::half_open(
                 epoch,
                 self.probes_in_flight() < self.config.half_open_probes,
@@ -282,7 +315,8 @@ impl Machine {
     /// Records the outcome of a call of `kind` admitted in `epoch`; `elapsed` is how
     /// long it took, for the slow-call rule. `at.step` is the count of calls so far. A
     /// call from an earlier epoch (a deadline that passed by `at` included) is late and
-    /// changes nothing.
+    /// counts for nothing; only a wait it asked for may lengthen the opening it finds
+    /// (see [`Machine::lengthen_for_late`]).
     pub(crate) fn record(
         &mut self,
         epoch: Epoch,
@@ -297,6 +331,9 @@ impl Machine {
         // A probe's slot is free once it answers, whatever it says.
         self.release(epoch, kind);
         if epoch != self.epoch() {
+            if kind != Kind::Shadow {
+                self.lengthen_for_late(epoch, &outcome, at.now);
+            }
             return (Recorded::Late, expired);
         }
         let outcome = self.slow_call_rule(outcome, elapsed);
@@ -316,6 +353,66 @@ impl Machine {
             failure_rate,
         };
         (recorded, transition)
+    }
+
+    /// A late failure that asked for a wait (a 429's `Retry-After` for a call admitted
+    /// before the breaker opened): the service said, as of `now`, not to call before
+    /// then, so an opening that would probe sooner waits that long (up to the cap, as an
+    /// opening of its own would); the wait asked for beyond the cap is reported. It
+    /// never shortens a wait, counts no failure and changes no state, and it never
+    /// touches a person's act: only an opening of the breaker's own (its calls, or a hint)
+    /// is lengthened, and only by a call admitted since a person's latest act (a reset, a
+    /// forced open, a probe allowed, a change of mode), so that no act is undone by a
+    /// message older than it. A half-open breaker is left to its probes, whose own
+    /// results decide, and a closed one to its calls.
+    fn lengthen_for_late(&mut self, epoch: Epoch, outcome: &Outcome, now: Instant) {
+        let Outcome::Failure(failure) = outcome else {
+            return;
+        };
+        let Some(hint) = failure.retry_after_hint() else {
+            return;
+        };
+        // Admitted before a person's act: too old to change what the person did.
+        let acted = Epoch::new(self.acted, self.mode).generation();
+        if failure.is_permanent() || epoch.generation() < acted {
+            return;
+        }
+        let until = later(now, hint.min(self.config.max_retry_after));
+        let requested = failure.requested_wait().map(|wait| later(now, wait));
+        let Phase::Open {
+            due: Due::At { time, .. },
+            by: by @ (Opener::Breaker | Opener::Hint { .. }),
+            asked,
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if time.is_none_or(|time| time < until) {
+            *time = Some(until);
+        }
+        // The breaker's own wait under a hint is lengthened too: it is back in force
+        // when the hint is released.
+        if let Opener::Hint {
+            own: Due::At { time: own, .. },
+        } = by
+        {
+            if own.is_none_or(|own| own < until) {
+                *own = Some(until);
+            }
+        }
+        if requested > *asked {
+            *asked = requested;
+        }
+    }
+
+    /// A person acted: calls admitted until now are older than the act (see
+    /// [`Machine::acted`]). `transitioned`: the act started a new generation, so the
+    /// calls of this one are all older; otherwise they are counted older too (no call of
+    /// an open breaker's generation but a shadow one is still running; in a closed one,
+    /// a call admitted since a reset that changed nothing is counted older than it, and
+    /// its late wait lost: the safe side).
+    fn person_acted(&mut self, transitioned: bool) {
+        self.acted = self.generation + u64::from(!transitioned);
     }
 
     /// Counts a closed-state outcome; returns the trip policy's reading after it (taken
@@ -420,13 +517,17 @@ impl Machine {
         let phase = Phase::Open {
             due: until.map_or(Due::Never, Due::at),
             by: Opener::Person,
+            asked: None,
         };
         if self.state() == State::ForcedOpen {
             // Already held by a person: the new hold replaces the old, no transition.
             self.phase = phase;
+            self.person_acted(false);
             return None;
         }
-        Some(self.enter(phase, at, Cause::ForcedOpen))
+        let transition = self.enter(phase, at, Cause::ForcedOpen);
+        self.person_acted(true);
+        Some(transition)
     }
 
     /// Opens the breaker until `until` on a hint from outside it (another replica saw
@@ -449,6 +550,7 @@ impl Machine {
                     by: Opener::Hint {
                         own: Due::NEXT_CALL,
                     },
+                    asked: None,
                 };
                 // Closed: no deadline had passed, and the opening is the transition.
                 return (true, Some(self.enter(phase, at, Cause::Hint)));
@@ -458,6 +560,7 @@ impl Machine {
             Phase::Open {
                 due: due @ Due::At { step, time },
                 by,
+                asked,
             } if by != Opener::Person && time.is_none_or(|time| time < until) => {
                 let by = match by {
                     Opener::Breaker => Opener::Hint { own: due },
@@ -467,7 +570,7 @@ impl Machine {
                     step,
                     time: Some(until),
                 };
-                self.phase = Phase::Open { due, by };
+                self.phase = Phase::Open { due, by, asked };
                 true
             }
             _ => false,
@@ -484,6 +587,7 @@ impl Machine {
         let expired = self.tick(at);
         let Phase::Open {
             by: Opener::Hint { own },
+            asked,
             ..
         } = self.phase
         else {
@@ -492,6 +596,7 @@ impl Machine {
         self.phase = Phase::Open {
             due: own,
             by: Opener::Breaker,
+            asked,
         };
         (true, expired)
     }
@@ -507,6 +612,7 @@ impl Machine {
             Phase::Open {
                 due: due @ Due::At { .. },
                 by: by @ (Opener::Breaker | Opener::Hint { .. }),
+                ..
             } => {
                 *due = Due::NEXT_CALL;
                 *by = Opener::Breaker;
@@ -514,13 +620,19 @@ impl Machine {
             }
             _ => false,
         };
+        if allowed {
+            // No late wait may take the probe back.
+            self.person_acted(false);
+        }
         (allowed, expired)
     }
 
     /// Closes the breaker and clears its failure counts and backoff.
     pub(crate) fn reset(&mut self, at: Fixed) -> Option<Transition> {
         self.write_off_probes();
-        self.close(at, Cause::Reset)
+        let transition = self.close(at, Cause::Reset);
+        self.person_acted(transition.is_some());
+        transition
     }
 
     /// A person's act or a change of mode: the probes under way hold no slot any more
@@ -541,6 +653,7 @@ impl Machine {
         self.write_off_probes();
         let left = std::mem::replace(&mut self.mode, mode);
         self.generation += 1;
+        self.person_acted(true);
         // A half-open breaker starts over: no probe holds a slot, none has succeeded.
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes = 0;
@@ -608,8 +721,14 @@ impl Machine {
             Cooldown::Time(d) => Due::at(later(at.now, d)),
         };
         let hint = failure.and_then(Failure::retry_after_hint);
+        let mut asked = None;
         if let (Some(hint), Due::At { time, .. }) = (hint, &mut due) {
+            // The probe waits at most the cap; what the service asked for is kept to be
+            // reported.
             *time = Some(later(at.now, hint.min(self.config.max_retry_after)));
+            asked = failure
+                .and_then(Failure::requested_wait)
+                .map(|wait| later(at.now, wait));
         }
         if failure.is_some_and(Failure::is_permanent) {
             due = Due::Never;
@@ -618,6 +737,7 @@ impl Machine {
         let phase = Phase::Open {
             due,
             by: Opener::Breaker,
+            asked,
         };
         self.enter(phase, at, cause)
     }
@@ -659,6 +779,7 @@ impl Machine {
             mode: self.mode,
             consecutive_failures: self.consecutive,
             next_probe: self.door().next_probe(at),
+            requested_until: self.requested_until(),
         }
     }
 

@@ -205,8 +205,9 @@ impl NextProbe {
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Skip {
-    /// Bit 0 set; 1-2 the reason; 3-4 the state; 5-6 the kind of next probe; from 8,
-    /// the calls until the probe.
+    /// Bit 0 set; 1-2 the reason; 3-4 the state; 5-6 the kind of next probe; 7 the
+    /// service asked to wait longer ([`Skip::asked_longer`]); from 8, the calls until
+    /// the probe.
     bits: NonZeroU64,
     /// When the probe may go, as [`Nanos`]; [`Skip::NO_TIME`]: no time.
     at: i64,
@@ -221,6 +222,7 @@ impl Skip {
     /// The most calls until a probe a skip can tell; no cooldown is longer
     /// ([`Cooldown::MAX_CALLS`](crate::Cooldown::MAX_CALLS)).
     const CALLS: u64 = crate::Cooldown::MAX_CALLS;
+    const ASKED_LONGER: u64 = 1 << 7;
 
     #[inline(always)]
     fn pack(reason: Reason, state: State, kind: u64, calls: u64, at: Option<Nanos>) -> Skip {
@@ -244,10 +246,31 @@ impl Skip {
         Self::pack(reason, state, kind, calls, at)
     }
 
-    /// The probe is the `calls`-th call from now, not before `at`.
+    /// The probe is the `calls`-th call from now, not before `at`; `asked_longer`: the
+    /// service asked to wait longer than that.
     #[inline(always)]
-    pub(crate) fn waiting(reason: Reason, state: State, calls: u64, at: Option<Nanos>) -> Skip {
-        Self::pack(reason, state, Self::AFTER, calls, at)
+    pub(crate) fn waiting(
+        reason: Reason,
+        state: State,
+        calls: u64,
+        at: Option<Nanos>,
+        asked_longer: bool,
+    ) -> Skip {
+        let mut skip = Self::pack(reason, state, Self::AFTER, calls, at);
+        skip.bits |= u64::from(asked_longer) * Self::ASKED_LONGER;
+        skip
+    }
+
+    /// Whether the service asked to wait longer than this skip's next probe: a
+    /// `Retry-After` above the breaker's
+    /// [`max_retry_after`](crate::Builder::max_retry_after) (a monthly spend limit's
+    /// days). The breaker probes at its cap all the same, so as not to wait days on a
+    /// misconfigured server; the time the service asked for is the breaker's
+    /// [`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until). A skip
+    /// made with [`Skip::new`] says `false`.
+    #[inline]
+    pub fn asked_longer(&self) -> bool {
+        self.bits.get() & Self::ASKED_LONGER != 0
     }
 
     /// Whether the breaker that skipped is held open by a failure of the service's own
@@ -302,6 +325,7 @@ impl fmt::Debug for Skip {
             .field("reason", &self.reason())
             .field("state", &self.state())
             .field("next_probe", &self.next_probe())
+            .field("asked_longer", &self.asked_longer())
             .finish()
     }
 }
@@ -406,11 +430,16 @@ pub struct Transition {
     pub consecutive_failures: u32,
     /// When the breaker will next let a probe through, as of the transition.
     pub next_probe: NextProbe,
+    /// When the service asked to be left alone until, if that is later than the next
+    /// probe (a `Retry-After` above the breaker's cap: see
+    /// [`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until)).
+    pub requested_until: Option<Instant>,
 }
 
 /// One line for a person: `` circuit `search`: closed -> open (tripped, 3 consecutive
 /// failures); next probe in 30s ``, waits measured from the transition; the mode is named
-/// when it is not the enabled one.
+/// when it is not the enabled one, and a wait the service asked for beyond the next probe
+/// follows it (`; next probe in 300s; the service asked to wait 259200s`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -452,7 +481,14 @@ impl fmt::Display for Transition {
         if self.mode != Mode::Enabled {
             write!(f, " [{}]", self.mode.as_str())?;
         }
-        self.next_probe.tell(f, self.at)
+        self.next_probe.tell(f, self.at)?;
+        match self.requested_until {
+            Some(until) => {
+                let wait = until.saturating_duration_since(self.at);
+                write!(f, "; the service asked to wait {wait:?}")
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -480,6 +516,7 @@ mod tests {
             mode,
             consecutive_failures: 2,
             next_probe,
+            requested_until: None,
         }
     }
 
@@ -517,6 +554,23 @@ mod tests {
             (
                 transition(NextProbe::Manual, Mode::Enabled, Cause::ForcedOpen, at),
                 "circuit `search`: half_open -> open (forced_open); closed only by a reset",
+            ),
+            (
+                Transition {
+                    cause: Cause::RetryAfter,
+                    requested_until: Some(at + secs(3 * 24 * 3600)),
+                    ..transition(
+                        NextProbe::After {
+                            calls: 1,
+                            at: Some(at + secs(300)),
+                        },
+                        Mode::Enabled,
+                        Cause::RetryAfter,
+                        at,
+                    )
+                },
+                "circuit `search`: half_open -> open (retry_after); next probe in 300s; \
+                 the service asked to wait 259200s",
             ),
             (
                 Transition {

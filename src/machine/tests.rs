@@ -133,10 +133,12 @@ fn settings() -> impl Strategy<Value = Builder> {
         proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.8),
         proptest::bool::weighted(0.3),
+        1u64..120,
     )
         .prop_map(
-            |(cooldown, trip, probes, dwell, slow, backoff, open_on_hint, timed)| {
+            |(cooldown, trip, probes, dwell, slow, backoff, open_on_hint, timed, cap)| {
                 let mut builder = Builder::new()
+                    .max_retry_after(Duration::from_secs(cap))
                     .cooldown(cooldown)
                     .trip_policy(trip)
                     .half_open_probes(probes)
@@ -183,6 +185,60 @@ impl Clock for Steps<'_> {
     fn now(&mut self) -> Instant {
         self.now
     }
+}
+
+/// What a late outcome may change: nothing but an opening's wait, and only to lengthen an
+/// opening of the breaker's own, for a call admitted since a person's latest act.
+fn late_changes_only_the_wait(
+    before: &Machine,
+    after: &Machine,
+    permit: Held,
+    at: Fixed,
+) -> Result<(), TestCaseError> {
+    let mut ticked = before.clone();
+    ticked.tick(at);
+    // A late probe's slot is free again, as any ended probe's.
+    ticked.release(permit.epoch, permit.kind);
+    prop_assert_eq!(after.state(), ticked.state());
+    prop_assert_eq!(after.generation, ticked.generation);
+    prop_assert_eq!(after.cause, ticked.cause);
+    prop_assert_eq!(after.consecutive, ticked.consecutive);
+    let may_lengthen = permit.kind != Kind::Shadow
+        && permit.epoch.generation() >= Epoch::new(ticked.acted, ticked.mode).generation()
+        && matches!(
+            ticked.phase,
+            Phase::Open {
+                by: Opener::Breaker | Opener::Hint { .. },
+                due: super::door::Due::At { .. },
+                ..
+            }
+        );
+    if !may_lengthen {
+        prop_assert_eq!(
+            after.door(),
+            ticked.door(),
+            "a late outcome changed the door"
+        );
+        prop_assert_eq!(after.requested_until(), ticked.requested_until());
+        return Ok(());
+    }
+    use super::door::Due;
+    let (
+        Some(Due::At { step, time }),
+        Some(Due::At {
+            step: was_step,
+            time: was,
+        }),
+    ) = (after.door().due(), ticked.door().due())
+    else {
+        return Err(TestCaseError::fail("an opening in time is still one"));
+    };
+    prop_assert_eq!(step, was_step, "the wait in calls is untouched");
+    prop_assert!(time >= was, "a late wait shortened the opening");
+    if let Some(asked) = after.requested_until() {
+        prop_assert!(time.is_none_or(|time| time < asked));
+    }
+    Ok(())
 }
 
 /// A permit held by the test.
@@ -251,8 +307,11 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     && matches!(outcome, Fate::Success);
                 let before = machine.clone();
                 let elapsed = slow.then_some(Duration::from_secs(6));
-                let (_, transition) =
+                let (recorded, transition) =
                     machine.record(permit.epoch, permit.kind, outcome.outcome(), elapsed, at);
+                if recorded == Recorded::Late {
+                    late_changes_only_the_wait(&before, &machine, permit, at)?;
+                }
                 if quiet {
                     // The door's promise, on which a success is counted without the lock.
                     prop_assert!(transition.is_none());
@@ -494,4 +553,313 @@ fn the_failure_rate_reads_the_policy_in_force() {
     let later = now + Duration::from_secs(11);
     assert_eq!(rate.reading(later).0, -1.0, "aged out of the window");
     assert_eq!(record(&mut rate, Outcome::Success, later), Some(-1.0));
+}
+
+// ---------------------------------------------------------------------------------------
+// A late `Retry-After`: lengthens an opening of the breaker's own, never shortens it, and
+// never touches a person's act.
+// ---------------------------------------------------------------------------------------
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn limited(wait: u64) -> Outcome {
+    Outcome::Failure(Failure::new("429 Too Many Requests").retry_after(secs(wait)))
+}
+
+/// A breaker on a 30 s cooldown, threshold 1, `Retry-After` capped at `cap` seconds.
+fn breaker(cap: u64, now: Instant) -> Machine {
+    let config = Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(30)))
+        .max_retry_after(secs(cap))
+        .build_config()
+        .unwrap();
+    Machine::new(config, now)
+}
+
+/// Admits one call (or probe) at `now`, and returns its epoch and kind.
+fn admit(machine: &mut Machine, steps: &mut u64, now: Instant) -> (Epoch, Kind) {
+    let mut clock = Steps {
+        steps,
+        taken: None,
+        now,
+    };
+    let kind = match machine.admit(false, &mut clock).0 {
+        Verdict::Call => Kind::Call,
+        Verdict::Probe => Kind::Probe,
+        other => panic!("admitted, got {other:?}"),
+    };
+    (machine.epoch(), kind)
+}
+
+/// The time the open breaker's probe waits for.
+fn probe_at(machine: &Machine) -> Option<Instant> {
+    match machine.door().due() {
+        Some(super::door::Due::At { time, .. }) => time,
+        other => panic!("open in time, got {other:?}"),
+    }
+}
+
+/// Two calls admitted while closed; the first's 429 (`first` s) opens the breaker at `now`;
+/// returns the machine and the second call, still in flight.
+fn opened_by_one_of_two(first: u64, cap: u64, now: Instant) -> (Machine, (Epoch, Kind), u64) {
+    let mut machine = breaker(cap, now);
+    let mut steps = 0;
+    let opener = admit(&mut machine, &mut steps, now);
+    let late = admit(&mut machine, &mut steps, now);
+    let at = Fixed { step: steps, now };
+    let (_, opened) = machine.record(opener.0, opener.1, limited(first), None, at);
+    assert_eq!(opened.map(|t| t.cause), Some(Cause::RetryAfter));
+    (machine, late, steps)
+}
+
+#[test]
+fn a_late_longer_retry_after_lengthens_the_opening_and_counts_nothing() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    assert_eq!(probe_at(&machine), Some(now + secs(5)));
+    let (generation, cause) = (machine.generation, machine.cause);
+    let arrival = now + secs(2);
+    let at = Fixed {
+        step: steps,
+        now: arrival,
+    };
+    let (recorded, transition) = machine.record(epoch, kind, limited(60), None, at);
+    assert_eq!((recorded, transition), (Recorded::Late, None));
+    assert_eq!(
+        probe_at(&machine),
+        Some(arrival + secs(60)),
+        "60 s from its arrival"
+    );
+    assert_eq!(
+        (machine.state(), machine.generation, machine.cause),
+        (State::Open, generation, cause),
+        "no change of state"
+    );
+    assert_eq!(machine.consecutive, 1, "not counted again");
+    assert_eq!(
+        machine.requested_until(),
+        None,
+        "under the cap: nothing more asked"
+    );
+}
+
+#[test]
+fn a_late_shorter_retry_after_never_shortens_the_opening() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(60, 300, now);
+    let before = machine.door();
+    let at = Fixed {
+        step: steps,
+        now: now + secs(1),
+    };
+    let (recorded, _) = machine.record(epoch, kind, limited(5), None, at);
+    assert_eq!(recorded, Recorded::Late);
+    assert_eq!(machine.door(), before);
+    assert_eq!(probe_at(&machine), Some(now + secs(60)));
+}
+
+#[test]
+fn a_late_failure_without_a_wait_or_from_a_shadow_call_changes_nothing() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    let before = machine.door();
+    let at = Fixed {
+        step: steps,
+        now: now + secs(1),
+    };
+    machine.record(epoch, kind, Outcome::failure(), None, at);
+    machine.record(epoch, Kind::Shadow, limited(60), None, at);
+    let quota = Outcome::Failure(Failure::new("quota").permanent().retry_after(secs(60)));
+    machine.record(epoch, kind, quota, None, at);
+    assert_eq!(machine.door(), before);
+}
+
+#[test]
+fn a_late_retry_after_never_undoes_a_reset_made_after_its_call_was_admitted() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), mut steps) = opened_by_one_of_two(5, 300, now);
+    // A person resets; the breaker then opens again on its own (a new call's failure).
+    machine.reset(Fixed { step: steps, now });
+    assert_eq!(machine.state(), State::Closed);
+    let fresh = admit(&mut machine, &mut steps, now);
+    let at = Fixed { step: steps, now };
+    machine.record(fresh.0, fresh.1, limited(5), None, at);
+    assert_eq!(machine.state(), State::Open);
+    let before = machine.door();
+    // The call admitted before the reset answers 429, asking for a minute.
+    let at = Fixed {
+        step: steps,
+        now: now + secs(1),
+    };
+    let (recorded, transition) = machine.record(epoch, kind, limited(60), None, at);
+    assert_eq!((recorded, transition), (Recorded::Late, None));
+    assert_eq!(
+        machine.door(),
+        before,
+        "older than the reset: nothing changes"
+    );
+    assert_eq!(machine.requested_until(), None);
+}
+
+#[test]
+fn a_late_retry_after_finds_a_reset_breaker_closed_and_leaves_it_so() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    machine.reset(Fixed { step: steps, now });
+    let at = Fixed {
+        step: steps,
+        now: now + secs(1),
+    };
+    machine.record(epoch, kind, limited(60), None, at);
+    assert_eq!((machine.state(), machine.consecutive), (State::Closed, 0));
+}
+
+#[test]
+fn a_late_retry_after_never_touches_a_persons_hold_or_an_allowed_probe() {
+    let now = Instant::now();
+    let at = |s: u64, steps: u64| Fixed {
+        step: steps,
+        now: now + secs(s),
+    };
+    // Forced open, until a reset or for 10 s.
+    for until in [None, Some(now + secs(10))] {
+        let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+        machine.force_open(until, at(0, steps));
+        let before = machine.door();
+        machine.record(epoch, kind, limited(60), None, at(1, steps));
+        assert_eq!(
+            machine.door(),
+            before,
+            "the person's hold ({until:?}) stands"
+        );
+    }
+    // The next call allowed to probe: a late wait does not take it back.
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    assert!(machine.allow_probe(at(0, steps)).0);
+    machine.record(epoch, kind, limited(60), None, at(1, steps));
+    assert_eq!(
+        machine.door().next_probe(at(1, steps)),
+        NextProbe::After { calls: 1, at: None }
+    );
+    // A change of mode after the call was admitted: its late wait is older than it.
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    machine.set_mode(Mode::ObserveOnly);
+    let before = machine.door();
+    machine.record(epoch, kind, limited(60), None, at(1, steps));
+    assert_eq!(machine.door(), before);
+}
+
+#[test]
+fn a_late_retry_after_leaves_a_half_open_breaker_to_its_probe() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), mut steps) = opened_by_one_of_two(5, 300, now);
+    let probe = admit(&mut machine, &mut steps, now + secs(5));
+    assert_eq!((probe.1, machine.state()), (Kind::Probe, State::HalfOpen));
+    let before = machine.door();
+    let at = Fixed {
+        step: steps,
+        now: now + secs(6),
+    };
+    machine.record(epoch, kind, limited(60), None, at);
+    assert_eq!(machine.door(), before, "the probe decides");
+    assert_eq!(machine.probes_in_flight(), 1);
+}
+
+#[test]
+fn a_wait_above_the_cap_probes_at_the_cap_and_reports_what_was_asked() {
+    let now = Instant::now();
+    let three_days = 3 * 24 * 3600;
+    let mut machine = breaker(300, now);
+    let mut steps = 0;
+    let call = admit(&mut machine, &mut steps, now);
+    let at = Fixed { step: steps, now };
+    let (_, transition) = machine.record(call.0, call.1, limited(three_days), None, at);
+    let transition = transition.expect("opened");
+    assert_eq!(
+        transition.next_probe,
+        NextProbe::After {
+            calls: 1,
+            at: Some(now + secs(300))
+        },
+        "the probe goes at the cap"
+    );
+    assert_eq!(transition.requested_until, Some(now + secs(three_days)));
+    assert!(machine.door().asked_longer());
+    let Verdict::Skip(skip) = machine.door().admit(false, &mut at.clone()) else {
+        panic!("skipped")
+    };
+    assert!(skip.asked_longer());
+    let snapshot = machine.snapshot(at, false, Default::default());
+    assert_eq!(snapshot.retry_after(), Some(secs(300)));
+    assert_eq!(snapshot.requested_wait(), Some(secs(three_days)));
+    // Killed: the kill switch decides, and its skip says nothing of the service's wait.
+    let Verdict::Skip(killed) = machine.door().admit(true, &mut at.clone()) else {
+        panic!("skipped")
+    };
+    assert!(!killed.asked_longer());
+    // The probe at the cap turns it half-open: what was asked is no longer reported.
+    let probe = admit(&mut machine, &mut steps, now + secs(300));
+    assert_eq!(probe.1, Kind::Probe);
+    assert_eq!(machine.requested_until(), None);
+}
+
+#[test]
+fn a_late_wait_above_the_cap_lengthens_to_the_cap_from_its_arrival_and_reports_the_rest() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    let arrival = now + secs(3);
+    let day = 24 * 3600;
+    let at = Fixed {
+        step: steps,
+        now: arrival,
+    };
+    machine.record(epoch, kind, limited(day), None, at);
+    assert_eq!(probe_at(&machine), Some(arrival + secs(300)));
+    assert_eq!(machine.requested_until(), Some(arrival + secs(day)));
+    assert!(machine.door().asked_longer());
+}
+
+#[test]
+fn a_late_wait_under_a_hint_lengthens_the_breakers_own_wait_too() {
+    let now = Instant::now();
+    let (mut machine, (epoch, kind), steps) = opened_by_one_of_two(5, 300, now);
+    let at = |s: u64| Fixed {
+        step: steps,
+        now: now + secs(s),
+    };
+    assert!(machine.hold_open(now + secs(20), at(0)).0);
+    machine.record(epoch, kind, limited(60), None, at(1));
+    assert_eq!(probe_at(&machine), Some(now + secs(61)));
+    // The hint withdrawn: the breaker's own wait, lengthened, is back in force.
+    assert!(machine.release_hold(at(2)).0);
+    assert_eq!(probe_at(&machine), Some(now + secs(61)));
+}
+
+#[test]
+fn a_late_wait_lengthens_an_opening_counted_in_calls_in_time_too() {
+    let now = Instant::now();
+    let config = Builder::new()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Calls(3))
+        .build_config()
+        .unwrap();
+    let mut machine = Machine::new(config, now);
+    let mut steps = 0;
+    let opener = admit(&mut machine, &mut steps, now);
+    let (epoch, kind) = admit(&mut machine, &mut steps, now);
+    let at = Fixed { step: steps, now };
+    machine.record(opener.0, opener.1, Outcome::failure(), None, at);
+    assert_eq!(machine.state(), State::Open);
+    machine.record(epoch, kind, limited(10), None, at);
+    assert_eq!(
+        machine.door().due(),
+        Some(super::door::Due::At {
+            step: Some(steps + 3),
+            time: Some(now + secs(10))
+        }),
+        "the probe waits for both"
+    );
 }

@@ -295,6 +295,23 @@ impl Shared {
         self.lock().permanent_failure().cloned()
     }
 
+    /// When `skip` says the service asked to wait longer than its next probe
+    /// ([`Skip::asked_longer`]: a `Retry-After` above the cap), the time it asked for, if
+    /// the breaker still says so (a person may have reset it since). Reads the machine:
+    /// only a skip of such an opening asks.
+    #[inline]
+    pub(crate) fn requested_until(&self, skip: &Skip) -> Option<Instant> {
+        skip.asked_longer()
+            .then(|| self.requested_until_now())
+            .flatten()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn requested_until_now(&self) -> Option<Instant> {
+        self.lock().requested_until()
+    }
+
     /// A call decided as made while the kill switch was on, then found not killed: it
     /// stays decided as killed (its service was not made ready), counted as such.
     pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {

@@ -110,7 +110,7 @@ impl Serialize for Counts {
 impl Serialize for Snapshot {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let from = self.taken_at;
-        let mut s = serializer.serialize_struct("Snapshot", 13)?;
+        let mut s = serializer.serialize_struct("Snapshot", 14)?;
         s.serialize_field("name", &*self.name)?;
         s.serialize_field("state", &self.state)?;
         s.serialize_field("cause", &self.cause.map(|cause| cause.as_str()))?;
@@ -123,6 +123,7 @@ impl Serialize for Snapshot {
         s.serialize_field("last_failure", &last_failure)?;
         s.serialize_field("next_probe", &NextProbeFrom(&self.next_probe, from))?;
         s.serialize_field("retry_after_ms", &self.retry_after().map(ceil_ms))?;
+        s.serialize_field("requested_wait_ms", &self.requested_wait().map(ceil_ms))?;
         s.serialize_field("counts", &self.counts)?;
         s.serialize_field("generation", &self.generation)?;
         s.end()
