@@ -332,6 +332,12 @@ async fn a_three_day_wait_is_reported_as_three_days_while_the_breaker_probes_at_
     let snapshot = handle.snapshot();
     assert_eq!(snapshot.retry_after(), Some(secs(300)));
     assert_eq!(snapshot.requested_wait(), Some(secs(3 * DAY - 300)));
+    // The sentence a caller or a model is given says both waits.
+    let told = tower_circuit_breaker::saved::Unavailable::from_snapshot(&snapshot).to_string();
+    assert!(
+        told.ends_with("; retry after 5m 0s (the service asked to wait 2d 23h 55m 0s)"),
+        "{told}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

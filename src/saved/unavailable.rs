@@ -31,6 +31,8 @@ use super::SavedFallback;
 /// - `model is unavailable: the call failed (503 Service Unavailable)`: the breaker is
 ///   still closed and sets no wait; it never says "retry now" after a failure
 /// - `model is unavailable (its circuit breaker is open); the next call will be its probe`
+/// - `model is unavailable (its circuit breaker is open); retry after 5m 0s (the service
+///   asked to wait 3d 0h 0m 0s)`: a `Retry-After` above the breaker's `max_retry_after`
 ///
 /// For HTTP, `http::unavailable` (feature `http`) makes it a 503 with `Retry-After` and
 /// an OpenAI-style error body.
@@ -46,6 +48,9 @@ pub struct Unavailable {
     /// holds the breaker open.
     failure: Option<Arc<str>>,
     permanent: bool,
+    /// How long the service asked to wait, when longer than the breaker waits (a
+    /// `Retry-After` above `max_retry_after`).
+    requested_wait: Option<Duration>,
 }
 
 /// What a call skipped when `snapshot` was taken would be told: why, in which state,
@@ -92,6 +97,7 @@ impl Unavailable {
             retry_after: next_probe.retry_after(now),
             failure: None,
             permanent: skip.held_by_a_permanent_failure(),
+            requested_wait: None,
         }
     }
 
@@ -104,6 +110,9 @@ impl Unavailable {
             .permanent_failure
             .as_ref()
             .map(|failure| failure.message.clone());
+        unavailable.requested_wait = skipped
+            .requested_until
+            .map(|until| until.saturating_duration_since(now));
         unavailable
     }
 
@@ -122,6 +131,7 @@ impl Unavailable {
                 .flatten()
                 .map(|failure| failure.message.clone()),
             permanent,
+            requested_wait: snapshot.requested_wait(),
         }
     }
 
@@ -143,6 +153,7 @@ impl Unavailable {
             retry_after,
             failure: failed.failure.clone(),
             permanent: skip_of(snapshot).held_by_a_permanent_failure(),
+            requested_wait: snapshot.requested_wait(),
         }
     }
 
@@ -190,6 +201,14 @@ impl Unavailable {
         self.retry_after
     }
 
+    /// How long the service asked to wait (its `Retry-After`), when that is longer than
+    /// the breaker waits before its probe ([`retry_after`](Self::retry_after), bounded
+    /// by `max_retry_after`): a monthly spend limit's three days, say, while the breaker
+    /// probes after five minutes. The text says both.
+    pub fn requested_wait(&self) -> Option<Duration> {
+        self.requested_wait
+    }
+
     /// How many calls until the probe (1: the next call), when one is scheduled.
     pub fn calls_until_probe(&self) -> Option<u64> {
         self.next_probe.calls()
@@ -222,7 +241,17 @@ impl Unavailable {
         }
         match (self.retry_after, self.next_probe) {
             (Some(wait), _) if !wait.is_zero() => {
-                write!(f, "; retry after {}", human(ceil_secs(wait)))
+                write!(f, "; retry after {}", human(ceil_secs(wait)))?;
+                match self.requested_wait {
+                    Some(asked) if asked > wait => {
+                        write!(
+                            f,
+                            " (the service asked to wait {})",
+                            human(ceil_secs(asked))
+                        )
+                    }
+                    _ => Ok(()),
+                }
             }
             // Failed, and the breaker is still closed: it sets no wait.
             (_, NextProbe::NotNeeded) if self.is_failed_call() => Ok(()),
@@ -296,10 +325,17 @@ pub(crate) fn ceil_secs(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 
-/// `45s`, `1m 30s`, `2h 0m 5s`.
+/// `45s`, `1m 30s`, `2h 0m 5s`, `3d 0h 0m 0s`.
 fn human(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    if h > 0 {
+    let (d, h, m, s) = (
+        secs / 86_400,
+        secs % 86_400 / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+    );
+    if d > 0 {
+        format!("{d}d {h}h {m}m {s}s")
+    } else if h > 0 {
         format!("{h}h {m}m {s}s")
     } else if m > 0 {
         format!("{m}m {s}s")
