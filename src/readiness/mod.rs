@@ -43,11 +43,14 @@
 //!
 //! # Races
 //!
-//! Readiness is a hint to the balancer, read before the call; the breaker still decides
-//! each call. Once `Readiness` has said `Ready` it holds the breaker's reservation (a
-//! call, or the probe) until `call`, and stays ready: were it to turn `Pending` on its own
-//! probe's slot, the probe would never go. If the breaker opens or is killed in between,
-//! the call is answered by its fallback, as without this layer: never by the service.
+//! Readiness is read before the call; the breaker still decides each call. A balancer
+//! keeps a ready endpoint's reservation and polls it again before calling it: if the
+//! breaker opened or was killed since, that poll is `Pending` and the balancer moves on.
+//! Only the probe an endpoint reserved keeps it ready while its breaker is half-open
+//! (the slot taken is its own: were it to wait on it, the probe would never go), unless
+//! the kill switch is on. A change between the last poll and `call` is the breaker's to
+//! decide: the call is answered by its fallback, as without this layer, never by the
+//! service.
 //!
 //! ```
 //! use std::time::Duration;

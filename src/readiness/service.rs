@@ -57,19 +57,29 @@ pub struct Readiness<S> {
     /// The breaker's half-open dwell limit: how long a probe that never ends can keep it
     /// half-open, after which it must be looked at again.
     dwell: Option<Duration>,
-    /// The inner service said ready: it holds the breaker's decision for the next call.
-    reserved: bool,
+    /// What the breaker held for the next call when the inner service was last polled
+    /// (a breaker decides in `poll_ready`, ready or not), until `call`.
+    reserved: Option<Reserved>,
     /// Armed before each look at the breaker, while not ready.
     changed: Option<Changed>,
     /// While not ready: when to look again (the probe's instant, or a dwell limit).
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
+/// The decision the inner breaker holds, as it was looked at just before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reserved {
+    Call,
+    /// The probe: it holds a probe slot, so the breaker says its slots are taken; that
+    /// must not keep this service, the one holding it, waiting.
+    Probe,
+}
+
 /// What an unready service waits for, as the breaker says now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
-    /// Nothing: a call now would be made (or a cooldown in calls needs calls).
-    Nothing,
+    /// Nothing: a call now would be made, as this (or a cooldown in calls needs calls).
+    Nothing(Reserved),
     /// A change of the breaker or its kill switch (a person's act, a probe's end).
     Change,
     /// That, or this instant, on the breaker's clock.
@@ -94,7 +104,7 @@ impl<S> Readiness<S> {
             inner,
             handle,
             dwell,
-            reserved: false,
+            reserved: None,
             changed: None,
             sleep: None,
         }
@@ -122,14 +132,20 @@ impl<S> Readiness<S> {
 
     /// What to wait for before a call, as the breaker says now. Looking counts nothing.
     fn wait(&self) -> Wait {
-        let Advice::Skip(skip) = self.handle.peek() else {
-            return Wait::Nothing;
+        let skip = match self.handle.peek() {
+            Advice::Call => return Wait::Nothing(Reserved::Call),
+            Advice::Probe => return Wait::Nothing(Reserved::Probe),
+            Advice::Skip(skip) => skip,
         };
         match (skip.reason(), skip.next_probe()) {
             (_, NextProbe::After { calls: 1, at: Some(at) }) => Wait::Until(at),
             // Due now (a look raced the clock), or counted in calls, which only calls
             // move (refused when made; a breaker cannot change its cooldown since).
-            (_, NextProbe::After { .. }) => Wait::Nothing,
+            (_, NextProbe::After { .. }) => Wait::Nothing(Reserved::Call),
+            // The slot taken is this service's own probe.
+            (Reason::HalfOpenFull, _) if self.reserved == Some(Reserved::Probe) => {
+                Wait::Nothing(Reserved::Probe)
+            }
             (Reason::HalfOpenFull, _) => match self.dwell {
                 // The limit runs from when the breaker went half-open, before now: by
                 // now + dwell it has surely passed, and a look then applies it.
@@ -147,7 +163,7 @@ impl<S> Readiness<S> {
     /// Not ready until the breaker would make a call: arms the change watch before each
     /// look, so that no change between the look and the wait is missed.
     #[cold]
-    fn poll_admitted(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_admitted(&mut self, cx: &mut Context<'_>) -> Poll<Reserved> {
         // Each turn follows a change or a timer that fired; a breaker that changes
         // without end is given back to the executor rather than looped on.
         for _ in 0..8 {
@@ -155,9 +171,9 @@ impl<S> Readiness<S> {
                 self.changed = Some(self.handle.changed());
             }
             let until = match self.wait() {
-                Wait::Nothing => {
+                Wait::Nothing(reserved) => {
                     self.stop_waiting();
-                    return Poll::Ready(());
+                    return Poll::Ready(reserved);
                 }
                 Wait::Change => None,
                 Wait::Until(at) => Some(tokio::time::Instant::from_std(at)),
@@ -213,24 +229,25 @@ where
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // A reservation held stands until `call` (see the module docs: its own probe must
-        // not make it wait); closed and not killed, nothing to wait for.
-        let admitted = self.reserved
-            || (self.handle.is_closed() && !self.handle.kill_switch().is_killed());
-        if admitted {
+        // Closed and not killed: nothing to wait for, known from two loads.
+        let reserved = if self.handle.is_closed() && !self.handle.kill_switch().is_killed() {
             if self.changed.is_some() {
                 self.stop_waiting();
             }
-        } else if self.poll_admitted(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let ready = self.inner.poll_ready(cx);
-        self.reserved = matches!(ready, Poll::Ready(Ok(())));
-        ready
+            Reserved::Call
+        } else {
+            match self.poll_admitted(cx) {
+                Poll::Ready(reserved) => reserved,
+                Poll::Pending => return Poll::Pending,
+            }
+        };
+        // The breaker decides here, ready or not, and holds its decision until `call`.
+        self.reserved = Some(reserved);
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        self.reserved = false;
+        self.reserved = None;
         self.inner.call(request)
     }
 }
@@ -247,7 +264,7 @@ impl<S: fmt::Debug> fmt::Debug for Readiness<S> {
         f.debug_struct("Readiness")
             .field("inner", &self.inner)
             .field("breaker", &self.handle.name())
-            .field("reserved", &self.reserved)
+            .field("reserved", &self.reserved.is_some())
             .field("waiting", &self.changed.is_some())
             .finish()
     }
