@@ -169,7 +169,11 @@ where
             .await
             .unwrap_or_else(|error| panic!("call {i} failed: {error}"));
         assert_eq!(answer.get_ref().status(), StatusCode::OK, "call {i}");
-        assert!(answer.source().is_service(), "call {i}: {:?}", answer.source());
+        assert!(
+            answer.source().is_service(),
+            "call {i}: {:?}",
+            answer.source()
+        );
     }
 }
 
@@ -216,14 +220,20 @@ async fn after_its_breaker_opens_no_request_reaches_the_endpoint_answering_503_a
     } = pool([&a, &b, &down], 2);
 
     let failed = until_open(&mut balance, &down_handle).await;
-    assert_eq!(failed, 2, "the two 503s that opened it, and no other failure");
+    assert_eq!(
+        failed, 2,
+        "the two 503s that opened it, and no other failure"
+    );
     assert_eq!(down.requests(), 2);
 
     let before = a.requests() + b.requests();
     all_succeed(&mut balance, 40).await;
     assert_eq!(down.requests(), 2, "nothing reached the open endpoint");
     assert_eq!(a.requests() + b.requests(), before + 40);
-    assert!(a.requests() > 0 && b.requests() > 0, "both others share the load");
+    assert!(
+        a.requests() > 0 && b.requests() > 0,
+        "both others share the load"
+    );
     let counts = down_handle.snapshot().counts;
     assert_eq!(counts.skipped(), 0, "no call was even sent to its breaker");
     assert_eq!(counts.made, 2);
@@ -306,7 +316,11 @@ async fn a_killed_endpoint_gets_no_request_until_revived() {
     c_handle.kill_switch().kill();
     all_succeed(&mut balance, 40).await;
     assert_eq!(c.requests(), reached, "nothing reached the killed endpoint");
-    assert_eq!(c_handle.snapshot().counts.skipped_killed, 0, "nor its breaker");
+    assert_eq!(
+        c_handle.snapshot().counts.skipped_killed,
+        0,
+        "nor its breaker"
+    );
 
     c_handle.kill_switch().revive();
     all_succeed(&mut balance, 40).await;
@@ -476,7 +490,10 @@ async fn a_reset_wakes_a_pending_poll_at_once() {
 async fn a_forced_open_breaker_is_pending_until_a_reset_however_long_it_waits() {
     let layer = breaker();
     let handle = layer.handle();
-    let mut svc = layer.pending_while_open().unwrap().layer(flaky(&Arc::default()));
+    let mut svc = layer
+        .pending_while_open()
+        .unwrap()
+        .layer(flaky(&Arc::default()));
     let poller = Poller::new();
     handle.force_open();
     assert!(!poller.ready(&mut svc));
@@ -495,7 +512,10 @@ async fn a_forced_open_breaker_is_pending_until_a_reset_however_long_it_waits() 
 async fn a_hold_for_a_time_is_pending_until_it_ends() {
     let layer = breaker();
     let handle = layer.handle();
-    let mut svc = layer.pending_while_open().unwrap().layer(flaky(&Arc::default()));
+    let mut svc = layer
+        .pending_while_open()
+        .unwrap()
+        .layer(flaky(&Arc::default()));
     let poller = Poller::new();
     handle.open_for(secs(600));
     assert!(!poller.ready(&mut svc));
@@ -515,7 +535,10 @@ async fn a_hold_for_a_time_is_pending_until_it_ends() {
 async fn a_kill_makes_a_closed_endpoint_pending_and_a_revive_wakes_it_at_once() {
     let layer = breaker();
     let handle = layer.handle();
-    let mut svc = layer.pending_while_open().unwrap().layer(flaky(&Arc::default()));
+    let mut svc = layer
+        .pending_while_open()
+        .unwrap()
+        .layer(flaky(&Arc::default()));
     let poller = Poller::new();
     assert!(poller.ready(&mut svc), "closed: ready");
     svc.call(()).await.unwrap();
@@ -535,7 +558,10 @@ async fn a_kill_makes_a_closed_endpoint_pending_and_a_revive_wakes_it_at_once() 
 async fn a_kill_after_the_endpoint_said_ready_makes_it_pending_before_the_call() {
     let layer = breaker();
     let handle = layer.handle();
-    let mut svc = layer.pending_while_open().unwrap().layer(flaky(&Arc::default()));
+    let mut svc = layer
+        .pending_while_open()
+        .unwrap()
+        .layer(flaky(&Arc::default()));
     let poller = Poller::new();
     assert!(poller.ready(&mut svc));
 
@@ -604,9 +630,15 @@ async fn half_open_with_its_probe_slot_taken_is_pending_until_the_probe_settles(
 
     server.allow(1);
     assert!(poller.ready(&mut prober), "the probe is due");
-    assert!(poller.ready(&mut prober), "its own probe's slot does not make it wait");
+    assert!(
+        poller.ready(&mut prober),
+        "its own probe's slot does not make it wait"
+    );
     let probe = tokio::spawn(prober.call(()));
-    let (_, respond) = server.next_request().await.expect("the probe reaches the service");
+    let (_, respond) = server
+        .next_request()
+        .await
+        .expect("the probe reaches the service");
     assert_eq!(handle.state(), State::HalfOpen);
 
     assert!(!poller.ready(&mut other), "the slot is taken");
@@ -701,8 +733,9 @@ async fn changed_sees_a_change_made_before_it_is_first_polled_and_nothing_else()
 #[test]
 fn the_readiness_types_are_send_sync_and_debug() {
     fn send_sync_debug<T: Send + Sync + std::fmt::Debug>() {}
-    send_sync_debug::<Readiness<tower_circuit_breaker::CircuitBreaker<tower_test::mock::Mock<(), ()>>>>(
-    );
+    send_sync_debug::<
+        Readiness<tower_circuit_breaker::CircuitBreaker<tower_test::mock::Mock<(), ()>>>,
+    >();
     send_sync_debug::<ReadinessLayer>();
     send_sync_debug::<Changed>();
     send_sync_debug::<CooldownInCalls>();

@@ -138,7 +138,13 @@ impl<S> Readiness<S> {
             Advice::Skip(skip) => skip,
         };
         match (skip.reason(), skip.next_probe()) {
-            (_, NextProbe::After { calls: 1, at: Some(at) }) => Wait::Until(at),
+            (
+                _,
+                NextProbe::After {
+                    calls: 1,
+                    at: Some(at),
+                },
+            ) => Wait::Until(at),
             // Due now (a look raced the clock), or counted in calls, which only calls
             // move (refused when made; a breaker cannot change its cooldown since).
             (_, NextProbe::After { .. }) => Wait::Nothing(Reserved::Call),
