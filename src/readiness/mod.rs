@@ -6,7 +6,7 @@
 //! `Ready`. That is what a single caller wants, but `tower::balance::p2c` picks among
 //! the ready endpoints, and would keep sending a share of the traffic to an open one
 //! (answered by its fallback) while two healthy endpoints sit beside it. Wrapped in
-//! [`Readiness`] (opt-in: [`CircuitBreakerLayer::pending_while_open`], or a
+//! [`Readiness`] (opt-in: [`pending_while_open`] on the breaker's layer, or a
 //! [`ReadinessLayer`] on a breaker's handle), the endpoint's `poll_ready` is `Pending`
 //! while a call through its breaker would be skipped:
 //!
@@ -65,7 +65,6 @@
 //!     .failure_threshold(1)
 //!     .cooldown(Cooldown::Time(Duration::from_secs(30)))
 //!     .build()?;
-//! let handle = breaker.handle();
 //! let mut endpoint = breaker.pending_while_open()?.layer(service_fn(|_: ()| async {
 //!     Err::<(), _>(std::io::Error::other("connection refused"))
 //! }));
@@ -76,9 +75,10 @@
 //! // Ready again when the probe is due, and the next call is the probe.
 //! tokio::time::sleep(Duration::from_secs(30)).await;
 //! assert!(endpoint.ready().now_or_never().is_some());
-//! # let _ = handle;
 //! # Ok(()) }
 //! ```
+//!
+//! [`pending_while_open`]: crate::CircuitBreakerLayer::pending_while_open
 //!
 //! Under `tower::balance::p2c::Balance`, each endpoint is its own breaker, wrapped so:
 //!
