@@ -745,3 +745,41 @@ fn the_readiness_types_are_send_sync_and_debug() {
     is_static(&changed);
     assert!(format!("{changed:?}").contains("model"));
 }
+
+/// The watch is armed before each look, so a person's act that races the look is never
+/// lost: the pending endpoint is woken by it or sees it. Two threads, many rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_racing_a_pending_poll_is_never_lost() {
+    let layer = breaker();
+    let handle = layer.handle();
+    let svc = layer
+        .pending_while_open()
+        .unwrap()
+        .layer(flaky(&Arc::default()));
+    for round in 0..500 {
+        handle.force_open();
+        let mut endpoint = svc.clone();
+        let waiter = tokio::spawn(async move {
+            endpoint.ready().await.map(|_| ()).expect("never fails");
+        });
+        let operator = handle.clone();
+        let reset = tokio::spawn(async move {
+            for _ in 0..round % 4 {
+                tokio::task::yield_now().await;
+            }
+            if round % 2 == 0 {
+                operator.reset();
+            } else {
+                // Through the kill switch: killed while forced open, then both undone.
+                operator.kill_switch().kill();
+                operator.reset();
+                operator.kill_switch().revive();
+            }
+        });
+        reset.await.unwrap();
+        tokio::time::timeout(CALL_BOUND, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the act was lost"))
+            .unwrap();
+    }
+}
