@@ -728,6 +728,10 @@ async fn changed_sees_a_change_made_before_it_is_first_polled_and_nothing_else()
     handle.kill_switch().kill();
     assert!(changed.now_or_never().is_some(), "the kill switch counts");
     assert!(quiet.now_or_never().is_some(), "an older one sees them too");
+
+    // It holds nothing of the breaker: with the breaker gone, it ends.
+    let orphan = breaker().handle().changed();
+    assert!(orphan.now_or_never().is_some());
 }
 
 #[test]
