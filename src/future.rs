@@ -1,4 +1,5 @@
-//! [`ResponseFuture`]: the future of a call through a breaker.
+//! [`ResponseFuture`]: the future of a call through a breaker; [`Changed`]: the future of
+//! a breaker's next change.
 
 use std::fmt;
 use std::future::Future;
@@ -9,6 +10,8 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
+
+pub use crate::changed::Changed;
 
 use crate::answer::{Answer, Origin, Verdict};
 use crate::classify::Classify;

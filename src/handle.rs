@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::changed::Changed;
 use crate::clock::now;
 use crate::kill::KillSwitch;
 use crate::machine::{later, Advice, State, Transition};
-use crate::settings::Mode;
+use crate::settings::{Config, Mode};
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
@@ -244,6 +245,60 @@ impl CircuitBreakerHandle {
     /// kept underneath it): watch it with [`KillSwitch::watch`].
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.shared.subscribe()
+    }
+
+    /// A future that completes at the breaker's next change: of state or mode, a hold
+    /// set or released, a probe allowed, a probe slot taken or freed, or a flip of its kill
+    /// switch. For what must act at once on a person's act or a probe's end (a service
+    /// that is not ready while the breaker is open, as [`readiness`](crate::readiness)
+    /// does; a dashboard): look at the breaker after making it, and wait for it if
+    /// nothing there is what you wait for. No change made after this call is missed, even
+    /// one made before the future is first polled. See [`Changed`].
+    ///
+    /// Nothing is told until something waits: the first call makes the channel (under
+    /// the breaker's lock), and until then changes cost nothing more.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Advice, CircuitBreakerLayer, Cooldown};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .cooldown(Cooldown::Time(Duration::from_secs(30)))
+    ///     .build()?;
+    /// let handle = layer.handle();
+    /// handle.force_open();
+    /// // Made before the look: an act between the two is not missed.
+    /// let changed = handle.changed();
+    /// assert!(matches!(handle.peek(), Advice::Skip(_)));
+    /// handle.kill_switch().kill();
+    /// changed.await; // at once: the switch flipped
+    /// assert!(handle.snapshot().killed);
+    /// # Ok(()) }
+    /// ```
+    pub fn changed(&self) -> Changed {
+        self.shared.changed()
+    }
+
+    /// The settings the breaker was built with (its cooldown, half-open probes and dwell
+    /// limit...): for a layer above that must know how the breaker waits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown};
+    ///
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .name("chat")
+    ///     .cooldown(Cooldown::Time(Duration::from_secs(30)))
+    ///     .build()?;
+    /// let config = layer.handle().config();
+    /// assert_eq!(config.cooldown(), Cooldown::Time(Duration::from_secs(30)));
+    /// assert_eq!(config.name(), "chat");
+    /// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
+    /// ```
+    pub fn config(&self) -> Config {
+        self.shared.config()
     }
 
     /// Whether two handles refer to the same breaker.

@@ -66,6 +66,8 @@
 //! - [`retry`]: a retry policy to place inside the breaker: only transient failures as
 //!   its classifier sees them, backoff with full jitter, a retry budget, a short
 //!   `Retry-After` waited and a long one handed back so the breaker opens.
+//! - [`readiness`]: an endpoint that is not ready while its breaker would not make a
+//!   call, so that `tower::balance` routes around an open one.
 //! - [`keyed`]: one breaker per key of the request (per host, model or tool), in a
 //!   bounded registry.
 //! - [`expediter`]: an agent's tools under one failure policy: alternatives, a shared
@@ -91,6 +93,7 @@
 pub mod admin;
 mod answer;
 mod builder;
+mod changed;
 pub mod classify;
 mod clock;
 pub mod error;
@@ -120,6 +123,7 @@ pub mod mcp;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod outcome;
+pub mod readiness;
 pub mod recover;
 mod redact;
 pub mod replay;

@@ -29,6 +29,9 @@ use crate::shared::{Decision, Permit, Shared};
 ///   as a [`CallError`](crate::error::CallError)). `poll_ready` never fails just because
 ///   the breaker is open.
 ///
+/// So an open breaker is as ready as its fallback. Under `tower::balance`, which routes by
+/// readiness, use [readiness mode](crate::readiness) instead: not ready while open.
+///
 /// An error from the wrapped service's `poll_ready` counts as a failure and is returned
 /// (the service is then unusable, as tower's contract says). If the kill switch is
 /// flipped or the breaker changes state between `poll_ready` and `call` (a half-open's

@@ -8,11 +8,12 @@
 //! function on its own door. Either way the decision is carried out by one function
 //! ([`Shared::carry_out`]) into one [`Decision`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
+use crate::changed::Changed;
 use crate::clock::{self, now};
 use crate::error::BreakerName;
 use crate::kill::KillSwitch;
@@ -22,7 +23,7 @@ use crate::machine::{
     Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
 };
 use crate::outcome::Outcome;
-use crate::settings::Mode;
+use crate::settings::{Config, Mode};
 use crate::snapshot::Snapshot;
 pub(crate) use crate::sync::delivery::DeliveryGroup;
 use crate::sync::{lock, Mutex, MutexGuard};
@@ -63,6 +64,10 @@ pub struct Shared {
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
     events: Arc<Events>,
+    /// Told of every change of the published door, once something waits for changes
+    /// ([`Shared::changed`]): made then, under the machine's lock, so that a change is
+    /// either seen by the waiter's look or told to it.
+    changes: OnceLock<watch::Sender<()>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -121,6 +126,7 @@ impl Shared {
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
+            changes: OnceLock::new(),
         }
     }
 
@@ -138,12 +144,22 @@ impl Shared {
     ) -> R {
         let mut machine = self.lock();
         let (value, event, transition) = f(&mut machine, &self.tally);
-        self.published.store(&machine.door());
+        let door = machine.door();
+        // Read under the lock: a waiter made before this sees the change told, one made
+        // after sees the door stored here. The published door is this writer's own.
+        let changes = self
+            .changes
+            .get()
+            .filter(|_| self.published.load_whole() != Some(door));
+        self.published.store(&door);
         let reported = event.is_some() || transition.is_some();
         for event in event.into_iter().chain(transition.map(Queued::Transition)) {
             self.events.queue(event);
         }
         drop(machine);
+        if let Some(changes) = changes {
+            changes.send_replace(());
+        }
         if reported {
             self.events.deliver();
         }
@@ -491,6 +507,29 @@ impl Shared {
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.events.subscribe()
+    }
+
+    /// A future that completes at the next change of the door or of the kill switch
+    /// (see [`Changed`]). Both are subscribed before it returns, so the caller's look
+    /// after it sees what changed before.
+    pub(crate) fn changed(&self) -> Changed {
+        let changes = match self.changes.get() {
+            Some(changes) => changes,
+            None => {
+                // Made under the lock: a change stored before is seen by the caller's
+                // look, one stored after finds the channel and tells it.
+                let _machine = self.lock();
+                self.changes.get_or_init(|| watch::channel(()).0)
+            }
+        };
+        let breaker = changes.subscribe();
+        let kill = self.kill.watch();
+        Changed::new(self.name.full().clone(), breaker, kill)
+    }
+
+    /// The breaker's settings, as it was built with them.
+    pub(crate) fn config(&self) -> Config {
+        self.lock().config().clone()
     }
 
     /// Tells the observers that the breaker was evicted from its keyed registry, after
