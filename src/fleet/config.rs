@@ -358,6 +358,19 @@ pub(crate) struct Settings {
     pub(crate) seed: u64,
 }
 
+impl Settings {
+    /// `text` with the password to Redis hidden: what the client says of a connection
+    /// may be shown anywhere (events, errors, logs).
+    pub(crate) fn redact(&self, text: &str) -> Arc<str> {
+        match self.connection.redis.password.as_deref() {
+            Some(password) if !password.is_empty() && text.contains(password) => {
+                text.replace(password, "<hidden>").into()
+            }
+            _ => text.into(),
+        }
+    }
+}
+
 /// Where a connection goes, with the password hidden.
 struct Redacted<'a>(&'a ConnectionInfo);
 
