@@ -163,7 +163,7 @@ impl Supervisor {
         let settings = &replica.settings;
         let client =
             Client::open(settings.connection.clone()).map_err(|error| FleetError::BadAddress {
-                reason: error.to_string(),
+                reason: settings.redact(&error.to_string()).to_string(),
             })?;
         Ok(Supervisor {
             sequences: Sequences::new(settings.max_peers),
