@@ -692,7 +692,7 @@ impl Supervisor {
             .arg(encode(&KillMessage::new(name, act)));
         let (written, held): (i64, Vec<u8>) =
             within(settings.timeout, script.query_async(&mut session.conn)).await?;
-        Ok((written != 1).then(|| Believed(Some(held))))
+        Ok((written != 1).then_some(Believed(Some(held))))
     }
 
     /// Reads the keys of these kill switches, and brings each switch and its key in
