@@ -48,7 +48,9 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 const REDACTED: &str = "[redacted]";
 
 /// Words after which a secret follows (compared without case).
-const MARKERS: [&str; 6] = ["bearer ", "basic ", "api-key=", "api_key=", "token=", "key="];
+const MARKERS: [&str; 6] = [
+    "bearer ", "basic ", "api-key=", "api_key=", "token=", "key=",
+];
 
 fn needs_redaction(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
@@ -140,7 +142,10 @@ mod tests {
 
     #[test]
     fn text_without_secrets_is_borrowed() {
-        assert!(matches!(redact("503 Service Unavailable"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            redact("503 Service Unavailable"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //!   fails with [`NoProviderAnswered`].
 //! - Every answer is [`Routed`]: the answering breaker's [`Answer`] (its provenance) and
 //!   the [`Route`]: the provider that answered and each one passed, with why. With the
-//!   `http` feature, [`http::RouteHeaders`](crate::http::RouteHeaders) writes it onto the
+//!   `http` feature, `http::RouteHeadersLayer` (feature `http`) writes it onto the
 //!   response as headers.
 //!
 //! Each provider is any service answering [`Answer<R>`]: a
@@ -161,7 +161,10 @@ pub struct FailoverBuilder<S, Request, P = OnFailure, R = ()> {
 impl<S, Request, P: fmt::Debug, R> fmt::Debug for FailoverBuilder<S, Request, P, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FailoverBuilder")
-            .field("providers", &self.providers.iter().map(|p| &p.name).collect::<Vec<_>>())
+            .field(
+                "providers",
+                &self.providers.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            )
             .field("policy", &self.policy)
             .field("fallback", &self.fallback.is_some())
             .finish()
@@ -251,7 +254,9 @@ impl<S, Request, P, R> FailoverBuilder<S, Request, P, R> {
         for provider in &self.providers {
             let name = &provider.name;
             let valid = !name.is_empty()
-                && name.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b';');
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b',' && b != b';');
             if !valid {
                 return Err(FailoverConfigError::InvalidName(name.to_string()));
             }
@@ -289,7 +294,7 @@ impl Failover<(), (), OnFailure, ()> {
 
 impl<S, Request, P, R> Failover<S, Request, P, R> {
     /// Every provider's breaker, in order: for an
-    /// [`Admin`](crate::admin::Admin) service that lists them all, or a health check.
+    /// `admin::Admin` service that lists them all, or a health check.
     pub fn handles(&self) -> impl Iterator<Item = &CircuitBreakerHandle> {
         self.providers.iter().map(|provider| &provider.handle)
     }
@@ -360,7 +365,12 @@ where
                 route.pass(name.clone(), PassReason::NotPrepared);
                 continue;
             };
-            let result = provider.service.clone().oneshot(prepared).await.map_err(Into::into);
+            let result = provider
+                .service
+                .clone()
+                .oneshot(prepared)
+                .await
+                .map_err(Into::into);
             let attempted = match &result {
                 Ok(answer) => match answer.source() {
                     Source::Fallback(_) => {
@@ -396,7 +406,10 @@ where
                     Attempted::Answered(_) => recorded_failure(&provider.handle),
                 },
             };
-            route.pass(name.clone(), PassReason::Failed(redact(&message).into_owned()));
+            route.pass(
+                name.clone(),
+                PassReason::Failed(redact(&message).into_owned()),
+            );
             last_failed = Some(&provider.handle);
         }
         let Some(fallback) = self.fallback.clone() else {
@@ -436,11 +449,15 @@ fn unanswered_origin(route: &Route, last_failed: Option<&CircuitBreakerHandle>) 
         return Origin::fallback_after_failure(snapshot.state, snapshot.next_probe);
     }
     let now = tokio::time::Instant::now().into_std();
-    let skips = route.passed().iter().filter_map(|passed| match passed.why() {
-        PassReason::Skipped(skip) => Some(*skip),
-        _ => None,
-    });
-    let earliest = skips.min_by_key(|skip| skip.retry_after(now).unwrap_or(std::time::Duration::MAX));
+    let skips = route
+        .passed()
+        .iter()
+        .filter_map(|passed| match passed.why() {
+            PassReason::Skipped(skip) => Some(*skip),
+            _ => None,
+        });
+    let earliest =
+        skips.min_by_key(|skip| skip.retry_after(now).unwrap_or(std::time::Duration::MAX));
     match earliest {
         Some(skip) => Origin::skipped(skip),
         // Only providers whose requests could not be made: none was asked.

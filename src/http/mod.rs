@@ -110,13 +110,13 @@ pub use self::buffer::{
     DEFAULT_BUFFER_LIMIT,
 };
 pub use self::classify::{parse_retry_after, HttpClassifier};
-pub use self::failover::{
-    route_headers, route_of, HttpFailover, RouteHeaders, RouteHeadersLayer, X_CIRCUIT_BREAKER_PASSED,
-    X_CIRCUIT_BREAKER_PROVIDER,
-};
 pub use self::error_body::{
     ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody,
     DEFAULT_ERROR_BODY_LIMIT,
+};
+pub use self::failover::{
+    route_headers, route_of, HttpFailover, RouteHeaders, RouteHeadersLayer,
+    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER,
 };
 pub use self::provenance::{
     fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,

@@ -297,7 +297,7 @@ where
 fn find_marker<D: Buf>(data: &D, marker: &[u8], tail: &mut Vec<u8>) -> bool {
     const ON_STACK: usize = 16;
     let mut on_stack = [IoSlice::new(&[]); ON_STACK];
-    let mut on_heap = Vec::new();
+    let mut on_heap: Vec<IoSlice<'_>>;
     let mut slices: &mut [IoSlice<'_>] = &mut on_stack;
     let filled = loop {
         let filled = data.chunks_vectored(slices);

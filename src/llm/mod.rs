@@ -20,7 +20,7 @@
 //!    known.
 //! 4. For each provider: its breaker, with the [`HttpClassifier`] (a 429 or 503 with
 //!    `Retry-After` opens it for that long; `insufficient_quota` holds it open until a
-//!    reset); a [`RetryLayer`] inside it (transient failures only, backoff with full
+//!    reset); a [`RetryLayer`](crate::retry::RetryLayer) inside it (transient failures only, backoff with full
 //!    jitter, a short `Retry-After` waited, a long one handed back at once so the breaker
 //!    opens; the breaker counts one outcome per user call); a timeout (a hang is a
 //!    failure); [`BufferBodyLayer`] (the answer read whole, so it can be saved and served
@@ -340,7 +340,7 @@ impl LlmClient {
     }
 
     /// Every provider's breaker, in order: its kill switch, snapshot, force open,
-    /// reset; give them to an [`Admin`](crate::admin::Admin) service.
+    /// reset; give them to an `admin::Admin` service.
     pub fn handles(&self) -> &[CircuitBreakerHandle] {
         &self.handles
     }
