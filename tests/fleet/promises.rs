@@ -96,7 +96,7 @@ async fn act_during_an_outage(test: &str, killed: bool, comes_back_with_an_older
     };
     before.unwrap();
     poll_until(BOUND, "the act before everywhere", || {
-        other_stop.is_killed() == !killed
+        other_stop.is_killed() != killed
     })
     .await;
     let (_, before_ms) = key_act(&url, &prefix).await.expect("the act before");
