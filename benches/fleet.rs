@@ -10,8 +10,8 @@
 //! `redis-server` binary on a free loopback port.
 //!
 //! `propagation/*`: an operator's `Fleet::kill` (then `revive`, alternately) until the
-//! last of three replicas, each its own `Fleet` with its own connections, has flipped
-//! its kill switch (seen through its events). Criterion's figure is the time per flip;
+//! last of [`REPLICAS`] (20) replicas, each its own `Fleet` with its own connections, has
+//! flipped its kill switch (seen through its events). Criterion's figure is the time per flip;
 //! the median and the 99th percentile over a separate run of samples are printed first.
 //!
 //! `per_call/*`: one `poll_ready` + `call` + one poll of the response future on a no-op
@@ -46,6 +46,9 @@ fn runtime() -> Runtime {
         .expect("runtime")
 }
 
+/// How many replicas a kill must reach.
+const REPLICAS: usize = 20;
+
 fn replica(url: &str, prefix: &str, name: &str) -> Fleet {
     Fleet::builder()
         .address(url)
@@ -70,7 +73,7 @@ impl Fleetwide {
             .await
             .unwrap();
         let mut replicas = Vec::new();
-        for i in 0..3 {
+        for i in 0..REPLICAS {
             let fleet = replica(url, &prefix, &format!("replica-{i}"));
             let stop = KillSwitch::new();
             fleet.share_kill_switch("model", &stop).unwrap();
@@ -131,14 +134,14 @@ fn propagation(c: &mut Criterion) {
     });
     took.sort_unstable();
     println!(
-        "propagation/kill_to_last_of_3_replicas: {samples} flips, median {:?}, p99 {:?}, max {:?}",
+        "propagation/kill_to_last_of_{REPLICAS}_replicas: {samples} flips, median {:?}, p99 {:?}, max {:?}",
         percentile(&took, 0.5),
         percentile(&took, 0.99),
         took[took.len() - 1]
     );
 
     let mut group = c.benchmark_group("propagation");
-    group.bench_function("kill_to_last_of_3_replicas", |b| {
+    group.bench_function(format!("kill_to_last_of_{REPLICAS}_replicas"), |b| {
         b.iter_custom(|iters| {
             runtime.block_on(async {
                 let mut total = Duration::ZERO;

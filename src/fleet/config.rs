@@ -297,7 +297,7 @@ fn connection_info(
     let mut info = address
         .into_connection_info()
         .map_err(|error| FleetError::BadAddress {
-            reason: error.to_string(),
+            reason: crate::redact(&error.to_string()).into_owned(),
         })?;
     if username.is_some() {
         info.redis.username = username;
@@ -356,6 +356,22 @@ pub(crate) struct Settings {
     pub(crate) timeout: Duration,
     pub(crate) max_peers: usize,
     pub(crate) seed: u64,
+}
+
+impl Settings {
+    /// `text` with credentials removed: the crate's [`redact`](crate::redact) (a URL's
+    /// user information and query, tokens), and the password to Redis wherever it
+    /// shows. What the client says of a connection may be shown anywhere (events,
+    /// errors, logs).
+    pub(crate) fn redact(&self, text: &str) -> Arc<str> {
+        let text = crate::redact(text);
+        match self.connection.redis.password.as_deref() {
+            Some(password) if !password.is_empty() && text.contains(password) => {
+                text.replace(password, "[redacted]").into()
+            }
+            _ => text.into(),
+        }
+    }
 }
 
 /// Where a connection goes, with the password hidden.

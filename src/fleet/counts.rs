@@ -18,8 +18,9 @@ pub struct FleetCounts {
     pub releases: u64,
     /// Holds cut to the longest hold, or refused because the episode had used it up.
     pub capped: u64,
-    /// Messages refused as malformed (not the format, a bad field or name), kill keys
-    /// holding something other than `1` or `0` included.
+    /// Messages refused as malformed (not the format, a bad field or name, a stamp more
+    /// than a day ahead), kill keys holding something other than an act, `1` or `0`
+    /// included.
     pub malformed: u64,
     /// Messages refused as longer than the limit.
     pub oversized: u64,
@@ -31,9 +32,12 @@ pub struct FleetCounts {
     pub missed: u64,
     /// Hints published by this replica.
     pub published: u64,
-    /// Kill messages published by this replica: its [`Fleet::kill`](super::Fleet::kill)
-    /// and [`Fleet::revive`](super::Fleet::revive), and flips made on its shared
-    /// switches themselves. A flip applied on the fleet's word is never published again.
+    /// Acts written to a kill key and published by this replica: its
+    /// [`Fleet::kill`](super::Fleet::kill) and [`Fleet::revive`](super::Fleet::revive),
+    /// flips made on its shared switches themselves (at once, or kept and written when
+    /// the link is back), a later act written back over an earlier key or none, and a
+    /// value written by hand stamped. A flip applied on the fleet's word is never
+    /// published again.
     pub kills_published: u64,
     /// Transitions of a shared breaker this replica could not read in time (its
     /// channel overflowed), so never published.

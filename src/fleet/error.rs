@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::act::KillAct;
+
 /// An error of the fleet layer: a setting or name that cannot work (returned when the
 /// fleet is built or something is shared with it), or a command that could not reach
 /// Redis.
@@ -67,19 +69,29 @@ pub enum FleetError {
         /// The name it is shared under.
         shared_as: String,
     },
-    /// Redis is not reachable: the command was applied on this replica only (a kill or
-    /// revive), or not at all (a sync). When the link comes back, the kill keys are read
-    /// again and win over what this replica did meanwhile.
-    #[error("the fleet's link to redis is down (since {:?} ago): {error}", since.elapsed())]
+    /// Redis is not reachable. A kill or revive was applied on this replica at once and is
+    /// kept: it is written to Redis when the link comes back, unless a later act was made
+    /// meanwhile ([`FleetEvent::Written`](super::FleetEvent::Written) or
+    /// [`FleetEvent::Overridden`](super::FleetEvent::Overridden) tells which). A sync was
+    /// not done.
+    #[error("the fleet's link to redis is down (for {:?}): {error}", since.elapsed())]
     LinkDown {
         /// Since when, on the breaker's clock (`tokio::time`).
         since: Instant,
         /// The last error.
         error: Arc<str>,
     },
-    /// Redis answered the command with an error, or did not answer in time.
+    /// Redis answered the command with an error, or did not answer in time. A kill or
+    /// revive is applied here and kept, as with [`FleetError::LinkDown`].
     #[error("redis: {0}")]
     Redis(Arc<str>),
+    /// The kill or revive was applied here, but the key already held a later act (made
+    /// elsewhere, by the fleet's [order](super::act)), which wins: the switch follows it.
+    #[error("a later act on this kill switch wins (killed: {}, stamped {} by replica {:?})", by.killed, by.at_ms, by.replica)]
+    Superseded {
+        /// The later act.
+        by: KillAct,
+    },
     /// The link did not come up in the time given.
     #[error("the fleet's link to redis did not come up in time: {error}")]
     NotConnected {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::act::KillAct;
 use super::link::LinkStatus;
 use super::wire::Rejection;
 
@@ -38,6 +39,27 @@ pub enum FleetEvent {
         killed: bool,
         /// Where the change came from.
         origin: KillOrigin,
+    },
+    /// A kill or revive made on this replica ([`Fleet::kill`](super::Fleet::kill),
+    /// [`Fleet::revive`](super::Fleet::revive) or a flip of the switch itself) while the
+    /// link was down, or whose write failed, was written to Redis and published when the
+    /// link came back: the fleet has it now.
+    Written {
+        /// The kill switch.
+        name: Arc<str>,
+        /// The act.
+        act: KillAct,
+    },
+    /// A kill or revive made on this replica and not yet written lost to a later act made
+    /// elsewhere (see the [order](super::act)): the switch follows the later act now (a
+    /// [`FleetEvent::KillSwitch`] says so when that flipped it).
+    Overridden {
+        /// The kill switch.
+        name: Arc<str>,
+        /// The act made here.
+        act: KillAct,
+        /// The later act that won.
+        by: KillAct,
     },
     /// A breaker is held open by its peers' hints (a new hold, or one lengthened): as
     /// its own kind of opening, so its calls are skipped as open.

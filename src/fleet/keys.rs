@@ -4,7 +4,7 @@
 //!
 //! | what | Redis | value |
 //! | --- | --- | --- |
-//! | kill switch `NAME` | key `tcb:kill:NAME` | `1`: killed; absent (or `0`): not killed |
+//! | kill switch `NAME` | key `tcb:kill:NAME` | the latest act, JSON (see [`wire`](super::wire)); by hand `1`: killed, `0`: revived; absent: no act |
 //! | kill switch changes | channel `tcb:kills` | a kill message (JSON) |
 //! | breaker transitions | channel `tcb:hints` | a hint message (JSON) |
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Whether the replica is connected to Redis, and since when (on the breaker's clock,
 /// `tokio::time`). Down, the replica works alone: its breakers and kill switches go on
@@ -29,6 +29,17 @@ impl LinkStatus {
         matches!(self, LinkStatus::Up { .. })
     }
 
+    /// How long it has been down (on the breaker's clock, `tokio::time`); `None` when it
+    /// is up.
+    pub fn down_for(&self) -> Option<Duration> {
+        match self {
+            LinkStatus::Up { .. } => None,
+            LinkStatus::Down { since, .. } => {
+                Some(super::clock::now().saturating_duration_since(*since))
+            }
+        }
+    }
+
     /// Since when it is as it is.
     pub fn since(&self) -> Instant {
         match self {
@@ -37,12 +48,15 @@ impl LinkStatus {
     }
 }
 
-/// `up` or `down: ERROR`.
+/// `up` or `down for 1.5s: ERROR`.
 impl fmt::Display for LinkStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LinkStatus::Up { .. } => f.write_str("up"),
-            LinkStatus::Down { error, .. } => write!(f, "down: {error}"),
+            LinkStatus::Down { error, .. } => {
+                let down_for = self.down_for().unwrap_or_default();
+                write!(f, "down for {down_for:.1?}: {error}")
+            }
         }
     }
 }

@@ -31,10 +31,12 @@
 //! let openai = CircuitBreakerLayer::builder().name("openai").kill_switch(stop.clone()).build()?;
 //! fleet.share_breaker(&openai.handle(), HintPolicy::Follow)?;
 //!
-//! // An operator's kill reaches every replica through Redis; without it, this one only.
+//! // An operator's kill reaches every replica through Redis. Without it, the kill holds
+//! // here at once and is kept, to be written when the link is back.
 //! let err = fleet.kill("openai").await.unwrap_err();
 //! assert!(matches!(err, FleetError::LinkDown { .. }));
 //! assert!(stop.is_killed() && !fleet.link().is_up());
+//! assert!(fleet.snapshot().kill_switches[0].kept.is_some());
 //! # Ok(()) }
 //! ```
 //!
@@ -61,19 +63,24 @@
 //! ```text
 //! SET tcb:kill:openai 1
 //! PUBLISH tcb:kills '{"v":1,"name":"openai","killed":true}'
-//! DEL tcb:kill:openai
+//! SET tcb:kill:openai 0
 //! PUBLISH tcb:kills '{"v":1,"name":"openai","killed":false}'
 //! ```
 //!
-//! The key is the truth (`1`: killed; absent or `0`: not): it is read on every
-//! (re)connection and every [`resync_every`](FleetBuilder::resync_every), and wins over
-//! what a replica holds; the message makes replicas apply it at once. [`Fleet::kill`],
-//! and a shared switch flipped in code, write both in one transaction, with the
-//! replica's name and run in the message (`"replica"`, `"run"`: a replica knows its own
-//! messages). A replica applies its own change at once; a message it hears for the
-//! switch before its own comes back was published before its change, and is not
-//! applied, so changes racing on several replicas leave every replica as the key says,
-//! the last change Redis took. Hints are JSON too:
+//! Every kill and revive is an **act** with a stamp, and each switch follows the latest
+//! act it knows: the rule, in one place, is in [`act`]. A replica writes an act to the
+//! key with a compare and set (one script, which also publishes the message), only over
+//! an earlier act, so the key holds the latest act Redis took, for example
+//! `{"v":1,"killed":true,"at_ms":1764580000000,"replica":"api-1","run":"5f0c1a2b3c4d5e6f"}`,
+//! and a revive stays in the key as `"killed":false`. The key is read on every
+//! (re)connection, every [`resync_every`](FleetBuilder::resync_every), when a switch is
+//! shared and on [`Fleet::sync`]; the message makes replicas apply an act at once. A key
+//! or a message is applied only if its act is later than the one the replica knows, and a
+//! replica that knows a later act than the key holds (or the key holds none) writes it
+//! back: an absent key undoes nothing. Values written by hand (`1`, `0`, and messages
+//! without `"at_ms"`) carry no stamp and count as made when a replica first reads them:
+//! revive by hand with `SET ... 0`, not `DEL` (a replica that knows the kill would write
+//! it back). Hints are JSON too:
 //!
 //! ```text
 //! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
@@ -90,17 +97,40 @@
 //! # When Redis is down
 //!
 //! Breakers and kill switches go on working locally: calls never wait on Redis.
-//! [`Fleet::link`] and [`Fleet::snapshot`] say the link is down and since when; the task
-//! reconnects with backoff ([`FleetBuilder::reconnect_backoff`]); [`Fleet::kill`] applies
-//! on this replica only and says so, and so does a shared switch flipped in code; the
-//! breakers' latest transitions are published when the link is back. On reconnection
-//! the kill keys are read again, and they win over what the replica did meanwhile. A
-//! shared switch flipped in code while the link was up, whose write failed (the link
-//! went down under it), is not undone: it wins over its key on reconnection and is
-//! written then, unless a later change made without the link (a flip, a
-//! [`Fleet::kill`] or [`Fleet::revive`]) replaced it. The key holds no version, so such
-//! a flip is written even over a change another replica made while this one was
-//! reconnecting: the flip, made while the link was up, counts as the later change.
+//! [`Fleet::link`] and [`Fleet::snapshot`] say the link is down, since when and for how
+//! long ([`LinkStatus::down_for`]); the task reconnects with backoff
+//! ([`FleetBuilder::reconnect_backoff`]). A person's act made meanwhile
+//! ([`Fleet::kill`], [`Fleet::revive`], or a shared switch flipped in code) is applied on
+//! this replica at once and kept ([`SharedKillSwitch::kept`]); [`Fleet::kill`] says so
+//! with [`FleetError::LinkDown`]. When the link is back, each key is read against the act
+//! known here: a kept act later than the key's is written and published
+//! ([`FleetEvent::Written`]), whether Redis came back empty or with an earlier act; a
+//! later act in the key wins, and [`FleetEvent::Overridden`] says which act it replaced.
+//! Every flip the fleet makes on a replica's switch is a [`FleetEvent::KillSwitch`].
+//! Two operators acting on two replicas cut off from Redis converge on the later act,
+//! whichever replica reconnects first. The breakers' latest transitions are published
+//! when the link is back.
+//!
+//! # Sentinel, Cluster, and a fleet that outgrows one Redis
+//!
+//! The fleet connects to one address. The `redis` crate also speaks to Sentinel and to
+//! Cluster, and this is what changes with them:
+//!
+//! - **Sentinel** (one master, replicas, automatic failover): not built in; point the
+//!   address at whatever follows the master (a proxy, a DNS name your failover updates).
+//!   Replication is asynchronous: a failover may lose the last acts written, and the new
+//!   master may hold an earlier act or none. Nothing is undone by that: every replica
+//!   that knows a later act writes it back on reconnection, by the order of [`act`].
+//!   Messages published during the failover are lost; the keys carry the acts, read on
+//!   reconnection and every `resync_every`.
+//! - **Cluster**: not built in either. Kill keys read together (`MGET`) must hash to one
+//!   slot: a prefix in braces (`{tcb}`) puts them all on one shard, which carries the
+//!   fleet's whole load (a few keys, two connections per replica). The write is one
+//!   script on one key, which Cluster runs; `PUBLISH` reaches every node's subscribers.
+//! - **Outgrowing one Redis**: the cost is the fan-out, every message delivered to every
+//!   replica (two connections each). Split fleets that need not share switches by
+//!   prefix, onto separate servers; a switch must live in one Redis for its acts to be
+//!   ordered by one compare and set.
 //!
 //! # The client
 //!
@@ -115,7 +145,7 @@
 //! reconnection, and backs off its own way. The feature's MSRV is the crate's, 1.85.
 //! TLS is the `fleet-tls` feature (rustls).
 
-mod agreed;
+pub mod act;
 mod backoff;
 mod clock;
 mod config;
@@ -141,6 +171,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 
+pub use self::act::KillAct;
 pub use self::config::{FleetBuilder, Tls};
 pub use self::counts::FleetCounts;
 pub use self::error::FleetError;
@@ -219,12 +250,17 @@ impl Fleet {
     /// (at once if it is), and every change published for that name flips it. A switch
     /// shared with several breakers stops them all.
     ///
-    /// From now on the key decides the switch: flip it for the fleet with
-    /// [`kill`](Fleet::kill) and [`revive`](Fleet::revive), in Redis, or on the switch
-    /// itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone): such a flip
-    /// is written to the key and published as `kill` would, a moment later, from the
-    /// link's task (the switch itself changes at once). Made while the link is down, it
-    /// stays on this replica, and the key wins when the link is back.
+    /// From now on the switch follows the latest act on it ([`act`]): flip it for the
+    /// fleet with [`kill`](Fleet::kill) and [`revive`](Fleet::revive), in Redis, or on
+    /// the switch itself ([`KillSwitch::kill`], [`KillSwitch::revive`], from any clone):
+    /// such a flip is an act too, written to the key and published as `kill` would, a
+    /// moment later, from the link's task (the switch itself changes at once). Made while
+    /// the link is down, it is kept, and written when the link is back unless a later
+    /// act was made meanwhile. A switch whose key holds no act keeps its state.
+    ///
+    /// The key is read by the link's task, after this returns: a replica that must not
+    /// serve before it knows its kill switches shares them all, then awaits
+    /// [`wait_for_link`](Fleet::wait_for_link) (or [`sync`](Fleet::sync)).
     ///
     /// # Errors
     ///
@@ -236,13 +272,10 @@ impl Fleet {
     pub fn share_kill_switch(&self, name: &str, switch: &KillSwitch) -> Result<(), FleetError> {
         check_name("kill switch", name)?;
         let settings = &self.inner.replica.settings;
-        // The longer of this replica's two messages for the switch ("false" > "true").
-        let own = wire::encode(&wire::KillMessage::new(
-            name,
-            false,
-            &settings.replica,
-            &settings.run,
-        ));
+        // The longest of this replica's messages for the switch ("false" > "true", and
+        // the longest stamp).
+        let longest = KillAct::new(false, u64::MAX, &settings.replica, &settings.run);
+        let own = wire::encode(&wire::KillMessage::new(name, &longest));
         if own.len() > settings.max_message_bytes {
             return Err(FleetError::BadName {
                 what: "kill switch",
@@ -344,14 +377,17 @@ impl Fleet {
     }
 
     /// Turns kill switch `name` on for the whole fleet: on this replica at once, then
-    /// in its key and on the channel, in one transaction. The name need not be shared
+    /// in its key and on the channel, in one script, as an act stamped now ([`act`]):
+    /// the key is replaced only if it holds an earlier act. The name need not be shared
     /// here (an operator's tool).
     ///
     /// # Errors
     ///
-    /// [`FleetError::LinkDown`]: applied on this replica only, and its key, when read
-    /// again on reconnection, wins; [`FleetError::Redis`]: Redis refused or did not
-    /// answer; a bad name.
+    /// [`FleetError::LinkDown`] or [`FleetError::Redis`]: Redis could not be reached or
+    /// did not answer; the kill is applied on this replica and kept, and written when the
+    /// link is back ([`FleetEvent::Written`]), unless a later act was made meanwhile
+    /// ([`FleetEvent::Overridden`]). [`FleetError::Superseded`]: the key already held a
+    /// later act, which wins. A bad name.
     pub async fn kill(&self, name: &str) -> Result<(), FleetError> {
         self.flip(name, true).await
     }
@@ -377,9 +413,10 @@ impl Fleet {
         self.ask(command, answer).await
     }
 
-    /// Reads every shared kill switch's key now, and applies it; returns once done. A
-    /// replica that must not serve before it knows its kill switches calls this (or
-    /// [`wait_for_link`](Fleet::wait_for_link)) first.
+    /// Reads every shared kill switch's key now, against the act known here (the later
+    /// wins: [`act`]), writes the acts this replica still owes the fleet, and returns
+    /// once done. A replica that must not serve before it knows its kill switches calls
+    /// this (or [`wait_for_link`](Fleet::wait_for_link)) first.
     ///
     /// # Errors
     ///
@@ -399,21 +436,43 @@ impl Fleet {
         answer.await.map_err(|_| stopped())?
     }
 
-    /// Waits until the link is up (connected, subscribed, kill keys read), at most
-    /// `within`.
+    /// Waits until the link is up (connected, subscribed) and the keys of every kill
+    /// switch shared before the call are read and applied (acts kept while the link was
+    /// down written), at most `within`.
     ///
     /// # Errors
     ///
-    /// [`FleetError::NotConnected`], with the last error, if it is not up in time.
+    /// [`FleetError::NotConnected`], with the last error, if that is not done in time.
     pub async fn wait_for_link(&self, within: Duration) -> Result<(), FleetError> {
+        let deadline = tokio::time::Instant::now() + within;
         let mut link = self.inner.replica.watch_link();
-        let up = tokio::time::timeout(within, link.wait_for(LinkStatus::is_up)).await;
-        if let Ok(Ok(_)) = up {
-            return Ok(());
+        loop {
+            let up = tokio::time::timeout_at(deadline, link.wait_for(LinkStatus::is_up)).await;
+            if !matches!(up, Ok(Ok(_))) {
+                break;
+            }
+            // The link's task reads the key of a switch as it is shared, or every key when
+            // the link comes up: once it answers a command sent after them, with the link
+            // up, they are read.
+            let (reply, answer) = oneshot::channel();
+            if self
+                .inner
+                .commands
+                .send(Command::Barrier { reply })
+                .is_err()
+            {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(Ok(Ok(()))) => return Ok(()),
+                // The link went down first: wait for it again.
+                Ok(Ok(Err(_))) => continue,
+                Ok(Err(_)) | Err(_) => break,
+            }
         }
         let error = match self.link() {
             LinkStatus::Down { error, .. } => error,
-            LinkStatus::Up { .. } => return Ok(()),
+            LinkStatus::Up { .. } => "the kill keys were not read in time".into(),
         };
         Err(FleetError::NotConnected { error })
     }
@@ -446,10 +505,13 @@ impl Fleet {
         let now = clock::now();
         let (switches, breakers) = {
             let registry = replica.registry();
-            let switches: Vec<(Arc<str>, KillSwitch)> = registry
+            let switches: Vec<(Arc<str>, KillSwitch, Option<KillAct>)> = registry
                 .switches
                 .iter()
-                .map(|(name, switch)| (name.clone(), switch.clone()))
+                .map(|(name, switch)| {
+                    let kept = registry.kept.get(name).cloned();
+                    (name.clone(), switch.clone(), kept)
+                })
                 .collect();
             let breakers = registry
                 .breakers
@@ -468,9 +530,10 @@ impl Fleet {
             link: replica.link(),
             kill_switches: switches
                 .into_iter()
-                .map(|(name, switch)| SharedKillSwitch {
+                .map(|(name, switch, kept)| SharedKillSwitch {
                     killed: switch.is_killed(),
                     name,
+                    kept,
                 })
                 .collect(),
             breakers,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::act::KillAct;
 use super::hold::Hold;
 use super::policy::{HintPolicy, Reports};
 use crate::{CircuitBreakerHandle, KillSwitch};
@@ -23,4 +24,7 @@ pub(crate) struct SharedBreaker {
 pub(crate) struct Registry {
     pub(crate) switches: BTreeMap<Arc<str>, KillSwitch>,
     pub(crate) breakers: BTreeMap<Arc<str>, SharedBreaker>,
+    /// Kills and revives made here and kept, not yet written, by switch: as the link's
+    /// task last told.
+    pub(crate) kept: BTreeMap<Arc<str>, KillAct>,
 }

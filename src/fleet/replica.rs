@@ -73,6 +73,8 @@ impl Replica {
 
     /// The link is down, with this error. Since when stays the moment it was lost.
     pub(crate) fn link_down(&self, error: &str) {
+        let redacted = self.settings.redact(error);
+        let error = &*redacted;
         let mut lost = None;
         self.status.send_modify(|status| match status {
             LinkStatus::Up { .. } => {

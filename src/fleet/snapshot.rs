@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::act::KillAct;
 use super::counts::FleetCounts;
 use super::link::LinkStatus;
 use super::policy::HintPolicy;
@@ -15,6 +16,9 @@ pub struct SharedKillSwitch {
     pub name: Arc<str>,
     /// Whether it is on here now.
     pub killed: bool,
+    /// A kill or revive made here and kept, not yet written to Redis (made while the link
+    /// was down, or its write failed): written when the link is back.
+    pub kept: Option<KillAct>,
 }
 
 /// A breaker shared with the fleet.

@@ -13,12 +13,13 @@
 //! published in one transaction, so a change made before the read is in the key, and
 //! one made after it is in a message applied after the key: the last change wins.
 //!
-//! A shared kill switch flipped on this replica, by any code, is told to this task (its
-//! watch); the task writes and publishes the flip unless it made it itself on the
-//! fleet's word ([`agreed`](super::agreed)). Alone, such a flip stays local, and the key
-//! read on reconnection wins over it; up, a flip not yet shared wins over what is heard
-//! meanwhile (it is newer, and is published next), and one whose write fails wins over
-//! the key read on reconnection, and is shared then.
+//! Every kill or revive is an act with a stamp ([`act`](super::act)): the switch follows
+//! the latest act known. One made on this replica (a person's command, or a flip of the
+//! switch itself in code, told to this task by its watch) is applied at once and written
+//! with a compare and set, now or, made while the link is down, when it is back; a key or
+//! a message is applied only when its act is later than the one known, and a key holding
+//! an earlier act, or none, gets the later act written back. A flip made in code is
+//! noticed before anything else is weighed for its switch, so the order sees it.
 //!
 //! Commands go before messages: a breaker's transition already passed to this task is
 //! taken into account (an episode of holds ended by its own probe, say) before the next
@@ -34,7 +35,7 @@ use redis::{from_redis_value, AsyncConnectionConfig, Client, Msg, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time;
 
-use super::agreed::{Agreed, Unshared};
+use super::act::{Believed, Heard, KillAct, Pending, Register, Stamper, Stored};
 use super::backoff::Backoff;
 use super::clock;
 use super::counts::add;
@@ -44,8 +45,26 @@ use super::hold::{Act, Kept};
 use super::policy::HintPolicy;
 use super::replica::Replica;
 use super::sequence::{Order, Sequences};
-use super::wire::{encode, HintMessage, HintState, KillMessage, Rejection, VERSION};
+use super::wire::{encode, HintMessage, HintState, KillMessage, KillRecord, Rejection, VERSION};
 use crate::{Cause, CircuitBreakerHandle, KillSwitch, Mode, NextProbe, State, Transition};
+
+/// How many times an act is tried against a key that keeps changing under it.
+const MAX_WRITES: usize = 8;
+
+/// Writes an act to a kill key if the key holds what the replica believes it does, and
+/// publishes its message, at once; either way, answers what the key held (`n`: none,
+/// `s` and the string, `t` and another type: what [`Believed`] is matched against).
+const WRITE_ACT: &str = r"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local held
+if kind == 'none' then held = 'n'
+elseif kind == 'string' then held = 's' .. redis.call('GET', KEYS[1])
+else held = 't' .. kind end
+if held ~= ARGV[1] then return {0, held} end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return {1, held}
+";
 
 /// Further off than any hold: a published time beyond it is taken as it.
 const FAR: time::Duration = time::Duration::from_secs(10 * 365 * 24 * 3600);
@@ -71,6 +90,10 @@ pub(crate) enum Command {
     },
     /// Read every kill key now.
     Sync {
+        reply: oneshot::Sender<Result<(), FleetError>>,
+    },
+    /// Answer once every command sent before is carried out, with the link up.
+    Barrier {
         reply: oneshot::Sender<Result<(), FleetError>>,
     },
 }
@@ -119,8 +142,10 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     client: Client,
     sequences: Sequences,
-    /// What each shared kill switch was last agreed to be with the fleet.
-    agreed: Agreed,
+    /// Each kill switch's acts, by name: those shared, and those acted on here.
+    registers: BTreeMap<Arc<str>, Register>,
+    /// Stamps this replica's acts.
+    stamper: Stamper,
     /// The last sequence number published.
     seq: u64,
     /// Hints not yet published because the link was down: the latest per breaker.
@@ -138,7 +163,7 @@ impl Supervisor {
         let settings = &replica.settings;
         let client =
             Client::open(settings.connection.clone()).map_err(|error| FleetError::BadAddress {
-                reason: error.to_string(),
+                reason: settings.redact(&error.to_string()).to_string(),
             })?;
         Ok(Supervisor {
             sequences: Sequences::new(settings.max_peers),
@@ -150,7 +175,8 @@ impl Supervisor {
             client,
             commands,
             replica,
-            agreed: Agreed::default(),
+            registers: BTreeMap::new(),
+            stamper: Stamper::default(),
             seq: 0,
             pending: BTreeMap::new(),
             was_up: false,
@@ -190,22 +216,13 @@ impl Supervisor {
         within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
         within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
         let mut session = Session { conn, sink, stream };
-        self.agreed.resubscribed();
         // A refused subscription (no AUTH, an ACL) is not reported by the subscribe
         // itself: a PING on each connection is.
         session.check(wait).await?;
-        let names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
-        // The keys win over what this replica did while alone, but not over a flip made
-        // while the link was up whose write failed: that one is shared now.
-        let (owed, names): (Vec<_>, Vec<_>) =
-            names.into_iter().partition(|name| self.agreed.owes(name));
-        self.read_kill_keys(&mut session.conn, names, Unshared::Loses)
-            .await?;
-        self.read_kill_keys(&mut session.conn, owed.clone(), Unshared::Wins)
-            .await?;
-        for name in owed {
-            self.share_flip(&mut session, name).await?;
-        }
+        // Each key against the act known here: the later wins, and acts kept while alone
+        // are written now.
+        let names = self.names();
+        self.read_kill_keys(&mut session, names).await?;
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -243,12 +260,9 @@ impl Supervisor {
                     None => return End::Lost("the connection to redis closed".into()),
                 },
                 _ = resync.tick() => {
-                    let names: Vec<Arc<str>> =
-                        self.replica.registry().switches.keys().cloned().collect();
+                    let names = self.names();
                     let wait = self.replica.settings.timeout;
-                    let read = self
-                        .read_kill_keys(&mut session.conn, names, Unshared::Wins)
-                        .await;
+                    let read = self.read_kill_keys(session, names).await;
                     if let Err(error) = read.and(session.check(wait).await) {
                         return End::Lost(error);
                     }
@@ -284,6 +298,18 @@ impl Supervisor {
         }
     }
 
+    /// The kill switches whose keys are read: those shared, and those with an act made
+    /// here not written yet.
+    fn names(&self) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = self.replica.registry().switches.keys().cloned().collect();
+        for (name, register) in &self.registers {
+            if register.pending.is_some() && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
     /// Carries out a command; with no session, its local part only. An error is the
     /// link's.
     async fn on_command(
@@ -293,10 +319,8 @@ impl Supervisor {
     ) -> Result<(), Failed> {
         match command {
             Command::ReadKey(name) => match session {
-                Some(session) => {
-                    self.read_kill_keys(&mut session.conn, vec![name], Unshared::Wins)
-                        .await
-                }
+                Some(session) => self.read_kill_keys(session, vec![name]).await,
+                // Read with every other key when the link comes up.
                 None => Ok(()),
             },
             Command::Transition {
@@ -317,28 +341,53 @@ impl Supervisor {
                     }
                 }
             }
-            Command::Flipped(name) => match session {
-                Some(session) => self.share_flip(session, name).await,
-                // Alone, a flip stays on this replica: the key wins when the link is back.
-                None => {
-                    self.agreed.settled(&name);
-                    Ok(())
+            Command::Flipped(name) => {
+                self.notice(&name, session.is_some());
+                // Noticed now, or already as a message for the switch came in.
+                let pending = self
+                    .registers
+                    .get(&name)
+                    .is_some_and(|r| r.pending.is_some());
+                if !pending {
+                    return Ok(());
                 }
-            },
+                match session {
+                    Some(session) => self.settle(session, &name, None).await,
+                    // Alone, the flip is kept: written when the link is back.
+                    None => Ok(()),
+                }
+            }
             Command::Flip {
                 name,
                 killed,
                 reply,
             } => {
-                self.apply_kill(&name, killed, KillOrigin::Command, Unshared::Loses);
-                // A person's command replaces a flip owed: it is reported to them instead.
-                self.agreed.settled(&name);
+                // A flip made in code before this command is an act before it.
+                self.notice(&name, session.is_some());
+                let act = self.act_here(killed);
+                let pending = Pending {
+                    by_command: true,
+                    kept: session.is_none(),
+                };
+                self.registers
+                    .entry(name.clone())
+                    .or_default()
+                    .made(act.clone(), pending);
+                self.mirror_kept(&name);
+                self.apply_switch(&name, killed, KillOrigin::Command);
                 let Some(session) = session else {
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
                 };
-                let result = self.write_kill(session, &name, killed).await;
-                let _ = reply.send(result.clone().map_err(FleetError::Redis));
+                let result = self.settle(session, &name, None).await;
+                let answer = match &result {
+                    Err(error) => Err(FleetError::Redis(self.replica.settings.redact(error))),
+                    Ok(()) => match self.registers.get(&name).and_then(|r| r.act.clone()) {
+                        Some(known) if known != act => Err(FleetError::Superseded { by: known }),
+                        _ => Ok(()),
+                    },
+                };
+                let _ = reply.send(answer);
                 result
             }
             Command::Sync { reply } => {
@@ -346,54 +395,222 @@ impl Supervisor {
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
                 };
-                let names: Vec<Arc<str>> =
-                    self.replica.registry().switches.keys().cloned().collect();
-                let mut result = Ok(());
-                // A flip made in code before the sync, whose news is not here yet, is
-                // shared first: the keys read then hold it. The first write that fails
-                // ends the sync (the link is down: the others would wait their timeouts).
-                for name in &names {
-                    result = self.share_flip(session, name.clone()).await;
-                    if result.is_err() {
-                        break;
-                    }
-                }
-                let result = match result {
-                    Ok(()) => {
-                        self.read_kill_keys(&mut session.conn, names, Unshared::Wins)
-                            .await
-                    }
-                    Err(error) => Err(error),
-                };
-                let _ = reply.send(result.clone().map_err(FleetError::Redis));
+                // Flips made in code before the sync are noticed first, key by key: the
+                // keys hold them once it returns.
+                let names = self.names();
+                let result = self.read_kill_keys(session, names).await;
+                let answer = result
+                    .clone()
+                    .map_err(|error| FleetError::Redis(self.replica.settings.redact(&error)));
+                let _ = reply.send(answer);
                 result
+            }
+            Command::Barrier { reply } => {
+                let answer = match session {
+                    Some(_) => Ok(()),
+                    None => Err(self.link_down_error()),
+                };
+                let _ = reply.send(answer);
+                Ok(())
             }
         }
     }
 
-    /// Shares a flip made on shared switch `name` itself, if it has one not shared yet.
-    async fn share_flip(&mut self, session: &mut Session, name: Arc<str>) -> Result<(), Failed> {
-        let Some((_, switch)) = self.switch(&name) else {
-            return Ok(());
+    /// A new act made on this replica now.
+    fn act_here(&mut self, killed: bool) -> KillAct {
+        let at_ms = self.stamper.next(clock::wall_now_ms());
+        let settings = &self.replica.settings;
+        KillAct::new(killed, at_ms, &settings.replica, &settings.run)
+    }
+
+    /// Looks at shared switch `name`: flipped in code since the fleet last left it, the
+    /// flip is an act made here now, to be written (kept if the link is down). Whether it
+    /// was.
+    fn notice(&mut self, name: &Arc<str>, link_up: bool) -> bool {
+        let Some((name, switch)) = self.switch(name) else {
+            return false;
         };
-        let killed = switch.is_killed();
-        if !self.agreed.flipped(&name, killed) {
-            self.agreed.settled(&name);
-            return Ok(());
+        let current = switch.is_killed();
+        let register = self.registers.entry(name.clone()).or_default();
+        if !register.flipped_in_code(current) {
+            return false;
         }
-        if let Err(error) = self.write_kill(session, &name, killed).await {
-            // Made with the link up, the flip is not undone by the key when the link is
-            // back: it is shared then.
-            self.agreed.owe(&name, killed);
-            return Err(error);
+        let act = self.act_here(current);
+        let pending = Pending {
+            by_command: false,
+            kept: !link_up,
+        };
+        if let Some(register) = self.registers.get_mut(&name) {
+            register.made(act, pending);
         }
-        self.agreed.settled(&name);
-        self.replica.emit(FleetEvent::KillSwitch {
-            name,
-            killed,
-            origin: KillOrigin::Switch,
-        });
-        Ok(())
+        self.mirror_kept(&name);
+        true
+    }
+
+    /// Tells the snapshot which act of switch `name` is kept, not yet written.
+    fn mirror_kept(&self, name: &Arc<str>) {
+        let kept = self
+            .registers
+            .get(name)
+            .filter(|r| r.pending.is_some_and(|p| p.kept))
+            .and_then(|r| r.act.clone());
+        let mut registry = self.replica.registry();
+        match kept {
+            Some(act) => {
+                registry.kept.insert(name.clone(), act);
+            }
+            None => {
+                registry.kept.remove(name);
+            }
+        }
+    }
+
+    /// The act made here on switch `name`, if one is still to be written, is kept: the
+    /// link failed under its write.
+    fn keep(&mut self, name: &Arc<str>) {
+        if let Some(pending) = self
+            .registers
+            .get_mut(name)
+            .and_then(|r| r.pending.as_mut())
+        {
+            pending.kept = true;
+        }
+        self.mirror_kept(name);
+    }
+
+    /// An act on switch `name` was heard of (origin: the key or a message): the later of
+    /// it and the act known wins, and the switch follows it.
+    fn hear(&mut self, name: &Arc<str>, theirs: KillAct, origin: KillOrigin) -> Heard {
+        self.stamper.seen(theirs.at_ms);
+        let heard = self
+            .registers
+            .entry(name.clone())
+            .or_default()
+            .hear(theirs.clone());
+        // Recorded before it is told: a listener that looks at the snapshot sees it.
+        self.mirror_kept(name);
+        match &heard {
+            Heard::Later { overridden } => {
+                self.apply_switch(name, theirs.killed, origin);
+                if let Some(act) = overridden {
+                    tracing::warn!(target: "tower_circuit_breaker::fleet", kill_switch = %name, killed = act.killed, by_replica = %theirs.replica, "an act made here lost to a later one");
+                    self.replica.emit(FleetEvent::Overridden {
+                        name: name.clone(),
+                        act: act.clone(),
+                        by: theirs,
+                    });
+                }
+            }
+            Heard::Same {
+                written: Some(pending),
+            } => self.written(name, theirs, *pending),
+            Heard::Same { written: None } | Heard::Earlier => {}
+        }
+        heard
+    }
+
+    /// An act made here on switch `name` is in Redis now: told.
+    fn written(&self, name: &Arc<str>, act: KillAct, pending: Pending) {
+        if pending.kept {
+            tracing::info!(target: "tower_circuit_breaker::fleet", kill_switch = %name, killed = act.killed, "an act kept while the link was down is written");
+            self.replica.emit(FleetEvent::Written {
+                name: name.clone(),
+                act,
+            });
+        } else if !pending.by_command {
+            self.replica.emit(FleetEvent::KillSwitch {
+                name: name.clone(),
+                killed: act.killed,
+                origin: KillOrigin::Switch,
+            });
+        }
+    }
+
+    /// Brings switch `name` and its key in step: `read` (what the key held, if just
+    /// read) against the act known here, the later winning; the act known here is
+    /// written when it is the later, or the key holds none. A write that finds the key
+    /// changed weighs what it found, and tries again while its act is still the later.
+    async fn settle(
+        &mut self,
+        session: &mut Session,
+        name: &Arc<str>,
+        mut read: Option<(Stored, Believed)>,
+    ) -> Result<(), Failed> {
+        self.notice(name, true);
+        for _ in 0..MAX_WRITES {
+            if let Some((stored, believed)) = read.take() {
+                let register = self.registers.entry(name.clone()).or_default();
+                register.key = believed;
+                let pending = register.pending.is_some();
+                let known = register.act.is_some();
+                match stored {
+                    Stored::Unreadable => {
+                        let key = self.replica.settings.keys.kill_key(name);
+                        self.rejected(key.into(), Rejection::Malformed);
+                        // Only an act made here replaces what cannot be read.
+                        if !pending {
+                            return Ok(());
+                        }
+                    }
+                    // No act in the key undoes none: the act known is written back.
+                    Stored::Absent if !known => return Ok(()),
+                    Stored::Absent => {}
+                    // By hand: made when first read, so later than any act known here.
+                    Stored::Bare(killed) => {
+                        let theirs = self.act_here(killed);
+                        self.hear(name, theirs, KillOrigin::Key);
+                    }
+                    Stored::Act(theirs) => match self.hear(name, theirs, KillOrigin::Key) {
+                        Heard::Later { .. } | Heard::Same { .. } => return Ok(()),
+                        Heard::Earlier => {}
+                    },
+                }
+            }
+            let Some(act) = self.registers.get(name).and_then(|r| r.act.clone()) else {
+                return Ok(());
+            };
+            let believed = self
+                .registers
+                .get(name)
+                .map(|r| r.key.clone())
+                .unwrap_or_default();
+            let found = match self.write_act(session, name, &act, &believed).await {
+                Ok(found) => found,
+                Err(error) => {
+                    self.keep(name);
+                    return Err(error);
+                }
+            };
+            match found {
+                None => {
+                    let value = encode(&KillRecord::new(&act));
+                    let register = self.registers.entry(name.clone()).or_default();
+                    register.key = Believed::string(value.as_bytes());
+                    let pending = register.pending.take();
+                    add(&self.replica.counters.kills_published, 1);
+                    self.mirror_kept(name);
+                    if let Some(pending) = pending {
+                        self.written(name, act, pending);
+                    }
+                    return Ok(());
+                }
+                Some(held) => read = Some((self.stored(&held), held)),
+            }
+        }
+        self.keep(name);
+        Err("the kill key kept changing under the write".into())
+    }
+
+    /// What a key holds, from its description by the write script or the read.
+    fn stored(&self, held: &Believed) -> Stored {
+        let settings = &self.replica.settings;
+        match held.as_arg().split_first() {
+            Some((b'n', _)) => Stored::Absent,
+            Some((b's', value)) => {
+                KillRecord::decode(value, settings.max_message_bytes, clock::wall_now_ms())
+            }
+            _ => Stored::Unreadable,
+        }
     }
 
     /// The hint a transition publishes: the breaker's own calls opened or closed it
@@ -454,43 +671,36 @@ impl Supervisor {
         }
     }
 
-    /// Writes a kill switch's key and publishes the change, in one transaction.
-    async fn write_kill(
+    /// Writes `act` in switch `name`'s key and publishes it, in one script, if the key
+    /// holds what `believed` says: `None` when written, else what the key holds.
+    async fn write_act(
         &mut self,
         session: &mut Session,
         name: &str,
-        killed: bool,
-    ) -> Result<(), Failed> {
+        act: &KillAct,
+        believed: &Believed,
+    ) -> Result<Option<Believed>, Failed> {
         let settings = &self.replica.settings;
-        let key = settings.keys.kill_key(name);
-        let message = encode(&KillMessage::new(
-            name,
-            killed,
-            &settings.replica,
-            &settings.run,
-        ));
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        if killed {
-            pipe.set(key, "1").ignore();
-        } else {
-            pipe.del(key).ignore();
-        }
-        pipe.publish(settings.keys.kill_channel(), message).ignore();
-        within(settings.timeout, pipe.query_async::<()>(&mut session.conn)).await?;
-        self.agreed.written(name);
-        add(&self.replica.counters.kills_published, 1);
-        Ok(())
+        let mut script = redis::cmd("EVAL");
+        script
+            .arg(WRITE_ACT)
+            .arg(1)
+            .arg(settings.keys.kill_key(name))
+            .arg(believed.as_arg())
+            .arg(encode(&KillRecord::new(act)))
+            .arg(settings.keys.kill_channel())
+            .arg(encode(&KillMessage::new(name, act)));
+        let (written, held): (i64, Vec<u8>) =
+            within(settings.timeout, script.query_async(&mut session.conn)).await?;
+        Ok((written != 1).then_some(Believed(Some(held))))
     }
 
-    /// Reads the keys of these kill switches and applies them: the key wins over what
-    /// the replica holds, and over a flip made on a switch itself and not shared yet
-    /// when `unshared` loses.
+    /// Reads the keys of these kill switches, and brings each switch and its key in
+    /// step ([`settle`](Self::settle)).
     async fn read_kill_keys(
         &mut self,
-        conn: &mut MultiplexedConnection,
+        session: &mut Session,
         names: Vec<Arc<str>>,
-        unshared: Unshared,
     ) -> Result<(), Failed> {
         if names.is_empty() {
             return Ok(());
@@ -504,7 +714,11 @@ impl Supervisor {
         for key in &keys {
             read.cmd("TYPE").arg(key);
         }
-        let replies = within(settings.timeout, read.query_async::<Vec<Value>>(conn)).await?;
+        let replies = within(
+            settings.timeout,
+            read.query_async::<Vec<Value>>(&mut session.conn),
+        )
+        .await?;
         let Some((values, types)) = replies.split_first() else {
             return Err("redis answered no kill keys".into());
         };
@@ -514,14 +728,14 @@ impl Supervisor {
             .iter()
             .map(|kind| from_redis_value(kind).unwrap_or_default())
             .collect();
-        for (((name, key), value), kind) in names.iter().zip(keys).zip(values).zip(types) {
-            match (value.as_deref(), kind.as_str()) {
-                (None, "none") | (Some(b"0"), _) => {
-                    self.apply_kill(name, false, KillOrigin::Key, unshared)
-                }
-                (Some(b"1"), _) => self.apply_kill(name, true, KillOrigin::Key, unshared),
-                _ => self.rejected(key.into(), Rejection::Malformed),
-            }
+        for ((name, value), kind) in names.iter().zip(values).zip(types) {
+            let held = match (value, kind.as_str()) {
+                (None, "none") => Believed::absent(),
+                (Some(value), _) => Believed::string(&value),
+                (None, kind) => Believed(Some(format!("t{kind}").into_bytes())),
+            };
+            let stored = self.stored(&held);
+            self.settle(session, name, Some((stored, held))).await?;
         }
         Ok(())
     }
@@ -539,16 +753,16 @@ impl Supervisor {
         Some((name.clone(), switch.clone()))
     }
 
-    /// Sets a shared kill switch on the fleet's word, if this replica shares one by that
-    /// name. Its flip is agreed first, so it is not shared again.
-    fn apply_kill(&mut self, name: &str, killed: bool, origin: KillOrigin, unshared: Unshared) {
+    /// Sets shared switch `name` as the fleet says, if this replica shares one by that
+    /// name and it is not so already, and tells of the flip.
+    fn apply_switch(&mut self, name: &Arc<str>, killed: bool, origin: KillOrigin) {
         let Some((name, switch)) = self.switch(name) else {
             return;
         };
-        if !self
-            .agreed
-            .told(&name, killed, switch.is_killed(), unshared)
-        {
+        if let Some(register) = self.registers.get_mut(&name) {
+            register.flag = Some(killed);
+        }
+        if switch.is_killed() == killed {
             return;
         }
         if killed {
@@ -569,17 +783,14 @@ impl Supervisor {
         let payload = message.get_payload_bytes();
         let channel = message.get_channel_name();
         if channel == settings.keys.kill_channel() {
-            match KillMessage::decode(payload, limit) {
-                Ok(kill) => {
+            let decoded = KillMessage::decode(payload, limit).and_then(|kill| {
+                let act = kill.act(clock::wall_now_ms())?;
+                Ok((kill, act))
+            });
+            match decoded {
+                Ok((kill, act)) => {
                     add(&self.replica.counters.kill_messages, 1);
-                    let own = match (&kill.replica, &kill.run) {
-                        (Some(replica), Some(run)) => self.is_own(replica, run),
-                        _ => false,
-                    };
-                    if self.agreed.heard(&kill.name, own) {
-                        let origin = KillOrigin::Message;
-                        self.apply_kill(&kill.name, kill.killed, origin, Unshared::Wins);
-                    }
+                    self.on_kill(&kill, act);
                 }
                 Err(why) => self.rejected(channel.into(), why),
             }
@@ -587,6 +798,33 @@ impl Supervisor {
             match HintMessage::decode(payload, limit) {
                 Ok(hint) => self.on_hint(hint),
                 Err(why) => self.rejected(channel.into(), why),
+            }
+        }
+    }
+
+    /// A kill message believed: its act (`None`: published by hand without a stamp, so
+    /// made when heard) against the act known, for a switch shared or acted on here.
+    fn on_kill(&mut self, kill: &KillMessage, act: Option<KillAct>) {
+        let name: Arc<str> = match self.switch(&kill.name) {
+            Some((name, _)) => name,
+            None => match self.registers.get_key_value(kill.name.as_str()) {
+                Some((name, _)) => name.clone(),
+                None => return,
+            },
+        };
+        // A flip made in code, not yet told to this task, is an act before this one (it
+        // is written at this switch's next settle).
+        self.notice(&name, true);
+        let (theirs, key) = match act {
+            Some(act) => {
+                let key = Believed::string(encode(&KillRecord::new(&act)).as_bytes());
+                (act, key)
+            }
+            None => (self.act_here(kill.killed), Believed::default()),
+        };
+        if let Heard::Later { .. } = self.hear(&name, theirs, KillOrigin::Message) {
+            if let Some(register) = self.registers.get_mut(&name) {
+                register.key = key;
             }
         }
     }

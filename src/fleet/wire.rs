@@ -7,8 +7,22 @@
 //! {"v":1,"name":"openai","killed":true}
 //! ```
 //!
-//! with optional `"replica"` and `"run"` (which replica sent it: a replica skips its
-//! own) and `"by"` (who, for the logs). A hint message, on `PREFIX:hints`:
+//! with optional `"replica"` and `"run"` (which replica sent it), `"at_ms"` (the act's
+//! stamp: with the replica and run, where the act stands in the fleet's order, see
+//! [`act`](super::act)) and `"by"` (who, for the logs). A message without a stamp (one
+//! published by hand) counts as made when it is heard.
+//!
+//! A kill key, `PREFIX:kill:NAME`, holds the latest act on the switch:
+//!
+//! ```json
+//! {"v":1,"killed":true,"at_ms":1764580000000,"replica":"api-7","run":"5f0c1a2b3c4d5e6f"}
+//! ```
+//!
+//! or, written by hand, `1` (killed) or `0` (revived), which a replica stamps when it
+//! first reads it. A revive is kept in the key (`"killed":false`), not deleted: a key that
+//! is absent holds no act, and undoes none.
+//!
+//! A hint message, on `PREFIX:hints`:
 //!
 //! ```json
 //! {"v":1,"replica":"api-7","run":"5f0c1a2b3c4d5e6f","seq":42,"name":"openai",
@@ -22,6 +36,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::act::{KillAct, Stored, MAX_AHEAD_MS};
 use super::keys::check_name;
 
 /// The version this crate writes and reads.
@@ -67,7 +82,19 @@ pub(crate) struct KillMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) run: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) by: Option<String>,
+}
+
+/// What a kill key holds when a replica wrote it: the latest act.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KillRecord {
+    pub(crate) v: u64,
+    pub(crate) killed: bool,
+    pub(crate) at_ms: u64,
+    pub(crate) replica: String,
+    pub(crate) run: String,
 }
 
 /// What a hint says of the publishing replica's breaker.
@@ -128,16 +155,42 @@ fn short(note: Option<&str>) -> Result<(), Rejection> {
     }
 }
 
+/// A stamp more than a day ahead of `wall_ms` is refused: a broken clock must not pin a
+/// switch for ever.
+fn believable(at_ms: u64, wall_ms: u64) -> Result<(), Rejection> {
+    if at_ms > wall_ms.saturating_add(MAX_AHEAD_MS) {
+        return Err(Rejection::Malformed);
+    }
+    Ok(())
+}
+
 impl KillMessage {
-    pub(crate) fn new(name: &str, killed: bool, replica: &str, run: &str) -> KillMessage {
+    /// The message of `act` on switch `name`.
+    pub(crate) fn new(name: &str, act: &KillAct) -> KillMessage {
         KillMessage {
             v: VERSION,
             name: name.into(),
-            killed,
-            replica: Some(replica.into()),
-            run: Some(run.into()),
+            killed: act.killed,
+            replica: Some(act.replica.to_string()),
+            run: Some(act.run.to_string()),
+            at_ms: Some(act.at_ms),
             by: None,
         }
+    }
+
+    /// The act it carries, if it is stamped (replica, run and time), checked against
+    /// this replica's clock, `wall_ms`.
+    pub(crate) fn act(&self, wall_ms: u64) -> Result<Option<KillAct>, Rejection> {
+        let (Some(replica), Some(run), Some(at_ms)) = (&self.replica, &self.run, self.at_ms) else {
+            return Ok(None);
+        };
+        believable(at_ms, wall_ms)?;
+        Ok(Some(KillAct::new(
+            self.killed,
+            at_ms,
+            &replica.as_str().into(),
+            &run.as_str().into(),
+        )))
     }
 
     /// Checks a received kill message.
@@ -150,6 +203,44 @@ impl KillMessage {
         short(message.run.as_deref())?;
         short(message.by.as_deref())?;
         Ok(message)
+    }
+}
+
+impl KillRecord {
+    pub(crate) fn new(act: &KillAct) -> KillRecord {
+        KillRecord {
+            v: VERSION,
+            killed: act.killed,
+            at_ms: act.at_ms,
+            replica: act.replica.to_string(),
+            run: act.run.to_string(),
+        }
+    }
+
+    /// Reads a kill key's string value, of at most `limit` bytes, checked against this
+    /// replica's clock, `wall_ms`.
+    pub(crate) fn decode(value: &[u8], limit: usize, wall_ms: u64) -> Stored {
+        match value {
+            b"1" => return Stored::Bare(true),
+            b"0" => return Stored::Bare(false),
+            _ => {}
+        }
+        let Ok(record) = decode::<KillRecord>(value, limit) else {
+            return Stored::Unreadable;
+        };
+        let checked = check_name("replica", &record.replica)
+            .map_err(|_| Rejection::Malformed)
+            .and_then(|()| short(Some(&record.run)))
+            .and_then(|()| believable(record.at_ms, wall_ms));
+        match checked {
+            Ok(()) => Stored::Act(KillAct::new(
+                record.killed,
+                record.at_ms,
+                &record.replica.as_str().into(),
+                &record.run.as_str().into(),
+            )),
+            Err(_) => Stored::Unreadable,
+        }
     }
 }
 
@@ -202,6 +293,36 @@ mod tests {
         assert!(message.killed && message.replica.is_none());
         let with_extra = br#"{"v":1,"name":"openai","killed":false,"by":"alice","later":[1,2]}"#;
         assert!(!KillMessage::decode(with_extra, 4096).unwrap().killed);
+    }
+
+    #[test]
+    fn a_kill_key_reads_back_as_the_act_written_and_by_hand_values_are_bare() {
+        let act = KillAct::new(true, 1_764_580_000_000, &"api-7".into(), &"5f0c".into());
+        let value = encode(&KillRecord::new(&act));
+        let wall = 1_764_580_000_000;
+        assert_eq!(
+            KillRecord::decode(value.as_bytes(), 4096, wall),
+            Stored::Act(act.clone())
+        );
+        assert_eq!(KillRecord::decode(b"1", 4096, wall), Stored::Bare(true));
+        assert_eq!(KillRecord::decode(b"0", 4096, wall), Stored::Bare(false));
+        for bad in [&b"maybe"[..], b"", b"{\"v\":1,\"killed\":true}"] {
+            assert_eq!(KillRecord::decode(bad, 4096, wall), Stored::Unreadable);
+        }
+        // A stamp further ahead than a day is refused, in a key or a message.
+        let far = KillAct::new(true, wall + MAX_AHEAD_MS + 1, &"api-7".into(), &"r".into());
+        let value = encode(&KillRecord::new(&far));
+        assert_eq!(
+            KillRecord::decode(value.as_bytes(), 4096, wall),
+            Stored::Unreadable
+        );
+        let message = KillMessage::new("openai", &far);
+        assert_eq!(message.act(wall), Err(Rejection::Malformed));
+        let message = KillMessage::new("openai", &act);
+        assert_eq!(message.act(wall), Ok(Some(act)));
+        let by_hand =
+            KillMessage::decode(br#"{"v":1,"name":"openai","killed":true}"#, 4096).unwrap();
+        assert_eq!(by_hand.act(wall), Ok(None));
     }
 
     #[test]

@@ -87,9 +87,22 @@ async fn a_kill_key_of_another_type_is_refused_and_counted_not_read_as_absent() 
     // A key that is not a string says nothing: refused as a string of garbage is.
     assert!(member.stop.is_killed());
     assert_eq!(member.fleet.counts().malformed, 1);
-    // A key that is gone revives.
+    // A key that is gone undoes nothing: the kill is written back.
     redis::cmd("DEL")
         .arg(&key)
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    member.fleet.sync().await.unwrap();
+    assert!(member.stop.is_killed());
+    assert_eq!(
+        key_says_killed(&mut raw, &prefix, "model").await,
+        Some(true)
+    );
+    // A revive written by hand (`0`, no stamp) counts as made when read: it wins.
+    redis::cmd("SET")
+        .arg(&key)
+        .arg("0")
         .query_async::<()>(&mut raw)
         .await
         .unwrap();
@@ -97,6 +110,13 @@ async fn a_kill_key_of_another_type_is_refused_and_counted_not_read_as_absent() 
     assert!(!member.stop.is_killed());
     assert_eq!(member.fleet.counts().malformed, 1);
     assert_eq!(call(&member.model, true).await, Got::Made);
+    // Stamped in the key by the replica that read it.
+    let value: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(value.contains(r#""killed":false"#), "{value}");
 }
 
 #[tokio::test]

@@ -65,12 +65,8 @@ async fn a_kill_switch_flipped_in_code_reaches_every_replica() {
         assert!(!member.stop.is_killed());
     }
     let mut raw = by_hand(&redis.url).await;
-    let key: Option<String> = redis::cmd("GET")
-        .arg(format!("{prefix}:kill:model"))
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(key, None, "the key is gone");
+    let key = key_says_killed(&mut raw, &prefix, "model").await;
+    assert_eq!(key, Some(false), "the key holds the revive");
     let published: Vec<u64> = members
         .iter()
         .map(|m| m.fleet.counts().kills_published)
@@ -185,10 +181,6 @@ async fn rapid_flips_in_code_end_with_the_last_one_everywhere() {
         .collect();
     assert_eq!(published[0], heard.len() as u64);
     assert_eq!(published[1..], [0, 0]);
-    let key: Option<String> = redis::cmd("GET")
-        .arg(format!("{prefix}:kill:model"))
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(key.as_deref(), Some("1"));
+    let key = key_says_killed(&mut raw, &prefix, "model").await;
+    assert_eq!(key, Some(true));
 }

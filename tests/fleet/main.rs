@@ -11,6 +11,7 @@ mod attack;
 mod common;
 mod flips;
 mod holds;
+mod promises;
 mod server;
 
 use std::future::Future;
@@ -174,6 +175,28 @@ async fn poll_until(within: Duration, what: &str, done: impl Fn() -> bool) {
 async fn by_hand(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Whether kill switch `name`'s key says killed: its act (`{"killed":true,...}`), or a
+/// value written by hand (`1`); `None` when there is no key.
+async fn key_says_killed(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    name: &str,
+) -> Option<bool> {
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{prefix}:kill:{name}"))
+        .query_async(conn)
+        .await
+        .unwrap();
+    match value?.as_str() {
+        "1" => Some(true),
+        "0" => Some(false),
+        act => {
+            let act: serde_json::Value = serde_json::from_str(act).expect("an act");
+            Some(act["killed"].as_bool().expect("killed"))
+        }
+    }
 }
 
 async fn publish(conn: &mut redis::aio::MultiplexedConnection, channel: &str, payload: &str) {
@@ -552,7 +575,8 @@ async fn a_quorum_needs_n_replicas() {
 }
 
 #[tokio::test]
-async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_kill_key() {
+async fn redis_stopped_mid_run_leaves_replicas_alone_and_what_they_did_alone_is_written_on_its_return(
+) {
     let Some(mut server) = RedisServer::start(&[]).await else {
         return;
     };
@@ -585,13 +609,13 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     };
     assert_eq!(fleet.snapshot().link.since(), since);
 
-    // Calls go on, decided here: killed, then revived here only.
+    // Calls go on, decided here: killed, then revived here at once (and kept).
     assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
     let revived = fleet.revive("model").await;
     assert!(matches!(revived, Err(FleetError::LinkDown { since: s, .. }) if s == since));
     assert!(!stop.is_killed());
     assert_eq!(call(&model, true).await, Got::Made);
-    // A switch flipped in code while alone stays on this replica.
+    // A switch flipped in code while alone holds on this replica (and is kept).
     search_stop.kill();
     assert_eq!(call(&search, true).await, Got::Skipped(Reason::Killed));
     search_stop.revive();
@@ -601,24 +625,32 @@ async fn redis_stopped_mid_run_leaves_replicas_alone_and_its_return_rereads_the_
     }
     assert_eq!(search.handle().state(), State::Open);
     assert_eq!(fleet.counts().published, 0);
-    search_stop.kill(); // no key says so: undone when the link is back
+    search_stop.kill(); // no key says so: written when the link is back
 
     server.restart().await;
     tokio::time::timeout(LINK, link.wait_for(LinkStatus::is_up))
         .await
         .expect("the link comes back")
         .unwrap();
-    // The keys win over what the replica did alone: the one saved before the stop, and
-    // the one never written, whatever was flipped in code meanwhile.
-    assert!(stop.is_killed());
-    assert_eq!(call(&model, true).await, Got::Skipped(Reason::Killed));
-    assert!(!search_stop.is_killed());
+    // What the replica did alone is later than the key saved before the stop, and than
+    // no key: it holds, and is written once the link is up (before it says so).
+    assert!(!stop.is_killed());
+    assert_eq!(call(&model, true).await, Got::Made);
+    assert!(search_stop.is_killed());
+    let mut raw = by_hand(&url).await;
+    assert_eq!(
+        key_says_killed(&mut raw, &prefix, "model").await,
+        Some(false)
+    );
+    assert_eq!(
+        key_says_killed(&mut raw, &prefix, "search").await,
+        Some(true)
+    );
     let counts = fleet.counts();
     assert_eq!((counts.reconnects, counts.published), (1, 1));
-    // Nothing flipped while alone was published on the way back, nor the keys' own
-    // flips: only the kill made before the stop.
+    // The kill before the stop, then the latest act of each switch made alone.
     fleet.sync().await.unwrap();
-    assert_eq!(fleet.counts().kills_published, 1);
+    assert_eq!(fleet.counts().kills_published, 3);
 }
 
 #[tokio::test]

@@ -180,6 +180,24 @@ impl RedisServer {
         let _ = child.wait();
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server is running").id()
+    }
+
+    /// Stops the server as an outage would: SIGKILL to its pid, nothing saved. It comes
+    /// back ([`restart`](Self::restart)) with what was last saved (`SAVE`), or empty.
+    pub fn kill_by_pid(&mut self) {
+        let pid = self.pid();
+        let killed = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(killed.success(), "kill -KILL {pid}");
+        let mut child = self.child.take().expect("the server is running");
+        let _ = child.wait();
+    }
+
     /// Starts it again on the same port, with the data it saved.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "stop it first");
