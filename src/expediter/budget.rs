@@ -123,6 +123,9 @@ pub struct BudgetReport {
     pub cycle: u32,
     /// Systemic events detected this cycle, each counted once in `used`.
     pub systemic_events: u32,
+    /// Failed probes of one tool the budget absorbs before that tool is held open
+    /// ([`ExpediterBuilder::probe_allowance`](super::ExpediterBuilder::probe_allowance)).
+    pub probe_allowance: u32,
     /// The failures of this cycle, in the order they were recorded.
     pub failures: Vec<BudgetLine>,
 }

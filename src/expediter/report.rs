@@ -17,7 +17,7 @@ use super::precheck::Availability;
 use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
-use super::standing::{ordinal, NextTry, ToolView, Unusable};
+use super::standing::{NextTry, ToolView, Unusable};
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,10 @@ pub struct ToolHealth {
     pub last_failure: Option<String>,
     /// The expediter's step at its last success.
     pub last_success_step: Option<u64>,
+    /// Failed probes of its current outage charged to this cycle's budget: at the
+    /// [allowance](super::ExpediterBuilder::probe_allowance) it is held open
+    /// ([`Unusable::ProbesStopped`]).
+    pub failed_probes: u32,
     /// What the last pre-call check found, while that result is used, or the
     /// availability reported from outside
     /// ([`Expediter::set_availability`](super::Expediter::set_availability)).
@@ -193,6 +197,7 @@ fn health(ledger: &Ledger, name: &Arc<str>, snapshot: &Snapshot) -> ToolHealth {
             .as_ref()
             .map(|f| f.message.to_string()),
         last_success_step: ledger.last_success_step(name),
+        failed_probes: ledger.failed_probes(name),
         availability: ledger.availability(name),
         unusable: standing.unusable,
         next_try: standing.next_try,
@@ -272,6 +277,7 @@ pub(crate) fn build(
             limit,
             cycle: budget.cycle(),
             systemic_events: ledger.systemic_events_this_cycle(),
+            probe_allowance: ledger.probe_allowance(),
             failures,
         },
         degradations,
@@ -290,9 +296,9 @@ fn next_steps(
     if let Some(event) = ledger.active_systemic() {
         let backoff = ledger.backoff();
         steps.push(format!(
-            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed from the {} decision on, the wait doubling after each failed probe up to {} decisions",
+            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed after {} calls, the wait doubling after each failed probe up to {} calls",
             event.describe(),
-            ordinal(backoff.start),
+            backoff.start,
             backoff.cap
         ));
     }
@@ -323,6 +329,12 @@ fn next_steps(
             Unusable::Held => format!(
                 "{} is held open on a hint from outside (another replica saw it fail); it is tried again {}",
                 row.name, row.next_try
+            ),
+            Unusable::ProbesStopped => format!(
+                "{} stays down ({}): it is held open with no more probes, to keep the budget for the other tools; it is tried again {} (Expediter::resume_probes, or a reset of its breaker)",
+                row.name,
+                stays_down(row),
+                row.next_try
             ),
             _ => {
                 let why = match &row.last_failure {
@@ -397,6 +409,22 @@ fn next_steps(
     steps
 }
 
+/// `1 failed probe`, `2 failed probes`.
+fn probes(n: u32) -> String {
+    match n {
+        1 => "1 failed probe".to_string(),
+        n => format!("{n} failed probes"),
+    }
+}
+
+/// How a tool held after its failed probes got there, in a few words.
+fn stays_down(row: &ToolHealth) -> String {
+    match &row.last_failure {
+        Some(message) => format!("{}; last failure: {message}", probes(row.failed_probes)),
+        None => probes(row.failed_probes),
+    }
+}
+
 /// What to offer the model now.
 pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> ToolOffer {
     let mut offer = ToolOffer {
@@ -443,6 +471,15 @@ pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> 
                     "it is held open on a hint from outside (another replica saw it fail)"
                         .to_string()
                 }
+                Unusable::ProbesStopped => format!(
+                    "it stays down ({}{})",
+                    probes(ledger.failed_probes(&name)),
+                    snapshot
+                        .last_failure
+                        .as_ref()
+                        .map(|f| format!("; last: {}", f.message))
+                        .unwrap_or_default()
+                ),
                 _ => {
                     let last = snapshot
                         .last_failure
@@ -501,7 +538,7 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
 }
 
 /// What the Next Try column counts.
-pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts decisions about the tool (a skipped one counts at once, a call when it is made); a recovery backoff counts decisions about any tool; peeks, plans and reports count nothing.";
+pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts calls of the tool, skipped ones too (of any tool after a systemic failure); peeks, plans and reports count nothing.";
 
 impl fmt::Display for StatusReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -574,6 +611,20 @@ impl fmt::Display for StatusReport {
                 t.state.as_str().to_uppercase(),
                 t.consecutive_failures,
                 t.last_failure.as_deref().unwrap_or("")
+            );
+        }
+        for t in self
+            .tools
+            .iter()
+            .filter(|t| t.unusable == Some(Unusable::ProbesStopped))
+        {
+            let _ = writeln!(
+                out,
+                "  {}: held open, no more probes: {} used up its allowance ({}); it is tried again {}",
+                t.name,
+                probes(t.failed_probes),
+                self.budget.probe_allowance,
+                t.next_try
             );
         }
         let budget = &self.budget;

@@ -60,6 +60,14 @@ pub(crate) struct RouteSearch {
 /// Finds the route, in priority order: a usable alternative within `limit` (low
 /// degradation first, each in the order declared), the manual fallback if a person can
 /// be asked, scope reduction. `usable` says why a tool cannot be used now, or `None`.
+///
+/// Only an alternative that can be used now is a route: a tool that is down (open,
+/// killed, unavailable, held...) never is. So where tools back each other up (A's
+/// alternative is B and B's is A), a route from A to B never leads back to A while A
+/// is down, and following routes while nothing else changes visits each tool at most
+/// once: a route's tool is called when decided on, unless its own pre-call check, run
+/// then for the first time, finds it unavailable, and then it is known to be down.
+/// `tests/expediter_model.rs` checks this against a reference under random outages.
 pub(crate) fn search(
     spec: &ToolSpec,
     limit: Degradation,
