@@ -157,7 +157,8 @@ async fn two_tools_that_back_each_other_up_route_each_to_the_other_while_it_work
         Tool::new(&expediter, "search_a"),
         Tool::new(&expediter, "search_b"),
     );
-    a.fail_times(&expediter, 3, "connect: Connection refused").await;
+    a.fail_times(&expediter, 3, "connect: Connection refused")
+        .await;
     let decision = a.attempt(&expediter).await;
     assert_eq!(
         decision.action,
@@ -2208,10 +2209,7 @@ async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> 
     assert!(line.starts_with("Grep is not offered:"), "{line}");
     assert!(line.contains("failed 3 times in a row"), "{line}");
     assert!(line.contains("grep: index corrupted"), "{line}");
-    assert!(
-        line.contains("it is tried again in 3 calls"),
-        "{line}"
-    );
+    assert!(line.contains("it is tried again in 3 calls"), "{line}");
     assert!(
         line.contains("use Bash (rg or grep command) instead"),
         "{line}"
@@ -2403,7 +2401,9 @@ fn ask_for_search() -> Route {
 async fn a_tool_that_stays_down_is_held_open_after_its_failed_probe_and_the_rest_of_the_budget_stays_for_the_others(
 ) {
     let (expediter, mut search, mut bash) = search_and_bash(Expediter::builder());
-    search.fail_times(&expediter, 3, "connect: Connection refused").await;
+    search
+        .fail_times(&expediter, 3, "connect: Connection refused")
+        .await;
     let before = until_probe(&expediter, &mut search, 3).await;
     assert_eq!(before.len(), 3, "the probe is the 3rd call after opening");
     // The failed probe is charged, as the method says.
@@ -2474,7 +2474,10 @@ async fn a_person_frees_a_held_tool_and_its_next_call_is_the_probe_that_closes_i
     let (expediter, mut search, _bash) = search_and_bash(Expediter::builder());
     search.fail_times(&expediter, 3, "HTTP 503").await;
     until_probe(&expediter, &mut search, 3).await;
-    assert!(!expediter.resume_probes("Bash").unwrap(), "Bash is not held");
+    assert!(
+        !expediter.resume_probes("Bash").unwrap(),
+        "Bash is not held"
+    );
     search.heal();
     assert!(expediter.resume_probes("WebSearch").unwrap());
     assert_eq!(search.attempt(&expediter).await.action, Action::Probe);
@@ -2517,8 +2520,7 @@ async fn a_probe_allowance_of_two_charges_two_failed_probes_before_the_tool_is_h
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_allowance_of_zero_holds_a_tool_as_soon_as_it_opens() {
-    let (expediter, mut search, _bash) =
-        search_and_bash(Expediter::builder().probe_allowance(0));
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder().probe_allowance(0));
     search.fail_times(&expediter, 3, "HTTP 503").await;
     for _ in 0..10 {
         assert_eq!(

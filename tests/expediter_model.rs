@@ -155,14 +155,16 @@ fn cases() -> impl Strategy<Value = Case> {
         1u64..5,
         prop::collection::vec(op(), 10..70),
     )
-        .prop_map(|(budget, allowance, window_steps, start, times, ops)| Case {
-            budget,
-            allowance,
-            window_steps,
-            start,
-            cap: start * times,
-            ops,
-        })
+        .prop_map(
+            |(budget, allowance, window_steps, start, times, ops)| Case {
+                budget,
+                allowance,
+                window_steps,
+                start,
+                cap: start * times,
+                ops,
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -967,7 +969,11 @@ fn the_model_is_driven_into_every_kind_of_event() {
             {
                 saw("recovery backoff");
             }
-            if report.tools.iter().any(|t| t.next_try == NextTry::WhenFreed) {
+            if report
+                .tools
+                .iter()
+                .any(|t| t.next_try == NextTry::WhenFreed)
+            {
                 saw("held after failed probes");
             }
             let ignored = TOOLS
@@ -1271,7 +1277,10 @@ fn run_route_case(case: &RouteCase) -> Result<usize, TestCaseError> {
                     ROUTED_TOOLS[t]
                 );
                 visited.push(t);
-                let decision = expediter.decide_within(ROUTED_TOOLS[t], limit).await.unwrap();
+                let decision = expediter
+                    .decide_within(ROUTED_TOOLS[t], limit)
+                    .await
+                    .unwrap();
                 let step = as_step(t, &decision.action)?;
                 got.push(step.clone());
                 match step {

@@ -32,6 +32,13 @@ impl Degradation {
     }
 }
 
+/// `low` or `high`.
+impl fmt::Display for Degradation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Another tool that partly covers a tool's capability.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alternative {

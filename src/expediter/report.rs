@@ -68,6 +68,51 @@ pub struct SystemicReport {
     pub resolved: bool,
 }
 
+/// `web_search: OPEN, 3 consecutive failures (last: connect: Connection refused); it is
+/// tried again in 2 calls`, or `read_file: CLOSED`.
+impl fmt::Display for ToolHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.unusable {
+            Some(unusable) => unusable.as_str().to_string(),
+            None if self.killed => "KILLED".to_string(),
+            None => self.state.as_str().to_uppercase(),
+        };
+        write!(f, "{}: {state}", self.name)?;
+        if self.consecutive_failures > 0 {
+            write!(f, ", {} consecutive failures", self.consecutive_failures)?;
+            if let Some(last) = &self.last_failure {
+                write!(f, " (last: {last})")?;
+            }
+        }
+        if self.failed_probes > 0 {
+            write!(f, ", {}", probes(self.failed_probes))?;
+        }
+        match self.next_try {
+            NextTry::Now => Ok(()),
+            ref next => write!(f, "; it is tried again {next}"),
+        }
+    }
+}
+
+/// `Suspected systemic cause (active, step 7): <cause>`.
+impl fmt::Display for SystemicReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.resolved { "resolved" } else { "active" };
+        write!(
+            f,
+            "Suspected systemic cause ({state}, step {}): {}",
+            self.step, self.cause
+        )
+    }
+}
+
+/// Its line: why it is withheld and when it is tried again.
+impl fmt::Display for WithheldTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
 /// The status report: as text (its `Display`, a text layout of tables) or, with
 /// the `serde` feature, as JSON.
 #[derive(Debug, Clone, PartialEq)]
@@ -553,10 +598,8 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(out, "  (none)");
         }
         for item in &self.completed {
-            let _ = writeln!(out, "  - {}{} ({})", run(item), item.name, item.status);
-            for d in &item.degradations {
-                let _ = writeln!(out, "      degraded: {d}");
-            }
+            let text = item.to_string().replace('\n', "\n  ");
+            let _ = writeln!(out, "  - {}{text}", run(item));
         }
         let _ = writeln!(out, "\nIncomplete work:");
         if self.incomplete.is_empty() {
@@ -627,61 +670,19 @@ impl fmt::Display for StatusReport {
                 t.next_try
             );
         }
-        let budget = &self.budget;
-        let _ = write!(
-            out,
-            "\nFailures: {} / {} budget consumed (cycle {})",
-            budget.used, budget.limit, budget.cycle
-        );
-        if budget.systemic_events > 0 {
-            let in_events = budget.failures.len() - budget.ordinary();
-            let _ = write!(
-                out,
-                ": {} counted one each, and {} systemic event{} counted once for {in_events} failure{}",
-                budget.ordinary(),
-                budget.systemic_events,
-                if budget.systemic_events == 1 { "" } else { "s" },
-                if in_events == 1 { "" } else { "s" },
-            );
-        }
-        out.push('\n');
-        for (i, line) in budget.failures.iter().enumerate() {
-            let note = if line.systemic {
-                " [systemic: counted once]"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                out,
-                "  Failure {}: {} — \"{}\" (step {}){note}",
-                i + 1,
-                line.tool,
-                line.message,
-                line.step
-            );
-        }
+        let _ = writeln!(out, "\nFailures: {}", self.budget);
         if !self.degradations.is_empty() {
             let _ = writeln!(out, "\nDegradations:");
             for d in &self.degradations {
-                let steps = if d.first_step == d.last_step {
-                    format!("step {}", d.first_step)
-                } else {
-                    format!("steps {}-{}, {} times", d.first_step, d.last_step, d.times)
-                };
                 let run = match (&self.run, &d.run) {
                     (None, Some(run)) => format!("[{run}] "),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "  - {run}{}: {} ({steps})", d.tool, d.route);
+                let _ = writeln!(out, "  - {run}{d}");
             }
         }
         if let Some(s) = &self.systemic {
-            let state = if s.resolved { "resolved" } else { "active" };
-            let _ = writeln!(
-                out,
-                "\nSuspected systemic cause ({state}, step {}): {}",
-                s.step, s.cause
-            );
+            let _ = writeln!(out, "\n{s}");
         }
         if !self.next_steps.is_empty() {
             let _ = writeln!(out, "\nNext steps:");

@@ -23,6 +23,16 @@ pub enum Refused {
     },
 }
 
+/// `loses too much` or why it cannot be used (`OPEN`, `KILLED`...).
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::TooDegraded => f.write_str("loses too much"),
+            Refused::Unusable { why } => write!(f, "{why}"),
+        }
+    }
+}
+
 /// An alternative that was not taken, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -144,6 +154,23 @@ pub struct DegradationRecord {
     pub last_step: u64,
     /// How often.
     pub times: u32,
+}
+
+/// `web_search: use docs_fetch (...) [high degradation: ...] (step 7)`, or
+/// `(steps 7-9, 3 times)`. The run is not named.
+impl fmt::Display for DegradationRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (", self.tool, self.route)?;
+        if self.first_step == self.last_step {
+            write!(f, "step {})", self.first_step)
+        } else {
+            write!(
+                f,
+                "steps {}-{}, {} times)",
+                self.first_step, self.last_step, self.times
+            )
+        }
+    }
 }
 
 /// Records a route taken at `step`: once per tool and route, with how often.
