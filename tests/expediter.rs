@@ -20,7 +20,7 @@ use tower_circuit_breaker::error::{BoxError, ConfigError};
 use tower_circuit_breaker::expediter::{
     Action, Alternative, Attempt, Availability, Decision, Degradation, Expediter, ExpediterBuilder,
     ExpediterError, Freshness, FreshnessTracker, Labelled, NextTry, PauseReason, Route, SkipReason,
-    SubTask, ToolRoute, ToolSpec, WorkStatus,
+    SubTask, ToolRoute, ToolSpec, Unusable, WorkStatus,
 };
 use tower_circuit_breaker::{Builder, Cooldown, Reason, State};
 
@@ -126,88 +126,165 @@ fn alternative_naming_an_unknown_tool_is_rejected() {
     );
 }
 
-#[test]
-fn cycle_of_alternatives_is_rejected_and_named() {
-    let err = Expediter::builder()
-        .tool(
-            ToolSpec::new("Read")
-                .alternative(Alternative::low("Bash", "cat", "no line numbers"))
-                .fallback("ask the user to paste file contents"),
-        )
-        .tool(
-            ToolSpec::new("Bash")
-                .alternative(Alternative::high(
-                    "Read",
-                    "read the script",
-                    "cannot run it",
-                ))
-                .fallback("report commands that need to be run manually"),
-        )
+/// Two search APIs, each the other's alternative.
+fn two_searches() -> Expediter {
+    let search = |name: &str, other: &str| {
+        ToolSpec::new(name)
+            .provides("web search")
+            .alternative(Alternative::low(other, "the same query", "another index"))
+            .fallback("ask the user to search")
+    };
+    Expediter::builder()
+        .tool(search("search_a", "search_b"))
+        .tool(search("search_b", "search_a"))
         .build()
-        .unwrap_err();
-    let ExpediterError::AlternativeCycle(cycle) = err else {
-        panic!("expected AlternativeCycle, got {err:?}");
-    };
-    assert_eq!(cycle.first(), cycle.last(), "a cycle ends where it starts");
-    assert!(cycle.contains(&"Read".to_string()) && cycle.contains(&"Bash".to_string()));
+        .expect("tools may back each other up")
 }
 
-/// A chain of alternatives as long as the map (each tool standing in for the next) is
-/// checked without running out of stack: built when it ends, refused and named whole when
-/// it loops back.
-#[test]
-fn a_chain_of_alternatives_tens_of_thousands_long_is_checked_without_overflow() {
-    const TOOLS: usize = 30_000;
-    let chain = |last_back_to_first: bool| {
-        let mut builder = Expediter::builder();
-        for i in 0..TOOLS {
-            let mut spec = ToolSpec::new(&format!("t{i}")).fallback("ask the user");
-            if i + 1 < TOOLS {
-                spec =
-                    spec.alternative(Alternative::low(&format!("t{}", i + 1), "stand in", "some"));
-            } else if last_back_to_first {
-                spec = spec.alternative(Alternative::low("t0", "stand in", "some"));
-            }
-            builder = builder.tool(spec);
+fn search_b_for_a() -> Route {
+    alternative(
+        "search_b",
+        "the same query",
+        "another index",
+        Degradation::Low,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_tools_that_back_each_other_up_route_each_to_the_other_while_it_works() {
+    let expediter = two_searches();
+    let (mut a, mut b) = (
+        Tool::new(&expediter, "search_a"),
+        Tool::new(&expediter, "search_b"),
+    );
+    a.fail_times(&expediter, 3, "connect: Connection refused")
+        .await;
+    let decision = a.attempt(&expediter).await;
+    assert_eq!(
+        decision.action,
+        Action::Skip {
+            reason: SkipReason::Breaker(Reason::Open),
+            route: search_b_for_a(),
         }
-        // On a thread with a small stack: a search that recursed once per tool would
-        // overflow it.
-        std::thread::Builder::new()
-            .stack_size(256 * 1024)
-            .spawn(move || builder.build().map(|_| ()))
-            .unwrap()
-            .join()
-            .expect("no stack overflow")
-    };
-    assert!(chain(false).is_ok());
-    let Err(ExpediterError::AlternativeCycle(cycle)) = chain(true) else {
-        panic!("expected AlternativeCycle");
-    };
-    assert_eq!(cycle.len(), TOOLS + 1);
-    assert_eq!(cycle.first(), cycle.last());
+    );
+    // The route is taken: search_b is called.
+    assert_eq!(b.attempt(&expediter).await.action, Action::Call);
+    assert_eq!(b.calls(), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn when_both_tools_that_back_each_other_up_are_down_neither_routes_back_to_the_other() {
+    let expediter = two_searches();
+    let (mut a, mut b) = (
+        Tool::new(&expediter, "search_a"),
+        Tool::new(&expediter, "search_b"),
+    );
+    a.fail_times(&expediter, 3, "search_a: HTTP 503").await;
+    // A routes to B, which is called and fails until it opens too.
+    assert_eq!(
+        a.attempt(&expediter).await.action,
+        Action::Skip {
+            reason: SkipReason::Breaker(Reason::Open),
+            route: search_b_for_a(),
+        }
+    );
+    b.fail_times(&expediter, 1, "search_b: HTTP 503").await;
+    expediter.new_cycle();
+    b.fail_times(&expediter, 2, "search_b: HTTP 503").await;
+    // B, down too, does not route back to A (down): the manual fallback; and A no
+    // longer routes to B.
+    for tool in [&mut b, &mut a] {
+        let decision = tool.attempt(&expediter).await;
+        assert_eq!(
+            decision.action,
+            Action::Skip {
+                reason: SkipReason::Breaker(Reason::Open),
+                route: manual("ask the user to search"),
+            },
+            "{}",
+            tool.name
+        );
+    }
+    // With nobody to ask, the work is reduced, naming the other tool as down.
+    expediter.set_user_available(false);
+    let Action::Skip {
+        route: Route::ReduceScope { note },
+        ..
+    } = expediter.peek("search_b").unwrap()
+    else {
+        panic!("scope reduction expected");
+    };
+    assert_eq!(
+        note,
+        "SKIPPED: web search — no acceptable tool (search_a: OPEN), and nobody to ask"
+    );
+    assert_eq!((a.calls(), b.calls()), (3, 3), "no call while open");
+}
+
+/// A chain of alternatives as long as the map (each tool standing in for the next),
+/// its last tool's alternative the first, is checked without running out of stack.
 #[test]
-fn longer_cycle_of_alternatives_is_rejected() {
+fn a_ring_of_alternatives_tens_of_thousands_long_is_checked_without_overflow() {
+    const TOOLS: usize = 30_000;
+    let mut builder = Expediter::builder();
+    for i in 0..TOOLS {
+        let next = format!("t{}", (i + 1) % TOOLS);
+        builder = builder.tool(
+            ToolSpec::new(&format!("t{i}"))
+                .alternative(Alternative::low(&next, "stand in", "some"))
+                .fallback("ask the user"),
+        );
+    }
+    // On a thread with a small stack: a check that recursed once per tool would
+    // overflow it.
+    let built = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || builder.build().map(|e| e.tools().len()))
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert_eq!(built, Ok(TOOLS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ring_of_three_alternatives_routes_only_to_each_tools_own_alternative_that_works() {
     let tool = |name: &str, next: &str| {
         ToolSpec::new(name)
             .alternative(Alternative::low(next, "stand in", "some"))
             .fallback("ask the user")
     };
-    let err = Expediter::builder()
+    let expediter = Expediter::builder()
         .tool(tool("A", "B"))
         .tool(tool("B", "C"))
         .tool(tool("C", "A"))
         .build()
-        .unwrap_err();
-    let ExpediterError::AlternativeCycle(cycle) = err else {
-        panic!("expected AlternativeCycle, got {err:?}");
+        .expect("a ring of alternatives is a valid map");
+    let (mut a, mut b) = (Tool::new(&expediter, "A"), Tool::new(&expediter, "B"));
+    a.fail_times(&expediter, 3, "A broke").await;
+    let route_of = |action: Action| match action {
+        Action::Skip { route, .. } => route,
+        other => panic!("expected a skip, got {other:?}"),
     };
-    assert_eq!(cycle.len(), 4, "three tools and back: {cycle:?}");
+    assert_eq!(
+        route_of(expediter.decide("A").await.unwrap().action),
+        alternative("B", "stand in", "some", Degradation::Low)
+    );
+    expediter.new_cycle();
+    b.fail_times(&expediter, 3, "B broke").await;
+    // A's only alternative is down: A asks the user; B goes on to C, never back to A.
+    assert_eq!(
+        route_of(expediter.decide("A").await.unwrap().action),
+        manual("ask the user")
+    );
+    assert_eq!(
+        route_of(expediter.decide("B").await.unwrap().action),
+        alternative("C", "stand in", "some", Degradation::Low)
+    );
+    assert_eq!(expediter.decide("C").await.unwrap().action, Action::Call);
 }
 
 #[test]
-fn tool_naming_itself_as_alternative_is_a_cycle() {
+fn tool_naming_itself_as_alternative_is_refused_with_why() {
     let err = Expediter::builder()
         .tool(
             ToolSpec::new("Grep")
@@ -216,9 +293,10 @@ fn tool_naming_itself_as_alternative_is_a_cycle() {
         )
         .build()
         .unwrap_err();
+    assert_eq!(err, ExpediterError::SelfAlternative("Grep".into()));
     assert_eq!(
-        err,
-        ExpediterError::AlternativeCycle(vec!["Grep".into(), "Grep".into()])
+        err.to_string(),
+        "tool `Grep` names itself as its alternative: a tool cannot stand in for itself; name another tool, or give it a `.fallback(..)`"
     );
 }
 
@@ -345,7 +423,7 @@ async fn add_tool_at_runtime_validates_like_build() {
                     .fallback("ask the user for the paths")
             )
             .unwrap_err(),
-        ExpediterError::AlternativeCycle(vec!["Glob".into(), "Glob".into()])
+        ExpediterError::SelfAlternative("Glob".into())
     );
     assert_eq!(
         expediter
@@ -525,7 +603,8 @@ async fn open_tool_is_skipped_then_probed_on_the_third_attempt_and_closes_on_suc
 
 #[tokio::test(start_paused = true)]
 async fn failed_probe_reopens_and_consumes_budget() -> TestResult {
-    let expediter = seed_expediter();
+    // An allowance for both failed probes: Bash is not held open after the first.
+    let expediter = seed_map().probe_allowance(2).build()?;
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 3, "bash: exit status 2").await;
     assert!(matches!(
@@ -843,7 +922,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
         );
         let unblock = blocked_by[0].unblock();
         assert!(
-            unblock.contains("Bash is tried again on its 3rd decision from now"),
+            unblock.contains("Bash is tried again in 3 calls"),
             "{unblock}"
         );
         assert!(
@@ -1610,7 +1689,7 @@ async fn after_recovery_no_probe_goes_before_the_backoff_and_it_grows() -> TestR
     let row = report.tools.iter().find(|t| &*t.name == "Grep").unwrap();
     assert_eq!(row.next_try, NextTry::RecoveryBackoff { decisions: 3 });
     assert!(
-        report.to_string().contains("3rd step (recovery)"),
+        report.to_string().contains("3 calls (any tool)"),
         "{report}"
     );
 
@@ -2130,10 +2209,7 @@ async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> 
     assert!(line.starts_with("Grep is not offered:"), "{line}");
     assert!(line.contains("failed 3 times in a row"), "{line}");
     assert!(line.contains("grep: index corrupted"), "{line}");
-    assert!(
-        line.contains("it is tried again on its 3rd decision from now"),
-        "{line}"
-    );
+    assert!(line.contains("it is tried again in 3 calls"), "{line}");
     assert!(
         line.contains("use Bash (rg or grep command) instead"),
         "{line}"
@@ -2277,4 +2353,194 @@ async fn clones_share_tools_budget_and_report() -> TestResult {
     assert!(expediter.handle("Bash")?.same_as(&clone.handle("Bash")?));
     assert!(expediter.kill_switch().same_as(clone.kill_switch()));
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The probe allowance: a tool that stays down does not spend the whole budget.
+// ---------------------------------------------------------------------------------------
+
+/// WebSearch (no alternative) and Bash, with the defaults: budget 5, threshold 3, a
+/// probe on every 3rd call after opening, a probe allowance of 1.
+fn search_and_bash(builder: ExpediterBuilder) -> (Expediter, Tool, Tool) {
+    let expediter = builder
+        .tool(websearch_spec())
+        .tool(bash_spec())
+        .build()
+        .unwrap();
+    let search = Tool::new(&expediter, "WebSearch");
+    let bash = Tool::new(&expediter, "Bash");
+    (expediter, search, bash)
+}
+
+/// Decides about `tool` until a decision is a probe (at most `within`), calling it
+/// whenever told to; returns the decisions made.
+async fn until_probe(expediter: &Expediter, tool: &mut Tool, within: usize) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for _ in 0..within {
+        let decision = tool.attempt(expediter).await;
+        actions.push(decision.action.clone());
+        if decision.action == Action::Probe {
+            return actions;
+        }
+    }
+    panic!("no probe within {within} decisions: {actions:?}");
+}
+
+fn probes_stopped(route: Route) -> Action {
+    Action::Skip {
+        reason: SkipReason::ProbesStopped,
+        route,
+    }
+}
+
+fn ask_for_search() -> Route {
+    manual("state what information is needed; ask user to provide it")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_stays_down_is_held_open_after_its_failed_probe_and_the_rest_of_the_budget_stays_for_the_others(
+) {
+    let (expediter, mut search, mut bash) = search_and_bash(Expediter::builder());
+    search
+        .fail_times(&expediter, 3, "connect: Connection refused")
+        .await;
+    let before = until_probe(&expediter, &mut search, 3).await;
+    assert_eq!(before.len(), 3, "the probe is the 3rd call after opening");
+    // The failed probe is charged, as the method says.
+    assert_eq!(expediter.report().budget.used, 4);
+    for _ in 0..30 {
+        assert_eq!(
+            search.attempt(&expediter).await.action,
+            probes_stopped(ask_for_search())
+        );
+    }
+    assert_eq!(search.calls(), 4, "no call and no probe while held");
+    // The healthy tool keeps working, with the last failure of the budget to spare.
+    for _ in 0..10 {
+        assert_eq!(bash.attempt(&expediter).await.action, Action::Call);
+    }
+    let report = expediter.report();
+    assert_eq!((report.budget.used, report.budget.probe_allowance), (4, 1));
+    let row = &report.tools[0];
+    assert_eq!(
+        (row.unusable, row.failed_probes, &row.next_try),
+        (Some(Unusable::ProbesStopped), 1, &NextTry::WhenFreed)
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("  WebSearch: held open, no more probes: 1 failed probe used up its allowance (1); it is tried again in a new cycle, or once a person frees it\n"),
+        "{text}"
+    );
+    assert!(
+        report.next_steps.iter().any(|s| s.starts_with(
+            "WebSearch stays down (1 failed probe; last failure: connect: Connection refused): it is held open with no more probes"
+        )),
+        "{:#?}",
+        report.next_steps
+    );
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.offered, ["Bash".into()] as [Arc<str>; 1]);
+    assert_eq!(
+        offer.withheld[0].line,
+        "WebSearch is not offered: it stays down (1 failed probe; last: connect: Connection refused); it is tried again in a new cycle, or once a person frees it; instead, state what information is needed; ask user to provide it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_cycle_frees_a_held_tool_and_its_next_failed_probe_is_charged_and_holds_it_again() {
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder());
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    assert!(matches!(
+        search.attempt(&expediter).await.action,
+        Action::Skip {
+            reason: SkipReason::ProbesStopped,
+            ..
+        }
+    ));
+    expediter.new_cycle();
+    // Its breaker counted nothing while it was held: the probe is 3 calls away.
+    let actions = until_probe(&expediter, &mut search, 3).await;
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert_eq!(expediter.report().budget.used, 1);
+    assert_eq!(
+        search.attempt(&expediter).await.action,
+        probes_stopped(ask_for_search())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_person_frees_a_held_tool_and_its_next_call_is_the_probe_that_closes_it() {
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder());
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    assert!(
+        !expediter.resume_probes("Bash").unwrap(),
+        "Bash is not held"
+    );
+    search.heal();
+    assert!(expediter.resume_probes("WebSearch").unwrap());
+    assert_eq!(search.attempt(&expediter).await.action, Action::Probe);
+    assert_eq!(search.attempt(&expediter).await.action, Action::Call);
+    assert_eq!(expediter.report().tools[0].failed_probes, 0);
+    assert!(matches!(
+        expediter.resume_probes("Nope"),
+        Err(ExpediterError::UnknownTool(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_of_a_held_tools_breaker_frees_it_with_its_whole_allowance() {
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder().failure_budget(20));
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    expediter.handle("WebSearch").unwrap().reset();
+    // Calls go through at once; still down, it opens again and gets one more probe.
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    assert_eq!(expediter.report().budget.used, 8);
+    assert_eq!(
+        search.attempt(&expediter).await.action,
+        probes_stopped(ask_for_search())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_allowance_of_two_charges_two_failed_probes_before_the_tool_is_held() {
+    let (expediter, mut search, _bash) =
+        search_and_bash(Expediter::builder().failure_budget(10).probe_allowance(2));
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    assert_eq!(expediter.report().tools[0].unusable, Some(Unusable::Open));
+    until_probe(&expediter, &mut search, 3).await;
+    let report = expediter.report();
+    assert_eq!((report.budget.used, report.tools[0].failed_probes), (5, 2));
+    assert_eq!(report.tools[0].unusable, Some(Unusable::ProbesStopped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_allowance_of_zero_holds_a_tool_as_soon_as_it_opens() {
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder().probe_allowance(0));
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    for _ in 0..10 {
+        assert_eq!(
+            search.attempt(&expediter).await.action,
+            probes_stopped(ask_for_search())
+        );
+    }
+    assert_eq!(expediter.report().budget.used, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_an_unlimited_probe_allowance_every_failed_probe_is_charged_until_every_tool_pauses() {
+    let (expediter, mut search, mut bash) =
+        search_and_bash(Expediter::builder().probe_allowance(u32::MAX));
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    until_probe(&expediter, &mut search, 3).await;
+    assert_eq!(expediter.report().budget.used, 5);
+    assert!(is_pause(
+        &bash.attempt(&expediter).await,
+        PauseReason::BudgetExhausted
+    ));
 }

@@ -307,7 +307,7 @@ async fn the_report_says_what_its_next_try_counts() -> TestResult {
     let (expediter, _search) = search_down().await?;
     let text = expediter.report().to_string();
     assert!(
-        text.contains("Next Try counts decisions about the tool (a skipped one counts at once, a call when it is made)"),
+        text.contains("Next Try counts calls of the tool, skipped ones too"),
         "{text}"
     );
     assert!(

@@ -212,7 +212,14 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
     assert!(json["systemic"].is_null());
     assert_eq!(
         keys(&json["budget"]),
-        BTreeSet::from(["used", "limit", "cycle", "systemic_events", "failures"])
+        BTreeSet::from([
+            "used",
+            "limit",
+            "cycle",
+            "systemic_events",
+            "probe_allowance",
+            "failures"
+        ])
     );
     assert_eq!(json["budget"]["limit"], 10);
     assert_eq!(
@@ -229,6 +236,7 @@ async fn status_report_json_has_the_expected_keys() -> TestResult {
             "last_failure_step",
             "last_failure",
             "last_success_step",
+            "failed_probes",
             "availability",
             "unusable",
             "next_try",

@@ -22,9 +22,13 @@
 //! opened(t, from, streak):
 //!   open[t] = (last sig of t, streak)
 //!   if t has a recovery schedule: a failed probe doubles it (capped); done
-//!   if an event is active: t joins it; done
-//!   another tool not in recovery opened on the same sig: event(sig, those + t)
+//!   if an event is active: t joins it
+//!   else another tool not in recovery opened on the same sig: event(sig, those + t)
 //!   else 3+ distinct tools opened within the window (steps or time): event(none, them)
+//!   a failed probe whose failure (t's latest) is charged on its own: probes[t] += 1
+//!   probes[t] >= allowance and t in no active event: t is held (no probe)
+//! closed(t), a new cycle (every t), confirmed recovery (t given a schedule):
+//!   probes[t] = 0, not held
 //! event(sig, tools): takes in, per tool, its failures with sig this cycle (no sig: the
 //!   failures that opened it); cached pre-call results are dropped
 //! used = failures not in an event + events of this cycle
@@ -50,11 +54,13 @@ use tower::util::BoxService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
-    Action, Alternative, Availability, Expediter, NextTry, PauseReason, SkipReason, StatusReport,
-    ToolSpec,
+    Action, Alternative, Availability, Degradation, Expediter, NextTry, PauseReason, Route,
+    SkipReason, StatusReport, ToolSpec,
 };
 use tower_circuit_breaker::snapshot::Snapshot;
-use tower_circuit_breaker::{Answer, Builder, Cooldown, NextProbe, Reason, State, Transition};
+use tower_circuit_breaker::{
+    Answer, Builder, Cause, Cooldown, NextProbe, Reason, State, Transition,
+};
 
 const TOOLS: [&str; 5] = ["T0", "T1", "T2", "T3", "T4"];
 /// Tools with a pre-call check.
@@ -103,6 +109,8 @@ enum Op {
 #[derive(Debug, Clone)]
 struct Case {
     budget: u32,
+    /// Failed probes of one tool charged before it is held.
+    allowance: u32,
     window_steps: u64,
     start: u64,
     cap: u64,
@@ -141,18 +149,22 @@ fn op() -> impl Strategy<Value = Op> {
 fn cases() -> impl Strategy<Value = Case> {
     (
         3u32..12,
+        prop_oneof![Just(0u32), Just(1), Just(2), Just(u32::MAX)],
         1u64..5,
         1u64..5,
         1u64..5,
         prop::collection::vec(op(), 10..70),
     )
-        .prop_map(|(budget, window_steps, start, times, ops)| Case {
-            budget,
-            window_steps,
-            start,
-            cap: start * times,
-            ops,
-        })
+        .prop_map(
+            |(budget, allowance, window_steps, start, times, ops)| Case {
+                budget,
+                allowance,
+                window_steps,
+                start,
+                cap: start * times,
+                ops,
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -201,6 +213,11 @@ struct Model {
     openings: Vec<(usize, u64, Instant)>,
     last_sig: [Option<&'static str>; 5],
     cached: [Option<Availability>; 5],
+    allowance: u32,
+    /// Failed probes of each tool's outage charged this cycle.
+    probes: [u32; 5],
+    /// Held open after its failed probes.
+    held: [bool; 5],
 }
 
 /// What the gate of a decision lets through.
@@ -212,6 +229,8 @@ enum Gate {
     Breaker {
         release: bool,
     },
+    /// Held open after its failed probes: skipped, the kill switch said first.
+    Held,
 }
 
 impl Model {
@@ -229,6 +248,9 @@ impl Model {
             openings: Vec::new(),
             last_sig: [None; 5],
             cached: [None; 5],
+            allowance: case.allowance,
+            probes: [0; 5],
+            held: [false; 5],
         }
     }
 
@@ -344,12 +366,44 @@ impl Model {
 
     fn transition(&mut self, t: usize, tr: &Transition) {
         match tr.to {
-            State::Open => self.opened(t, tr.from, tr.consecutive_failures, tr.at),
+            State::Open => {
+                let recovering = self.recovery[t].is_some();
+                self.opened(t, tr.from, tr.consecutive_failures, tr.at);
+                if !recovering {
+                    self.allow(t, tr);
+                }
+            }
             State::Closed => {
                 self.open[t] = None;
                 self.recovery[t] = None;
+                self.probes[t] = 0;
+                self.held[t] = false;
             }
             _ => {}
+        }
+    }
+
+    /// The probe allowance, after an opening of `t` outside a recovery schedule.
+    fn allow(&mut self, t: usize, tr: &Transition) {
+        let failed_probe = tr.from == State::HalfOpen
+            && matches!(
+                tr.cause,
+                Cause::ProbeFailed | Cause::PermanentFailure | Cause::RetryAfter
+            );
+        let charged = self
+            .entries
+            .iter()
+            .rev()
+            .find(|e| e.tool == t)
+            .is_some_and(|e| e.event.is_none());
+        if failed_probe && charged {
+            self.probes[t] += 1;
+        }
+        let in_event = self
+            .active()
+            .is_some_and(|a| self.events[a].tools.contains(&t));
+        if !in_event && self.probes[t] >= self.allowance {
+            self.held[t] = true;
         }
     }
 
@@ -405,6 +459,8 @@ impl Model {
                     interval: self.backoff.0,
                     released: false,
                 });
+                self.probes[t] = 0;
+                self.held[t] = false;
             }
         }
         self.cached = [None; 5];
@@ -414,6 +470,8 @@ impl Model {
         self.cycle += 1;
         self.entries.clear();
         self.cached = [None; 5];
+        self.probes = [0; 5];
+        self.held = [false; 5];
     }
 
     /// The gate of a decision about `t` at `step` that found `availability`.
@@ -423,6 +481,9 @@ impl Model {
         }
         if availability == Availability::Unavailable {
             return Gate::Skip(SkipReason::Unavailable);
+        }
+        if self.held[t] {
+            return Gate::Held;
         }
         match self.recovery[t] {
             Some(r) if step < r.from => Gate::Skip(SkipReason::RecoveryBackoff),
@@ -454,8 +515,15 @@ impl Model {
 
     /// When `t` is tried next, given its breaker's snapshot.
     fn next_try(&self, t: usize, snapshot: &Snapshot) -> NextTry {
+        self.next_try_held(t, snapshot, self.held[t])
+    }
+
+    /// [`next_try`](Self::next_try), with `held` for whether `t` is held.
+    fn next_try_held(&self, t: usize, snapshot: &Snapshot, held: bool) -> NextTry {
         let own = if self.cached[t] == Some(Availability::Unavailable) {
             NextTry::WhenAvailable
+        } else if held && !snapshot.killed {
+            NextTry::WhenFreed
         } else {
             match self.recovery[t] {
                 Some(r) if self.step + 1 < r.from => NextTry::RecoveryBackoff {
@@ -479,6 +547,12 @@ impl Model {
                 {
                     NextTry::RecoveryBackoff {
                         decisions: self.backoff.0,
+                    }
+                } else if reason == PauseReason::BudgetExhausted && own == NextTry::WhenFreed {
+                    // The new cycle that ends the pause frees it.
+                    match self.next_try_held(t, snapshot, false) {
+                        NextTry::Paused { then, .. } => *then,
+                        other => other,
                     }
                 } else {
                     own
@@ -572,6 +646,7 @@ impl World {
         let expediter = Expediter::builder()
             .tools(specs)
             .failure_budget(case.budget)
+            .probe_allowance(case.allowance)
             .cascade_window(case.window_steps, Duration::from_secs(30))
             .recovery_backoff(case.start, case.cap)
             .default_breaker(
@@ -679,6 +754,14 @@ fn replay(model: &mut Model, log: Vec<Log>) -> Result<(), TestCaseError> {
                 let fits = match (gate, &action) {
                     (Gate::Pause(want), Action::Pause { reason, .. }) => *reason == want,
                     (Gate::Skip(want), Action::Skip { reason, .. }) => *reason == want,
+                    (Gate::Held, Action::Skip { reason, .. }) => {
+                        *reason
+                            == if killed {
+                                SkipReason::Breaker(Reason::Killed)
+                            } else {
+                                SkipReason::ProbesStopped
+                            }
+                    }
                     (Gate::Breaker { .. }, Action::Skip { reason, .. }) if killed => {
                         *reason == SkipReason::Breaker(Reason::Killed)
                     }
@@ -798,6 +881,10 @@ fn run_case(case: &Case, mut seen: impl FnMut(&World, &StatusReport)) -> Result<
                     let fits = match (gate, &action) {
                         (Gate::Pause(want), Action::Pause { reason, .. }) => *reason == want,
                         (Gate::Skip(want), Action::Skip { reason, .. }) => *reason == want,
+                        (Gate::Held, Action::Skip { reason, .. }) => matches!(
+                            reason,
+                            SkipReason::ProbesStopped | SkipReason::Breaker(Reason::Killed)
+                        ),
                         (Gate::Breaker { .. }, _) => !matches!(action, Action::Pause { .. }),
                         _ => false,
                     };
@@ -882,6 +969,13 @@ fn the_model_is_driven_into_every_kind_of_event() {
             {
                 saw("recovery backoff");
             }
+            if report
+                .tools
+                .iter()
+                .any(|t| t.next_try == NextTry::WhenFreed)
+            {
+                saw("held after failed probes");
+            }
             let ignored = TOOLS
                 .iter()
                 .any(|t| world.expediter.handle(t).unwrap().snapshot().counts.ignored > 0);
@@ -896,6 +990,7 @@ fn the_model_is_driven_into_every_kind_of_event() {
         "together",
         "budget pause",
         "recovery backoff",
+        "held after failed probes",
         "caller errors",
     ] {
         assert!(
@@ -903,4 +998,330 @@ fn the_model_is_driven_into_every_kind_of_event() {
             "never reached: {kind} ({seen:?})"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Routes never loop: tools that back each other up, under random outages
+// ---------------------------------------------------------------------------------------
+
+const ROUTED: usize = 5;
+const ROUTED_TOOLS: [&str; ROUTED] = ["R0", "R1", "R2", "R3", "R4"];
+
+/// How a tool is down, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outage {
+    Up,
+    /// Three failures opened its breaker.
+    Open,
+    /// A person forced its breaker open.
+    ForcedOpen,
+    /// Its unavailability was reported from outside.
+    Reported,
+    /// Its pre-call check finds it unavailable: known only once a decision ran it.
+    CheckFails,
+}
+
+#[derive(Debug, Clone)]
+struct RouteCase {
+    /// Each tool's alternatives: (tool, low degradation?), in the order declared.
+    alternatives: Vec<Vec<(usize, bool)>>,
+    fallback: Vec<bool>,
+    outages: Vec<Outage>,
+    user_available: bool,
+    /// Routes followed, in this order: the first tool, and whether the work accepts
+    /// only a low degradation.
+    follows: Vec<(usize, bool)>,
+}
+
+fn route_cases() -> impl Strategy<Value = RouteCase> {
+    let outage = prop_oneof![
+        3 => Just(Outage::Up),
+        3 => Just(Outage::Open),
+        1 => Just(Outage::ForcedOpen),
+        1 => Just(Outage::Reported),
+        2 => Just(Outage::CheckFails),
+    ];
+    (
+        prop::collection::vec(
+            prop::collection::vec((1..ROUTED, any::<bool>()), 0..4),
+            ROUTED,
+        ),
+        prop::collection::vec(any::<bool>(), ROUTED),
+        prop::collection::vec(outage, ROUTED),
+        any::<bool>(),
+        prop::collection::vec((0..ROUTED, any::<bool>()), 1..12),
+    )
+        .prop_map(|(offsets, fallback, outages, user_available, follows)| {
+            // An offset from the tool itself: never the tool, and often mutual.
+            let alternatives: Vec<Vec<(usize, bool)>> = offsets
+                .iter()
+                .enumerate()
+                .map(|(t, alts)| {
+                    let mut seen = Vec::new();
+                    for &(offset, low) in alts {
+                        let alt = (t + offset) % ROUTED;
+                        if !seen.iter().any(|&(a, _)| a == alt) {
+                            seen.push((alt, low));
+                        }
+                    }
+                    seen
+                })
+                .collect();
+            // A tool with no alternative must have a fallback.
+            let fallback = fallback
+                .iter()
+                .zip(&alternatives)
+                .map(|(&f, alts)| f || alts.is_empty())
+                .collect();
+            RouteCase {
+                alternatives,
+                fallback,
+                outages,
+                user_available,
+                follows,
+            }
+        })
+}
+
+/// The reference: what a decision about `t` does, and where its route goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Call(usize),
+    /// Skipped; the route: another tool, the user, or less scope.
+    Skip(usize, Hop),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hop {
+    To(usize),
+    Ask,
+    Reduce,
+}
+
+struct RouteModel<'a> {
+    case: &'a RouteCase,
+    /// Pre-call checks already run (their "unavailable" is known).
+    checked: [bool; ROUTED],
+}
+
+impl RouteModel<'_> {
+    fn known_down(&self, t: usize) -> bool {
+        match self.case.outages[t] {
+            Outage::Up => false,
+            Outage::CheckFails => self.checked[t],
+            Outage::Open | Outage::ForcedOpen | Outage::Reported => true,
+        }
+    }
+
+    /// The route of `t`: its first alternative (low ones first, each in the order
+    /// declared) within the limit and not known to be down; else the user; else less
+    /// scope.
+    fn route(&self, t: usize, low_only: bool) -> Hop {
+        let alts = &self.case.alternatives[t];
+        let ordered = alts
+            .iter()
+            .filter(|a| a.1)
+            .chain(alts.iter().filter(|a| !a.1));
+        for &(alt, low) in ordered {
+            if (low || !low_only) && !self.known_down(alt) {
+                return Hop::To(alt);
+            }
+        }
+        if self.case.fallback[t] && self.case.user_available {
+            Hop::Ask
+        } else {
+            Hop::Reduce
+        }
+    }
+
+    fn decide(&mut self, t: usize, low_only: bool) -> Step {
+        self.checked[t] = true;
+        if self.known_down(t) {
+            Step::Skip(t, self.route(t, low_only))
+        } else {
+            Step::Call(t)
+        }
+    }
+
+    /// Follows the route from `t` to its end.
+    fn follow(&mut self, mut t: usize, low_only: bool) -> Vec<Step> {
+        let mut steps = Vec::new();
+        loop {
+            let step = self.decide(t, low_only);
+            steps.push(step.clone());
+            match step {
+                Step::Skip(_, Hop::To(next)) => t = next,
+                _ => return steps,
+            }
+        }
+    }
+}
+
+fn route_expediter(case: &RouteCase) -> Expediter {
+    let specs = (0..ROUTED).map(|t| {
+        let mut spec = ToolSpec::new(ROUTED_TOOLS[t]).provides(ROUTED_TOOLS[t]);
+        for &(alt, low) in &case.alternatives[t] {
+            let alt = if low {
+                Alternative::low(ROUTED_TOOLS[alt], "instead", "a little")
+            } else {
+                Alternative::high(ROUTED_TOOLS[alt], "instead", "a lot")
+            };
+            spec = spec.alternative(alt);
+        }
+        if case.fallback[t] {
+            spec = spec.fallback("ask the user");
+        }
+        let fails = case.outages[t] == Outage::CheckFails;
+        spec.precheck(move || async move {
+            if fails {
+                Availability::Unavailable
+            } else {
+                Availability::Available
+            }
+        })
+    });
+    Expediter::builder()
+        .tools(specs)
+        // Always up, never routed to: decisions about it move the steps on.
+        .tool(ToolSpec::new("pace").fallback("ask the user"))
+        .failure_budget(1_000)
+        .user_available(case.user_available)
+        // Steps only, and openings at least three steps apart: never together.
+        .cascade_window(1, Duration::ZERO)
+        // No probe while routes are followed.
+        .default_breaker(
+            Builder::new()
+                .failure_threshold(3)
+                .cooldown(Cooldown::Calls(10_000)),
+        )
+        .build()
+        .expect("tools may back each other up")
+}
+
+/// Brings each tool down as its outage says.
+async fn bring_down(expediter: &Expediter, case: &RouteCase) {
+    for (t, outage) in case.outages.iter().enumerate() {
+        let name = ROUTED_TOOLS[t];
+        match outage {
+            Outage::Up | Outage::CheckFails => {}
+            Outage::Open => {
+                let mut svc = ServiceBuilder::new()
+                    .layer(expediter.layer(name).unwrap())
+                    .service(service_fn(|_: ()| async {
+                        Err::<(), _>(io::Error::other("exploded"))
+                    }));
+                for _ in 0..3 {
+                    // A direct call: no decision, so no pre-call check runs.
+                    let _ = svc.ready().await.unwrap().call(()).await;
+                }
+                assert_eq!(expediter.handle(name).unwrap().state(), State::Open);
+                // Openings steps apart are not "together": no systemic event.
+                for _ in 0..3 {
+                    assert_eq!(expediter.decide("pace").await.unwrap().action, Action::Call);
+                }
+            }
+            Outage::ForcedOpen => expediter.handle(name).unwrap().force_open(),
+            Outage::Reported => expediter
+                .set_availability(name, Availability::Unavailable, "its host is down")
+                .unwrap(),
+        }
+    }
+}
+
+fn as_step(t: usize, action: &Action) -> Result<Step, TestCaseError> {
+    let index = |name: &str| ROUTED_TOOLS.iter().position(|n| *n == name).unwrap();
+    Ok(match action {
+        Action::Call => Step::Call(t),
+        Action::Skip { route, .. } => Step::Skip(
+            t,
+            match route {
+                Route::Alternative { tool, .. } => Hop::To(index(tool)),
+                Route::Manual { .. } => Hop::Ask,
+                Route::ReduceScope { .. } => Hop::Reduce,
+            },
+        ),
+        other => {
+            prop_assert!(false, "{}: {other:?}", ROUTED_TOOLS[t]);
+            unreachable!()
+        }
+    })
+}
+
+fn run_route_case(case: &RouteCase) -> Result<usize, TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let expediter = route_expediter(case);
+        bring_down(&expediter, case).await;
+        let mut model = RouteModel {
+            case,
+            checked: [false; ROUTED],
+        };
+        let mut longest = 0;
+        for &(start, low_only) in &case.follows {
+            let limit = if low_only {
+                Degradation::Low
+            } else {
+                Degradation::High
+            };
+            let want = model.follow(start, low_only);
+            let (mut got, mut visited, mut t) = (Vec::new(), Vec::new(), start);
+            loop {
+                prop_assert!(
+                    !visited.contains(&t),
+                    "the route from {} came back to {}: {got:?}",
+                    ROUTED_TOOLS[start],
+                    ROUTED_TOOLS[t]
+                );
+                visited.push(t);
+                let decision = expediter
+                    .decide_within(ROUTED_TOOLS[t], limit)
+                    .await
+                    .unwrap();
+                let step = as_step(t, &decision.action)?;
+                got.push(step.clone());
+                match step {
+                    Step::Skip(_, Hop::To(next)) => t = next,
+                    _ => break,
+                }
+            }
+            prop_assert_eq!(&got, &want, "from {}", ROUTED_TOOLS[start]);
+            longest = longest.max(got.len());
+        }
+        Ok(longest)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("TCB_MODEL_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Alternatives that back each other up (A's is B and B's is A, rings, any map):
+    /// a route goes only to a tool not known to be down, so following routes never
+    /// comes back to a tool, and each route is the reference's.
+    #[test]
+    fn routes_between_tools_that_back_each_other_up_never_loop_and_are_the_references(
+        case in route_cases()
+    ) {
+        run_route_case(&case)?;
+    }
+}
+
+#[test]
+fn routes_through_several_tools_are_reached_by_the_strategy() {
+    // Chains of three decisions or more (a route's tool found unavailable by its own
+    // check, then routed on) are among the cases the property checks.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut longest = 0;
+    for _ in 0..256 {
+        let case = route_cases().new_tree(&mut runner).unwrap().current();
+        longest = longest.max(run_route_case(&case).expect("the reference holds"));
+    }
+    assert!(longest >= 3, "longest route followed: {longest} decisions");
 }

@@ -302,7 +302,8 @@ impl Agent {
         accepts: Degradation,
     ) -> Result<Reply, ExpediterError> {
         let (mut tool, mut request) = (tool.to_string(), request.to_string());
-        // At most one hop per alternative: the map has no cycles (checked when built).
+        // A route goes only to a tool that can be used now, so following routes never
+        // comes back to a tool that was skipped for being down.
         loop {
             let service = self.tools.get(&tool)?;
             let attempt = self
@@ -428,10 +429,8 @@ pub(crate) async fn run(
         let docs = Server::start(docs_addr, docs_site).await?;
         let search = Server::start(search_addr, search_api).await?;
         expediter.confirm_recovery();
-        println!(
-            "expediter.confirm_recovery(): calls resume; tools still open are probed from the"
-        );
-        println!("3rd decision on (then the 6th, 12th ... up to the 20th after each failed probe)");
+        println!("expediter.confirm_recovery(): calls resume; tools still open are probed after 3");
+        println!("calls to any tool (then 6, 12 ... up to 20 after each failed probe)");
         println!("expediter.offered_tools():");
         for line in expediter.offered_tools().to_string().lines() {
             println!("  {line}");
@@ -512,7 +511,10 @@ fn print_setup(
         }
     }
     println!(
-        "\nthreshold 3 failures, a probe on the 3rd decision after opening, failure budget 5,"
+        "\nthreshold 3 failures, a probe on the 3rd call after opening, failure budget 5 (a tool"
+    );
+    println!(
+        "that stays down is held open after 1 failed probe, keeping the rest for the others),"
     );
     println!(
         "nobody to ask (batch run); a caller's mistake (a missing file) is not the tool's failure"

@@ -2,6 +2,7 @@
 //! tool's breaker records is charged once, and the failures of one systemic event
 //! count once together.
 
+use std::fmt;
 use std::sync::Arc;
 
 use super::category::FailureCategory;
@@ -110,6 +111,22 @@ pub struct BudgetLine {
     pub systemic: bool,
 }
 
+/// `web_search — "connect: Connection refused" (step 4)`, with
+/// ` [systemic: counted once]` for a failure of a systemic event.
+impl fmt::Display for BudgetLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} — \"{}\" (step {})",
+            self.tool, self.message, self.step
+        )?;
+        if self.systemic {
+            f.write_str(" [systemic: counted once]")?;
+        }
+        Ok(())
+    }
+}
+
 /// The failure budget: `used` is always the failures not part of a systemic event,
 /// plus one for each systemic event detected this cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,8 +140,38 @@ pub struct BudgetReport {
     pub cycle: u32,
     /// Systemic events detected this cycle, each counted once in `used`.
     pub systemic_events: u32,
+    /// Failed probes of one tool the budget absorbs before that tool is held open
+    /// ([`ExpediterBuilder::probe_allowance`](super::ExpediterBuilder::probe_allowance)).
+    pub probe_allowance: u32,
     /// The failures of this cycle, in the order they were recorded.
     pub failures: Vec<BudgetLine>,
+}
+
+/// `3 / 5 budget consumed (cycle 1)`, how systemic events were counted if there were
+/// any, then one line per failure: `  Failure 1: web_search — "..." (step 4)`.
+impl fmt::Display for BudgetReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} / {} budget consumed (cycle {})",
+            self.used, self.limit, self.cycle
+        )?;
+        if self.systemic_events > 0 {
+            let in_events = self.failures.len() - self.ordinary();
+            write!(
+                f,
+                ": {} counted one each, and {} systemic event{} counted once for {in_events} failure{}",
+                self.ordinary(),
+                self.systemic_events,
+                if self.systemic_events == 1 { "" } else { "s" },
+                if in_events == 1 { "" } else { "s" },
+            )?;
+        }
+        for (i, line) in self.failures.iter().enumerate() {
+            write!(f, "\n  Failure {}: {line}", i + 1)?;
+        }
+        Ok(())
+    }
 }
 
 impl BudgetReport {

@@ -23,11 +23,14 @@ pub(crate) struct Settings {
     pub(crate) cascade: CascadeWindow,
     pub(crate) recovery: RecoveryBackoff,
     pub(crate) user_available: bool,
+    /// Failed probes of one tool the budget absorbs before that tool is held open.
+    pub(crate) probe_allowance: u32,
 }
 
 impl Settings {
     /// The defaults: budget 5, three openings within 3 steps (or 30 s) are together,
-    /// recovery probes after 3, 6, 12 ... steps capped at 20.
+    /// recovery probes after 3, 6, 12 ... steps capped at 20, one failed probe per tool
+    /// and outage.
     fn defaults() -> Self {
         Settings {
             budget: 5,
@@ -37,6 +40,7 @@ impl Settings {
             },
             recovery: RecoveryBackoff { start: 3, cap: 20 },
             user_available: true,
+            probe_allowance: 1,
         }
     }
 
@@ -113,6 +117,32 @@ impl ExpediterBuilder {
         self
     }
 
+    /// How many failed probes of one tool the failure budget absorbs before that tool is
+    /// held open (default 1).
+    ///
+    /// A failed probe counts against the budget like any failure. A tool that stays
+    /// down would otherwise spend one more with each probe (every 3rd decision about
+    /// it, by default) until the budget is used up and every tool pauses, the healthy
+    /// ones too. Once `allowance` of its probes have failed (and been charged: a
+    /// probe's failure counted in a systemic event is not), the tool is held open: no
+    /// call and no probe reach it, decisions skip it with its route, the offer and the
+    /// report say so, and the rest of the budget stays for the other tools. The hold
+    /// ends with a [new cycle](Expediter::new_cycle), when a person frees it
+    /// ([`Expediter::resume_probes`], a reset of its breaker, or
+    /// [`Expediter::confirm_recovery`]), or if its breaker closes; each of these gives
+    /// the tool its whole allowance again, as does a probe that succeeds. A tool whose
+    /// probes follow the recovery backoff after a systemic failure is paced by that
+    /// backoff (3, 6, 12... steps) instead, and not held.
+    ///
+    /// With the defaults (budget 5, threshold 3) a dead tool spends 3 failures to open
+    /// and 1 on its probe, and the other tools keep 1. `0` holds a tool open as soon as
+    /// it opens; `u32::MAX` never holds one (every failed probe is charged until the
+    /// budget is used up).
+    pub fn probe_allowance(mut self, allowance: u32) -> Self {
+        self.settings.probe_allowance = allowance;
+        self
+    }
+
     /// Whether a person can be asked (the manual fallback route). Without one, routing
     /// goes from the alternatives straight to scope reduction. Default: yes.
     pub fn user_available(mut self, available: bool) -> Self {
@@ -148,8 +178,9 @@ impl ExpediterBuilder {
     ///
     /// # Errors
     ///
-    /// A bad capability map (unknown alternative, a cycle, a tool with neither an
-    /// alternative nor a fallback, a duplicate or empty name), a zero budget, an empty
+    /// A bad capability map (unknown alternative, a tool naming itself as its
+    /// alternative, a tool with neither an alternative nor a fallback, a duplicate or
+    /// empty name), a zero budget, an empty
     /// cascade window, a recovery backoff starting at 0 or capped below its start, or a
     /// tool's bad breaker settings.
     pub fn build(self) -> Result<Expediter, ExpediterError> {

@@ -1,7 +1,7 @@
 //! The capability map: what each tool provides, what can stand in for it, and what to
 //! ask of the user when nothing can.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -29,6 +29,13 @@ impl Degradation {
             Degradation::Low => "low",
             Degradation::High => "high",
         }
+    }
+}
+
+/// `low` or `high`.
+impl fmt::Display for Degradation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -225,8 +232,12 @@ impl fmt::Debug for ToolSpec {
     }
 }
 
-/// Checks a whole map: unique names, known alternatives, no cycles, and every tool with
-/// an alternative or a fallback.
+/// Checks a whole map: unique names, known alternatives other than the tool itself, and
+/// every tool with an alternative or a fallback.
+///
+/// Alternatives may form cycles (two search APIs backing each other up): routing sends
+/// work only to an alternative that can be used now, so a route never comes back to
+/// the tool it left while that tool is down (see `routing::search`).
 pub(crate) fn validate<'a>(
     tools: impl IntoIterator<Item = &'a ToolSpec> + Clone,
 ) -> Result<(), ExpediterError> {
@@ -239,60 +250,21 @@ pub(crate) fn validate<'a>(
             return Err(ExpediterError::DuplicateTool(tool.name.to_string()));
         }
     }
-    let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
-    for tool in tools.clone() {
+    for tool in tools {
         if tool.alternatives.is_empty() && tool.fallback.is_none() {
             return Err(ExpediterError::NoAlternativeOrFallback(
                 tool.name.to_string(),
             ));
         }
         for alt in &tool.alternatives {
+            if alt.tool == tool.name {
+                return Err(ExpediterError::SelfAlternative(tool.name.to_string()));
+            }
             if !names.contains(&alt.tool) {
                 return Err(ExpediterError::UnknownAlternative {
                     tool: tool.name.to_string(),
                     alternative: alt.tool.to_string(),
                 });
-            }
-            edges.entry(&tool.name).or_default().push(&alt.tool);
-        }
-    }
-    // Depth-first search for a back edge; the path names the cycle. With a stack of
-    // its own, not the thread's: a chain of alternatives may be as long as the map.
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mark {
-        Visiting,
-        Done,
-    }
-    let none = Vec::new();
-    let mut marks: HashMap<&str, Mark> = HashMap::new();
-    for tool in tools {
-        if marks.contains_key(tool.name.as_ref()) {
-            continue;
-        }
-        // Each frame: a tool on the path, and how many of its alternatives were visited.
-        let mut path: Vec<(&str, usize)> = vec![(&tool.name, 0)];
-        marks.insert(&tool.name, Mark::Visiting);
-        while let Some((node, next)) = path.last_mut() {
-            let alternatives = edges.get(*node).unwrap_or(&none);
-            let Some(&alt) = alternatives.get(*next) else {
-                marks.insert(*node, Mark::Done);
-                path.pop();
-                continue;
-            };
-            *next += 1;
-            match marks.get(alt) {
-                Some(Mark::Done) => {}
-                Some(Mark::Visiting) => {
-                    let start = path.iter().position(|(n, _)| *n == alt).unwrap_or(0);
-                    let mut cycle: Vec<String> =
-                        path[start..].iter().map(|(n, _)| n.to_string()).collect();
-                    cycle.push(alt.to_string());
-                    return Err(ExpediterError::AlternativeCycle(cycle));
-                }
-                None => {
-                    marks.insert(alt, Mark::Visiting);
-                    path.push((alt, 0));
-                }
             }
         }
     }

@@ -69,16 +69,21 @@ pub enum SkipReason {
     /// After a confirmed recovery from a systemic failure, the tool's probe waits for
     /// its turn in the recovery backoff (3, 6, 12 ... steps).
     RecoveryBackoff,
+    /// The tool stayed down: its failed probes used up their allowance of the failure
+    /// budget ([`ExpediterBuilder::probe_allowance`](super::ExpediterBuilder::probe_allowance)),
+    /// and it is held open until a new cycle or a person frees it.
+    ProbesStopped,
 }
 
 impl SkipReason {
     /// The breaker's reason (`open`, `half_open_full`, `killed`, `forced_open`),
-    /// `unavailable` or `recovery_backoff`.
+    /// `unavailable`, `recovery_backoff` or `probes_stopped`.
     pub fn as_str(&self) -> &'static str {
         match self {
             SkipReason::Breaker(reason) => reason.as_str(),
             SkipReason::Unavailable => "unavailable",
             SkipReason::RecoveryBackoff => "recovery_backoff",
+            SkipReason::ProbesStopped => "probes_stopped",
         }
     }
 }
@@ -103,6 +108,7 @@ impl<'de> serde::Deserialize<'de> for SkipReason {
         match &*text {
             "unavailable" => Ok(SkipReason::Unavailable),
             "recovery_backoff" => Ok(SkipReason::RecoveryBackoff),
+            "probes_stopped" => Ok(SkipReason::ProbesStopped),
             other => Reason::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(other))
                 .map(SkipReason::Breaker),
         }
@@ -171,6 +177,17 @@ impl Action {
             Action::Probe => "PROBE",
             Action::Skip { .. } => "SKIP",
             Action::Pause { .. } => "PAUSE",
+        }
+    }
+}
+
+/// `CALL`, `PROBE`, `SKIP (reason) -> route` or `PAUSE (reason) -> detail`.
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Call | Action::Probe => f.write_str(self.as_str()),
+            Action::Skip { reason, route } => write!(f, "SKIP ({reason}) -> {route}"),
+            Action::Pause { reason, detail } => write!(f, "PAUSE ({reason}) -> {detail}"),
         }
     }
 }

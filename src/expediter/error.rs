@@ -22,9 +22,10 @@ pub enum ExpediterError {
         /// The unknown name.
         alternative: String,
     },
-    /// Alternatives form a cycle (a tool standing in for itself, directly or not).
-    #[error("alternatives form a cycle: {}", .0.join(" -> "))]
-    AlternativeCycle(Vec<String>),
+    /// A tool names itself as its alternative. (Tools may back each other up: A's
+    /// alternative may be B while B's is A.)
+    #[error("tool `{0}` names itself as its alternative: a tool cannot stand in for itself; name another tool, or give it a `.fallback(..)`")]
+    SelfAlternative(String),
     /// A tool has no alternative and no manual fallback: its failure would leave the
     /// agent guessing.
     #[error("tool `{0}` has neither an alternative nor a manual fallback: give its ToolSpec an `.alternative(..)` or a `.fallback(..)`")]

@@ -48,6 +48,10 @@ pub(crate) enum Gate {
     Breaker {
         release: bool,
     },
+    /// Held open after its failed probes: skipped, unless its breaker, only looked at,
+    /// skips it for a person's act (the kill switch, a forced opening), which is said
+    /// first.
+    Held,
 }
 
 /// A breaker that opened on failures and has not closed since.
@@ -93,6 +97,11 @@ struct Row {
     last_category: Option<FailureCategory>,
     last_failure_step: Option<u64>,
     last_success_step: Option<u64>,
+    /// Failed probes of its current outage charged to this cycle's budget.
+    failed_probes: u32,
+    /// Its failed probes used up the allowance: no call and no probe until a new cycle,
+    /// a person frees it, or its breaker closes.
+    probes_stopped: bool,
 }
 
 /// What a decision should do about a tool's pre-call check.
@@ -113,6 +122,7 @@ pub(crate) enum Note {
     Systemic { tools: Vec<Arc<str>>, cause: String },
     Recovered,
     Deferred { task: Arc<str> },
+    ProbesStopped { tool: Arc<str>, failed_probes: u32 },
 }
 
 impl Note {
@@ -129,6 +139,15 @@ impl Note {
                 tracing::info!(target: TARGET, "recovery confirmed: probes resume with backoff")
             }
             Note::Deferred { task } => tracing::info!(target: TARGET, task = %task, "DEFERRED"),
+            Note::ProbesStopped {
+                tool,
+                failed_probes,
+            } => tracing::warn!(
+                target: TARGET,
+                tool = %tool,
+                failed_probes,
+                "held open: its failed probes used up their allowance; no more probes until a new cycle or a person frees it"
+            ),
         }
     }
 }
@@ -152,6 +171,8 @@ pub(crate) struct Ledger {
     run_names: HashMap<Arc<str>, RunId>,
     next_run: RunId,
     user_available: bool,
+    /// Failed probes of one tool charged before it is held open.
+    probe_allowance: u32,
 }
 
 impl Ledger {
@@ -161,6 +182,7 @@ impl Ledger {
         window: CascadeWindow,
         backoff: RecoveryBackoff,
         user_available: bool,
+        probe_allowance: u32,
     ) -> Self {
         Ledger {
             notes: Vec::new(),
@@ -176,6 +198,7 @@ impl Ledger {
             run_names: HashMap::new(),
             next_run: 1,
             user_available,
+            probe_allowance,
         }
     }
 
@@ -246,6 +269,15 @@ impl Ledger {
         self.row(tool).last_success_step
     }
 
+    /// Failed probes of the tool's current outage charged this cycle.
+    pub(crate) fn failed_probes(&self, tool: &str) -> u32 {
+        self.row(tool).failed_probes
+    }
+
+    pub(crate) fn probe_allowance(&self) -> u32 {
+        self.probe_allowance
+    }
+
     /// What is known of the tool's availability: the availability reported from
     /// outside, if one stands, or else the cached pre-call check result.
     pub(crate) fn availability(&self, tool: &str) -> Option<Availability> {
@@ -254,8 +286,11 @@ impl Ledger {
             return Some(reported.availability);
         }
         match row.check {
-            Check::Found(found) => Some(found),
-            Check::Due | Check::Running { .. } => None,
+            // While a decision runs the check, others decide on what was found before
+            // (`check_slot`): routing must see the same, or a tool skipped as
+            // unavailable would look usable to its alternative's route.
+            Check::Found(found) | Check::Running { last: Some(found) } => Some(found),
+            Check::Due | Check::Running { last: None } => None,
         }
     }
 
@@ -332,6 +367,7 @@ impl Ledger {
             availability: self.availability(tool),
             reported: row.reported.is_some(),
             recovery: row.recovery.as_ref(),
+            probes_stopped: row.probes_stopped,
             open_on_failures: row.open.is_some(),
             recovery_start: self.backoff.start,
         }
@@ -521,18 +557,53 @@ impl Ledger {
             State::Open => self.on_opened(
                 tool,
                 change.from,
+                change.cause,
                 Instant::from_std(change.at),
                 change.consecutive_failures,
             ),
             State::Closed => {
                 row.open = None;
                 row.recovery = None;
+                row.failed_probes = 0;
+                row.probes_stopped = false;
             }
             State::HalfOpen | State::ForcedOpen => {}
         }
     }
 
-    fn on_opened(&mut self, tool: Arc<str>, from: State, at: Instant, streak: u32) {
+    fn on_opened(&mut self, tool: Arc<str>, from: State, cause: Cause, at: Instant, streak: u32) {
+        // A tool in a recovery backoff has its probes paced by it (3, 6, 12... steps),
+        // not by the allowance.
+        let recovering = self.row(&tool).recovery.is_some();
+        self.note_opening(tool.clone(), from, at, streak);
+        if recovering {
+            return;
+        }
+        // The probe allowance, once the opening is known to be systemic or not: a
+        // failure counted in a systemic event is not charged on its own.
+        if from == State::HalfOpen && self.probe_failure_charged(&tool, cause) {
+            let row = self.row_mut(&tool);
+            row.failed_probes = row.failed_probes.saturating_add(1);
+        }
+        let in_event = self
+            .cascade
+            .active()
+            .is_some_and(|id| self.cascade.event(id).tools.contains(&tool));
+        let allowance = self.probe_allowance;
+        let row = self.row_mut(&tool);
+        if !in_event && !row.probes_stopped && row.failed_probes >= allowance {
+            row.probes_stopped = true;
+            let failed_probes = row.failed_probes;
+            self.notes.push(Note::ProbesStopped {
+                tool,
+                failed_probes,
+            });
+        }
+    }
+
+    /// A breaker opened on failures: its row, the recovery backoff, and cascade
+    /// detection.
+    fn note_opening(&mut self, tool: Arc<str>, from: State, at: Instant, streak: u32) {
         let step = self.step;
         let backoff = self.backoff;
         let row = self.row_mut(&tool);
@@ -566,6 +637,25 @@ impl Ledger {
         if together.len() >= 3 {
             self.declare(None, together, Trigger::Together);
         }
+    }
+
+    /// Whether a breaker that went from half-open to open for `cause` did so on its
+    /// probe's failure, charged to this cycle's budget on its own: the tool's latest
+    /// failure, which its breaker reported before the transition, outside every
+    /// systemic event.
+    fn probe_failure_charged(&self, tool: &str, cause: Cause) -> bool {
+        let failed = matches!(
+            cause,
+            Cause::ProbeFailed | Cause::PermanentFailure | Cause::RetryAfter
+        );
+        failed
+            && self
+                .budget
+                .entries()
+                .iter()
+                .rev()
+                .find(|e| *e.tool == *tool)
+                .is_some_and(|e| e.event.is_none())
     }
 
     fn declare(
@@ -649,6 +739,9 @@ impl Ledger {
         if availability == Availability::Unavailable {
             return Gate::Skip(SkipReason::Unavailable);
         }
+        if self.row(tool).probes_stopped {
+            return Gate::Held;
+        }
         match &self.row(tool).recovery {
             Some(recovery) if !recovery.due(step) => Gate::Skip(SkipReason::RecoveryBackoff),
             Some(recovery) => Gate::Breaker {
@@ -723,7 +816,8 @@ impl Ledger {
     // -------------------------------------------------------------------------
 
     /// Recovery confirmed: calls resume, pre-call checks run afresh, and each tool
-    /// still open gets a recovery backoff. Nothing happens without an active event.
+    /// still open gets a recovery backoff (and is no longer held after its failed
+    /// probes). Nothing happens without an active event.
     pub(crate) fn confirm_recovery(&mut self) {
         if !self.cascade.resolve() {
             return;
@@ -732,15 +826,33 @@ impl Ledger {
         for row in self.rows.values_mut() {
             if row.open.is_some() && row.recovery.is_none() {
                 row.recovery = Some(Recovery::start(step, backoff));
+                // The person's word frees a tool held after its failed probes too: the
+                // backoff decides its probes from now, each failed one charged again.
+                row.failed_probes = 0;
+                row.probes_stopped = false;
             }
         }
         self.drop_checks();
         self.notes.push(Note::Recovered);
     }
 
+    /// A new cycle: the budget is full again, pre-call checks run afresh, and every
+    /// tool held open after its failed probes is freed with its whole allowance.
     pub(crate) fn new_cycle(&mut self) {
         self.budget.new_cycle();
+        for row in self.rows.values_mut() {
+            row.failed_probes = 0;
+            row.probes_stopped = false;
+        }
         self.drop_checks();
+    }
+
+    /// A person frees a tool held open after its failed probes: its probes resume, with
+    /// its whole allowance again. Whether it was held.
+    pub(crate) fn resume_probes(&mut self, tool: &Arc<str>) -> bool {
+        let row = self.row_mut(tool);
+        row.failed_probes = 0;
+        std::mem::take(&mut row.probes_stopped)
     }
 
     // -------------------------------------------------------------------------
@@ -839,6 +951,7 @@ mod tests {
             },
             RecoveryBackoff { start: 3, cap: 20 },
             true,
+            1,
         );
         for tool in ["A", "B", "C"] {
             ledger.add_tool(tool.into());

@@ -11,16 +11,21 @@
 //! - a [capability map](ToolSpec): what each tool provides, its alternatives with their
 //!   degradation, a manual fallback, and whose fault its errors are ([`Blame`]: a
 //!   missing file is the caller's mistake, not the tool's), checked when built
-//!   (unknown tools, cycles, a tool with neither alternative nor fallback);
+//!   (unknown tools, a tool naming itself, a tool with neither alternative nor
+//!   fallback). Tools may back each other up (two search APIs, each the other's
+//!   alternative): a route goes only to a tool that can be used now, so it never
+//!   leads back to a tool that is down;
 //! - one circuit breaker per tool, all obeying one [`KillSwitch`]; wrap each tool's
 //!   service with [`Expediter::layer`];
 //! - a failure budget shared by all tools for a cycle (default 5): every failure a
 //!   breaker records counts once, a failed probe's too, a systemic event counts once for
-//!   all its failures, and when it is used up every decision is a pause. So a tool that
-//!   stays down spends one more with each probe (every 3rd decision about it, by
-//!   default), even while its alternative does its work, until every tool pauses: start
-//!   a [new cycle](Expediter::new_cycle), or [force its breaker
-//!   open](crate::CircuitBreakerHandle::force_open) to stop its probes;
+//!   all its failures, and when it is used up every decision is a pause. A tool that
+//!   stays down would spend one more with each probe (every 3rd call of it, by
+//!   default) until every tool pauses, the healthy ones too; so once its failed probes
+//!   reach the [probe allowance](ExpediterBuilder::probe_allowance) (default 1), it is
+//!   held open with no more probes ([`Unusable::ProbesStopped`]), routed around, and
+//!   the report says so, until a [new cycle](Expediter::new_cycle) or a person frees
+//!   it ([`Expediter::resume_probes`]);
 //! - cascade detection: a breaker opening on the error signature (connection refused,
 //!   permission denied...) another open breaker opened on, three opening within a short
 //!   window, or a failure with an open breaker's signature that would use up the
@@ -206,6 +211,7 @@ impl Expediter {
             settings.cascade,
             settings.recovery,
             settings.user_available,
+            settings.probe_allowance,
         );
         let mut registry = Registry::default();
         let delivery = Arc::new(DeliveryGroup::default());
@@ -515,12 +521,67 @@ impl Expediter {
         ledger.confirm_recovery();
     }
 
-    /// Starts a new cycle: the failure budget is full again and pre-call checks run
-    /// afresh. Breakers keep their state.
+    /// Starts a new cycle: the failure budget is full again, pre-call checks run
+    /// afresh, and tools held open after their failed probes are freed. Breakers keep
+    /// their state.
     pub fn new_cycle(&self) {
         let mut ledger = self.lock();
         ledger.drain();
         ledger.new_cycle();
+    }
+
+    /// A person frees a tool held open after its failed probes used up their
+    /// [allowance](ExpediterBuilder::probe_allowance) (the tool may be back: its
+    /// server was restarted, its quota renewed): its next call is the probe, and its
+    /// probes go on as its breaker schedules them, each failed one charged to the
+    /// budget again, with its whole allowance again. Returns whether it was held. A
+    /// reset of its breaker frees it too (and lets every call through at once).
+    ///
+    /// ```
+    /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+    /// use tower_circuit_breaker::expediter::{Action, Expediter, SkipReason, ToolSpec};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let expediter = Expediter::builder()
+    ///     .tool(ToolSpec::new("search").fallback("ask the user"))
+    ///     .build()?; // budget 5, threshold 3, a probe on every 3rd call, allowance 1
+    /// let mut search = ServiceBuilder::new().layer(expediter.layer("search")?).service(
+    ///     service_fn(|_: ()| async { Err::<(), _>(std::io::Error::other("connection refused")) }),
+    /// );
+    /// // Three failures open its breaker; its probe fails too: 4 of 5 spent.
+    /// for _ in 0..6 {
+    ///     if expediter.decide("search").await?.should_call() {
+    ///         let _ = search.ready().await?.call(()).await;
+    ///     }
+    /// }
+    /// assert_eq!(expediter.report().budget.used, 4);
+    /// // Held open: no more probes, and the last failure is kept for the other tools.
+    /// for _ in 0..10 {
+    ///     let action = expediter.decide("search").await?.action;
+    ///     assert!(matches!(action, Action::Skip { reason: SkipReason::ProbesStopped, .. }));
+    /// }
+    /// assert_eq!(expediter.report().budget.used, 4);
+    ///
+    /// assert!(expediter.resume_probes("search")?);
+    /// assert_eq!(expediter.decide("search").await?.action, Action::Probe);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ExpediterError::UnknownTool`].
+    pub fn resume_probes(&self, tool: &str) -> Result<bool, ExpediterError> {
+        let tool = self.tool(tool)?;
+        let held = {
+            let mut ledger = self.lock();
+            ledger.drain();
+            ledger.resume_probes(&tool.spec.name)
+        };
+        if held {
+            tool.handle.allow_probe();
+        }
+        Ok(held)
     }
 
     /// Declares a sub-task of the default run and decides at once whether it can run
@@ -693,6 +754,17 @@ impl Expediter {
         let release = match gate {
             Gate::Pause(pause) => return Verdict::Pause(pause),
             Gate::Skip(reason) => return Verdict::Skip(reason),
+            // Only looked at: no call of a held tool reaches its breaker.
+            Gate::Held => {
+                return Verdict::Skip(match tool.handle.peek() {
+                    Advice::Skip(skip)
+                        if matches!(skip.reason(), Reason::Killed | Reason::ForcedOpen) =>
+                    {
+                        SkipReason::Breaker(skip.reason())
+                    }
+                    _ => SkipReason::ProbesStopped,
+                })
+            }
             Gate::Breaker { release } => release,
         };
         let advice = if count {

@@ -17,6 +17,24 @@ pub enum Availability {
     Unavailable,
 }
 
+impl Availability {
+    /// `available`, `degraded` or `unavailable`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Availability::Available => "available",
+            Availability::Degraded => "degraded",
+            Availability::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// `available`, `degraded` or `unavailable`.
+impl std::fmt::Display for Availability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A boxed future, as pre-call checks return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

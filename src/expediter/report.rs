@@ -17,7 +17,7 @@ use super::precheck::Availability;
 use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
-use super::standing::{ordinal, NextTry, ToolView, Unusable};
+use super::standing::{NextTry, ToolView, Unusable};
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,10 @@ pub struct ToolHealth {
     pub last_failure: Option<String>,
     /// The expediter's step at its last success.
     pub last_success_step: Option<u64>,
+    /// Failed probes of its current outage charged to this cycle's budget: at the
+    /// [allowance](super::ExpediterBuilder::probe_allowance) it is held open
+    /// ([`Unusable::ProbesStopped`]).
+    pub failed_probes: u32,
     /// What the last pre-call check found, while that result is used, or the
     /// availability reported from outside
     /// ([`Expediter::set_availability`](super::Expediter::set_availability)).
@@ -62,6 +66,51 @@ pub struct SystemicReport {
     pub step: u64,
     /// Whether recovery was confirmed.
     pub resolved: bool,
+}
+
+/// `web_search: OPEN, 3 consecutive failures (last: connect: Connection refused); it is
+/// tried again in 2 calls`, or `read_file: CLOSED`.
+impl fmt::Display for ToolHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.unusable {
+            Some(unusable) => unusable.as_str().to_string(),
+            None if self.killed => "KILLED".to_string(),
+            None => self.state.as_str().to_uppercase(),
+        };
+        write!(f, "{}: {state}", self.name)?;
+        if self.consecutive_failures > 0 {
+            write!(f, ", {} consecutive failures", self.consecutive_failures)?;
+            if let Some(last) = &self.last_failure {
+                write!(f, " (last: {last})")?;
+            }
+        }
+        if self.failed_probes > 0 {
+            write!(f, ", {}", probes(self.failed_probes))?;
+        }
+        match self.next_try {
+            NextTry::Now => Ok(()),
+            ref next => write!(f, "; it is tried again {next}"),
+        }
+    }
+}
+
+/// `Suspected systemic cause (active, step 7): <cause>`.
+impl fmt::Display for SystemicReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.resolved { "resolved" } else { "active" };
+        write!(
+            f,
+            "Suspected systemic cause ({state}, step {}): {}",
+            self.step, self.cause
+        )
+    }
+}
+
+/// Its line: why it is withheld and when it is tried again.
+impl fmt::Display for WithheldTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)
+    }
 }
 
 /// The status report: as text (its `Display`, a text layout of tables) or, with
@@ -193,6 +242,7 @@ fn health(ledger: &Ledger, name: &Arc<str>, snapshot: &Snapshot) -> ToolHealth {
             .as_ref()
             .map(|f| f.message.to_string()),
         last_success_step: ledger.last_success_step(name),
+        failed_probes: ledger.failed_probes(name),
         availability: ledger.availability(name),
         unusable: standing.unusable,
         next_try: standing.next_try,
@@ -272,6 +322,7 @@ pub(crate) fn build(
             limit,
             cycle: budget.cycle(),
             systemic_events: ledger.systemic_events_this_cycle(),
+            probe_allowance: ledger.probe_allowance(),
             failures,
         },
         degradations,
@@ -290,9 +341,9 @@ fn next_steps(
     if let Some(event) = ledger.active_systemic() {
         let backoff = ledger.backoff();
         steps.push(format!(
-            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed from the {} decision on, the wait doubling after each failed probe up to {} decisions",
+            "Fix the shared cause ({}), then confirm recovery; tools still open are then probed after {} calls, the wait doubling after each failed probe up to {} calls",
             event.describe(),
-            ordinal(backoff.start),
+            backoff.start,
             backoff.cap
         ));
     }
@@ -323,6 +374,12 @@ fn next_steps(
             Unusable::Held => format!(
                 "{} is held open on a hint from outside (another replica saw it fail); it is tried again {}",
                 row.name, row.next_try
+            ),
+            Unusable::ProbesStopped => format!(
+                "{} stays down ({}): it is held open with no more probes, to keep the budget for the other tools; it is tried again {} (Expediter::resume_probes, or a reset of its breaker)",
+                row.name,
+                stays_down(row),
+                row.next_try
             ),
             _ => {
                 let why = match &row.last_failure {
@@ -397,6 +454,22 @@ fn next_steps(
     steps
 }
 
+/// `1 failed probe`, `2 failed probes`.
+fn probes(n: u32) -> String {
+    match n {
+        1 => "1 failed probe".to_string(),
+        n => format!("{n} failed probes"),
+    }
+}
+
+/// How a tool held after its failed probes got there, in a few words.
+fn stays_down(row: &ToolHealth) -> String {
+    match &row.last_failure {
+        Some(message) => format!("{}; last failure: {message}", probes(row.failed_probes)),
+        None => probes(row.failed_probes),
+    }
+}
+
 /// What to offer the model now.
 pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> ToolOffer {
     let mut offer = ToolOffer {
@@ -443,6 +516,15 @@ pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> 
                     "it is held open on a hint from outside (another replica saw it fail)"
                         .to_string()
                 }
+                Unusable::ProbesStopped => format!(
+                    "it stays down ({}{})",
+                    probes(ledger.failed_probes(&name)),
+                    snapshot
+                        .last_failure
+                        .as_ref()
+                        .map(|f| format!("; last: {}", f.message))
+                        .unwrap_or_default()
+                ),
                 _ => {
                     let last = snapshot
                         .last_failure
@@ -501,7 +583,7 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
 }
 
 /// What the Next Try column counts.
-pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts decisions about the tool (a skipped one counts at once, a call when it is made); a recovery backoff counts decisions about any tool; peeks, plans and reports count nothing.";
+pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts calls of the tool, skipped ones too (of any tool after a systemic failure); peeks, plans and reports count nothing.";
 
 impl fmt::Display for StatusReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -516,10 +598,8 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(out, "  (none)");
         }
         for item in &self.completed {
-            let _ = writeln!(out, "  - {}{} ({})", run(item), item.name, item.status);
-            for d in &item.degradations {
-                let _ = writeln!(out, "      degraded: {d}");
-            }
+            let text = item.to_string().replace('\n', "\n  ");
+            let _ = writeln!(out, "  - {}{text}", run(item));
         }
         let _ = writeln!(out, "\nIncomplete work:");
         if self.incomplete.is_empty() {
@@ -576,61 +656,33 @@ impl fmt::Display for StatusReport {
                 t.last_failure.as_deref().unwrap_or("")
             );
         }
-        let budget = &self.budget;
-        let _ = write!(
-            out,
-            "\nFailures: {} / {} budget consumed (cycle {})",
-            budget.used, budget.limit, budget.cycle
-        );
-        if budget.systemic_events > 0 {
-            let in_events = budget.failures.len() - budget.ordinary();
-            let _ = write!(
-                out,
-                ": {} counted one each, and {} systemic event{} counted once for {in_events} failure{}",
-                budget.ordinary(),
-                budget.systemic_events,
-                if budget.systemic_events == 1 { "" } else { "s" },
-                if in_events == 1 { "" } else { "s" },
-            );
-        }
-        out.push('\n');
-        for (i, line) in budget.failures.iter().enumerate() {
-            let note = if line.systemic {
-                " [systemic: counted once]"
-            } else {
-                ""
-            };
+        for t in self
+            .tools
+            .iter()
+            .filter(|t| t.unusable == Some(Unusable::ProbesStopped))
+        {
             let _ = writeln!(
                 out,
-                "  Failure {}: {} — \"{}\" (step {}){note}",
-                i + 1,
-                line.tool,
-                line.message,
-                line.step
+                "  {}: held open, no more probes: {} used up its allowance ({}); it is tried again {}",
+                t.name,
+                probes(t.failed_probes),
+                self.budget.probe_allowance,
+                t.next_try
             );
         }
+        let _ = writeln!(out, "\nFailures: {}", self.budget);
         if !self.degradations.is_empty() {
             let _ = writeln!(out, "\nDegradations:");
             for d in &self.degradations {
-                let steps = if d.first_step == d.last_step {
-                    format!("step {}", d.first_step)
-                } else {
-                    format!("steps {}-{}, {} times", d.first_step, d.last_step, d.times)
-                };
                 let run = match (&self.run, &d.run) {
                     (None, Some(run)) => format!("[{run}] "),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "  - {run}{}: {} ({steps})", d.tool, d.route);
+                let _ = writeln!(out, "  - {run}{d}");
             }
         }
         if let Some(s) = &self.systemic {
-            let state = if s.resolved { "resolved" } else { "active" };
-            let _ = writeln!(
-                out,
-                "\nSuspected systemic cause ({state}, step {}): {}",
-                s.step, s.cause
-            );
+            let _ = writeln!(out, "\n{s}");
         }
         if !self.next_steps.is_empty() {
             let _ = writeln!(out, "\nNext steps:");

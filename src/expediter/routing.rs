@@ -23,6 +23,16 @@ pub enum Refused {
     },
 }
 
+/// `loses too much` or why it cannot be used (`OPEN`, `KILLED`...).
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::TooDegraded => f.write_str("loses too much"),
+            Refused::Unusable { why } => write!(f, "{why}"),
+        }
+    }
+}
+
 /// An alternative that was not taken, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -60,6 +70,14 @@ pub(crate) struct RouteSearch {
 /// Finds the route, in priority order: a usable alternative within `limit` (low
 /// degradation first, each in the order declared), the manual fallback if a person can
 /// be asked, scope reduction. `usable` says why a tool cannot be used now, or `None`.
+///
+/// Only an alternative that can be used now is a route: a tool that is down (open,
+/// killed, unavailable, held...) never is. So where tools back each other up (A's
+/// alternative is B and B's is A), a route from A to B never leads back to A while A
+/// is down, and following routes while nothing else changes visits each tool at most
+/// once: a route's tool is called when decided on, unless its own pre-call check, run
+/// then for the first time, finds it unavailable, and then it is known to be down.
+/// `tests/expediter_model.rs` checks this against a reference under random outages.
 pub(crate) fn search(
     spec: &ToolSpec,
     limit: Degradation,
@@ -136,6 +154,23 @@ pub struct DegradationRecord {
     pub last_step: u64,
     /// How often.
     pub times: u32,
+}
+
+/// `web_search: use docs_fetch (...) [high degradation: ...] (step 7)`, or
+/// `(steps 7-9, 3 times)`. The run is not named.
+impl fmt::Display for DegradationRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (", self.tool, self.route)?;
+        if self.first_step == self.last_step {
+            write!(f, "step {})", self.first_step)
+        } else {
+            write!(
+                f,
+                "steps {}-{}, {} times)",
+                self.first_step, self.last_step, self.times
+            )
+        }
+    }
 }
 
 /// Records a route taken at `step`: once per tool and route, with how often.

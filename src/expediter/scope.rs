@@ -58,6 +58,14 @@ impl SubTask {
     }
 }
 
+/// `Run test suite [needs Bash]`.
+impl fmt::Display for SubTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tools: Vec<&str> = self.tools.iter().map(|t| &**t).collect();
+        write!(f, "{} [needs {}]", self.name, tools.join(", "))
+    }
+}
+
 /// A tool that keeps a sub-task deferred: why it cannot be used, why none of its
 /// alternatives will do, and when it is tried next, as of the moment this was made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,6 +176,18 @@ pub struct WorkItem {
     pub degradations: Vec<String>,
 }
 
+/// `Run test suite (SUCCESS)`, then a `degraded: ...` line for each degradation. The
+/// run is not named.
+impl fmt::Display for WorkItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name, self.status)?;
+        for d in &self.degradations {
+            write!(f, "\n    degraded: {d}")?;
+        }
+        Ok(())
+    }
+}
+
 /// What [`Expediter::start_subtask`](super::Expediter::start_subtask) decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubTaskPlan {
@@ -195,6 +215,25 @@ pub struct ToolRoute {
 pub(crate) struct Assessment {
     pub(crate) routes: Vec<ToolRoute>,
     pub(crate) blocked: Vec<Blocker>,
+}
+
+/// `web_search: use docs_fetch (...) [high degradation: ...]`.
+impl fmt::Display for ToolRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.tool, self.route)
+    }
+}
+
+/// `Look up the latest API version: IN PROGRESS`, then a `via ...` line for each route
+/// the plan takes around a tool that cannot be used.
+impl fmt::Display for SubTaskPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.status)?;
+        for route in &self.routes {
+            write!(f, "\n    via {route}")?;
+        }
+        Ok(())
+    }
 }
 
 impl SubTaskPlan {

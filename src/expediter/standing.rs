@@ -39,11 +39,16 @@ pub enum Unusable {
     HalfOpen,
     /// After a systemic failure, its probe waits for its turn in the recovery backoff.
     RecoveryBackoff,
+    /// It stayed down: its failed probes used up their allowance of the failure budget
+    /// ([`ExpediterBuilder::probe_allowance`](super::ExpediterBuilder::probe_allowance)),
+    /// and it is held open, with no probe, until a new cycle or a person frees it.
+    ProbesStopped,
 }
 
 impl Unusable {
     /// The state word for tables: `PAUSED`, `KILLED`, `FORCED_OPEN`, `UNAVAILABLE`,
-    /// `OPEN`, `OPEN (HELD)`, `HALF_OPEN` or `OPEN (RECOVERY BACKOFF)`.
+    /// `OPEN`, `OPEN (HELD)`, `HALF_OPEN`, `OPEN (RECOVERY BACKOFF)` or
+    /// `OPEN (PROBES STOPPED)`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Unusable::Paused { .. } => "PAUSED",
@@ -54,6 +59,7 @@ impl Unusable {
             Unusable::Held => "OPEN (HELD)",
             Unusable::HalfOpen => "HALF_OPEN",
             Unusable::RecoveryBackoff => "OPEN (RECOVERY BACKOFF)",
+            Unusable::ProbesStopped => "OPEN (PROBES STOPPED)",
         }
     }
 }
@@ -65,30 +71,33 @@ impl fmt::Display for Unusable {
 }
 
 /// When a tool is tried next, computed when asked from its breaker and the expediter's
-/// own schedules. Decisions are counted as its breaker counts calls: each decision
-/// about the tool that reaches its breaker counts (a skip at once, a call when it is
-/// made); a recovery backoff counts decisions about any tool; looking
+/// own schedules. Calls are counted as its breaker counts them: each decision about the
+/// tool that reaches its breaker counts (a skip at once, a call when it is made); a
+/// recovery backoff counts decisions about any tool; looking
 /// ([`Expediter::peek`](super::Expediter::peek), plans, reports) counts nothing.
+///
+/// Its `Display` is the end of a plain sentence for a model or a person, `it is tried
+/// again {next_try}`: `in 2 calls`, `on the next call`, `in a new cycle`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(tag = "next", rename_all = "snake_case"))]
 pub enum NextTry {
     /// It can be called now.
     Now,
-    /// Its breaker lets the probe through on the `decisions`-th decision about it from
-    /// now (1: the next), and not before `not_before` from the report.
+    /// Its breaker lets the probe through on the `decisions`-th call of it from now (1:
+    /// the next; skipped calls count), and not before `not_before` from the report.
     Probe {
-        /// Counting the next decision about it as 1.
+        /// Counting the next call of it as 1.
         decisions: u64,
         /// The time still to wait, when the wait is in time.
         not_before: Option<Duration>,
     },
     /// Its probe is under way: its outcome decides.
     ProbeUnderWay,
-    /// Its probe may go from the `decisions`-th decision about any tool from now (the
+    /// Its probe may go from the `decisions`-th call of any tool from now (the
     /// recovery backoff after a systemic failure).
     RecoveryBackoff {
-        /// Counting the next decision as 1.
+        /// Counting the next call of any tool as 1.
         decisions: u64,
     },
     /// Once an operator turns the kill switch off.
@@ -102,6 +111,10 @@ pub enum NextTry {
     /// outside ([`Expediter::set_availability`](super::Expediter::set_availability)),
     /// by whoever watches it.
     WhenReported,
+    /// In a new cycle, or once a person frees it
+    /// ([`Expediter::resume_probes`](super::Expediter::resume_probes), a reset of its
+    /// breaker): it is held open after its failed probes used up their allowance.
+    WhenFreed,
     /// Every call pauses first; then `then`.
     Paused {
         /// Why every call pauses.
@@ -111,16 +124,20 @@ pub enum NextTry {
     },
 }
 
-/// `1st`, `2nd`, `3rd`, `4th` ... `11th` ... `21st`.
-pub(crate) fn ordinal(n: u64) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
+/// `next call`, `2 calls`: for tables.
+fn calls(n: u64) -> String {
+    match n {
+        1 => "next call".to_string(),
+        n => format!("{n} calls"),
+    }
+}
+
+/// `on the next call`, `in 2 calls`: for sentences.
+fn in_calls(n: u64) -> String {
+    match n {
+        1 => "on the next call".to_string(),
+        n => format!("in {n} calls"),
+    }
 }
 
 impl NextTry {
@@ -150,10 +167,7 @@ impl NextTry {
                 decisions,
                 not_before,
             } => {
-                let when = match decisions {
-                    1 => "next decision".to_string(),
-                    n => format!("{} decision", ordinal(*n)),
-                };
+                let when = calls(*decisions);
                 match not_before {
                     Some(wait) => format!("{when}, >= {}s", wait.as_secs_f64().ceil()),
                     None => when,
@@ -161,12 +175,13 @@ impl NextTry {
             }
             NextTry::ProbeUnderWay => "probe under way".to_string(),
             NextTry::RecoveryBackoff { decisions } => {
-                format!("{} step (recovery)", ordinal(*decisions))
+                format!("{} (any tool)", calls(*decisions))
             }
             NextTry::WhenRevived => "when revived".to_string(),
             NextTry::AfterReset => "after a reset".to_string(),
             NextTry::WhenAvailable => "when available".to_string(),
             NextTry::WhenReported => "when reported".to_string(),
+            NextTry::WhenFreed => "new cycle or freed".to_string(),
             NextTry::Paused { reason, then } => {
                 let first = match reason {
                     PauseReason::SystemicPause => "after recovery",
@@ -190,35 +205,21 @@ impl fmt::Display for NextTry {
                 decisions,
                 not_before,
             } => {
-                match decisions {
-                    1 => f.write_str("on its next decision")?,
-                    n => write!(
-                        f,
-                        "on its {} decision from now (skipped decisions count)",
-                        ordinal(*n)
-                    )?,
-                }
+                f.write_str(&in_calls(*decisions))?;
                 match not_before {
-                    Some(wait) => write!(
-                        f,
-                        ", and not before {}s from now",
-                        wait.as_secs_f64().ceil()
-                    ),
+                    Some(wait) => write!(f, ", not before {}s", wait.as_secs_f64().ceil()),
                     None => Ok(()),
                 }
             }
             NextTry::ProbeUnderWay => f.write_str("when the probe under way ends"),
-            NextTry::RecoveryBackoff { decisions } => write!(
-                f,
-                "from the {} decision about any tool from now (recovery backoff)",
-                ordinal(*decisions)
-            ),
-            NextTry::WhenRevived => f.write_str("once an operator revives it (the kill switch)"),
+            NextTry::RecoveryBackoff { decisions } => {
+                write!(f, "{} to any tool", in_calls(*decisions))
+            }
+            NextTry::WhenRevived => f.write_str("once an operator revives it"),
             NextTry::AfterReset => f.write_str("only once an operator resets it"),
-            NextTry::WhenAvailable => f.write_str(
-                "once its pre-call check finds it available (checked again next cycle or after a systemic failure)",
-            ),
+            NextTry::WhenAvailable => f.write_str("once its pre-call check finds it available"),
             NextTry::WhenReported => f.write_str("once it is reported available"),
+            NextTry::WhenFreed => f.write_str("in a new cycle, or once a person frees it"),
             NextTry::Paused { reason, then } => {
                 match reason {
                     PauseReason::SystemicPause => f.write_str("after recovery is confirmed")?,
@@ -305,6 +306,8 @@ pub(crate) struct Facts<'a> {
     pub(crate) reported: bool,
     /// Its recovery schedule.
     pub(crate) recovery: Option<&'a Recovery>,
+    /// Held open after its failed probes used up their allowance.
+    pub(crate) probes_stopped: bool,
     /// Its breaker opened on failures and has not closed since.
     pub(crate) open_on_failures: bool,
     /// The steps before the first probe once recovery is confirmed.
@@ -320,18 +323,32 @@ pub(crate) struct Standing {
 }
 
 /// The rule, in the order a decision applies it: a pause, then the pre-call check,
-/// then the recovery backoff, then the tool's breaker (kill switch, forced open, open,
-/// half-open).
+/// then the hold after failed probes (unless the kill switch or a forced opening
+/// holds the breaker), then the recovery backoff, then the tool's breaker (kill
+/// switch, forced open, open, half-open).
 pub(crate) fn standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
     let own = own_standing(view, facts);
     let Some(reason) = facts.pause else {
         return own;
     };
     let then = match (reason, facts.recovery) {
-        // Confirming recovery starts the backoff for a tool still open.
+        // Confirming recovery starts the backoff for a tool still open (and frees one
+        // held after its failed probes).
         (PauseReason::SystemicPause, None) if facts.open_on_failures => NextTry::RecoveryBackoff {
             decisions: facts.recovery_start,
         },
+        // The new cycle that ends the pause frees a tool held after its failed probes:
+        // then its breaker decides.
+        (PauseReason::BudgetExhausted, _) if own.unusable == Some(Unusable::ProbesStopped) => {
+            own_standing(
+                view,
+                &Facts {
+                    probes_stopped: false,
+                    ..*facts
+                },
+            )
+            .next_try
+        }
         _ => own.next_try,
     };
     Standing {
@@ -353,6 +370,13 @@ pub(crate) fn own_standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
             } else {
                 NextTry::WhenAvailable
             },
+        };
+    }
+    // A person's act on its breaker is said first, as a decision says it.
+    if facts.probes_stopped && !view.killed && view.state != State::ForcedOpen {
+        return Standing {
+            unusable: Some(Unusable::ProbesStopped),
+            next_try: NextTry::WhenFreed,
         };
     }
     // The next decision takes step `facts.step + 1`.
@@ -395,38 +419,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ordinals_read_as_english() {
-        let words: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111]
-            .map(ordinal)
-            .into();
-        assert_eq!(
-            words,
-            [
-                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
-                "111th"
-            ]
-        );
-    }
-
-    #[test]
     fn next_try_sentences_say_what_counts() {
         let probe = NextTry::Probe {
             decisions: 3,
             not_before: Some(Duration::from_millis(1500)),
         };
-        assert_eq!(
-            probe.to_string(),
-            "on its 3rd decision from now (skipped decisions count), and not before 2s from now"
-        );
-        assert_eq!(probe.short(), "3rd decision, >= 2s");
+        assert_eq!(probe.to_string(), "in 3 calls, not before 2s");
+        assert_eq!(probe.short(), "3 calls, >= 2s");
+        let next = NextTry::Probe {
+            decisions: 1,
+            not_before: None,
+        };
+        assert_eq!(next.to_string(), "on the next call");
+        assert_eq!(next.short(), "next call");
         let paused = NextTry::Paused {
             reason: PauseReason::SystemicPause,
             then: Box::new(NextTry::RecoveryBackoff { decisions: 3 }),
         };
         assert_eq!(
             paused.to_string(),
-            "after recovery is confirmed, then from the 3rd decision about any tool from now (recovery backoff)"
+            "after recovery is confirmed, then in 3 calls to any tool"
         );
-        assert_eq!(paused.short(), "after recovery, then 3rd step (recovery)");
+        assert_eq!(paused.short(), "after recovery, then 3 calls (any tool)");
+        assert_eq!(
+            NextTry::WhenFreed.to_string(),
+            "in a new cycle, or once a person frees it"
+        );
     }
 }
