@@ -57,15 +57,22 @@ async fn main() -> Result<(), BoxError> {
         .clone();
 
     println!("-- both providers answer");
-    ask(&llm, &primary, &second, "What is six times seven?").await?;
+    let by = ask(&llm, &primary, &second, "What is six times seven?").await?;
+    assert_eq!(by.as_deref(), Some("primary"));
 
     println!("\n-- the primary fails (503): retried once, then the second provider answers");
     primary.set(Mode::Failing);
     for question in ["Q1", "Q2", "Q3"] {
-        ask(&llm, &primary, &second, question).await?;
+        let by = ask(&llm, &primary, &second, question).await?;
+        assert_eq!(by.as_deref(), Some("second"));
     }
     println!("   primary's breaker: {}", operator.state());
-    ask(&llm, &primary, &second, "Q4").await?;
+    let sent = primary.requests();
+    assert_eq!(
+        ask(&llm, &primary, &second, "Q4").await?.as_deref(),
+        Some("second")
+    );
+    assert_eq!(primary.requests(), sent, "nothing reaches an open provider");
 
     println!(
         "\n-- an operator resets the primary; it is rate-limited for an hour (Retry-After: 3600)"
@@ -73,23 +80,45 @@ async fn main() -> Result<(), BoxError> {
     operator.reset();
     primary.set(Mode::RateLimited);
     ask(&llm, &primary, &second, "Q5").await?;
-    ask(&llm, &primary, &second, "Q6").await?;
+    let sent = primary.requests();
+    assert_eq!(
+        ask(&llm, &primary, &second, "Q6").await?.as_deref(),
+        Some("second")
+    );
+    assert_eq!(
+        primary.requests(),
+        sent,
+        "nothing reaches a rate-limited provider"
+    );
 
     println!("\n-- the primary is back; the operator resets it, then kills it");
     primary.set(Mode::Ok);
     operator.reset();
     operator.kill_switch().kill();
-    ask(&llm, &primary, &second, "Q7").await?;
+    let sent = primary.requests();
+    assert_eq!(
+        ask(&llm, &primary, &second, "Q7").await?.as_deref(),
+        Some("second")
+    );
+    assert_eq!(
+        primary.requests(),
+        sent,
+        "nothing reaches a killed provider"
+    );
 
     println!("\n-- the operator revives it: the primary answers again");
     operator.kill_switch().revive();
-    ask(&llm, &primary, &second, "Q8").await?;
+    assert_eq!(
+        ask(&llm, &primary, &second, "Q8").await?.as_deref(),
+        Some("primary")
+    );
 
     println!("\n-- both providers are down: the saved answer, with its age");
     primary.set(Mode::Failing);
     second.set(Mode::Failing);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    ask(&llm, &primary, &second, "What is six times seven?").await?;
+    let by = ask(&llm, &primary, &second, "What is six times seven?").await?;
+    assert_eq!(by, None, "the saved answer, no provider");
     Ok(())
 }
 
@@ -99,7 +128,7 @@ async fn ask(
     primary: &ModelServer,
     second: &ModelServer,
     question: &str,
-) -> Result<(), BoxError> {
+) -> Result<Option<String>, BoxError> {
     let before = (primary.requests(), second.requests());
     let request = reqwest::Client::new()
         .post(llm.url("/chat/completions"))
@@ -130,7 +159,9 @@ async fn ask(
         primary.requests() - before.0,
         second.requests() - before.1
     );
-    Ok(())
+    Ok(route_of(&answer)
+        .and_then(|route| route.provider())
+        .map(str::to_owned))
 }
 
 /// The model's words, or the error's message.
