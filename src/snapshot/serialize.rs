@@ -160,7 +160,8 @@ impl Serialize for Snapshot {
         s.serialize_field("name", &*self.name)?;
         s.serialize_field("state", &self.state)?;
         s.serialize_field("cause", &self.cause.map(|cause| cause.as_str()))?;
-        let forced = (self.state == State::ForcedOpen).then(|| ForcedFrom(self.forced_until, from));
+        let forced =
+            (self.state == State::ForcedOpen).then_some(ForcedFrom(self.forced_until, from));
         s.serialize_field("forced_open", &forced)?;
         s.serialize_field("mode", &self.mode)?;
         s.serialize_field("killed", &self.killed)?;
