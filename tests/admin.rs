@@ -520,6 +520,8 @@ fn the_admin_service_can_be_shared_across_threads_as_hyper_and_axum_need() {
     fn send_sync_clone<T: Send + Sync + Clone + 'static>() {}
     fn send<T: Send>() {}
     send_sync_clone::<Admin>();
+    send_sync_clone::<tower_circuit_breaker::admin::AdminBuilder>();
+    send_sync_clone::<tower_circuit_breaker::admin::HealthRule>();
     send::<tower_circuit_breaker::admin::AdminFuture<hyper::body::Incoming>>();
     send::<tower_circuit_breaker::admin::AdminBody>();
 }
