@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::admin::{Admin, HealthRule};
-use tower_circuit_breaker::expediter::{Expediter, ToolSpec};
+use tower_circuit_breaker::expediter::{Expediter, SubTask, ToolSpec};
 use tower_circuit_breaker::{
     CircuitBreakerHandle, CircuitBreakerLayer, KillSwitch, Outcome, State,
 };
@@ -647,8 +647,14 @@ async fn a_failure_urls_key_and_password_never_show_in_admin_or_snapshot_json_th
             let _ = fetch.ready().await.unwrap().call(()).await;
         }
     }
+    // A sub-task failed by the application with the transport error's text.
+    expediter
+        .plan([SubTask::new("Fetch the page", ["Fetch"])])
+        .unwrap();
+    expediter.fail_subtask("Fetch the page", LEAKY).unwrap();
     let report = expediter.report();
     let text = report.to_string();
+    assert!(text.contains("FAILED — error sending request"), "{text}");
     assert_no_secret("the report", &text);
     assert!(
         text.contains("[redacted]"),
