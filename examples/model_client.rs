@@ -20,24 +20,22 @@
 //! reaching the server; a revive lets calls through again.
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tower::retry::Policy;
-use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::admin::{Admin, AdminBody};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::admin::Admin;
 use tower_circuit_breaker::http::{
     provenance, stale, unavailable, BufferBodyLayer, BufferedResponse, HttpClassifier,
     ProvenanceLayer, X_CIRCUIT_BREAKER, X_CIRCUIT_BREAKER_STALE,
@@ -118,12 +116,15 @@ async fn main() -> Result<(), BoxError> {
         .layer(BufferBodyLayer::new())
         .service(reqwest::Client::new());
 
-    // The operators' endpoint: reads open to anyone on loopback, changes behind a token.
+    // The operators' endpoint: reads and changes behind the operator's token (compared
+    // in constant time); the health path open to a load balancer's probe.
     let admin = Admin::builder()
         .breaker(handle.clone())
+        .bearer_token(TOKEN)
+        .open_health_to_anyone()
         .allow_mutations(true)
         .build()?;
-    let admin = AdminServer::start(BearerTokenLayer::new(TOKEN).layer(admin)).await?;
+    let admin = AdminServer::start(admin).await?;
 
     let url = format!("http://{}/v1/chat/completions", model.addr);
     println!("model server on {url}");
@@ -206,6 +207,11 @@ where
     ask.call(&mut svc, "Are you there?").await?;
 
     println!("\n-- an operator kills the breaker through the admin service");
+    let (code, _) = admin
+        .send(Method::GET, "/breakers/chat-model", None)
+        .await?;
+    println!("   GET /breakers/chat-model without the token: {code}");
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "reads are guarded too");
     let (code, body) = admin
         .send(Method::POST, "/breakers/chat-model/kill", None)
         .await?;
@@ -215,10 +221,13 @@ where
         .send(Method::POST, "/breakers/chat-model/kill", Some(TOKEN))
         .await?;
     println!(
-        "   POST /breakers/chat-model/kill with the token: {code}, killed = {}",
-        body["killed"]
+        "   POST /breakers/chat-model/kill with the token: {code}, killed = {}, stops {}",
+        body["killed"], body["kill_switch"]["breakers"]
     );
     assert!(handle.kill_switch().is_killed());
+    let (code, health) = admin.send(Method::GET, "/health", None).await?;
+    println!("   GET /health (no token needed): {code} {health}");
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     let before = model.requests();
     assert!(ask.call(&mut svc, question).await?.is_fallback());
     assert_eq!(model.requests(), before, "no call while killed");
@@ -232,7 +241,7 @@ where
     assert_eq!(model.requests(), before + 1);
 
     let (_, snapshot) = admin
-        .send(Method::GET, "/breakers/chat-model", None)
+        .send(Method::GET, "/breakers/chat-model", Some(TOKEN))
         .await?;
     println!(
         "\nGET /breakers/chat-model: state {}, {} calls arrived, {} made, {} skipped, {} failures",
@@ -381,73 +390,7 @@ impl Policy<ChatRequest, ChatResponse, BoxError> for RetryTransient {
 }
 
 // ---------------------------------------------------------------------------------
-// The admin service, on loopback, its changes behind a bearer token.
-
-/// Lets reads through, and changes only with `Authorization: Bearer <token>`; anything
-/// else gets a `401` in the admin's JSON error shape.
-#[derive(Debug, Clone)]
-struct BearerTokenLayer {
-    expected: Arc<HeaderValue>,
-}
-
-impl BearerTokenLayer {
-    fn new(token: &str) -> Self {
-        let value = HeaderValue::from_str(&format!("Bearer {token}")).expect("a header value");
-        BearerTokenLayer {
-            expected: Arc::new(value),
-        }
-    }
-}
-
-impl<S> Layer<S> for BearerTokenLayer {
-    type Service = BearerToken<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        BearerToken {
-            inner,
-            expected: self.expected.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct BearerToken<S> {
-    inner: S,
-    expected: Arc<HeaderValue>,
-}
-
-type Guarded = Either<AdminBody, Full<Bytes>>;
-
-impl<S, B> Service<Request<B>> for BearerToken<S>
-where
-    S: Service<Request<B>, Response = Response<AdminBody>, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Guarded>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Guarded>, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let reads = request.method() == Method::GET;
-        let authorized = request.headers().get(AUTHORIZATION) == Some(&*self.expected);
-        if !reads && !authorized {
-            let body = r#"{"error":{"code":"unauthorized","message":"changes need the operator's bearer token"}}"#;
-            let response = Response::builder()
-                .status(StatusCode::UNAUTHORIZED)
-                .header(CONTENT_TYPE, "application/json")
-                .header("www-authenticate", "Bearer")
-                .body(Either::Right(Full::from(body)))
-                .expect("a valid response");
-            return Box::pin(ready(Ok(response)));
-        }
-        let future = self.inner.call(request);
-        Box::pin(async move { Ok(future.await?.map(Either::Left)) })
-    }
-}
+// The admin service, on loopback, behind its built-in bearer-token guard.
 
 /// The admin service served by hyper on a loopback port.
 struct AdminServer {
@@ -455,14 +398,7 @@ struct AdminServer {
 }
 
 impl AdminServer {
-    async fn start<S>(service: S) -> std::io::Result<Self>
-    where
-        S: Service<Request<Incoming>, Response = Response<Guarded>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
-    {
+    async fn start(service: Admin) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(async move {

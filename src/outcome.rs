@@ -24,7 +24,7 @@ impl Outcome {
         Outcome::Failure(Failure::default())
     }
 
-    /// A failure with this message.
+    /// A failure with this message, [redacted](crate::redact) (see [`Failure::new`]).
     pub fn failure_with(message: impl Into<Cow<'static, str>>) -> Self {
         Outcome::Failure(Failure::new(message))
     }
@@ -37,6 +37,25 @@ impl Outcome {
 
 /// Details of a failure: a message for the health table, and what the failed response
 /// said about when to come back.
+///
+/// # Redaction
+///
+/// Its message is the one place every failure's text enters the breaker: from here it
+/// goes to the last failure of snapshots (and their JSON, the admin service's answers),
+/// to observers and the expediter's report, and to `tracing` and error texts. So what
+/// looks like a credential is taken out as the message is made, by
+/// [`redact`](crate::redact) (URL user information and query strings, bearer tokens,
+/// `key=` values): nothing downstream can show what was never kept.
+///
+/// ```
+/// use tower_circuit_breaker::Failure;
+///
+/// let failure = Failure::new("error sending request for url (https://bob:hunter2@api.example/v1?key=SECRET)");
+/// assert_eq!(
+///     failure.message(),
+///     Some("error sending request for url (https://[redacted]@api.example/v1?[redacted])"),
+/// );
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Failure {
     message: Option<Cow<'static, str>>,
@@ -46,10 +65,11 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// A failure with this message.
+    /// A failure with this message, [redacted](crate::redact): see
+    /// [Redaction](Self#redaction).
     pub fn new(message: impl Into<Cow<'static, str>>) -> Self {
         Failure {
-            message: Some(message.into()),
+            message: Some(redacted(message.into())),
             ..Failure::default()
         }
     }
@@ -104,7 +124,7 @@ impl Failure {
         self
     }
 
-    /// The message, if one was given.
+    /// The message, if one was given, [redacted](crate::redact).
     pub fn message(&self) -> Option<&str> {
         self.message.as_deref()
     }
@@ -130,8 +150,21 @@ impl Failure {
 
     pub(crate) fn with_default_message(mut self, message: impl FnOnce() -> String) -> Self {
         if self.message.is_none() {
-            self.message = Some(message().into());
+            self.message = Some(redacted(message().into()));
         }
         self
+    }
+}
+
+/// `message` with what looks like a credential taken out: the one way a message gets
+/// into a [`Failure`]. A message with nothing to take out is kept as it is, a static
+/// text without an allocation.
+fn redacted(message: Cow<'static, str>) -> Cow<'static, str> {
+    match message {
+        Cow::Borrowed(text) => crate::redact(text),
+        Cow::Owned(text) => match crate::redact(&text) {
+            Cow::Borrowed(_) => Cow::Owned(text),
+            Cow::Owned(clean) => Cow::Owned(clean),
+        },
     }
 }

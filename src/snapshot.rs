@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::machine::{Cause, NextProbe, State};
+use crate::machine::{Advice, Cause, NextProbe, State};
 use crate::settings::Mode;
 
 pub use crate::machine::{FailureRecord, WindowCounts};
@@ -77,8 +77,10 @@ impl Counts {
 ///   "name": "chat",
 ///   "state": "open",
 ///   "cause": "retry_after",
+///   "forced_open": null,
 ///   "mode": "enabled",
 ///   "killed": false,
+///   "advice": { "kind": "skip", "reason": "open" },
 ///   "consecutive_failures": 1,
 ///   "window": { "failures": 0, "calls": 0 },
 ///   "probes_in_flight": 0,
@@ -96,7 +98,14 @@ impl Counts {
 ///
 /// `state` is `closed`, `open`, `half_open` or `forced_open`; `cause` is why (the
 /// [`Cause`] of the transition into it, as [`Cause::as_str`] spells it; `null` for a
-/// breaker closed since it was built); `mode` is `enabled`,
+/// breaker closed since it was built); `forced_open` is `null` unless the state is
+/// `forced_open`, then `{"until": "reset"}` ([`force_open`](crate::CircuitBreakerHandle::force_open))
+/// or `{"until": "time", "ends_in_ms": 30000}` ([`open_for`](crate::CircuitBreakerHandle::open_for),
+/// [`forced_until`](Self::forced_until)); `advice` is what a call now would get
+/// ([`advice`](Self::advice)): `{"kind": "call"}`, `{"kind": "probe"}` or
+/// `{"kind": "skip", "reason": "killed"}` (a [`Reason`](crate::Reason)), so a closed
+/// breaker whose kill switch is on reads `"state": "closed"` with `"advice": {"kind":
+/// "skip", "reason": "killed"}`; `mode` is `enabled`,
 /// `observe_only` or `disabled`; `last_failure` is `null` before the first failure;
 /// `next_probe.kind` is `after` (with `calls`, counting the next call as 1, and
 /// `retry_after_ms`, `null` when only calls decide), `not_needed` (closed), `in_flight`
@@ -117,6 +126,8 @@ impl Counts {
 /// handle.open_for(Duration::from_secs(30));
 /// let json = serde_json::to_value(handle.snapshot())?;
 /// assert_eq!(json["state"], "forced_open");
+/// assert_eq!(json["forced_open"], serde_json::json!({"until": "time", "ends_in_ms": 30_000}));
+/// assert_eq!(json["advice"], serde_json::json!({"kind": "skip", "reason": "forced_open"}));
 /// assert_eq!(json["retry_after_ms"], 30_000);
 /// assert_eq!(json["next_probe"]["kind"], "after");
 /// assert_eq!(json["last_failure"], serde_json::Value::Null);
@@ -167,6 +178,18 @@ pub struct Snapshot {
     /// as long as the service asked, or no wait was asked, or a person holds the breaker.
     /// A skip told this opening's wait says so ([`Skip::asked_longer`](crate::Skip::asked_longer)).
     pub requested_until: Option<Instant>,
+    /// What a call now would get, decided with the state and the kill switch as this
+    /// snapshot shows them: what [`peek`](crate::CircuitBreakerHandle::peek) says. A
+    /// closed breaker whose kill switch is on is closed, and its calls are skipped
+    /// ([`Reason::Killed`](crate::Reason::Killed)): this says so.
+    pub advice: Advice,
+    /// When a breaker forced open for a time
+    /// ([`open_for`](crate::CircuitBreakerHandle::open_for),
+    /// [`open_until`](crate::CircuitBreakerHandle::open_until)) lets the next call
+    /// through as the probe; `None` when it is not forced open, or forced open until a
+    /// reset. Kept while the kill switch is on (then [`next_probe`](Self::next_probe)
+    /// says only a person ends the skips).
+    pub forced_until: Option<Instant>,
     /// The generation: it grows with every change of state or mode.
     pub generation: u64,
     /// When the snapshot was taken.

@@ -62,6 +62,7 @@ fn admin(
         .breaker(chat.clone())
         .breaker(embed.clone())
         .kill_switch("all-models", all.clone())
+        .open_to_anyone()
         .allow_mutations(mutations)
         .build()
         .unwrap()
@@ -315,6 +316,7 @@ async fn a_prefix_serves_only_below_it_and_a_body_that_breaks_off_is_a_bad_reque
     let admin = Admin::builder()
         .breakers([chat.clone(), embed.clone()])
         .kill_switch("all-models", all.clone())
+        .open_to_anyone()
         .allow_mutations(true)
         .prefix("/admin/circuit-breakers")
         .build()
@@ -406,8 +408,37 @@ fn the_builder_rejects_what_no_path_could_reach() {
         assert_eq!(error, AdminError::BadPrefix(prefix.into()));
         assert!(error.to_string().starts_with("the prefix must"));
     }
-    let admin = Admin::builder().build().unwrap();
+    let admin = Admin::builder().open_to_anyone().build().unwrap();
     assert!(!admin.allows_mutations());
+}
+
+#[test]
+fn the_builder_refuses_no_guard_two_guards_and_a_bad_token() {
+    let (_, chat, _) = breakers();
+    let error = Admin::builder().breaker(chat.clone()).build().unwrap_err();
+    assert_eq!(error, AdminError::NoGuard);
+    assert!(error.to_string().contains("open_to_anyone"), "{error}");
+    assert_eq!(
+        Admin::builder()
+            .bearer_token("t0ken")
+            .open_to_anyone()
+            .build()
+            .unwrap_err(),
+        AdminError::TwoGuards("bearer_token", "open_to_anyone")
+    );
+    for token in ["", "two words", "tab\t", "caf\u{e9}"] {
+        assert_eq!(
+            Admin::builder().bearer_token(token).build().unwrap_err(),
+            AdminError::BadToken,
+            "{token:?}"
+        );
+    }
+    let admin = Admin::builder().bearer_token("t0ken").build().unwrap();
+    assert!(
+        !format!("{admin:?}").contains("t0ken"),
+        "the token is never shown"
+    );
+    assert!(format!("{admin:?}").contains("bearer token"));
 }
 
 fn method() -> impl Strategy<Value = Method> {
@@ -489,6 +520,8 @@ fn the_admin_service_can_be_shared_across_threads_as_hyper_and_axum_need() {
     fn send_sync_clone<T: Send + Sync + Clone + 'static>() {}
     fn send<T: Send>() {}
     send_sync_clone::<Admin>();
+    send_sync_clone::<tower_circuit_breaker::admin::AdminBuilder>();
+    send_sync_clone::<tower_circuit_breaker::admin::HealthRule>();
     send::<tower_circuit_breaker::admin::AdminFuture<hyper::body::Incoming>>();
     send::<tower_circuit_breaker::admin::AdminBody>();
 }

@@ -998,6 +998,7 @@ async fn a_panicking_client_reaches_the_caller_counts_once_and_the_breaker_stays
 fn admin_of(handle: &CircuitBreakerHandle) -> Admin {
     Admin::builder()
         .breaker(handle.clone())
+        .open_to_anyone()
         .allow_mutations(true)
         .build()
         .unwrap()

@@ -47,8 +47,10 @@ async fn a_snapshot_serializes_in_the_documented_shape_with_times_relative_to_wh
             "name": "chat",
             "state": "closed",
             "cause": null,
+            "forced_open": null,
             "mode": "enabled",
             "killed": false,
+            "advice": { "kind": "call" },
             "consecutive_failures": 0,
             "window": { "failures": 0, "calls": 0 },
             "probes_in_flight": 0,
@@ -74,6 +76,7 @@ async fn a_snapshot_serializes_in_the_documented_shape_with_times_relative_to_wh
     let open = serde_json::to_value(&snapshot).unwrap();
     assert_eq!(open["state"], "open");
     assert_eq!(open["cause"], "retry_after");
+    assert_eq!(open["advice"], json!({ "kind": "skip", "reason": "open" }));
     assert_eq!(open["consecutive_failures"], 1);
     assert_eq!(
         open["last_failure"],
@@ -143,10 +146,78 @@ async fn every_kind_of_next_probe_and_a_kill_serialize() {
     assert_eq!(killed["killed"], true);
     assert_eq!(killed["next_probe"], json!({ "kind": "manual" }));
     assert_eq!(killed["retry_after_ms"], Value::Null);
+    assert_eq!(
+        killed["advice"],
+        json!({ "kind": "skip", "reason": "killed" })
+    );
 
     handle.kill_switch().revive();
     handle.force_open();
     let forced = serde_json::to_value(handle.snapshot()).unwrap();
     assert_eq!(forced["state"], "forced_open");
     assert_eq!(forced["next_probe"], json!({ "kind": "manual" }));
+    assert_eq!(forced["forced_open"], json!({ "until": "reset" }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_breaker_under_a_kill_says_its_calls_are_skipped_and_a_timed_opening_shows_its_end(
+) {
+    let layer = Builder::new().name("chat").build().unwrap();
+    let handle = layer.handle();
+
+    handle.kill_switch().kill();
+    handle.reset();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.advice, handle.peek(), "what peek says");
+    let killed = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(killed["state"], "closed");
+    assert_eq!(
+        killed["advice"],
+        json!({ "kind": "skip", "reason": "killed" })
+    );
+    handle.kill_switch().revive();
+
+    handle.open_for(secs(30));
+    advance(secs(10)).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.forced_until, Some(snapshot.taken_at + secs(20)));
+    let held = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(held["state"], "forced_open");
+    assert_eq!(
+        held["forced_open"],
+        json!({ "until": "time", "ends_in_ms": 20_000 })
+    );
+    assert_eq!(
+        held["advice"],
+        json!({ "kind": "skip", "reason": "forced_open" })
+    );
+    // Its end is kept while the kill switch is on; the skips then end only by a person.
+    handle.kill_switch().kill();
+    let both = serde_json::to_value(handle.snapshot()).unwrap();
+    assert_eq!(
+        both["forced_open"],
+        json!({ "until": "time", "ends_in_ms": 20_000 })
+    );
+    assert_eq!(
+        both["advice"],
+        json!({ "kind": "skip", "reason": "killed" })
+    );
+    handle.kill_switch().revive();
+    // Once the time is over, the next call is the probe.
+    advance(secs(20)).await;
+    let over = serde_json::to_value(handle.snapshot()).unwrap();
+    assert_eq!(
+        over["forced_open"],
+        json!({ "until": "time", "ends_in_ms": 0 })
+    );
+    assert_eq!(over["advice"], json!({ "kind": "probe" }));
+
+    handle.force_open();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.forced_until, None);
+    assert_eq!(
+        serde_json::to_value(&snapshot).unwrap()["forced_open"],
+        json!({ "until": "reset" })
+    );
 }

@@ -1,6 +1,7 @@
 //! An admin endpoint for operators (feature `admin`): a tower `Service` over HTTP
-//! requests that shows a set of named breakers and kill switches as JSON and, when
-//! enabled, lets a person act on them, as resilience4j's actuator endpoints do.
+//! requests that shows a set of named breakers and kill switches as JSON, answers a
+//! health probe, and, when enabled, lets a person act on them, as resilience4j's
+//! actuator endpoints do.
 //!
 //! Mount it in hyper (with `hyper_util::service::TowerToHyperService`) or in axum
 //! (`Router::nest_service("/admin", admin)`); it uses the breakers' public handles and
@@ -11,23 +12,41 @@
 //! | `GET /` | `{"breakers": [snapshot, ...], "kill_switches": [kill switch, ...]}` |
 //! | `GET /breakers` | `{"breakers": [snapshot, ...]}` |
 //! | `GET /breakers/{name}` | the breaker's [`Snapshot`] (its JSON shape is documented there) |
-//! | `POST /breakers/{name}/kill`, `.../revive` | turns the kill switch the breaker obeys on or off (shared with whatever else obeys it); the snapshot after |
-//! | `POST /breakers/{name}/force_open` | [`force_open`](CircuitBreakerHandle::force_open); the snapshot after |
-//! | `POST /breakers/{name}/open_for` with `{"seconds": 30}` or `{"duration_ms": 30000}` | [`open_for`](CircuitBreakerHandle::open_for); the snapshot after |
-//! | `POST /breakers/{name}/reset` | [`reset`](CircuitBreakerHandle::reset); the snapshot after |
+//! | `GET /health` | `200` or `503` by the [`HealthRule`]: `{"healthy": false, "unhealthy": [{"name": "chat", "state": "open", "killed": false}]}` |
+//! | `POST /breakers/{name}/force_open` | [`force_open`](CircuitBreakerHandle::force_open): this breaker alone, until a reset |
+//! | `POST /breakers/{name}/open_for` with `{"seconds": 30}` or `{"duration_ms": 30000}` | [`open_for`](CircuitBreakerHandle::open_for): the snapshot shows `"forced_open": {"until": "time", "ends_in_ms": 30000}` |
+//! | `POST /breakers/{name}/reset` | [`reset`](CircuitBreakerHandle::reset); a kill switch still on is not reset, and the answer says so |
+//! | `POST /breakers/{name}/kill`, `.../revive` | turns the kill switch the breaker obeys on or off: **shared** with every breaker that obeys it, all of them named in the answer |
 //! | `GET /kill_switches`, `GET /kill_switches/{name}` | `{"name": "all-models", "killed": false, "breakers": ["chat", ...]}` (the registered breakers that obey it) |
 //! | `POST /kill_switches/{name}/kill`, `.../revive` | flips it; the kill switch after |
+//!
+//! An act on a breaker answers the snapshot after it, with three more fields: `act`
+//! (`"reset"`), `kill_switch` (the switch it obeys: its registered `name` or `null`,
+//! `killed`, and `breakers`, every registered breaker a kill stops) and `notes`, lines
+//! for the operator: that the switch is shared, that a kill still holds after a reset.
+//! A snapshot's `advice` says what a call now gets (`{"kind": "skip", "reason":
+//! "killed"}` on a closed breaker whose kill switch is on).
 //!
 //! Every `GET` path answers `HEAD` too, with the same status and headers and no body.
 //! Names in paths are percent-decoded. Under a [`prefix`](AdminBuilder::prefix), every
 //! path is below it.
 //!
+//! - **Every request is guarded, reads included**: the builder must be given a guard —
+//!   a [`bearer_token`](AdminBuilder::bearer_token) (compared in constant time), an
+//!   [`authorize`](AdminBuilder::authorize) check of the request's head — or be opened
+//!   on purpose with [`open_to_anyone`](AdminBuilder::open_to_anyone); without one it
+//!   does not build ([`AdminError::NoGuard`]). A refused request gets `401`
+//!   (`unauthorized`) before its path is read. The health path can be opened alone for
+//!   a probe without credentials ([`open_health_to_anyone`](AdminBuilder::open_health_to_anyone)).
+//! - **Nothing secret is shown**: failure messages are [redacted](crate::redact) where
+//!   they are made (see [`Failure`](crate::Failure#redaction)), so snapshots carry no
+//!   URL credentials, query strings or tokens; the bearer token is never shown.
 //! - **Mutations are off unless enabled** ([`AdminBuilder::allow_mutations`]): a `POST`
-//!   then gets `403` (`mutations_disabled`). The service does no authentication: guard
-//!   it (a bearer-token layer, a loopback or private listener) before enabling them.
-//!   Every change is logged through `tracing` (target `tower_circuit_breaker::admin`).
+//!   then gets `403` (`mutations_disabled`). Every change is logged through `tracing`
+//!   (target `tower_circuit_breaker::admin`).
 //! - **Bad requests get a 4xx JSON error, never a panic**:
-//!   `{"error": {"code": "...", "message": "..."}}` with `404` (`not_found`,
+//!   `{"error": {"code": "...", "message": "..."}}` with `401` (`unauthorized`, with
+//!   `WWW-Authenticate: Bearer` for a token guard), `404` (`not_found`,
 //!   `unknown_breaker`, `unknown_kill_switch`), `405` (`method_not_allowed`, with an
 //!   `Allow` header), `400` (`bad_request`: a bad escape in the path, a body that is not
 //!   the JSON asked for, a duration that is zero, negative or too long, a body that
@@ -49,28 +68,48 @@
 //! let admin = Admin::builder()
 //!     .breaker(chat.handle())
 //!     .kill_switch("all-models", all_models.clone())
+//!     .bearer_token("s3cret-operator-token")
+//!     .open_health_to_anyone()
 //!     .allow_mutations(true)
 //!     .build()?;
 //!
+//! // No token: refused, reads as well as acts.
+//! let request = Request::get("/breakers/chat").body(Full::<Bytes>::default())?;
+//! assert_eq!(admin.clone().oneshot(request).await?.status(), 401);
+//! // The health path was opened on purpose: a probe needs no token.
+//! let request = Request::get("/health").body(Full::<Bytes>::default())?;
+//! assert_eq!(admin.clone().oneshot(request).await?.status(), 200);
+//!
 //! let request = Request::post("/breakers/chat/open_for")
+//!     .header("authorization", "Bearer s3cret-operator-token")
 //!     .body(Full::new(Bytes::from_static(br#"{"seconds": 30}"#)))?;
 //! let response = admin.clone().oneshot(request).await?;
 //! assert_eq!(response.status(), 200);
 //! let snapshot: serde_json::Value =
 //!     serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
 //! assert_eq!(snapshot["state"], "forced_open");
+//! assert_eq!(snapshot["forced_open"]["until"], "time");
 //! assert_eq!(chat.handle().state(), State::ForcedOpen);
 //!
-//! let request = Request::post("/kill_switches/all-models/kill").body(Full::<Bytes>::default())?;
+//! let request = Request::post("/kill_switches/all-models/kill")
+//!     .header("authorization", "Bearer s3cret-operator-token")
+//!     .body(Full::<Bytes>::default())?;
 //! admin.clone().oneshot(request).await?;
 //! assert!(all_models.is_killed());
 //!
-//! let request = Request::delete("/breakers/chat").body(Full::<Bytes>::default())?;
+//! let request = Request::get("/health").body(Full::<Bytes>::default())?;
+//! assert_eq!(admin.clone().oneshot(request).await?.status(), 503);
+//!
+//! let request = Request::delete("/breakers/chat")
+//!     .header("authorization", "Bearer s3cret-operator-token")
+//!     .body(Full::<Bytes>::default())?;
 //! let response = admin.oneshot(request).await?;
 //! assert_eq!(response.status(), 405);
 //! # Ok(()) }
 //! ```
 
+mod guard;
+mod health;
 mod reply;
 mod route;
 
@@ -82,10 +121,14 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use ::http::request::Parts;
 use ::http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tower::Service;
 
+use self::guard::Guard;
+pub use self::health::HealthRule;
+use self::health::HealthView;
 pub use self::reply::AdminBody;
 use self::reply::{head_of, json, Problem};
 use self::route::{Act, Target};
@@ -113,15 +156,35 @@ pub enum AdminError {
     /// The prefix is not empty and does not start with `/`, or ends with one.
     #[error("the prefix must be empty or start with '/' and not end with it, got {0:?}")]
     BadPrefix(String),
+    /// No guard was chosen: every request, reads included, needs one
+    /// ([`bearer_token`](AdminBuilder::bearer_token),
+    /// [`authorize`](AdminBuilder::authorize)), or the service must be opened on purpose
+    /// ([`open_to_anyone`](AdminBuilder::open_to_anyone)).
+    #[error("the admin service has no guard: choose bearer_token or authorize, or open_to_anyone on purpose")]
+    NoGuard,
+    /// Two guards were chosen (a token and `open_to_anyone`, say): which one holds would
+    /// be a guess.
+    #[error("the admin service was given two guards ({0} and {1}): choose one")]
+    TwoGuards(&'static str, &'static str),
+    /// The bearer token is empty or holds a character a header cannot carry as a token
+    /// (only visible ASCII: no space or control character).
+    #[error("the bearer token must be visible ASCII and not empty")]
+    BadToken,
 }
 
-/// Settings for an [`Admin`] service, checked by [`build`](Self::build).
+/// Settings for an [`Admin`] service, checked by [`build`](Self::build). A guard must be
+/// chosen: [`bearer_token`](Self::bearer_token), [`authorize`](Self::authorize), or
+/// [`open_to_anyone`](Self::open_to_anyone).
 #[derive(Debug, Clone, Default)]
 pub struct AdminBuilder {
     breakers: Vec<CircuitBreakerHandle>,
     kill_switches: Vec<(String, KillSwitch)>,
     mutations: bool,
     prefix: String,
+    guards: Vec<Guard>,
+    bad_token: bool,
+    health: HealthRule,
+    health_open: bool,
 }
 
 impl AdminBuilder {
@@ -143,9 +206,73 @@ impl AdminBuilder {
         self
     }
 
+    /// Admits only requests with `Authorization: Bearer <token>` (the scheme in any case),
+    /// reads and acts alike; the token is compared in constant time, and never shown
+    /// (not in `Debug`, not in an answer). Anything else gets `401` (`unauthorized`, with
+    /// `WWW-Authenticate: Bearer`), the same for no token and a wrong one.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) refuses an empty token or one with a space or a control
+    /// character ([`AdminError::BadToken`]).
+    pub fn bearer_token(mut self, token: impl AsRef<str>) -> Self {
+        let token = token.as_ref();
+        self.bad_token |= !Guard::token_is_valid(token);
+        self.guards.push(Guard::Bearer(Arc::from(token.as_bytes())));
+        self
+    }
+
+    /// Admits only requests whose head `authorize` accepts (`true`), reads and acts
+    /// alike: the application's own check (an mTLS peer put in the extensions by its
+    /// server, a header its proxy sets, several tokens). Others get `401`
+    /// (`unauthorized`). It is given the head only; the body is not read before it
+    /// agrees.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::admin::Admin;
+    ///
+    /// let admin = Admin::builder()
+    ///     .authorize(|head: &http::request::Parts| {
+    ///         head.headers.get("x-operator").is_some_and(|v| v == "on-call")
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), tower_circuit_breaker::admin::AdminError>(())
+    /// ```
+    pub fn authorize(mut self, authorize: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.guards.push(Guard::Authorize(Arc::new(authorize)));
+        self
+    }
+
+    /// Serves anyone who reaches it, without credentials: reads (breaker names, states,
+    /// failure messages, [redacted](crate::redact)) and, with
+    /// [`allow_mutations`](Self::allow_mutations), acts. For a listener only trusted
+    /// parties reach (a loopback or a private socket) or a service already guarded by
+    /// a layer of the application's own. The choice is explicit: a builder with no guard
+    /// does not build ([`AdminError::NoGuard`]).
+    pub fn open_to_anyone(mut self) -> Self {
+        self.guards.push(Guard::Open);
+        self
+    }
+
+    /// Which breakers make `GET /health` answer `503`; default: [`HealthRule::default`]
+    /// (open, forced open, or killed).
+    pub fn health_rule(mut self, rule: HealthRule) -> Self {
+        self.health = rule;
+        self
+    }
+
+    /// Serves `GET /health` (and `HEAD`) without credentials, whatever the guard: a
+    /// load balancer's or Kubernetes' probe usually has no token. It answers breaker
+    /// names and states only, no failure message. Off by default: the health path is
+    /// guarded like every other.
+    pub fn open_health_to_anyone(mut self) -> Self {
+        self.health_open = true;
+        self
+    }
+
     /// Whether `POST` requests may act (kill, revive, force open, open for a time,
-    /// reset). Off by default: the service only reads. It does no authentication of
-    /// its own; guard it before turning this on.
+    /// reset). Off by default: the service only reads. Acts are guarded as reads are,
+    /// by the guard chosen.
     pub fn allow_mutations(mut self, allow: bool) -> Self {
         self.mutations = allow;
         self
@@ -162,9 +289,9 @@ impl AdminBuilder {
     ///
     /// # Errors
     ///
-    /// [`AdminError`]: two breakers or two kill switches with one name, an empty kill
-    /// switch name, a bad prefix.
-    pub fn build(self) -> Result<Admin, AdminError> {
+    /// [`AdminError`]: no guard chosen, or two; a bad bearer token; two breakers or two
+    /// kill switches with one name, an empty kill switch name, a bad prefix.
+    pub fn build(mut self) -> Result<Admin, AdminError> {
         let prefix = &self.prefix;
         if !prefix.is_empty() && (!prefix.starts_with('/') || prefix.ends_with('/')) {
             return Err(AdminError::BadPrefix(self.prefix));
@@ -182,12 +309,26 @@ impl AdminBuilder {
                 return Err(AdminError::DuplicateKillSwitch(name.clone()));
             }
         }
+        let guard = match self.guards.len() {
+            0 => return Err(AdminError::NoGuard),
+            1 => self.guards.remove(0),
+            _ => {
+                let (first, second) = (self.guards[0].name(), self.guards[1].name());
+                return Err(AdminError::TwoGuards(first, second));
+            }
+        };
+        if self.bad_token {
+            return Err(AdminError::BadToken);
+        }
         Ok(Admin {
             inner: Arc::new(Inner {
                 breakers: self.breakers,
                 kill_switches: self.kill_switches,
                 mutations: self.mutations,
                 prefix: self.prefix,
+                guard,
+                health: self.health,
+                health_open: self.health_open,
             }),
         })
     }
@@ -208,6 +349,9 @@ struct Inner {
     kill_switches: Vec<(String, KillSwitch)>,
     mutations: bool,
     prefix: String,
+    guard: Guard,
+    health: HealthRule,
+    health_open: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -229,14 +373,27 @@ struct KillSwitches {
 /// A kill switch as the admin shows it.
 #[derive(serde::Serialize)]
 struct KillView {
-    name: String,
+    /// Its name, `None` for a breaker's switch not registered with the admin.
+    name: Option<String>,
     killed: bool,
-    /// The registered breakers that obey it.
+    /// The registered breakers that obey it: every one a kill stops.
     breakers: Vec<String>,
 }
 
+/// The answer to an act on a breaker: the [`Snapshot`] after it, its fields at the top,
+/// with the act, the kill switch the breaker obeys, and notes for the operator.
+#[derive(serde::Serialize)]
+struct ActAnswer {
+    #[serde(flatten)]
+    snapshot: Snapshot,
+    act: &'static str,
+    kill_switch: KillView,
+    notes: Vec<String>,
+}
+
 impl Admin {
-    /// Settings for a service with no breaker yet, mutations off.
+    /// Settings for a service with no breaker yet, mutations off, and no guard yet (one
+    /// must be chosen before it builds).
     pub fn builder() -> AdminBuilder {
         AdminBuilder::default()
     }
@@ -271,8 +428,12 @@ impl Inner {
     }
 
     fn kill_view(&self, name: &str, kill: &KillSwitch) -> KillView {
+        self.switch_view(Some(name), kill)
+    }
+
+    fn switch_view(&self, name: Option<&str>, kill: &KillSwitch) -> KillView {
         KillView {
-            name: name.to_string(),
+            name: name.map(str::to_string),
             killed: kill.is_killed(),
             breakers: self
                 .breakers
@@ -283,6 +444,53 @@ impl Inner {
         }
     }
 
+    /// The kill switch `handle` obeys, under its registered name if it has one.
+    fn switch_of(&self, handle: &CircuitBreakerHandle) -> KillView {
+        let kill = handle.kill_switch();
+        let name = self
+            .kill_switches
+            .iter()
+            .find(|(_, registered)| registered.same_as(kill))
+            .map(|(name, _)| name.as_str());
+        self.switch_view(name, kill)
+    }
+
+    /// The answer to `act` on `handle`, done: the snapshot after, the switch it obeys,
+    /// and what the operator might not expect.
+    fn act_answer(&self, act: Act, handle: &CircuitBreakerHandle) -> ActAnswer {
+        let snapshot = handle.snapshot();
+        let kill_switch = self.switch_of(handle);
+        let mut notes = Vec::new();
+        let others: Vec<&str> = kill_switch
+            .breakers
+            .iter()
+            .map(String::as_str)
+            .filter(|name| *name != handle.name())
+            .collect();
+        if matches!(act, Act::Kill | Act::Revive) && !others.is_empty() {
+            let done = if act == Act::Kill {
+                "stops"
+            } else {
+                "lets through"
+            };
+            notes.push(format!(
+                "the kill switch is shared: it also {done} {}; force_open acts on this breaker alone",
+                others.join(", ")
+            ));
+        }
+        if snapshot.killed && act != Act::Kill {
+            notes.push(
+                "the kill switch is still on: calls are skipped until it is revived".to_string(),
+            );
+        }
+        ActAnswer {
+            snapshot,
+            act: act.as_str(),
+            kill_switch,
+            notes,
+        }
+    }
+
     fn kill_views(&self) -> Vec<KillView> {
         self.kill_switches
             .iter()
@@ -290,14 +498,23 @@ impl Inner {
             .collect()
     }
 
-    /// What to do with a request: answer it now, or read its body first. HEAD is
+    /// What to do with a request: answer it now, or read its body first. The guard
+    /// decides first, before the path is even read (a refused request learns nothing of
+    /// what exists), except for the health path when it is open to anyone. HEAD is
     /// answered wherever GET is (RFC 9110 §9.1), without the body.
-    fn route(&self, method: &Method, path: &str) -> Result<Next, Problem> {
-        let method = if *method == Method::HEAD {
+    fn route(&self, parts: &Parts) -> Result<Next, Problem> {
+        let method = if parts.method == Method::HEAD {
             &Method::GET
         } else {
-            method
+            &parts.method
         };
+        let path = parts.uri.path();
+        let open_health = self.health_open
+            && *method == Method::GET
+            && Target::parse(&self.prefix, path) == Ok(Target::Health);
+        if !open_health && !self.guard.admits(parts) {
+            return Err(Problem::unauthorized(self.guard.is_bearer()));
+        }
         let target = Target::parse(&self.prefix, path)?;
         if *method != target.method() {
             return Err(Problem::method_not_allowed(target.method()));
@@ -310,6 +527,15 @@ impl Inner {
                 breakers: self.snapshots(),
                 kill_switches: self.kill_views(),
             }),
+            Target::Health => {
+                let view = HealthView::of(&self.health, self.snapshots());
+                let status = if view.healthy {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                Ok(Next::Answer(json(status, &view)))
+            }
             Target::Breakers => ok(&Breakers {
                 breakers: self.snapshots(),
             }),
@@ -327,7 +553,7 @@ impl Inner {
                     Act::OpenFor => unreachable!("read first"),
                 }
                 log(act, "breaker", &name, None);
-                ok(&handle.snapshot())
+                ok(&self.act_answer(act, handle))
             }
             Target::KillSwitches => ok(&KillSwitches {
                 kill_switches: self.kill_views(),
@@ -411,16 +637,18 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let head = request.method() == Method::HEAD;
+        let (parts, body) = request.into_parts();
+        let head = parts.method == Method::HEAD;
         let answer =
             |response| State::Answer(Some(if head { head_of(response) } else { response }));
-        let state = match self.inner.route(request.method(), request.uri().path()) {
+        let state = match self.inner.route(&parts) {
             Err(problem) => answer(problem.response()),
             Ok(Next::Answer(response)) => answer(response),
             Ok(Next::ReadDuration(handle)) => State::Reading {
-                body: Box::pin(request.into_body()),
+                body: Box::pin(body),
                 read: BoundedRead::whole(MAX_BODY),
                 handle,
+                admin: self.inner.clone(),
             },
         };
         AdminFuture { state }
@@ -439,6 +667,7 @@ enum State<B> {
         body: Pin<Box<B>>,
         read: BoundedRead,
         handle: CircuitBreakerHandle,
+        admin: Arc<Inner>,
     },
 }
 
@@ -446,15 +675,20 @@ impl<B: Body> Future for AdminFuture<B> {
     type Output = Result<Response<AdminBody>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (body, read, handle) = match &mut self.state {
+        let (body, read, handle, admin) = match &mut self.state {
             State::Answer(response) => {
                 let response = response.take().expect("polled after completion");
                 return Poll::Ready(Ok(response));
             }
-            State::Reading { body, read, handle } => (body, read, handle),
+            State::Reading {
+                body,
+                read,
+                handle,
+                admin,
+            } => (body, read, handle, admin),
         };
         let answer = match ready!(read.poll_read_whole(body, cx)) {
-            Ok(()) => open_for(handle, read.bytes()),
+            Ok(()) => open_for(admin, handle, read.bytes()),
             Err(Unread::Body(_)) => Problem::bad_request("the request body broke off").response(),
             Err(Unread::TooLarge) => Problem::body_too_large(MAX_BODY).response(),
         };
@@ -464,12 +698,12 @@ impl<B: Body> Future for AdminFuture<B> {
 }
 
 /// Opens the breaker for the duration `body` asks for.
-fn open_for(handle: &CircuitBreakerHandle, body: &[u8]) -> Response<AdminBody> {
+fn open_for(admin: &Inner, handle: &CircuitBreakerHandle, body: &[u8]) -> Response<AdminBody> {
     match duration_of(body) {
         Ok(duration) => {
             handle.open_for(duration);
             log(Act::OpenFor, "breaker", handle.name(), Some(duration));
-            json(StatusCode::OK, &handle.snapshot())
+            json(StatusCode::OK, &admin.act_answer(Act::OpenFor, handle))
         }
         Err(problem) => problem.response(),
     }
@@ -501,6 +735,9 @@ impl fmt::Debug for Admin {
             .field("kill_switches", &kills)
             .field("mutations", &self.inner.mutations)
             .field("prefix", &self.inner.prefix)
+            .field("guard", &self.inner.guard)
+            .field("health", &self.inner.health)
+            .field("health_open", &self.inner.health_open)
             .finish()
     }
 }

@@ -5,7 +5,9 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use ::http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use ::http::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use ::http::{Method, Response, StatusCode};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -80,6 +82,8 @@ pub(super) struct Problem {
     code: &'static str,
     message: String,
     allow: Option<Method>,
+    /// Whether to answer `WWW-Authenticate: Bearer`.
+    challenge: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -100,6 +104,7 @@ impl Problem {
             code,
             message: message.into(),
             allow: None,
+            challenge: false,
         }
     }
 
@@ -131,6 +136,19 @@ impl Problem {
             format!("this path answers {allowed} only"),
         );
         problem.allow = Some(allowed);
+        problem
+    }
+
+    /// A request the guard refused: no credentials, or the wrong ones (the same answer
+    /// for both, so it tells nothing of what was close). `bearer`: the guard takes a
+    /// bearer token, and says so (`WWW-Authenticate: Bearer`, RFC 6750 §3).
+    pub(super) fn unauthorized(bearer: bool) -> Self {
+        let mut problem = Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this admin service needs the operator's credentials",
+        );
+        problem.challenge = bearer;
         problem
     }
 
@@ -168,6 +186,11 @@ impl Problem {
             if let Ok(value) = HeaderValue::from_str(allow.as_str()) {
                 response.headers_mut().insert(ALLOW, value);
             }
+        }
+        if self.challenge {
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -48,6 +48,8 @@ impl Act {
 pub(super) enum Target {
     /// `/`: every breaker and kill switch.
     Index,
+    /// `/health`: `200` or `503`, by the health rule.
+    Health,
     /// `/breakers`.
     Breakers,
     /// `/breakers/{name}`.
@@ -94,6 +96,7 @@ impl Target {
             Ok(name.to_string())
         };
         match segments[..] {
+            ["health"] => Ok(Target::Health),
             ["breakers"] => Ok(Target::Breakers),
             ["breakers", name] => Ok(Target::Breaker(named(name)?)),
             ["breakers", name, act] => match Act::parse(act) {
@@ -147,6 +150,7 @@ mod tests {
         assert_eq!(parse("/admin"), Ok(Target::Index));
         assert_eq!(parse("/admin/"), Ok(Target::Index));
         assert_eq!(parse("/admin/breakers/"), Ok(Target::Breakers));
+        assert_eq!(parse("/admin/health"), Ok(Target::Health));
         assert_eq!(
             parse("/admin/breakers/chat%20model"),
             Ok(Target::Breaker("chat model".into()))

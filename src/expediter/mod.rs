@@ -624,6 +624,8 @@ impl Expediter {
     }
 
     /// Marks a sub-task of the default run failed, with why.
+    /// `why` is shown in the report [redacted](crate::redact): a URL's user information
+    /// and query string, bearer tokens and `key=` values are taken out.
     ///
     /// # Errors
     ///
@@ -963,6 +965,15 @@ impl Expediter {
         name: &str,
         state: WorkState,
     ) -> Result<(), ExpediterError> {
+        // The one place a sub-task's failure reason enters the ledger, from which the
+        // report shows it: what looks like a credential is taken out here, as a tool's
+        // failure message is where it is made (`Failure::new`).
+        let state = match state {
+            WorkState::Failed { why } => WorkState::Failed {
+                why: crate::redact(&why).into_owned(),
+            },
+            state => state,
+        };
         let mut ledger = self.lock();
         let id = Self::run_id(&mut ledger, run);
         if ledger.finish(id, name, state) {

@@ -162,6 +162,8 @@ impl Run {
     }
 
     /// Marks a sub-task of this run failed, with why.
+    /// `why` is shown in the report [redacted](crate::redact): a URL's user information
+    /// and query string, bearer tokens and `key=` values are taken out.
     ///
     /// # Errors
     ///

@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use super::state::{NextProbe, Reason, Skip, State};
+use super::state::{Advice, NextProbe, Reason, Skip, State};
 use super::time::Nanos;
 use super::Mode;
 
@@ -115,6 +115,20 @@ pub(crate) enum Verdict {
     /// A deadline passed (a half-open's dwell limit): the machine applies it, then
     /// decides.
     Expired,
+}
+
+impl Verdict {
+    /// What a caller that decides for itself is told of this verdict: every kind of
+    /// call made (closed, disabled, observe-only) is [`Advice::Call`]. `None` for
+    /// [`Verdict::Expired`]: the machine must apply the deadline and decide again.
+    pub(crate) fn advice(self) -> Option<Advice> {
+        match self {
+            Verdict::Call | Verdict::Pass | Verdict::Shadow(_) => Some(Advice::Call),
+            Verdict::Probe => Some(Advice::Probe),
+            Verdict::Skip(skip) => Some(Advice::Skip(skip)),
+            Verdict::Expired => None,
+        }
+    }
 }
 
 /// The two clocks a call is decided on, read only when the decision needs them.

@@ -188,9 +188,39 @@ impl Machine {
                 self.door().next_probe(at)
             },
             requested_until: self.requested_until(),
+            advice: self.advice(killed, at),
+            forced_until: match self.phase {
+                Phase::Open {
+                    due: Due::At { time, .. },
+                    by: Opener::Person,
+                    ..
+                } => time,
+                _ => None,
+            },
             generation: self.generation,
             taken_at: at.now,
         }
+    }
+
+    /// What a call arriving at `at` would get, with nothing counted: the door's own
+    /// decision, as [`peek`](crate::CircuitBreakerHandle::peek) tells it (the call is the
+    /// next step).
+    fn advice(&self, killed: bool, at: Fixed) -> Advice {
+        let mut looking = Fixed {
+            step: at.step + 1,
+            now: at.now,
+        };
+        // A snapshot is taken after the deadlines passed by `at` are applied
+        // (`Machine::tick`), so the door has none left: `Expired` cannot come. Were one
+        // left, the next call would be decided after it re-opens, so not made now.
+        self.door()
+            .admit(killed, &mut looking)
+            .advice()
+            .unwrap_or(Advice::Skip(Skip::new(
+                Reason::Open,
+                State::Open,
+                NextProbe::After { calls: 1, at: None },
+            )))
     }
 
     /// The failure of the service's own that holds it open until a reset, if one does

@@ -277,9 +277,7 @@ impl Shared {
                     continue;
                 }
                 Verdict::Skip(skip) if count => Advice::Skip(self.skipped(&door, skip)),
-                Verdict::Skip(skip) => Advice::Skip(skip),
-                Verdict::Probe => Advice::Probe,
-                Verdict::Call | Verdict::Pass | Verdict::Shadow(_) => Advice::Call,
+                verdict => verdict.advice().expect("an expired door is applied above"),
             };
         }
     }

@@ -7,7 +7,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use super::{Counts, Snapshot};
 use crate::clock::now;
-use crate::machine::{FailureRecord, NextProbe};
+use crate::machine::{Advice, FailureRecord, NextProbe, State};
 
 /// Whole milliseconds, rounded up: a caller that waits this long finds the wait over.
 fn ceil_ms(wait: Duration) -> u64 {
@@ -82,6 +82,52 @@ impl Serialize for FailureRecord {
     }
 }
 
+/// `{"kind": "call"}`, `{"kind": "probe"}` or `{"kind": "skip", "reason": "killed"}`
+/// (the [`Reason`](crate::Reason) as [`as_str`](crate::Reason::as_str) spells it).
+struct AdviceJson(Advice);
+
+impl Serialize for AdviceJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (kind, reason) = match self.0 {
+            Advice::Call => ("call", None),
+            Advice::Probe => ("probe", None),
+            Advice::Skip(skip) => ("skip", Some(skip.reason().as_str())),
+        };
+        let mut s = serializer.serialize_struct("Advice", 1 + usize::from(reason.is_some()))?;
+        s.serialize_field("kind", kind)?;
+        if let Some(reason) = reason {
+            s.serialize_field("reason", reason)?;
+        }
+        s.end()
+    }
+}
+
+/// A forced opening seen from `from`: `{"until": "reset"}`, or `{"until": "time",
+/// "ends_in_ms": 30000}` for a timed one ([`Snapshot::forced_until`]).
+struct ForcedFrom(Option<Instant>, Instant);
+
+impl Serialize for ForcedFrom {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ForcedFrom(until, from) = *self;
+        match until {
+            None => {
+                let mut s = serializer.serialize_struct("ForcedOpen", 1)?;
+                s.serialize_field("until", "reset")?;
+                s.end()
+            }
+            Some(until) => {
+                let mut s = serializer.serialize_struct("ForcedOpen", 2)?;
+                s.serialize_field("until", "time")?;
+                s.serialize_field(
+                    "ends_in_ms",
+                    &ceil_ms(until.saturating_duration_since(from)),
+                )?;
+                s.end()
+            }
+        }
+    }
+}
+
 /// Every field, and `skipped`, the sum of the four kinds of skip.
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -110,12 +156,16 @@ impl Serialize for Counts {
 impl Serialize for Snapshot {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let from = self.taken_at;
-        let mut s = serializer.serialize_struct("Snapshot", 14)?;
+        let mut s = serializer.serialize_struct("Snapshot", 16)?;
         s.serialize_field("name", &*self.name)?;
         s.serialize_field("state", &self.state)?;
         s.serialize_field("cause", &self.cause.map(|cause| cause.as_str()))?;
+        let forced =
+            (self.state == State::ForcedOpen).then_some(ForcedFrom(self.forced_until, from));
+        s.serialize_field("forced_open", &forced)?;
         s.serialize_field("mode", &self.mode)?;
         s.serialize_field("killed", &self.killed)?;
+        s.serialize_field("advice", &AdviceJson(self.advice))?;
         s.serialize_field("consecutive_failures", &self.consecutive_failures)?;
         s.serialize_field("window", &self.window)?;
         s.serialize_field("probes_in_flight", &self.probes_in_flight)?;
