@@ -482,3 +482,27 @@ proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn a_kill_during_a_providers_retry_wait_stops_the_retry_and_the_next_provider_answers() {
+    // The primary asks for 100 ms (waited exactly, then retried); the operator kills it
+    // 30 ms into the wait, after the retry was decided.
+    let a = TestServer::start([], Reply::RateLimitedMs("100")).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    let handle = llm.handle("a").unwrap().clone();
+    let (answer, ()) = tokio::join!(ask(&llm, "q"), async {
+        while a.requests() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        handle.kill_switch().kill();
+    });
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        a.requests(),
+        1,
+        "no retry reaches a provider killed during the wait"
+    );
+    assert_eq!(b.requests(), 1);
+}

@@ -184,8 +184,10 @@ impl RetryBuilder {
 
     /// The breaker this policy sits inside: a retry is not sent once that breaker would
     /// skip a call (opened by other calls' failures meanwhile, killed, forced open), and
-    /// the last result is returned. Without it, an attempt admitted before the breaker
-    /// opened keeps its retries. Not set by default.
+    /// the last result is returned. It is asked when a retry is decided and, in a
+    /// [`RetryLayer`](super::RetryLayer)'s service, again when the retry's wait is over,
+    /// so a person's kill during the wait is obeyed. Without it, an attempt admitted
+    /// before the breaker opened keeps its retries. Not set by default.
     pub fn breaker(mut self, handle: CircuitBreakerHandle) -> Self {
         self.breaker = Some(handle);
         self

@@ -2,11 +2,11 @@
 
 use std::fmt;
 
-use tower::retry::Retry;
 use tower::Layer;
 
 use super::builder::RetryBuilder;
 use super::policy::{Common, RetryPolicy};
+use super::service::Retrying;
 use crate::classify::DefaultClassifier;
 use crate::recover::CloneRequests;
 
@@ -14,8 +14,9 @@ use crate::recover::CloneRequests;
 /// inside the breaker (after it in a `ServiceBuilder`), and give it the breaker's
 /// classifier. See the [module docs](super).
 ///
-/// Its services are `tower::retry::Retry`s, so the wrapped service must be `Clone`
-/// (a `timeout` over a `reqwest::Client` is).
+/// Its services are [`Retrying`]s: `tower::retry::Retry`'s loop, with the breaker asked
+/// again when a retry's wait is over (see [`RetryBuilder::breaker`]). The wrapped service
+/// must be `Clone` (a `timeout` over a `reqwest::Client` is).
 ///
 /// ```
 /// use std::time::Duration;
@@ -97,10 +98,10 @@ impl<C, K> RetryLayer<C, K> {
 }
 
 impl<S, C: Clone, K: Clone> Layer<S> for RetryLayer<C, K> {
-    type Service = Retry<RetryPolicy<C, K>, S>;
+    type Service = Retrying<S, C, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Retry::new(self.policy.clone(), inner)
+        Retrying::new(inner, self.policy.clone())
     }
 }
 

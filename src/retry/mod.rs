@@ -105,10 +105,12 @@
 mod builder;
 mod layer;
 mod policy;
+mod service;
 mod verdict;
 
 pub use self::builder::{RetryBuilder, RetryConfigError};
 pub use self::layer::RetryLayer;
 pub use self::policy::RetryPolicy;
+pub use self::service::{Retrying, RetryingFuture};
 pub use self::verdict::BreakerVerdict;
 pub use crate::recover::{CloneRequests, KeepRequest};

@@ -133,6 +133,13 @@ impl RetryPolicy {
 }
 
 impl<C, K> RetryPolicy<C, K> {
+    /// Whether the breaker given to the policy would now skip a call (open by other
+    /// calls' failures, killed, forced open): a retry whose wait is over is then not
+    /// sent, and the last result is returned instead.
+    pub(crate) fn breaker_skips(&self) -> bool {
+        self.common.breaker_skips()
+    }
+
     /// The same policy, with `classifier` deciding which results are failures: give it
     /// the breaker's (an `http::HttpClassifier`, say).
     pub fn with_classifier<C2>(self, classifier: C2) -> RetryPolicy<C2, K> {

@@ -1,0 +1,190 @@
+//! [`Retrying`]: the service a [`RetryLayer`](super::RetryLayer) makes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower::retry::Policy;
+use tower::Service;
+
+use super::policy::RetryPolicy;
+
+/// Calls the wrapped service again as its [`RetryPolicy`] says, as `tower::retry::Retry`
+/// does, with one difference: when the policy was given the breaker's handle
+/// ([`RetryBuilder::breaker`](super::RetryBuilder::breaker)), the breaker is asked again
+/// when a retry's wait is over, and a retry the breaker would now skip (a person killed
+/// it or forced it open during the wait, or other calls opened it) is not sent: the last
+/// result is returned instead.
+///
+/// The wrapped service must be `Clone` (each call keeps its own clone for its retries).
+pub struct Retrying<S, C, K> {
+    inner: S,
+    policy: RetryPolicy<C, K>,
+}
+
+impl<S, C, K> Retrying<S, C, K> {
+    /// `inner`, retried by `policy`.
+    pub fn new(inner: S, policy: RetryPolicy<C, K>) -> Self {
+        Retrying { inner, policy }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RetryPolicy<C, K> {
+        &self.policy
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, this one dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, C: Clone, K: Clone> Clone for Retrying<S, C, K> {
+    fn clone(&self) -> Self {
+        Retrying {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C, K> fmt::Debug for Retrying<S, C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retrying")
+            .field("inner", &self.inner)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl<S, C, K, Request> Service<Request> for Retrying<S, C, K>
+where
+    S: Service<Request> + Clone,
+    RetryPolicy<C, K>: Policy<Request, S::Response, S::Error> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = RetryingFuture<S, C, K, Request>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let mut policy = self.policy.clone();
+        let kept = policy.clone_request(&request);
+        // The service polled ready makes this call; a clone takes its place here.
+        let clone = self.inner.clone();
+        let mut service = std::mem::replace(&mut self.inner, clone);
+        let future = service.call(request);
+        RetryingFuture {
+            request: kept,
+            service,
+            policy,
+            last: None,
+            state: State::Called { future },
+        }
+    }
+}
+
+pin_project! {
+    /// The future of a [`Retrying`] call.
+    pub struct RetryingFuture<S, C, K, Request>
+    where
+        S: Service<Request>,
+        RetryPolicy<C, K>: Policy<Request, S::Response, S::Error>,
+    {
+        request: Option<Request>,
+        service: S,
+        policy: RetryPolicy<C, K>,
+        // The result the wait is for, returned if the retry is not sent.
+        last: Option<Result<S::Response, S::Error>>,
+        #[pin]
+        state: State<S::Future, <RetryPolicy<C, K> as Policy<Request, S::Response, S::Error>>::Future>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, W> {
+        Called { #[pin] future: F },
+        Waiting { #[pin] wait: W },
+        Retrying,
+    }
+}
+
+impl<S, C, K, Request> Future for RetryingFuture<S, C, K, Request>
+where
+    S: Service<Request>,
+    RetryPolicy<C, K>: Policy<Request, S::Response, S::Error>,
+{
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Called { future } => {
+                    let mut result = ready!(future.poll(cx));
+                    let Some(request) = this.request.as_mut() else {
+                        return Poll::Ready(result);
+                    };
+                    match this.policy.retry(request, &mut result) {
+                        Some(wait) => {
+                            *this.last = Some(result);
+                            this.state.set(State::Waiting { wait });
+                        }
+                        None => return Poll::Ready(result),
+                    }
+                }
+                StateProj::Waiting { wait } => {
+                    ready!(wait.poll(cx));
+                    if this.policy.breaker_skips() {
+                        tracing::debug!(
+                            reason = "the breaker would skip the call",
+                            "not retried after the wait"
+                        );
+                        let last = this.last.take().expect("a result is kept while waiting");
+                        return Poll::Ready(last);
+                    }
+                    this.state.set(State::Retrying);
+                }
+                StateProj::Retrying => {
+                    if let Err(error) = ready!(this.service.poll_ready(cx)) {
+                        return Poll::Ready(Err(error));
+                    }
+                    let request = this.request.take().expect("a kept request to retry");
+                    *this.request = this.policy.clone_request(&request);
+                    *this.last = None;
+                    this.state.set(State::Called {
+                        future: this.service.call(request),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl<S, C, K, Request> fmt::Debug for RetryingFuture<S, C, K, Request>
+where
+    S: Service<Request>,
+    RetryPolicy<C, K>: Policy<Request, S::Response, S::Error>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryingFuture")
+            .field("retrying", &self.request.is_some())
+            .finish()
+    }
+}
