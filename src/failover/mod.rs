@@ -448,7 +448,7 @@ fn unanswered_origin(route: &Route, last_failed: Option<&CircuitBreakerHandle>) 
         let snapshot = handle.snapshot();
         return Origin::fallback_after_failure(snapshot.state, snapshot.next_probe);
     }
-    let now = tokio::time::Instant::now().into_std();
+    let now = route::now();
     let skips = route
         .passed()
         .iter()

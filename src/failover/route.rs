@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::{Answer, NextProbe, Reason, Skip};
 
 /// Now, on tokio's clock (paused in tests), as the breaker's times are given.
-fn now() -> Instant {
+pub(super) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
@@ -76,7 +76,7 @@ impl fmt::Display for PassReason {
 
 /// `3s`, rounded up to whole seconds (`0s` for none).
 fn whole_seconds(wait: Duration) -> String {
-    format!("{}s", wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+    format!("{}s", crate::saved::ceil_secs(wait))
 }
 
 /// One provider passed over on the way to an answer.

@@ -180,8 +180,7 @@ fn describe<R: HttpParts>(attempted: &Attempted<'_, R>) -> Option<String> {
         .get(RETRY_AFTER)
         .and_then(|value| parse_retry_after(value, SystemTime::now()))
     {
-        // Whole seconds, rounded up.
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let secs = crate::saved::ceil_secs(wait);
         text.push_str(&format!(", retry after {secs}s"));
     }
     Some(text)

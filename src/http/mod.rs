@@ -112,7 +112,7 @@ mod provenance;
 mod reqwest;
 mod stale;
 mod stream;
-mod unavailable;
+pub(crate) mod unavailable;
 
 pub use self::body_broke_off::BodyBrokeOff;
 pub use self::bounded_read::MAX_EMPTY_FRAMES;

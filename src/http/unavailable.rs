@@ -88,29 +88,39 @@ pub fn retry_after_value(wait: Duration) -> HeaderValue {
 /// # Ok(()) }
 /// ```
 pub fn unavailable(unavailable: Unavailable) -> BufferedResponse {
-    let mut builder = Response::builder()
-        .status(StatusCode::SERVICE_UNAVAILABLE)
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Some(wait) = unavailable.retry_after() {
-        builder = builder.header(RETRY_AFTER, retry_after_value(wait));
-    }
-    let body = builder
-        .body(Bytes::from(error_body(&unavailable)))
-        .expect("a valid response");
-    BufferedResponse::from(body)
-}
-
-/// The error body, in OpenAI's shape, built with every string escaped.
-fn error_body(unavailable: &Unavailable) -> String {
     let code = if unavailable.is_failed_call() {
         CALL_FAILED
     } else {
         CIRCUIT_OPEN
     };
-    let message = unavailable.to_string();
+    service_unavailable(&unavailable.to_string(), code, unavailable.retry_after())
+}
+
+/// A 503 in OpenAI's error shape: `message` redacted, `code`, and `Retry-After` (rounded
+/// up) when `retry_after` is known. Every honest "unavailable" answer the crate makes is
+/// this one.
+pub(crate) fn service_unavailable(
+    message: &str,
+    code: &str,
+    retry_after: Option<Duration>,
+) -> BufferedResponse {
+    let mut builder = Response::builder()
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(wait) = retry_after {
+        builder = builder.header(RETRY_AFTER, retry_after_value(wait));
+    }
+    let body = builder
+        .body(Bytes::from(error_body(message, code)))
+        .expect("a valid response");
+    BufferedResponse::from(body)
+}
+
+/// The error body, in OpenAI's shape, built with every string escaped.
+fn error_body(message: &str, code: &str) -> String {
     let mut body = String::with_capacity(message.len() + 96);
     body.push_str(r#"{"error":{"message":""#);
-    escape_json_into(&crate::redact(&message), &mut body);
+    escape_json_into(&crate::redact(message), &mut body);
     body.push_str(r#"","type":"service_unavailable","param":null,"code":""#);
     body.push_str(code);
     body.push_str(r#""}}"#);

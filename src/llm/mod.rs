@@ -56,9 +56,6 @@ use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, StatusCode};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, BoxError, ServiceBuilder};
 
@@ -305,18 +302,11 @@ fn saved_answer(
 /// An honest 503: no provider answered, each one's reason, and `Retry-After` when a
 /// provider's next probe time is known.
 fn unavailable(route: &Route) -> BufferedResponse {
-    let message = crate::redact(&route.to_string()).into_owned();
-    let body = serde_json::json!({
-        "error": {"message": message, "type": "service_unavailable", "code": crate::http::CIRCUIT_OPEN}
-    });
-    let mut response = http::Response::new(Bytes::from(body.to_string()));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Some(wait) = route.retry_after() {
-        headers.insert(RETRY_AFTER, crate::http::retry_after_value(wait));
-    }
-    response.into()
+    crate::http::unavailable::service_unavailable(
+        &route.to_string(),
+        crate::http::CIRCUIT_OPEN,
+        route.retry_after(),
+    )
 }
 
 /// An LLM client's stack, built: the service to call, every provider's breaker, and the
