@@ -326,7 +326,7 @@ where
         let failure = recorded.or_else(|| {
             error
                 .as_deref()
-                .map(|error| Arc::from(text_with_sources(error)))
+                .map(|error| Arc::from(crate::redact(&text_with_sources(error))))
         });
         let failed = Failed {
             request: self.request,
