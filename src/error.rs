@@ -332,6 +332,33 @@ impl Rejected {
         Rejected { skip, label }
     }
 
+    /// The breaker's rejection in `error`, if the call was not made: the error itself, a
+    /// [`CallError::Rejected`], or either among its sources (a rejection boxed into a
+    /// [`BoxError`], or wrapped by a layer outside the breaker). Layers and products that
+    /// must tell a skipped call from a failed one (a retry, a failover) ask this.
+    ///
+    /// ```
+    /// use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+    /// use tower_circuit_breaker::error::Rejected;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, Reason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let layer = CircuitBreakerLayer::builder().name("search").build()?;
+    /// layer.handle().force_open();
+    /// let mut svc = layer.layer(service_fn(|_: ()| async { Ok::<_, BoxError>(()) }));
+    /// let error = svc.ready().await?.call(()).await.unwrap_err();
+    /// assert_eq!(Rejected::find(&*error).map(Rejected::reason), Some(Reason::ForcedOpen));
+    /// assert!(Rejected::find(&std::io::Error::other("refused")).is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a Rejected> {
+        std::iter::successors(Some(error), |error| error.source()).find_map(|error| {
+            error
+                .downcast_ref::<Rejected>()
+                .or_else(|| error.downcast_ref::<CallError>()?.rejected())
+        })
+    }
+
     /// The breaker's name.
     pub fn name(&self) -> &str {
         self.label.name()

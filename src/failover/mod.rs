@@ -74,7 +74,7 @@ use tower::{BoxError, Service, ServiceExt};
 pub use self::policy::{Attempted, FailoverPolicy, OnFailure};
 pub use self::route::{PassReason, Passed, Route, Routed};
 
-use crate::error::{CallError, Rejected};
+use crate::error::Rejected;
 use crate::{redact, Answer, CircuitBreakerHandle, Origin, Skip, Source};
 
 /// Makes a provider's request from the caller's; `None`: it cannot be made (a body that
@@ -427,9 +427,7 @@ where
 
 /// The rejection in a breaker's error, boxed or typed.
 fn rejection(error: &BoxError) -> Option<&Rejected> {
-    error
-        .downcast_ref::<Rejected>()
-        .or_else(|| error.downcast_ref::<CallError>()?.rejected())
+    Rejected::find(&**error)
 }
 
 /// The failure the provider's breaker recorded last, redacted.

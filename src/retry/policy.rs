@@ -315,27 +315,18 @@ fn next_step(settings: &Settings, outcome: &Outcome, retries: u32) -> Step {
 /// among its sources. Retrying it would only be rejected again until the next probe.
 fn is_rejection<E: 'static>(error: &E) -> bool {
     let error = error as &dyn Any;
-    if error.is::<Rejected>() {
-        return true;
-    }
-    if let Some(call_error) = error.downcast_ref::<CallError>() {
-        return call_error.rejected().is_some();
-    }
-    let Some(boxed) = error.downcast_ref::<BoxError>() else {
-        return false;
+    let error: Option<&(dyn Error + 'static)> = match error.downcast_ref::<BoxError>() {
+        Some(boxed) => Some(&**boxed),
+        None => error
+            .downcast_ref::<Rejected>()
+            .map(|rejected| rejected as &(dyn Error + 'static))
+            .or_else(|| {
+                error
+                    .downcast_ref::<CallError>()
+                    .map(|e| e as &(dyn Error + 'static))
+            }),
     };
-    let mut next: Option<&(dyn Error + 'static)> = Some(&**boxed);
-    while let Some(error) = next {
-        if error.is::<Rejected>()
-            || error
-                .downcast_ref::<CallError>()
-                .is_some_and(|e| e.rejected().is_some())
-        {
-            return true;
-        }
-        next = error.source();
-    }
-    false
+    error.and_then(Rejected::find).is_some()
 }
 
 impl<C: Clone, K: Clone> Clone for RetryPolicy<C, K> {
