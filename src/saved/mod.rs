@@ -147,7 +147,6 @@ mod unavailable;
 pub use self::fallback::{SavedFallback, Unanswered};
 pub use self::save::{EverySuccess, GoodAnswer, Save, SaveFuture, SaveLayer};
 pub use self::store::{SavedAnswers, SavedConfigError};
-#[cfg(feature = "http")]
 pub(crate) use self::unavailable::ceil_secs;
 pub use self::unavailable::{stale_label, Unavailable};
 
