@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
-use redis::{from_redis_value, AsyncConnectionConfig, Client, Msg, Value};
+use redis::{from_redis_value_ref, AsyncConnectionConfig, Client, Msg, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time;
 
@@ -204,8 +204,8 @@ impl Supervisor {
         let settings = &self.replica.settings;
         let wait = settings.timeout;
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(wait)
-            .set_response_timeout(wait);
+            .set_connection_timeout(Some(wait))
+            .set_response_timeout(Some(wait));
         let conn = within(
             wait * 2,
             self.client
@@ -723,10 +723,10 @@ impl Supervisor {
             return Err("redis answered no kill keys".into());
         };
         let values: Vec<Option<Vec<u8>>> =
-            from_redis_value(values).map_err(|error| Failed::from(error.to_string()))?;
+            from_redis_value_ref(values).map_err(|error| Failed::from(error.to_string()))?;
         let types: Vec<String> = types
             .iter()
-            .map(|kind| from_redis_value(kind).unwrap_or_default())
+            .map(|kind| from_redis_value_ref(kind).unwrap_or_default())
             .collect();
         for ((name, value), kind) in names.iter().zip(values).zip(types) {
             let held = match (value, kind.as_str()) {
