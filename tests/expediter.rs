@@ -1350,6 +1350,81 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     Ok(())
 }
 
+/// The report's tool table lines up on a terminal whatever script the tools' names are
+/// written in: a CJK character or an emoji takes two columns, a combining accent none.
+#[tokio::test(start_paused = true)]
+async fn the_tool_health_table_lines_up_with_cjk_and_emoji_tool_names() -> TestResult {
+    // Each name, the columns a terminal gives it, and a letter to stand for it.
+    let names: [(&'static str, usize, char); 5] = [
+        ("検索", 4, 'a'),
+        ("ファイル読み取り", 16, 'b'),
+        ("🔍web", 5, 'c'),
+        ("👩\u{200d}💻coder", 7, 'd'),
+        ("cafe\u{301}", 4, 'e'),
+    ];
+    let mut builder = Expediter::builder();
+    for (name, ..) in names {
+        builder = builder.tool(
+            ToolSpec::new(name)
+                .provides("a tool named in another script")
+                .fallback("ask the user"),
+        );
+    }
+    let expediter = builder.build()?;
+    Tool::new(&expediter, "検索")
+        .fail_times(&expediter, 3, "検索: timeout")
+        .await;
+    let mut web = Tool::new(&expediter, "🔍web");
+    assert!(matches!(
+        web.execute(&expediter).await,
+        Attempt::Made { result: Ok(_), .. }
+    ));
+
+    let text = expediter.report().to_string();
+    // The table with each name replaced by its letter, as many times as the columns it
+    // takes: what is left is one column per character.
+    let table: Vec<String> = text
+        .lines()
+        .skip_while(|line| *line != "Tool health:")
+        .skip(1)
+        .take_while(|line| line.starts_with(['+', '|']))
+        .map(|line| {
+            names
+                .iter()
+                .fold(line.to_string(), |line, (name, columns, letter)| {
+                    line.replace(name, &letter.to_string().repeat(*columns))
+                })
+        })
+        .collect();
+    assert_eq!(table.len(), 4 + names.len(), "{text}");
+    let borders = |line: &str| -> Vec<usize> {
+        line.chars()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, '+' | '|'))
+            .map(|(column, _)| column)
+            .collect()
+    };
+    let header = borders(&table[1]);
+    for line in &table {
+        assert_eq!(borders(line), header, "{line:?} in:\n{text}");
+    }
+    // The widest name, 16 columns, sets the first column: "| " + 16 + " ".
+    assert_eq!(header[..2], [0, 19], "{text}");
+    let row = |letter: char, columns: usize| {
+        let cell = format!("| {} ", letter.to_string().repeat(columns));
+        table.iter().find(|line| line.starts_with(&cell))
+    };
+    for (name, columns, letter) in names {
+        assert!(
+            row(letter, columns).is_some(),
+            "no row for {name} in:\n{text}"
+        );
+    }
+    assert!(row('a', 4).unwrap().contains("| OPEN "), "{text}");
+    assert!(row('c', 5).unwrap().contains("| CLOSED "), "{text}");
+    Ok(())
+}
+
 #[tokio::test(start_paused = true)]
 async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
     let expediter = seed_map().failure_budget(2).build()?;

@@ -112,6 +112,7 @@ mod routing;
 mod run;
 mod scope;
 mod standing;
+mod table;
 
 use std::collections::HashMap;
 use std::fmt;

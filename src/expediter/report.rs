@@ -18,6 +18,7 @@ use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
 use super::standing::{NextTry, ToolView, Unusable};
+use super::table::table;
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -547,39 +548,6 @@ pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> 
         });
     }
     offer
-}
-
-/// Renders an ASCII table with a header row.
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let rule: String = widths
-        .iter()
-        .map(|w| format!("+{}", "-".repeat(w + 2)))
-        .collect::<String>()
-        + "+\n";
-    let line = |cells: Vec<&str>| -> String {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("| {c}{} ", " ".repeat(w - c.chars().count())))
-            .collect::<String>()
-            + "|\n"
-    };
-    out.push_str(&rule);
-    out.push_str(&line(header.to_vec()));
-    out.push_str(&rule);
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out.push_str(&rule);
 }
 
 /// What the Next Try column counts.
