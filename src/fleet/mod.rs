@@ -134,15 +134,18 @@
 //!
 //! # The client
 //!
-//! The `redis` crate (0.32, tokio, multiplexed connections): the most used Rust client,
-//! with the lightest dependency tree of the two candidates, and 0.32 is its newest
-//! release within this crate's MSRV (1.85; redis 1.x needs 1.88). `fred` (10, MSRV 1.75) fits
-//! too, but adds about three times the crates (11 new to this crate's tree, against 4),
-//! and its automatic reconnection and resubscription would hide what this layer must
-//! report and order. Its connection manager is not used for the same reason:
+//! The `redis` crate (1.8, tokio, multiplexed connections): the most used Rust client.
+//! Its releases from 1.2.4 on need Rust 1.88, above this crate's 1.85, so the feature
+//! needs 1.88 as `mcp` does; without it the crate builds on 1.85. Moving from 0.32 to 1.x
+//! added six small crates to the feature's tree (arcstr, xxhash-rust, and async-lock with
+//! event-listener, event-listener-strategy and parking) and dropped num-bigint and
+//! num-integer. `fred` (10, MSRV 1.75) fits too, but added more crates than redis 0.32 did
+//! (11 new to this crate's tree, against 4), and its automatic reconnection and
+//! resubscription would hide what this layer must report and order. Its connection
+//! manager is not used for the same reason:
 //! the fleet supervises its own two connections (one for commands, one subscribed), so
 //! it knows when the link is down, reads the kill keys in the right order on
-//! reconnection, and backs off its own way. The feature's MSRV is the crate's, 1.85.
+//! reconnection, and backs off its own way.
 //! TLS is the `fleet-tls` feature (rustls).
 
 pub mod act;
