@@ -31,7 +31,7 @@ use tokio::sync::broadcast;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_circuit_breaker::error::Rejected;
 use tower_circuit_breaker::fleet::{Fleet, FleetEvent, HintPolicy};
-use tower_circuit_breaker::{CircuitBreakerLayer, Cooldown, KillSwitch};
+use tower_circuit_breaker::{redact, CircuitBreakerLayer, Cooldown, KillSwitch};
 
 const MODEL: &str = "chat-model";
 const PREFIX: &str = "tcb-example";
@@ -53,6 +53,8 @@ struct Replica {
 /// answers.
 async fn connect(name: &str) -> Option<Fleet> {
     let url = redis_url();
+    // The address as shown: without a password or a query.
+    let shown = redact(&url);
     let started = Fleet::builder()
         .address(url.as_str())
         .prefix(PREFIX)
@@ -62,7 +64,7 @@ async fn connect(name: &str) -> Option<Fleet> {
         Ok(fleet) => fleet,
         Err(error) => {
             eprintln!(
-                "REDIS_URL {url:?} cannot be used ({error}).\n\
+                "REDIS_URL {shown:?} cannot be used ({error}).\n\
                  Set it to a Redis address, e.g. REDIS_URL=redis://127.0.0.1:6379."
             );
             return None;
@@ -72,7 +74,7 @@ async fn connect(name: &str) -> Option<Fleet> {
         Ok(()) => Some(fleet),
         Err(error) => {
             eprintln!(
-                "no Redis answers at {url} ({error}).\n\
+                "no Redis answers at {shown} ({error}).\n\
                  Start one (`redis-server`, Debian: `apt-get install redis-server`) or set \
                  REDIS_URL, e.g. REDIS_URL=redis://127.0.0.1:6380."
             );
@@ -212,7 +214,7 @@ async fn demo() -> ExitCode {
     }
     println!(
         "three replicas up, sharing `{MODEL}` through {}",
-        redis_url()
+        redact(&redis_url())
     );
 
     round(1, &replicas, &quota).await;

@@ -297,7 +297,7 @@ fn connection_info(
     let info = address
         .into_connection_info()
         .map_err(|error| FleetError::BadAddress {
-            reason: crate::redact(&error.to_string()).into_owned(),
+            reason: address_error(&error),
         })?;
     let mut redis = info.redis_settings().clone();
     if let Some(username) = username {
@@ -339,6 +339,21 @@ fn connection_info(
         }
     };
     Ok(info.set_addr(addr).set_redis_settings(redis))
+}
+
+/// What the client says is wrong with an address, without the piece of the address it
+/// quotes (`Invalid protocol version - InvalidClientConfig: <a query parameter's value>`),
+/// which may be a secret, and without credentials.
+fn address_error(error: &redis::RedisError) -> String {
+    let text = error.to_string();
+    let quoted = error
+        .detail()
+        .and_then(|detail| text.strip_suffix(detail))
+        .and_then(|text| text.strip_suffix(": "));
+    match quoted {
+        Some(text) => format!("{}: [redacted]", crate::redact(text)),
+        None => crate::redact(&text).into_owned(),
+    }
 }
 
 /// The checked settings.
@@ -522,5 +537,22 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn an_address_the_client_refuses_is_reported_without_what_it_quotes_from_it() {
+        // The client quotes the bad parameter's value, which may be a secret.
+        let quoted = FleetBuilder::new()
+            .address("redis://:s3cret@cache:6379/0?protocol=s3cret")
+            .settings()
+            .unwrap_err();
+        let FleetError::BadAddress { reason } = &quoted else {
+            panic!("{quoted:?}");
+        };
+        assert!(
+            reason.starts_with("Invalid protocol version") && reason.ends_with(": [redacted]"),
+            "{reason}"
+        );
+        assert!(!quoted.to_string().contains("s3cret"), "{quoted}");
     }
 }
