@@ -107,6 +107,8 @@ mod connection;
 mod error;
 mod offer;
 mod relist;
+#[cfg(feature = "mcp-http")]
+mod remote;
 mod restart;
 mod server;
 mod service;
