@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
@@ -19,6 +21,9 @@ use super::error::McpConfigError;
 /// Headers the MCP transport sets itself: a header of the caller's by one of these names
 /// would fail every request.
 const RESERVED: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
+
+/// How many times a broken event stream is resumed before the call it answers fails.
+const STREAM_RESUMES: usize = 2;
 
 /// Where a remote server is, and what is sent to it besides its messages.
 #[derive(Clone)]
@@ -110,6 +115,14 @@ impl Remote {
             .reinit_on_expired_session(false)
             .max_sse_event_size(max_message_bytes)
             .max_json_response_size(max_message_bytes);
+        // An answer's event stream that breaks is resumed (a GET from its last event, not
+        // the call sent again) at most twice, within half a second: a server that died
+        // fails the call at once rather than after the call timeout.
+        let mut resume = ExponentialBackoff::default();
+        resume.max_times = Some(STREAM_RESUMES);
+        resume.base_duration = Duration::from_millis(100);
+        resume.max_delay = Some(Duration::from_millis(400));
+        config.retry_config = Arc::new(resume);
         if let Some(token) = &self.bearer {
             config = config.auth_header(token.clone());
         }
@@ -138,6 +151,9 @@ pub(crate) enum SendFailure {
     /// It answered with what is not an MCP message: the wrong content type, JSON that
     /// is not JSON-RPC, an event stream that broke its format.
     Garbage,
+    /// The connection broke after the request was sent, before its answer was whole:
+    /// the server may have run it (it most likely died under it).
+    Lost,
     /// Anything else: no connection, an HTTP error status.
     Transport,
 }
@@ -156,6 +172,13 @@ impl SendFailure {
                 | StreamableHttpError::UnexpectedEndOfStream
                 | StreamableHttpError::Sse(_),
             ) => SendFailure::Garbage,
+            Some(StreamableHttpError::Client(error))
+                if (error.is_request() || error.is_body())
+                    && !error.is_connect()
+                    && !error.is_timeout() =>
+            {
+                SendFailure::Lost
+            }
             _ => SendFailure::Transport,
         }
     }

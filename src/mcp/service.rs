@@ -267,6 +267,9 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
                         message,
                     }
                 }
+                super::remote::SendFailure::Lost => {
+                    return McpError::ConnectionLost { server, tool }
+                }
                 super::remote::SendFailure::Transport => {}
             }
             McpError::Transport {
