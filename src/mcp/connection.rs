@@ -332,7 +332,8 @@ pub(crate) async fn start(
                 .map_err(|e| StartError::Handshake {
                     message: e.to_string(),
                 })?;
-            let (session, tools) = handshake(config, handler, transport, deadline).await?;
+            let (session, listed) = handshake(config, handler, transport, deadline).await?;
+            let tools = listed?;
             Ok(Started {
                 process: None,
                 session,
@@ -342,13 +343,15 @@ pub(crate) async fn start(
     }
 }
 
-/// The `initialize` handshake over `transport` and the tool list, by `deadline`.
+/// The `initialize` handshake over `transport`, then the tool list, by `deadline`. A
+/// tool list that failed comes with the session still open: a process whose input were
+/// closed would exit, and its exit be taken for why its start failed.
 async fn handshake<T, E, A>(
     config: &McpServerBuilder,
     handler: Handler,
     transport: T,
     deadline: Instant,
-) -> Result<(Session, ToolList), StartError>
+) -> Result<(Session, Result<ToolList, StartError>), StartError>
 where
     T: IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -367,17 +370,14 @@ where
             })
         }
     };
-    let tools = match timeout_at(deadline, list_tools(client.peer(), config)).await {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(error)) => return Err(error),
-        Err(_) => {
-            return Err(StartError::Timeout {
-                step: "tools/list",
-                after: config.start_timeout,
-            })
-        }
+    let listed = match timeout_at(deadline, list_tools(client.peer(), config)).await {
+        Ok(listed) => listed,
+        Err(_) => Err(StartError::Timeout {
+            step: "tools/list",
+            after: config.start_timeout,
+        }),
     };
-    Ok((Session::new(client), tools))
+    Ok((Session::new(client), listed))
 }
 
 /// Spawns a stdio server and starts it over its stdin and stdout.
@@ -420,13 +420,21 @@ async fn spawn(
     let stderr = StderrTail::follow(config.name.clone(), pipe);
     let transport =
         AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(config.max_message_bytes);
-    match handshake(config, handler, transport, deadline).await {
-        Ok((session, tools)) => Ok(Started {
+    let (session, listed) = match handshake(config, handler, transport, deadline).await {
+        Ok(handshaken) => handshaken,
+        Err(error) => return Err(broken_start(&mut child, &stderr, error).await),
+    };
+    match listed {
+        Ok(tools) => Ok(Started {
             process: Some(Process { child, stderr }),
             session,
             tools,
         }),
-        Err(error) => Err(broken_start(&mut child, &stderr, error).await),
+        Err(error) => {
+            let error = broken_start(&mut child, &stderr, error).await;
+            drop(session);
+            Err(error)
+        }
     }
 }
 
