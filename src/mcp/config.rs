@@ -17,7 +17,7 @@ use super::tool_list::ToolLimits;
 const MAX_SERVER_NAME: usize = 64;
 
 /// Builds a supervised MCP server: a stdio server it spawns ([`McpServer::builder`]) or
-/// a remote one over Streamable HTTP ([`McpServer::remote`], feature `mcp-http`). Both
+/// a remote one over Streamable HTTP (`McpServer::remote`, feature `mcp-http`). Both
 /// take the settings below but the transport's own: a command's arguments, environment
 /// and folder for a stdio server, headers and a bearer token for a remote one (the other
 /// kind's settings fail the start with [`McpConfigError::NotASetting`]).
@@ -137,7 +137,9 @@ impl McpServerBuilder {
 
     /// Removes an inherited environment variable (a stdio server's setting).
     pub fn env_remove(self, key: impl AsRef<OsStr>) -> Self {
-        self.command("env_remove", |c| c.env.push((key.as_ref().to_owned(), None)))
+        self.command("env_remove", |c| {
+            c.env.push((key.as_ref().to_owned(), None))
+        })
     }
 
     /// The server's working directory (a stdio server's setting).
@@ -164,6 +166,7 @@ impl McpServerBuilder {
     /// `Debug`. Checked when the server is started: a header the MCP transport sets
     /// itself (`Accept`, `Mcp-Session-Id`, `Last-Event-Id`) is refused.
     #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
     pub fn header(self, name: &str, value: &str) -> Self {
         self.remote_setting("header", |r| r.header(name, value))
     }
@@ -171,6 +174,7 @@ impl McpServerBuilder {
     /// The bearer token sent with every request to a remote server, as
     /// `Authorization: Bearer <token>` (feature `mcp-http`). Never shown.
     #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
     pub fn bearer_token(self, token: &str) -> Self {
         self.remote_setting("bearer_token", |r| r.bearer_token(token))
     }
@@ -191,8 +195,8 @@ impl McpServerBuilder {
         self
     }
 
-    /// How long a start may take: spawning, the `initialize` handshake and reading the
-    /// tool list (default 30 s; `npx` downloading a package needs longer than a server
+    /// How long a start may take: spawning (or, for a remote server, connecting), the
+    /// `initialize` handshake and reading the tool list (default 30 s; `npx` downloading a package needs longer than a server
     /// installed beforehand). A server that prints no message, hangs, or sends only
     /// garbage fails its start when it passes.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
@@ -222,8 +226,9 @@ impl McpServerBuilder {
     }
 
     /// How many failed calls in a row (timeouts, broken messages) make the server
-    /// unresponsive (default 3): its breaker opens, the process is stopped, and it is
-    /// started again when the breaker lets a probe through.
+    /// unresponsive (default 3): its breaker opens, the process is stopped (a remote
+    /// server's session closed), and it is started again when the breaker lets a probe
+    /// through.
     pub fn unresponsive_after(mut self, failures: u32) -> Self {
         self.unresponsive_after = failures;
         self

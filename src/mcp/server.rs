@@ -322,6 +322,7 @@ impl McpServer {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
     pub fn remote(name: &str, url: &str) -> McpServerBuilder {
         McpServerBuilder::remote(name, url)
     }

@@ -153,7 +153,10 @@ async fn forward(
         .parse()
         .expect("a URI");
     parts.headers.remove("host");
-    match client.request(Request::from_parts(parts, Full::new(body))).await {
+    match client
+        .request(Request::from_parts(parts, Full::new(body)))
+        .await
+    {
         Ok(response) => {
             if let Some(id) = response
                 .headers()

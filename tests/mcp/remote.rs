@@ -46,26 +46,17 @@ async fn a_remote_server_serves_its_tools_and_never_shows_its_secrets() -> TestR
     };
     let everything = EverythingHttp::start(servers).await;
     let proxy = Proxy::start(everything.port()).await;
-    let server = remote(
-        "everything",
-        &proxy.url("?api_key=QUERY-SECRET"),
-    )
-    .bearer_token("sk-BEARER-SECRET")
-    .header("X-Api-Key", "sk-HEADER-SECRET")
-    .start()?;
+    let server = remote("everything", &proxy.url("?api_key=QUERY-SECRET"))
+        .bearer_token("sk-BEARER-SECRET")
+        .header("X-Api-Key", "sk-HEADER-SECRET")
+        .start()?;
     let status = running(&server).await;
     assert!(status.tools.get("echo").is_some(), "{status}");
     assert_eq!(status.pid, None, "no process of its own");
     assert_eq!(echo(&server, "hello").await?, "Echo: hello");
     // The token went to the server, and nowhere else.
-    assert!(proxy
-        .authorizations()
-        .contains("Bearer sk-BEARER-SECRET"));
-    let shown = format!(
-        "{status} {server:?} {:?} {}",
-        status.url,
-        server.status()
-    );
+    assert!(proxy.authorizations().contains("Bearer sk-BEARER-SECRET"));
+    let shown = format!("{status} {server:?} {:?} {}", status.url, server.status());
     let url = status.url.as_deref().expect("its URL");
     assert_eq!(url, proxy.url("?[redacted]"));
     for secret in ["QUERY-SECRET", "sk-BEARER-SECRET", "sk-HEADER-SECRET"] {
@@ -86,10 +77,15 @@ async fn a_remote_server_serves_its_tools_and_never_shows_its_secrets() -> TestR
     assert!(!error.contains("QUERY-SECRET"), "{error}");
 
     // Settings of the other kind of server are refused, as typed errors.
-    let misplaced = McpServer::remote("r", "http://127.0.0.1:1/mcp").arg("x").start();
+    let misplaced = McpServer::remote("r", "http://127.0.0.1:1/mcp")
+        .arg("x")
+        .start();
     assert!(misplaced.unwrap_err().to_string().contains("`arg`"));
     let misplaced = McpServer::builder("s", "node").bearer_token("t").start();
-    assert!(misplaced.unwrap_err().to_string().contains("`bearer_token`"));
+    assert!(misplaced
+        .unwrap_err()
+        .to_string()
+        .contains("`bearer_token`"));
     let bad = McpServer::remote("r", "ftp://user:pw@example.com/mcp").start();
     let bad = bad.unwrap_err().to_string();
     assert!(bad.contains("http") && !bad.contains("pw@"), "{bad}");
@@ -176,7 +172,9 @@ async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_retur
         assert_eq!(server.breaker().state(), State::Open, "round {round}");
         let sent = proxy.calls().len();
         let quick_fail = Instant::now();
-        let error = echo(&server, &format!("while-down-{round}")).await.unwrap_err();
+        let error = echo(&server, &format!("while-down-{round}"))
+            .await
+            .unwrap_err();
         assert!(
             matches!(error, McpError::Unavailable { .. }),
             "round {round}: {error}"
@@ -206,7 +204,11 @@ async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_retur
     // refused as unavailable reached it at all.
     let calls = proxy.calls();
     let distinct: HashSet<&String> = calls.iter().collect();
-    assert_eq!(distinct.len(), calls.len(), "a call was sent twice: {calls:?}");
+    assert_eq!(
+        distinct.len(),
+        calls.len(),
+        "a call was sent twice: {calls:?}"
+    );
     let reached = |message: &str| {
         calls
             .iter()
@@ -280,7 +282,11 @@ async fn a_session_the_server_forgot_is_made_again_once_through_the_probe_and_no
             ),
             "{error}"
         );
-        assert!(error.to_string().contains("not replayed") || matches!(error, McpError::Unavailable { .. }), "{error}");
+        assert!(
+            error.to_string().contains("not replayed")
+                || matches!(error, McpError::Unavailable { .. }),
+            "{error}"
+        );
     }
     let down = until(&server, "down", |s| s.state != ServerState::Running).await;
     assert!(

@@ -153,7 +153,11 @@ async fn answer(
                     "text/html",
                     "<html><body>Gateway says hello</body></html>",
                 ),
-                Mode::BadJson => full(StatusCode::OK, "application/json", "{\"jsonrpc\": \"2.0\", oops"),
+                Mode::BadJson => full(
+                    StatusCode::OK,
+                    "application/json",
+                    "{\"jsonrpc\": \"2.0\", oops",
+                ),
                 Mode::BrokenStream => {
                     // Half an event, and a moment later the connection breaks.
                     let frames = futures::stream::unfold(0, |n| async move {
@@ -204,7 +208,10 @@ async fn a_server_that_hangs_on_calls_holds_the_first_calls_for_the_call_timeout
             .await
             .unwrap_err();
         let took = started.elapsed();
-        assert!(matches!(error, McpError::Timeout { .. }), "call {n}: {error}");
+        assert!(
+            matches!(error, McpError::Timeout { .. }),
+            "call {n}: {error}"
+        );
         assert!(
             took >= call_timeout && took < call_timeout + Duration::from_secs(2),
             "call {n} took {took:?}"
@@ -305,7 +312,10 @@ async fn garbage_answers_are_typed_errors_counted_by_the_breakers() -> TestResul
                 assert!(matches!(mcp, McpError::Protocol { .. }), "{mode:?}: {mcp}")
             }
             _ => assert!(
-                matches!(mcp, McpError::ConnectionLost { .. } | McpError::Protocol { .. }),
+                matches!(
+                    mcp,
+                    McpError::ConnectionLost { .. } | McpError::Protocol { .. }
+                ),
                 "{mode:?}: {mcp}"
             ),
         }
@@ -323,7 +333,10 @@ async fn garbage_answers_are_typed_errors_counted_by_the_breakers() -> TestResul
             .oneshot(args(json!({})))
             .await
             .unwrap_err();
-        assert!(matches!(error, McpError::Unavailable { .. }), "{mode:?}: {error}");
+        assert!(
+            matches!(error, McpError::Unavailable { .. }),
+            "{mode:?}: {error}"
+        );
         assert_eq!(hostile.calls(), reached, "{mode:?}: sent while open");
         server.stop().await;
     }
