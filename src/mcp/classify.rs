@@ -27,7 +27,8 @@ type ToolErrorRule = Arc<dyn Fn(&str) -> Blame + Send + Sync>;
 /// | invalid arguments, `-32602` ([`McpError::InvalidArguments`]) | ignored: the caller's | success |
 /// | a tool it does not (or no longer) list | ignored, never sent | not asked |
 /// | down, unavailable ([`McpError::Unavailable`]) | failure | not asked |
-/// | the connection lost under the call, a timeout, a send error, a broken answer | failure | failure |
+/// | the connection lost under the call, or the session forgotten (HTTP 404) | failure | not counted: its supervisor makes a new connection |
+/// | a timeout, a send error, a broken answer | failure | failure |
 /// | cancelled by the server | ignored | success |
 ///
 /// By default every `isError: true` result is the tool's failure. A tool whose errors
@@ -104,8 +105,8 @@ impl fmt::Debug for McpClassifier {
 }
 
 /// The server's breaker over calls: only the server's own faults count; any answer
-/// shows it is there. A lost connection says nothing here: its supervisor sees the
-/// connection end and the process exit, and says why; counted, the calls in flight when
+/// shows it is there. A lost connection (or session) says nothing here: its supervisor
+/// sees the connection end and the process exit, and says why; counted, the calls in flight when
 /// a server is killed would trip its breaker first, as if it had stopped answering.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ServerCalls;
@@ -113,7 +114,9 @@ pub(crate) struct ServerCalls;
 impl Classify<CallToolResult, McpError> for ServerCalls {
     fn classify(&self, result: &Result<CallToolResult, McpError>) -> Outcome {
         match result {
-            Err(McpError::ConnectionLost { .. }) => Outcome::Ignored,
+            Err(McpError::ConnectionLost { .. } | McpError::SessionExpired { .. }) => {
+                Outcome::Ignored
+            }
             Err(error) if error.fault() == Fault::Server => {
                 Outcome::failure_with(error.to_string())
             }

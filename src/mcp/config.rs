@@ -1,5 +1,5 @@
 //! Setting up a supervised server: [`McpServerBuilder`], checked when the server is
-//! started.
+//! started, and the transport it is reached by (a process it spawns, or a URL).
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
@@ -16,7 +16,11 @@ use super::tool_list::ToolLimits;
 /// The longest server name: it becomes part of the names the model sees.
 const MAX_SERVER_NAME: usize = 64;
 
-/// Builds a supervised stdio MCP server ([`McpServer::builder`]).
+/// Builds a supervised MCP server: a stdio server it spawns ([`McpServer::builder`]) or
+/// a remote one over Streamable HTTP (`McpServer::remote`, feature `mcp-http`). Both
+/// take the settings below but the transport's own: a command's arguments, environment
+/// and folder for a stdio server, headers and a bearer token for a remote one (the other
+/// kind's settings fail the start with [`McpConfigError::NotASetting`]).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -37,10 +41,9 @@ const MAX_SERVER_NAME: usize = 64;
 #[derive(Debug, Clone)]
 pub struct McpServerBuilder {
     pub(crate) name: Arc<str>,
-    pub(crate) program: OsString,
-    pub(crate) args: Vec<OsString>,
-    pub(crate) env: Vec<(OsString, Option<OsString>)>,
-    pub(crate) current_dir: Option<PathBuf>,
+    pub(crate) transport: Transport,
+    /// A setting of the other transport, given: refused at start.
+    misplaced: Option<&'static str>,
     pub(crate) start_timeout: Duration,
     pub(crate) call_timeout: Duration,
     pub(crate) stop_timeout: Duration,
@@ -52,14 +55,48 @@ pub struct McpServerBuilder {
     pub(crate) expected: Vec<Arc<str>>,
 }
 
+/// How the server is reached.
+#[derive(Debug, Clone)]
+pub(crate) enum Transport {
+    /// A process it spawns, talked to over its stdin and stdout.
+    Stdio(Command),
+    /// A remote server, over Streamable HTTP.
+    #[cfg(feature = "mcp-http")]
+    Remote(super::remote::Remote),
+}
+
+/// The command of a stdio server.
+#[derive(Debug, Clone)]
+pub(crate) struct Command {
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, Option<OsString>)>,
+    pub(crate) current_dir: Option<PathBuf>,
+}
+
 impl McpServerBuilder {
     pub(crate) fn new(name: &str, program: &OsStr) -> Self {
+        Self::with_transport(
+            name,
+            Transport::Stdio(Command {
+                program: program.to_owned(),
+                args: Vec::new(),
+                env: Vec::new(),
+                current_dir: None,
+            }),
+        )
+    }
+
+    #[cfg(feature = "mcp-http")]
+    pub(crate) fn remote(name: &str, url: &str) -> Self {
+        Self::with_transport(name, Transport::Remote(super::remote::Remote::new(url)))
+    }
+
+    fn with_transport(name: &str, transport: Transport) -> Self {
         McpServerBuilder {
             name: name.into(),
-            program: program.to_owned(),
-            args: Vec::new(),
-            env: Vec::new(),
-            current_dir: None,
+            transport,
+            misplaced: None,
             start_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(2),
@@ -72,44 +109,94 @@ impl McpServerBuilder {
         }
     }
 
-    /// Adds an argument to the command.
-    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
-        self.args.push(arg.as_ref().to_owned());
-        self
+    /// Adds an argument to the command (a stdio server's setting).
+    pub fn arg(self, arg: impl AsRef<OsStr>) -> Self {
+        self.command("arg", |c| c.args.push(arg.as_ref().to_owned()))
     }
 
-    /// Adds arguments to the command.
-    pub fn args<I, A>(mut self, args: I) -> Self
+    /// Adds arguments to the command (a stdio server's setting).
+    pub fn args<I, A>(self, args: I) -> Self
     where
         I: IntoIterator<Item = A>,
         A: AsRef<OsStr>,
     {
-        self.args
-            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self.command("args", |c| {
+            c.args
+                .extend(args.into_iter().map(|a| a.as_ref().to_owned()))
+        })
+    }
+
+    /// Sets an environment variable for the server (the rest is inherited; a stdio
+    /// server's setting).
+    pub fn env(self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.command("env", |c| {
+            c.env
+                .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())))
+        })
+    }
+
+    /// Removes an inherited environment variable (a stdio server's setting).
+    pub fn env_remove(self, key: impl AsRef<OsStr>) -> Self {
+        self.command("env_remove", |c| {
+            c.env.push((key.as_ref().to_owned(), None))
+        })
+    }
+
+    /// The server's working directory (a stdio server's setting).
+    pub fn current_dir(self, dir: impl Into<PathBuf>) -> Self {
+        self.command("current_dir", |c| c.current_dir = Some(dir.into()))
+    }
+
+    /// Changes the command of a stdio server, or notes the setting as misplaced.
+    fn command(mut self, setting: &'static str, change: impl FnOnce(&mut Command)) -> Self {
+        #[cfg(not(feature = "mcp-http"))]
+        let _ = setting; // every server is a stdio one
+        match &mut self.transport {
+            Transport::Stdio(command) => change(command),
+            #[cfg(feature = "mcp-http")]
+            Transport::Remote(_) => {
+                self.misplaced.get_or_insert(setting);
+            }
+        }
         self
     }
 
-    /// Sets an environment variable for the server (the rest is inherited).
-    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
-        self.env
-            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+    /// A header sent with every request to a remote server (feature `mcp-http`), such
+    /// as an API key. Its value is never shown: not in errors, logs, statuses or
+    /// `Debug`. Checked when the server is started: a header the MCP transport sets
+    /// itself (`Accept`, `Mcp-Session-Id`, `Last-Event-Id`) is refused.
+    #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
+    pub fn header(self, name: &str, value: &str) -> Self {
+        self.remote_setting("header", |r| r.header(name, value))
+    }
+
+    /// The bearer token sent with every request to a remote server, as
+    /// `Authorization: Bearer <token>` (feature `mcp-http`). Never shown.
+    #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
+    pub fn bearer_token(self, token: &str) -> Self {
+        self.remote_setting("bearer_token", |r| r.bearer_token(token))
+    }
+
+    /// Changes a remote server's settings, or notes the setting as misplaced.
+    #[cfg(feature = "mcp-http")]
+    fn remote_setting(
+        mut self,
+        setting: &'static str,
+        change: impl FnOnce(&mut super::remote::Remote),
+    ) -> Self {
+        match &mut self.transport {
+            Transport::Remote(remote) => change(remote),
+            Transport::Stdio(_) => {
+                self.misplaced.get_or_insert(setting);
+            }
+        }
         self
     }
 
-    /// Removes an inherited environment variable.
-    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
-        self.env.push((key.as_ref().to_owned(), None));
-        self
-    }
-
-    /// The server's working directory.
-    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.current_dir = Some(dir.into());
-        self
-    }
-
-    /// How long a start may take: spawning, the `initialize` handshake and reading the
-    /// tool list (default 30 s; `npx` downloading a package needs longer than a server
+    /// How long a start may take: spawning (or, for a remote server, connecting), the
+    /// `initialize` handshake and reading the tool list (default 30 s; `npx` downloading a package needs longer than a server
     /// installed beforehand). A server that prints no message, hangs, or sends only
     /// garbage fails its start when it passes.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
@@ -139,8 +226,9 @@ impl McpServerBuilder {
     }
 
     /// How many failed calls in a row (timeouts, broken messages) make the server
-    /// unresponsive (default 3): its breaker opens, the process is stopped, and it is
-    /// started again when the breaker lets a probe through.
+    /// unresponsive (default 3): its breaker opens, the process is stopped (a remote
+    /// server's session closed), and it is started again when the breaker lets a probe
+    /// through.
     pub fn unresponsive_after(mut self, failures: u32) -> Self {
         self.unresponsive_after = failures;
         self
@@ -195,8 +283,24 @@ impl McpServerBuilder {
         if name.is_empty() || name.len() > MAX_SERVER_NAME || !name.chars().all(good) {
             return Err(McpConfigError::ServerName(name.to_string()));
         }
-        if self.program.is_empty() {
-            return Err(McpConfigError::EmptyCommand(name.to_string()));
+        if let Some(setting) = self.misplaced {
+            return Err(McpConfigError::NotASetting {
+                server: name.to_string(),
+                setting,
+                kind: match self.transport {
+                    Transport::Stdio(_) => "a stdio",
+                    #[cfg(feature = "mcp-http")]
+                    Transport::Remote(_) => "a remote",
+                },
+            });
+        }
+        match &self.transport {
+            Transport::Stdio(command) if command.program.is_empty() => {
+                return Err(McpConfigError::EmptyCommand(name.to_string()));
+            }
+            Transport::Stdio(_) => {}
+            #[cfg(feature = "mcp-http")]
+            Transport::Remote(remote) => remote.validate(name)?,
         }
         for (which, timeout) in [
             ("start", self.start_timeout),
@@ -225,12 +329,25 @@ impl McpServerBuilder {
         self.restart.validate()
     }
 
-    /// The command line, for messages.
+    /// The command line, or a remote server's URL (redacted), for messages.
     pub(crate) fn command_line(&self) -> String {
-        std::iter::once(&self.program)
-            .chain(&self.args)
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
+        match &self.transport {
+            Transport::Stdio(command) => std::iter::once(&command.program)
+                .chain(&command.args)
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            #[cfg(feature = "mcp-http")]
+            Transport::Remote(remote) => remote.shown(),
+        }
+    }
+
+    /// A remote server's URL, redacted (`None` for a stdio server).
+    pub(crate) fn url(&self) -> Option<Arc<str>> {
+        match &self.transport {
+            Transport::Stdio(_) => None,
+            #[cfg(feature = "mcp-http")]
+            Transport::Remote(remote) => Some(remote.shown().into()),
+        }
     }
 }

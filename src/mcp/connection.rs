@@ -1,6 +1,6 @@
-//! Starting one server process and talking to it: spawning it, the `initialize`
-//! handshake, reading its tool list page by page (bounded), its stderr kept for
-//! messages, and stopping it.
+//! Starting one server and talking to it: spawning its process (or opening a session
+//! with a remote server), the `initialize` handshake, reading its tool list page by
+//! page (bounded), a process's stderr kept for messages, and stopping it.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,6 +17,7 @@ use rmcp::service::{
     MaybeSendFuture, NotificationContext, RunningService, RunningServiceCancellationToken,
 };
 use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
@@ -26,9 +27,9 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::machine::later;
 
-use super::config::McpServerBuilder;
+use super::config::{self, McpServerBuilder, Transport};
 use super::error::StartError;
-use super::status::Exit;
+use super::status::{Down, Exit};
 use super::tool_list::ToolList;
 
 /// How many of its last stderr lines a server's messages may quote from.
@@ -51,8 +52,27 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 pub(crate) enum Notice {
     /// The server of this generation says its tool list changed.
     ToolsChanged(u64),
-    /// The connection of this generation ended (the server closed its output).
-    Closed(u64),
+    /// The connection of this generation ended: the server closed its output (or
+    /// broke a call's answer stream), or forgot its session.
+    Closed(u64, Loss),
+}
+
+/// How a connection was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// The server closed it, or it broke.
+    Connection,
+    /// A remote server answered that it does not know the session (HTTP 404).
+    Session,
+}
+
+impl From<Loss> for Down {
+    fn from(loss: Loss) -> Down {
+        match loss {
+            Loss::Connection => Down::ConnectionLost,
+            Loss::Session => Down::SessionExpired,
+        }
+    }
 }
 
 /// The client side of one connection: hears `notifications/tools/list_changed`.
@@ -197,12 +217,42 @@ pub(crate) fn quote(text: &str) -> String {
     }
 }
 
-/// A started server: its process, its connection and its tools.
+/// What the server or its transport said, quoted, with what looks like a credential
+/// redacted (an HTTP client's error names the URL it failed on, query string and all).
+pub(crate) fn said(text: &str) -> String {
+    quote(&crate::redact(text))
+}
+
+/// A started server: its process (none for a remote server), its connection and its
+/// tools.
 pub(crate) struct Started {
-    pub(crate) child: Child,
+    pub(crate) process: Option<Process>,
     pub(crate) session: Session,
     pub(crate) tools: ToolList,
+}
+
+/// A stdio server's process, and its stderr kept to say why it died.
+pub(crate) struct Process {
+    pub(crate) child: Child,
     pub(crate) stderr: StderrTail,
+}
+
+impl Process {
+    /// Its process id while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// How it ended, once it has.
+    pub(crate) async fn exited(&mut self) -> Exit {
+        let status = self.child.wait().await;
+        Exit::new(status.ok(), self.stderr.last_after_exit().await)
+    }
+
+    /// Waits at most `grace` for it to exit.
+    pub(crate) async fn exits_within(&mut self, grace: Duration) -> Option<Exit> {
+        tokio::time::timeout(grace, self.exited()).await.ok()
+    }
 }
 
 /// The client's side of one connection, watched: it ends when the server closes its
@@ -254,14 +304,14 @@ impl Session {
 impl std::fmt::Debug for Started {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Started")
-            .field("pid", &self.child.id())
+            .field("pid", &self.process.as_ref().and_then(Process::pid))
             .field("tools", &self.tools.tools().len())
             .finish_non_exhaustive()
     }
 }
 
-/// Spawns the server, makes the handshake and reads its tool list, all within the
-/// start timeout.
+/// Starts the server (spawns its process, or opens an HTTP session with it), makes the
+/// handshake and reads its tool list, all within the start timeout.
 pub(crate) async fn start(
     config: &McpServerBuilder,
     generation: u64,
@@ -269,9 +319,77 @@ pub(crate) async fn start(
 ) -> Result<Started, StartError> {
     // A timeout too long for the clock means none.
     let deadline = Instant::from_std(later(Instant::now().into_std(), config.start_timeout));
-    let mut command = Command::new(&config.program);
+    let handler = Handler {
+        generation,
+        notices,
+    };
+    match &config.transport {
+        Transport::Stdio(command) => spawn(config, command, handler, deadline).await,
+        #[cfg(feature = "mcp-http")]
+        Transport::Remote(remote) => {
+            let transport = remote
+                .transport(&config.name, config.max_message_bytes)
+                .map_err(|e| StartError::Handshake {
+                    message: e.to_string(),
+                })?;
+            let (session, listed) = handshake(config, handler, transport, deadline).await?;
+            let tools = listed?;
+            Ok(Started {
+                process: None,
+                session,
+                tools,
+            })
+        }
+    }
+}
+
+/// The `initialize` handshake over `transport`, then the tool list, by `deadline`. A
+/// tool list that failed comes with the session still open: a process whose input were
+/// closed would exit, and its exit be taken for why its start failed.
+async fn handshake<T, E, A>(
+    config: &McpServerBuilder,
+    handler: Handler,
+    transport: T,
+    deadline: Instant,
+) -> Result<(Session, Result<ToolList, StartError>), StartError>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let client = match timeout_at(deadline, handler.serve(transport)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => {
+            return Err(StartError::Handshake {
+                message: said(&error.to_string()),
+            })
+        }
+        Err(_) => {
+            return Err(StartError::Timeout {
+                step: "initialize",
+                after: config.start_timeout,
+            })
+        }
+    };
+    let listed = match timeout_at(deadline, list_tools(client.peer(), config)).await {
+        Ok(listed) => listed,
+        Err(_) => Err(StartError::Timeout {
+            step: "tools/list",
+            after: config.start_timeout,
+        }),
+    };
+    Ok((Session::new(client), listed))
+}
+
+/// Spawns a stdio server and starts it over its stdin and stdout.
+async fn spawn(
+    config: &McpServerBuilder,
+    spec: &config::Command,
+    handler: Handler,
+    deadline: Instant,
+) -> Result<Started, StartError> {
+    let mut command = Command::new(&spec.program);
     command
-        .args(&config.args)
+        .args(&spec.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -279,13 +397,13 @@ pub(crate) async fn start(
     // A group of its own, so that stopping it stops what it launched (see `kill`).
     #[cfg(unix)]
     command.process_group(0);
-    for (key, value) in &config.env {
+    for (key, value) in &spec.env {
         match value {
             Some(value) => command.env(key, value),
             None => command.env_remove(key),
         };
     }
-    if let Some(dir) = &config.current_dir {
+    if let Some(dir) = &spec.current_dir {
         command.current_dir(dir);
     }
     let mut child = command.spawn().map_err(|e| StartError::Spawn {
@@ -302,55 +420,22 @@ pub(crate) async fn start(
     let stderr = StderrTail::follow(config.name.clone(), pipe);
     let transport =
         AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(config.max_message_bytes);
-    let handler = Handler {
-        generation,
-        notices,
+    let (session, listed) = match handshake(config, handler, transport, deadline).await {
+        Ok(handshaken) => handshaken,
+        Err(error) => return Err(broken_start(&mut child, &stderr, error).await),
     };
-    let client = match timeout_at(deadline, handler.serve(transport)).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(error)) => {
-            return Err(broken_start(
-                &mut child,
-                &stderr,
-                StartError::Handshake {
-                    message: quote(&error.to_string()),
-                },
-            )
-            .await)
+    match listed {
+        Ok(tools) => Ok(Started {
+            process: Some(Process { child, stderr }),
+            session,
+            tools,
+        }),
+        Err(error) => {
+            let error = broken_start(&mut child, &stderr, error).await;
+            drop(session);
+            Err(error)
         }
-        Err(_) => {
-            return Err(broken_start(
-                &mut child,
-                &stderr,
-                StartError::Timeout {
-                    step: "initialize",
-                    after: config.start_timeout,
-                },
-            )
-            .await)
-        }
-    };
-    let tools = match timeout_at(deadline, list_tools(client.peer(), config)).await {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(error)) => return Err(broken_start(&mut child, &stderr, error).await),
-        Err(_) => {
-            return Err(broken_start(
-                &mut child,
-                &stderr,
-                StartError::Timeout {
-                    step: "tools/list",
-                    after: config.start_timeout,
-                },
-            )
-            .await)
-        }
-    };
-    Ok(Started {
-        child,
-        session: Session::new(client),
-        tools,
-        stderr,
-    })
+    }
 }
 
 /// A start that broke: if the process ended (or ends within a moment), that is the
@@ -452,23 +537,23 @@ pub(crate) async fn list_tools(
 pub(crate) fn service_error(error: &ServiceError) -> String {
     match error {
         ServiceError::McpError(data) => {
-            format!("error {}: {}", data.code.0, quote(&data.message))
+            format!("error {}: {}", data.code.0, said(&data.message))
         }
         ServiceError::TransportClosed => "the connection is closed".into(),
-        other => quote(&other.to_string()),
+        other => said(&other.to_string()),
     }
 }
 
-/// Stops a server: closes the connection (its input), gives it `grace` to exit, then
-/// kills it. Returns how it ended.
+/// Stops a server: closes the connection (a stdio server's input; a remote server's
+/// session), gives a process `grace` to exit, then kills it. Returns how a process ended.
 pub(crate) async fn stop(
-    mut child: Child,
+    process: Option<Process>,
     mut session: Session,
     grace: Duration,
-    stderr: &StderrTail,
-) -> Exit {
-    let pid = child.id();
+) -> Option<Exit> {
     session.close(grace).await;
+    let Process { mut child, stderr } = process?;
+    let pid = child.id();
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(Ok(status)) => {
             // It exited; what it launched may not have.
@@ -480,7 +565,7 @@ pub(crate) async fn stop(
             child.try_wait().ok().flatten()
         }
     };
-    Exit::new(status, stderr.last_after_exit().await)
+    Some(Exit::new(status, stderr.last_after_exit().await))
 }
 
 #[cfg(test)]

@@ -20,6 +20,41 @@ pub enum McpConfigError {
     /// The command to run is empty.
     #[error("server `{0}` has an empty command")]
     EmptyCommand(String),
+    /// A remote server's URL is not an `http` or `https` URL with a host (feature
+    /// `mcp-http`). The URL is shown with its user information and query string
+    /// redacted.
+    #[error("server `{server}`: `{url}` cannot be served: {why}")]
+    Url {
+        /// The server.
+        server: String,
+        /// The URL, redacted.
+        url: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A header for a remote server is not valid, or is one the MCP transport sets
+    /// itself (feature `mcp-http`). Its value is never shown.
+    #[error("server `{server}`: header `{name}` cannot be sent: {why}")]
+    Header {
+        /// The server.
+        server: String,
+        /// The header's name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A setting of a stdio server (a command's arguments, environment or folder) was
+    /// given for a remote one, or a remote server's (headers, a bearer token) for a
+    /// stdio one.
+    #[error("server `{server}`: `{setting}` is not a setting of {kind} server")]
+    NotASetting {
+        /// The server.
+        server: String,
+        /// The builder method.
+        setting: &'static str,
+        /// `a stdio` or `a remote`.
+        kind: &'static str,
+    },
     /// A timeout of zero would fail every start or call.
     #[error("server `{server}`: the {which} timeout must be above zero")]
     ZeroTimeout {
@@ -169,6 +204,16 @@ pub enum McpError {
         /// The tool.
         tool: Arc<str>,
     },
+    /// A remote server answered that it does not know the session (HTTP 404: it
+    /// restarted, or expired the session): it did not run the call. The call is not sent
+    /// again; a new session is made through the server's breaker's probe.
+    #[error("server `{server}` no longer knows its session (HTTP 404): `{tool}` was not run and not replayed; a new session is made when its breaker lets a probe through")]
+    SessionExpired {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+    },
     /// The server did not answer in time; the call was cancelled.
     #[error(
         "`{tool}` on server `{server}` did not answer within {after:?}; the call was cancelled"
@@ -274,6 +319,7 @@ impl McpError {
         match self {
             McpError::Unavailable { server, .. }
             | McpError::ConnectionLost { server, .. }
+            | McpError::SessionExpired { server, .. }
             | McpError::Timeout { server, .. }
             | McpError::Transport { server, .. }
             | McpError::Protocol { server, .. }
@@ -291,6 +337,7 @@ impl McpError {
         match self {
             McpError::Unavailable { .. }
             | McpError::ConnectionLost { .. }
+            | McpError::SessionExpired { .. }
             | McpError::Timeout { .. }
             | McpError::Transport { .. }
             | McpError::Protocol { .. } => Fault::Server,

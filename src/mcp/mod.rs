@@ -1,7 +1,7 @@
 //! MCP tool servers under the breaker and the expediter (feature `mcp`): stdio servers
-//! supervised so that a dead one comes back only through its breaker's probe, and their
-//! tools offered to the model only while they work, with an honest line for each one
-//! held back.
+//! (and, with the feature `mcp-http`, remote servers over Streamable HTTP) supervised so
+//! that a dead one comes back only through its breaker's probe, and their tools offered
+//! to the model only while they work, with an honest line for each one held back.
 //!
 //! The feature needs Rust 1.88 (the rust-version of rmcp, the Rust MCP SDK it builds on:
 //! its client, over the child's stdin and stdout), above the crate's own 1.85. It is a
@@ -78,6 +78,23 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # A remote server
+//!
+//! With the feature `mcp-http`, `McpServer::remote` reaches a server over Streamable
+//! HTTP (rmcp's client, on reqwest) and the same supervisor keeps it: where a stdio
+//! server is spawned, a remote one gets a session. Everything above applies, with a
+//! session for the process: "restarting" it is a new session (`initialize` and the tool
+//! list again), made only when its breaker lets a probe through; a call whose answer
+//! stream or connection breaks under it (the server died) fails once with
+//! [`McpError::ConnectionLost`] and is never sent again; a session the server forgot
+//! (HTTP 404) fails the calls that found it so ([`McpError::SessionExpired`]: not run, not
+//! replayed; rmcp's own replay of them is turned off) and is made again once, the same
+//! way ([`Down::SessionExpired`]). Answers that are not MCP (the wrong content type, JSON
+//! that is not JSON-RPC, an event stream that breaks its format) are
+//! [`McpError::Protocol`]; a refused connection or an HTTP error status is
+//! [`McpError::Transport`]; both count against its breaker. Its URL is shown with its
+//! user information and query string redacted ([`ServerStatus::url`]); its headers never.
+//!
 //! # Under an expediter
 //!
 //! [`McpTools`] makes each tool of each server a tool of an
@@ -107,6 +124,8 @@ mod connection;
 mod error;
 mod offer;
 mod relist;
+#[cfg(feature = "mcp-http")]
+mod remote;
 mod restart;
 mod server;
 mod service;

@@ -23,7 +23,7 @@ use crate::settings::Cooldown;
 
 use super::classify::{ServerCalls, ServerStarts};
 use super::config::McpServerBuilder;
-use super::connection::Notice;
+use super::connection::{Loss, Notice};
 use super::error::{McpConfigError, McpError};
 use super::service::{CallInner, Counters, McpService, ToolService};
 use super::status::{ServerState, ServerStatus};
@@ -141,20 +141,21 @@ impl Shared {
         self.deliver();
     }
 
-    /// The connection of `generation` was lost under a call: the server is down from
-    /// now, and its supervisor is told.
-    pub(crate) fn connection_lost(&self, generation: u64) {
+    /// The connection of `generation` was lost under a call (or a remote server forgot
+    /// its session): the server is down from now, and its supervisor is told. Calls
+    /// that find it so at once make one report: only the first finds the connection.
+    pub(crate) fn connection_lost(&self, generation: u64, loss: Loss) {
         self.update(|status, connection| {
             if connection
                 .as_ref()
                 .is_some_and(|c| c.generation == generation)
             {
                 *connection = None;
-                status.state = ServerState::Down(super::status::Down::ConnectionLost);
+                status.state = ServerState::Down(loss.into());
                 status.pid = None;
             }
         });
-        let _ = self.notices.send(Notice::Closed(generation));
+        let _ = self.notices.send(Notice::Closed(generation, loss));
     }
 
     /// Reads the tool list of the connection of `generation` again (within the call
@@ -268,12 +269,14 @@ fn vanished(
     names
 }
 
-/// A supervised stdio MCP server. See the [module docs](super).
+/// A supervised MCP server: a stdio server's process, or a remote server's sessions.
+/// See the [module docs](super).
 ///
 /// # Clone
 ///
-/// Clones refer to the same server: one process, one breaker, one status. When the last
-/// clone is dropped the supervisor stops the process.
+/// Clones refer to the same server: one process (or session), one breaker, one status.
+/// When the last clone is dropped the supervisor stops the process (or closes the
+/// session).
 #[derive(Clone)]
 pub struct McpServer {
     pub(crate) shared: Arc<Shared>,
@@ -290,6 +293,38 @@ impl McpServer {
     /// run as `program` with the arguments given next.
     pub fn builder(name: &str, program: impl AsRef<OsStr>) -> McpServerBuilder {
         McpServerBuilder::new(name, program.as_ref())
+    }
+
+    /// A remote server named `name`, reached over Streamable HTTP at `url` (feature
+    /// `mcp-http`), supervised as a stdio server is: its calls under its breaker, and
+    /// "restarting" it means a new session (a new `initialize` and tool list), made only
+    /// when its breaker lets a probe through. A session it forgets (HTTP 404) is made
+    /// again the same way, once for every call that found it forgotten. The URL is shown
+    /// (in errors, statuses and logs) with its user information and query string
+    /// redacted; headers ([`header`](McpServerBuilder::header),
+    /// [`bearer_token`](McpServerBuilder::bearer_token)) are never shown.
+    ///
+    /// No TLS backend is built in: for an `https://` URL, turn on one of reqwest 0.13's
+    /// (`rustls` or `native-tls`) in your Cargo.toml.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::mcp::McpServer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let token = std::env::var("JIRA_MCP_TOKEN")?;
+    /// let jira = McpServer::remote("jira", "https://mcp.example.com/mcp")
+    ///     .bearer_token(&token)
+    ///     .call_timeout(Duration::from_secs(20)) // the first calls to a hung server
+    ///     .start()?;
+    /// jira.wait_ready(Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "mcp-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
+    pub fn remote(name: &str, url: &str) -> McpServerBuilder {
+        McpServerBuilder::remote(name, url)
     }
 
     pub(crate) fn start(config: McpServerBuilder) -> Result<McpServer, McpConfigError> {
@@ -316,7 +351,8 @@ impl McpServer {
         let starts = layer.clone().with_classifier(ServerStarts).layer(Starter);
         let (notices, notices_rx) = mpsc::unbounded_channel();
         let (commands, commands_rx) = mpsc::unbounded_channel();
-        let status = ServerStatus::new(name.clone());
+        let mut status = ServerStatus::new(name.clone());
+        status.url = config.url();
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State {

@@ -16,7 +16,7 @@ use tower::{Service, ServiceExt};
 
 use crate::error::Rejected;
 
-use super::connection::{quote, service_error};
+use super::connection::{quote, said, service_error, Loss};
 use super::error::McpError;
 use super::server::{Connection, Shared};
 
@@ -253,11 +253,31 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
             message: quote(&data.message),
         },
         ServiceError::TransportClosed => McpError::ConnectionLost { server, tool },
-        ServiceError::TransportSend(error) => McpError::Transport {
-            server,
-            tool,
-            message: quote(&error.to_string()),
-        },
+        ServiceError::TransportSend(error) => {
+            let message = said(&error.to_string());
+            #[cfg(feature = "mcp-http")]
+            match super::remote::SendFailure::of(&error) {
+                super::remote::SendFailure::SessionExpired => {
+                    return McpError::SessionExpired { server, tool }
+                }
+                super::remote::SendFailure::Garbage => {
+                    return McpError::Protocol {
+                        server,
+                        tool,
+                        message,
+                    }
+                }
+                super::remote::SendFailure::Lost => {
+                    return McpError::ConnectionLost { server, tool }
+                }
+                super::remote::SendFailure::Transport => {}
+            }
+            McpError::Transport {
+                server,
+                tool,
+                message,
+            }
+        }
         ServiceError::Timeout { timeout } => McpError::Timeout {
             server,
             tool,
@@ -315,7 +335,11 @@ pub(crate) async fn call_tool(
     };
     match error {
         McpError::ConnectionLost { .. } => {
-            shared.connection_lost(generation);
+            shared.connection_lost(generation, Loss::Connection);
+            Err(error)
+        }
+        McpError::SessionExpired { .. } => {
+            shared.connection_lost(generation, Loss::Session);
             Err(error)
         }
         // A server may answer "invalid parameters" for a tool it has just dropped: its

@@ -82,6 +82,10 @@ pub enum Down {
     /// It closed its connection (its output ended), or the connection broke; its
     /// process is being stopped.
     ConnectionLost,
+    /// A remote server answered that it does not know its session (HTTP 404: it
+    /// restarted, or expired the session); a new one is made through its breaker's
+    /// probe.
+    SessionExpired,
     /// It could not be started.
     StartFailed(StartError),
     /// Its breaker opened on failed calls (timeouts, broken messages): it was stopped,
@@ -97,6 +101,7 @@ impl fmt::Display for Down {
         match self {
             Down::Exited(exit) => exit.fmt(f),
             Down::ConnectionLost => f.write_str("closed its connection"),
+            Down::SessionExpired => f.write_str("no longer knows its session (HTTP 404)"),
             Down::StartFailed(error) => write!(f, "could not start: {error}"),
             Down::Unresponsive { last_failure } => {
                 write!(f, "stopped answering ({last_failure}) and was stopped")
@@ -156,8 +161,11 @@ pub struct ServerStatus {
     pub state: ServerState,
     /// When it entered that state.
     pub since: Instant,
-    /// Its process id while it runs.
+    /// Its process id while it runs (a stdio server).
     pub pid: Option<u32>,
+    /// A remote server's URL, its user information and query string redacted (feature
+    /// `mcp-http`); `None` for a stdio server.
+    pub url: Option<Arc<str>>,
     /// Whether its breaker's kill switch is on: no call and no restart.
     pub killed: bool,
     /// While down: when its breaker lets the next probe (the restart) through, if that
@@ -185,6 +193,7 @@ impl ServerStatus {
             state: ServerState::Starting,
             since: tokio::time::Instant::now().into_std(),
             pid: None,
+            url: None,
             killed: false,
             next_start: None,
             restart_wait: None,
@@ -285,7 +294,15 @@ impl fmt::Display for ServerStatus {
                 self.starts,
                 self.tools.tools().len()
             ),
-            (ServerState::Running, None) => write!(f, " ({} tools)", self.tools.tools().len()),
+            (ServerState::Running, None) => match &self.url {
+                Some(url) => write!(
+                    f,
+                    " ({url}, started {} times, {} tools)",
+                    self.starts,
+                    self.tools.tools().len()
+                ),
+                None => write!(f, " ({} tools)", self.tools.tools().len()),
+            },
             _ => match self.unavailable_because() {
                 Some(why) => write!(f, " — {why}"),
                 None => Ok(()),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
@@ -21,7 +20,7 @@ use crate::machine::{later, Advice, Cause, NextProbe, State, Transition};
 use crate::service::CircuitBreaker;
 
 use super::classify::ServerStarts;
-use super::connection::{self, Notice, Started, StderrTail};
+use super::connection::{self, Loss, Notice, Process, Started};
 use super::error::StartError;
 use super::relist::Relist;
 use super::restart::{Next, Restarts};
@@ -65,25 +64,36 @@ impl Service<StartRequest> for Starter {
     }
 }
 
-/// Why a serving process ended, or what the supervisor was asked meanwhile.
+/// Why a serving process (or session) ended, or what the supervisor was asked meanwhile.
 enum Ended {
     Exited(super::status::Exit),
-    Lost,
+    /// Its connection ended (or, for a remote server, broke under a call, or the server
+    /// forgot its session): why.
+    Lost(Down),
     Unresponsive(String),
     Restart,
     Stop(oneshot::Sender<()>),
     Gone,
 }
 
-/// A server's output ended: most often because it is dying. If it exits within `grace`,
-/// that is what happened; otherwise it lives on without a connection, and is stopped.
-async fn output_ended(child: &mut Child, grace: Duration, stderr: &StderrTail) -> Ended {
-    match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => Ended::Exited(super::status::Exit::new(
-            status.ok(),
-            stderr.last_after_exit().await,
-        )),
-        Err(_) => Ended::Lost,
+/// A server's connection ended: a process, most often because it is dying. If it exits
+/// within `grace`, that is what happened; otherwise it lives on without a connection,
+/// and is stopped. A remote server's session is over.
+async fn output_ended(process: &mut Option<Process>, grace: Duration, why: Down) -> Ended {
+    match process {
+        Some(process) => match process.exits_within(grace).await {
+            Some(exit) => Ended::Exited(exit),
+            None => Ended::Lost(why),
+        },
+        None => Ended::Lost(why),
+    }
+}
+
+/// How a stdio server's process ended, once it has; never, for a remote server.
+async fn exited(process: &mut Option<Process>) -> super::status::Exit {
+    match process {
+        Some(process) => process.exited().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -165,7 +175,7 @@ impl Supervisor {
                 (Ended::Stop(done), _) => return self.stopped(Some(done)),
                 (Ended::Gone, _) => return self.stopped(None),
                 (Ended::Exited(exit), ran_for) => self.down(Down::Exited(exit), Some(ran_for)),
-                (Ended::Lost, ran_for) => self.down(Down::ConnectionLost, Some(ran_for)),
+                (Ended::Lost(why), ran_for) => self.down(why, Some(ran_for)),
                 (Ended::Unresponsive(last_failure), ran_for) => {
                     self.down(Down::Unresponsive { last_failure }, Some(ran_for))
                 }
@@ -230,15 +240,14 @@ impl Supervisor {
     /// served.
     async fn serve(&mut self, started: Started) -> (Ended, Duration) {
         let Started {
-            mut child,
+            mut process,
             mut session,
             tools,
-            stderr,
         } = started;
         self.generation += 1;
         let generation = self.generation;
         let since = Instant::now();
-        let pid = child.id();
+        let pid = process.as_ref().and_then(Process::pid);
         let connection = Arc::new(Connection {
             generation,
             peer: session.peer().clone(),
@@ -255,19 +264,16 @@ impl Supervisor {
         let mut relist = Relist::new(self.shared.clone(), generation);
         let ended = loop {
             tokio::select! {
-                status = child.wait() => {
-                    let exit = super::status::Exit::new(status.ok(), stderr.last_after_exit().await);
-                    break Ended::Exited(exit);
-                }
+                exit = exited(&mut process) => break Ended::Exited(exit),
                 // Its output ended with no call under way: out of service at once.
                 () = session.ended() => {
-                    self.shared.connection_lost(generation);
-                    break output_ended(&mut child, grace, &stderr).await;
+                    self.shared.connection_lost(generation, Loss::Connection);
+                    break output_ended(&mut process, grace, Down::ConnectionLost).await;
                 }
                 notice = self.notices.recv() => match notice {
                     Some(Notice::ToolsChanged(g)) if g == generation => relist.changed(),
-                    Some(Notice::Closed(g)) if g == generation => {
-                        break output_ended(&mut child, grace, &stderr).await;
+                    Some(Notice::Closed(g, why)) if g == generation => {
+                        break output_ended(&mut process, grace, why.into()).await;
                     }
                     _ => {}
                 },
@@ -297,7 +303,7 @@ impl Supervisor {
         // process that exited needs no stopping: `down` says so at once.)
         let next = match &ended {
             Ended::Exited(_) => None,
-            Ended::Lost => Some(ServerState::Down(Down::ConnectionLost)),
+            Ended::Lost(why) => Some(ServerState::Down(why.clone())),
             Ended::Unresponsive(last_failure) => Some(ServerState::Down(Down::Unresponsive {
                 last_failure: last_failure.clone(),
             })),
@@ -323,13 +329,19 @@ impl Supervisor {
             other => {
                 // A process whose output ended has had its stop timeout already, waiting
                 // for it to exit: it is killed at once.
-                let grace = if matches!(other, Ended::Lost) {
+                let grace = if matches!(other, Ended::Lost(_)) && process.is_some() {
                     Duration::ZERO
                 } else {
                     grace
                 };
-                let exit = connection::stop(child, session, grace, &stderr).await;
-                tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
+                match connection::stop(process, session, grace).await {
+                    Some(exit) => {
+                        tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "stopped: it {exit}");
+                    }
+                    None => {
+                        tracing::debug!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "its session is closed");
+                    }
+                }
                 other
             }
         };

@@ -33,6 +33,15 @@ pub async fn until(
     }
 }
 
+/// Down, its supervisor having held its breaker open for the restart backoff (a call
+/// that found the connection lost says it is down a moment before).
+pub async fn waiting_for_its_probe(server: &McpServer) -> ServerStatus {
+    until(server, "down, waiting for its breaker's probe", |s| {
+        matches!(s.state, ServerState::Down(_)) && s.restart_wait.is_some()
+    })
+    .await
+}
+
 pub async fn running(server: &McpServer) -> ServerStatus {
     until(server, "running", |s| s.state == ServerState::Running).await
 }

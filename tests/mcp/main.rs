@@ -1,5 +1,6 @@
 //! MCP tool servers under the breaker and the expediter, against real servers from the
-//! npm registry (see `servers.rs`), started over stdio.
+//! npm registry (see `servers.rs`), started over stdio, and over Streamable HTTP on
+//! loopback (`remote.rs`); misbehaving HTTP servers written here (`remote_hostile.rs`).
 #![cfg(unix)]
 
 mod adversarial;
@@ -8,6 +9,10 @@ mod attacks;
 mod calls;
 mod common;
 mod death;
+mod http_server;
 mod lifecycle;
+mod proxy;
+mod remote;
+mod remote_hostile;
 mod servers;
 mod settings;

@@ -1,0 +1,319 @@
+//! Remote servers over Streamable HTTP, under the same supervision as stdio ones: the
+//! reference everything server in its HTTP mode on loopback, behind a counting proxy
+//! (so that each call that reached it is known), killed with SIGKILL and started again.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+use tower_circuit_breaker::mcp::{
+    Down, McpError, McpServer, McpServerBuilder, RestartPolicy, ServerState,
+};
+use tower_circuit_breaker::{Cause, State};
+
+use crate::common::{
+    args, eventually, running, until, waiting_for_its_probe, TestResult, PATIENCE,
+};
+use crate::http_server::EverythingHttp;
+use crate::proxy::Proxy;
+use crate::servers::{self, quick};
+
+/// A remote server at `url` with the tests' short backoffs.
+fn remote(name: &str, url: &str) -> McpServerBuilder {
+    quick(McpServer::remote(name, url))
+}
+
+/// Calls `echo` with `message`, and says how it ended.
+async fn echo(server: &McpServer, message: &str) -> Result<String, McpError> {
+    let result = server
+        .tool("echo")
+        .oneshot(args(json!({ "message": message })))
+        .await?;
+    let text = result.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    Ok(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_server_serves_its_tools_and_never_shows_its_secrets() -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let everything = EverythingHttp::start(servers).await;
+    let proxy = Proxy::start(everything.port()).await;
+    let server = remote("everything", &proxy.url("?api_key=QUERY-SECRET"))
+        .bearer_token("sk-BEARER-SECRET")
+        .header("X-Api-Key", "sk-HEADER-SECRET")
+        .start()?;
+    let status = running(&server).await;
+    assert!(status.tools.get("echo").is_some(), "{status}");
+    assert_eq!(status.pid, None, "no process of its own");
+    assert_eq!(echo(&server, "hello").await?, "Echo: hello");
+    // The token went to the server, and nowhere else.
+    assert!(proxy.authorizations().contains("Bearer sk-BEARER-SECRET"));
+    let shown = format!("{status} {server:?} {:?} {}", status.url, server.status());
+    let url = status.url.as_deref().expect("its URL");
+    assert_eq!(url, proxy.url("?[redacted]"));
+    for secret in ["QUERY-SECRET", "sk-BEARER-SECRET", "sk-HEADER-SECRET"] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+    }
+
+    // A server that cannot be reached says so with the URL redacted.
+    let nowhere = remote(
+        "nowhere",
+        &format!(
+            "http://127.0.0.1:{}/mcp?token=QUERY-SECRET",
+            crate::http_server::free_port()
+        ),
+    )
+    .start()?;
+    let error = nowhere.wait_ready(PATIENCE).await.unwrap_err().to_string();
+    assert!(error.contains("could not start"), "{error}");
+    assert!(!error.contains("QUERY-SECRET"), "{error}");
+
+    // Settings of the other kind of server are refused, as typed errors.
+    let misplaced = McpServer::remote("r", "http://127.0.0.1:1/mcp")
+        .arg("x")
+        .start();
+    assert!(misplaced.unwrap_err().to_string().contains("`arg`"));
+    let misplaced = McpServer::builder("s", "node").bearer_token("t").start();
+    assert!(misplaced
+        .unwrap_err()
+        .to_string()
+        .contains("`bearer_token`"));
+    let bad = McpServer::remote("r", "ftp://user:pw@example.com/mcp").start();
+    let bad = bad.unwrap_err().to_string();
+    assert!(bad.contains("http") && !bad.contains("pw@"), "{bad}");
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_returns_only_through_the_probe(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let mut everything = EverythingHttp::start(servers).await;
+    let proxy = Proxy::start(everything.port()).await;
+    let server = remote("everything", &proxy.url(""))
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(200), Duration::from_millis(400))
+                // Failed probes while the server is down are restarts: no giving up here.
+                .crash_loop(1000, Duration::from_secs(60)),
+        )
+        .start()?;
+    running(&server).await;
+    let transitions = Arc::new(Mutex::new(Vec::new()));
+    let mut heard = server.breaker().subscribe();
+    let kept = transitions.clone();
+    let listener = tokio::spawn(async move {
+        while let Ok(t) = heard.recv().await {
+            kept.lock().unwrap().push(t);
+        }
+    });
+
+    // A steady stream of calls, each with an argument of its own, the whole time.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = {
+        let (server, stop) = (server.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let message = format!("steady-{n}");
+                let started = Instant::now();
+                let result = echo(&server, &message).await;
+                outcomes.push((message, result, started.elapsed()));
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            outcomes
+        })
+    };
+
+    const ROUNDS: u64 = 4;
+    for round in 0..ROUNDS {
+        let before = running(&server).await;
+        // A long call in flight when the server is killed.
+        let tag = format!("long-{round}");
+        let mut long = server.tool("trigger-long-running-operation");
+        let call = long
+            .ready()
+            .await?
+            .call(args(json!({"duration": 30, "steps": 30, "tag": tag})));
+        let call = tokio::spawn(call);
+        eventually("the long call reached the server", || async {
+            proxy.calls().iter().any(|c| c.contains(&tag))
+        })
+        .await;
+        let killed_at = Instant::now();
+        everything.kill_9();
+
+        // It fails once, fast, and is not sent again.
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        assert!(
+            matches!(error, McpError::ConnectionLost { .. }),
+            "round {round}: {error}"
+        );
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(5),
+            "round {round}: failed after {:?}",
+            killed_at.elapsed()
+        );
+        // Down: its breaker is open, and calls fail at once without reaching anything.
+        waiting_for_its_probe(&server).await;
+        assert_eq!(server.breaker().state(), State::Open, "round {round}");
+        let sent = proxy.calls().len();
+        let quick_fail = Instant::now();
+        let error = echo(&server, &format!("while-down-{round}"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, McpError::Unavailable { .. }),
+            "round {round}: {error}"
+        );
+        assert!(quick_fail.elapsed() < Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // Back on its port: a new session, made by the breaker's probe.
+        everything.restart().await;
+        let after = until(&server, "running again", |s| {
+            s.state == ServerState::Running && s.generation > before.generation
+        })
+        .await;
+        assert_eq!(after.generation, before.generation + 1, "round {round}");
+        assert!(
+            !proxy.calls()[sent..]
+                .iter()
+                .any(|c| c.contains("while-down")),
+            "a call made while it was down reached it"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let outcomes = tokio::time::timeout(PATIENCE, caller).await??;
+    listener.abort();
+
+    // No call reached the server twice; every answered call reached it once; no call
+    // refused as unavailable reached it at all.
+    let calls = proxy.calls();
+    let distinct: HashSet<&String> = calls.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        calls.len(),
+        "a call was sent twice: {calls:?}"
+    );
+    let reached = |message: &str| {
+        calls
+            .iter()
+            .filter(|c| c.contains(&format!("\"{message}\"")))
+            .count()
+    };
+    let mut answered = 0;
+    for (message, result, took) in &outcomes {
+        match result {
+            Ok(text) => {
+                assert_eq!(text, &format!("Echo: {message}"));
+                assert_eq!(reached(message), 1, "{message}");
+                answered += 1;
+            }
+            Err(McpError::Unavailable { .. }) => {
+                assert_eq!(reached(message), 0, "{message} was refused but sent");
+                assert!(*took < Duration::from_millis(500), "{message}: {took:?}");
+            }
+            Err(other) => assert!(reached(message) <= 1, "{message}: {other}"),
+        }
+    }
+    assert!(answered > 0, "no steady call was answered");
+
+    // Each session came back through a probe: the breaker went open, then half-open
+    // (the probe, a new session), then closed, every round.
+    let transitions = transitions.lock().unwrap().clone();
+    let probes = transitions
+        .iter()
+        .filter(|t| t.from == State::HalfOpen && t.to == State::Closed)
+        .count();
+    assert!(probes as u64 >= ROUNDS, "{transitions:?}");
+    assert!(
+        transitions
+            .iter()
+            .all(|t| t.to != State::Closed || t.from == State::HalfOpen || t.cause == Cause::Reset),
+        "closed other than by a probe: {transitions:?}"
+    );
+    assert_eq!(server.status().generation, ROUNDS + 1);
+    assert_eq!(proxy.initializes() as u64, server.status().starts);
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_server_forgot_is_made_again_once_through_the_probe_and_no_call_is_replayed(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let everything = EverythingHttp::start(servers).await;
+    let proxy = Proxy::start(everything.port()).await;
+    let server = remote("everything", &proxy.url(""))
+        .restart(RestartPolicy::new().backoff(Duration::from_millis(300), Duration::from_secs(1)))
+        .start()?;
+    let first = running(&server).await;
+    assert_eq!(echo(&server, "before").await?, "Echo: before");
+    assert_eq!(proxy.initializes(), 1);
+
+    proxy.forget_the_session();
+    // Several calls find the session forgotten at once: each fails, none is sent again.
+    let calls = (0..4).map(|n| {
+        let server = server.clone();
+        tokio::spawn(async move { echo(&server, &format!("forgotten-{n}")).await })
+    });
+    for call in calls {
+        let error = tokio::time::timeout(PATIENCE, call).await??.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                McpError::SessionExpired { .. } | McpError::Unavailable { .. }
+            ),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("not replayed")
+                || matches!(error, McpError::Unavailable { .. }),
+            "{error}"
+        );
+    }
+    let down = until(&server, "down", |s| s.state != ServerState::Running).await;
+    assert!(
+        matches!(
+            down.state,
+            ServerState::Down(Down::SessionExpired) | ServerState::Restarting
+        ),
+        "{down}"
+    );
+
+    // One new session, made by the probe; the calls that found it forgotten never
+    // reached the server.
+    let after = until(&server, "running again", |s| {
+        s.state == ServerState::Running && s.generation > first.generation
+    })
+    .await;
+    assert_eq!(after.generation, first.generation + 1);
+    assert_eq!(echo(&server, "after").await?, "Echo: after");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(proxy.initializes(), 2, "the session was made again once");
+    assert_eq!(server.status().generation, first.generation + 1);
+    assert!(proxy.refused() >= 1);
+    assert!(
+        !proxy.calls().iter().any(|c| c.contains("forgotten")),
+        "{:?}",
+        proxy.calls()
+    );
+    server.stop().await;
+    Ok(())
+}
