@@ -5,7 +5,7 @@
 //! its own SDK and exporter (OTLP, Jaeger, stdout), and no exporter is built here.
 //!
 //! Turn it on per breaker with [`Builder::opentelemetry`], as metrics are with
-//! [`Builder::metrics`](crate::Builder::metrics): a breaker without it pays nothing,
+//! `Builder::metrics` (feature `metrics`): a breaker without it pays nothing,
 //! and a library that turns the feature on for its own breakers changes no one else's.
 //! The spans are the application's: instrument the code that calls through the breaker
 //! (`#[tracing::instrument]`, or `.instrument(span)` on the future that polls the service
@@ -134,7 +134,7 @@ impl Builder {
     ///
     /// With it, every success in the closed state is reported to the breaker's
     /// observers, which the breaker otherwise skips (a few nanoseconds a call, as for
-    /// [metrics](crate::metrics#cost)).
+    /// the `metrics` feature's series).
     pub fn opentelemetry(self) -> Self {
         self.on_event_at_once(on_current_span)
     }

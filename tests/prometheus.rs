@@ -131,13 +131,13 @@ async fn open_it(layer: &tower_circuit_breaker::CircuitBreakerLayer) {
     assert_eq!(layer.handle().state(), State::Open);
 }
 
+/// One expected sample: its series, its labels, its value.
+type Row = (Series, Vec<(&'static str, String)>, &'static str);
+
 /// Every series of the module's table, with its labels and value after [`open_it`], in
 /// `naming`: the fast success is the one success counted, the slow success counts as a
 /// failure (the slow-call rule), so 3 of 4 failed (75 %) and 2 of 4 were slow (50 %).
-fn expected(
-    naming: Naming,
-    breaker: &str,
-) -> Vec<(Series, Vec<(&'static str, String)>, &'static str)> {
+fn expected(naming: Naming, breaker: &str) -> Vec<Row> {
     let r4j = naming == Naming::Resilience4j;
     let (name_label, kind_label) = if r4j {
         ("name", "kind")
