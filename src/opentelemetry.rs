@@ -29,8 +29,8 @@
 //! let _default = tracing::subscriber::set_default(subscriber);
 //!
 //! let layer = Builder::new().name("search-tool").opentelemetry().build()?;
-//! let mut search = layer.layer(service_fn(|q: &str| async move { Ok::<_, std::io::Error>(q.len()) }));
-//! async { search.ready().await?.call("rust").await }
+//! let mut search = layer.layer(service_fn(|q: String| async move { Ok::<_, std::io::Error>(q.len()) }));
+//! async { search.ready().await?.call("rust".to_string()).await }
 //!     .instrument(tracing::info_span!("search"))
 //!     .await?;
 //!
