@@ -219,6 +219,58 @@ impl Builder {
         self
     }
 
+    /// Calls `observer` on every [`Event`] at once, in the task that made it, for what
+    /// belongs to the caller's context: its `tracing` span (the `opentelemetry`
+    /// feature's attributes are set so), a task-local.
+    ///
+    /// An [`on_event`](Self::on_event) observer hears of events in the order the breaker
+    /// made them, so it may hear of a call's failure from another task, the one
+    /// delivering at the time. This one is told by the task whose call was skipped or
+    /// recorded (where its `poll_ready` or its response future ran), or whose call or
+    /// handle action caused the transition, as soon as the breaker's lock is released:
+    /// never by another task, and so in no order with other tasks' events (a skip for
+    /// `open` may come before the transition to open, told by another task). A success
+    /// settled later, such as a streamed body's, is told by the task that ended the body.
+    ///
+    /// Keep it quick; a panic in it is logged, not passed on. It should not act on its
+    /// breaker: what it causes there reaches it at once, inside itself.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    /// use tower_circuit_breaker::{Builder, Event};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// tokio::task_local! { static REQUEST: u32; }
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let layer = Builder::new()
+    ///     .on_event_at_once({
+    ///         let seen = seen.clone();
+    ///         move |event: &Event<'_>| {
+    ///             if let Event::Recorded { outcome, .. } = event {
+    ///                 // The caller's task-local: this runs in the caller's task.
+    ///                 seen.lock().unwrap().push((REQUEST.get(), outcome.is_failure()));
+    ///             }
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// let mut svc = layer.layer(service_fn(|fail: bool| async move {
+    ///     if fail { Err(std::io::Error::other("refused")) } else { Ok(()) }
+    /// }));
+    /// REQUEST.scope(7, async { svc.ready().await?.call(true).await.map(|_| ()) }).await.ok();
+    /// REQUEST.scope(8, async { svc.ready().await?.call(false).await.map(|_| ()) }).await?;
+    /// assert_eq!(*seen.lock().unwrap(), [(7, true), (8, false)]);
+    /// # Ok(()) }
+    /// ```
+    pub fn on_event_at_once(
+        mut self,
+        observer: impl Fn(&Event<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.observers.push(Watcher::AtOnce(Arc::new(observer)));
+        self
+    }
+
     /// Calls `make` for each breaker built (once here, once per key in a keyed registry)
     /// with its checked settings, for an observer of its own.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -293,13 +345,16 @@ pub(crate) enum Watcher {
     // Only the metrics make observers per breaker.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     PerBreaker(Arc<dyn Fn(&Config) -> Observer + Send + Sync>),
+    /// Told of each event at once, by the task that made it
+    /// ([`Builder::on_event_at_once`]).
+    AtOnce(Observer),
 }
 
 impl Watcher {
     /// The observer for the breaker with these settings.
     fn for_breaker(&self, config: &Config) -> Observer {
         match self {
-            Watcher::Shared(observer) => observer.clone(),
+            Watcher::Shared(observer) | Watcher::AtOnce(observer) => observer.clone(),
             Watcher::PerBreaker(make) => make(config),
         }
     }
@@ -314,10 +369,16 @@ pub(crate) fn breaker(
     watchers: &[Watcher],
     group: Option<Arc<DeliveryGroup>>,
 ) -> Shared {
-    let observers = watchers
+    let (at_once, in_order): (Vec<&Watcher>, Vec<&Watcher>) = watchers
         .iter()
-        .map(|watcher| watcher.for_breaker(&config))
-        .collect();
+        .partition(|watcher| matches!(watcher, Watcher::AtOnce(_)));
+    let observers = |watchers: Vec<&Watcher>| {
+        watchers
+            .into_iter()
+            .map(|watcher| watcher.for_breaker(&config))
+            .collect()
+    };
+    let observers = (observers(in_order), observers(at_once));
     Shared::new(Machine::new(config, now()), kill, observers, group)
 }
 

@@ -76,7 +76,8 @@
 //! - Behind features: `http` (a classifier for HTTP clients, error bodies, buffered and
 //!   streamed responses, provenance on the plain response), `reqwest` (the same for
 //!   `reqwest::Response`), `metrics` (Prometheus-style series, resilience4j's names if
-//!   wanted), `admin` (an operators' endpoint), `fleet` (kill switches and hints shared by
+//!   wanted), `opentelemetry` (each call's decision as attributes of the caller's span,
+//!   changes of state as span events), `admin` (an operators' endpoint), `fleet` (kill switches and hints shared by
 //!   replicas through Redis), `mcp` (MCP tool servers supervised under breakers, their
 //!   tools under the expediter; needs Rust 1.88), `serde` (JSON for snapshots and reports).
 #![warn(
@@ -122,6 +123,9 @@ pub mod mcp;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+#[cfg(feature = "opentelemetry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+pub mod opentelemetry;
 mod outcome;
 pub mod readiness;
 pub mod recover;

@@ -75,6 +75,9 @@
 //! | `State` | `circuit_breaker_state` | `resilience4j_circuitbreaker_state` | gauge, count | `state`: see below |
 //! | `FailureRate` | `circuit_breaker_failure_rate` | `resilience4j_circuitbreaker_failure_rate` | gauge, percent | none |
 //! | `CallDuration` | `circuit_breaker_call_duration_seconds` | `resilience4j_circuitbreaker_calls_seconds` | histogram, seconds | `outcome` (`kind`), only with [`Metrics::call_durations`] |
+//! | `BufferedCalls` | `circuit_breaker_buffered_calls` | `resilience4j_circuitbreaker_buffered_calls` | gauge, count | `outcome` (`kind`): `success`, `failure` (`successful`, `failed`) |
+//! | `SlowCalls` | `circuit_breaker_slow_calls` | `resilience4j_circuitbreaker_slow_calls` | gauge, count | `outcome` (`kind`): `success`, `failure` (`successful`, `failed`) |
+//! | `SlowCallRate` | `circuit_breaker_slow_call_rate` | `resilience4j_circuitbreaker_slow_call_rate` | gauge, percent | none |
 //!
 //! | Label values | [`Naming::CircuitBreaker`] | [`Naming::Resilience4j`] |
 //! |---|---|---|
@@ -115,6 +118,21 @@
 //!   counted; while the breaker is open or half-open it keeps the reading that opened
 //!   it (probes are not part of the count). With a time window the reading is as of the
 //!   last outcome: old outcomes leave the window without a new value being set.
+//! - **BufferedCalls**, **SlowCalls** and **SlowCallRate** are resilience4j's view of
+//!   the trip policy's count: the successful and failed outcomes in it now, those of
+//!   them slower than the slow-call threshold ([`Builder::slow_call_threshold`]; with
+//!   none, no call is slow), and the slow ones' share in percent (-1 while the count
+//!   holds fewer than `minimum_calls`, or no outcome). With [`Builder::failure_rate`]
+//!   the count is its window (the last calls, or the outcomes of the last span of time,
+//!   as of the last outcome); with [`Builder::failure_threshold`] it is the run of
+//!   consecutive failures, which a success ends, so successful ones are 0. They start
+//!   at 0 (the rate at -1) and go back there at each closing, as the count does. This
+//!   breaker counts a slow success as a failure, so a slow call is in `failure`
+//!   (`failed`): `SlowCalls` with `success` (`successful`) stays 0, where resilience4j,
+//!   which keeps slow calls apart from failures, counts slow successes. The count is
+//!   read from the events, in their order; a success that changes nothing is told at
+//!   once by its caller, and so may be counted just before a failure another task is
+//!   still delivering.
 //! - **CallDuration** ([`Metrics::call_durations`], off by default) records how long each
 //!   call counted in Calls took, from the wrapped service's `call` to its response, in
 //!   seconds. Turning it on makes the breaker read the clock twice per call.
@@ -126,8 +144,6 @@
 //! percentiles (`..._calls_seconds_bucket`), give the histogram buckets in the exporter
 //! (metrics-exporter-prometheus: `set_buckets_for_metric`), and leave the exporter's
 //! suffixing of names by unit off (the default), which would rename the failure rate.
-//! resilience4j's `buffered_calls` and `slow_call_rate` have no counterpart: this
-//! breaker keeps no separate count of slow calls.
 //!
 //! Queries of resilience4j's Grafana dashboard that work unchanged with
 //! [`Naming::Resilience4j`]:
@@ -135,6 +151,8 @@
 //! ```text
 //! sum(resilience4j_circuitbreaker_state{state=~"open|forced_open"})
 //! resilience4j_circuitbreaker_failure_rate{name=~"$circuitbreaker_name"}
+//! resilience4j_circuitbreaker_slow_call_rate{name=~"$circuitbreaker_name"}
+//! resilience4j_circuitbreaker_buffered_calls{name=~"$circuitbreaker_name", kind="failed"}
 //! rate(resilience4j_circuitbreaker_calls_seconds_count{name=~"$circuitbreaker_name"}[1m])
 //! ```
 //!
@@ -176,7 +194,9 @@
 //! [`Builder::failure_rate`]: crate::Builder::failure_rate
 //! [`Builder::failure_threshold`]: crate::Builder::failure_threshold
 
-use std::sync::{Arc, Once, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::time::{Duration, Instant};
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
@@ -184,11 +204,20 @@ use metrics::{
 };
 
 use crate::builder::Builder;
+use crate::clock::now;
 use crate::event::Event;
 use crate::machine::{Reason, State};
 use crate::outcome::Outcome;
-use crate::settings::{Config, Mode};
+use crate::settings::{Config, Mode, RateWindow, TripPolicy};
 use crate::shared::Observer;
+
+/// The count, even if an update panicked while holding it (a recorder's panic): it is
+/// whole between updates.
+fn lock(count: &Mutex<Count>) -> std::sync::MutexGuard<'_, Count> {
+    count
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Which names and labels the series carry: see the [tables](self#series).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -253,11 +282,13 @@ impl Metrics {
     /// The observer of one breaker, its series set to their starting values.
     fn observer(self, config: &Config) -> Observer {
         let handles = Handles::new(self.naming, config.name.clone());
-        starting(config.mode, &mut |point, value| {
+        let count = Count::new(config);
+        starting(config.mode, &count, &mut |point, value| {
             handles.update(point, value)
         });
+        let count = Mutex::new(count);
         Arc::new(move |event: &Event<'_>| {
-            updates(event, self, &mut |point, value| {
+            updates(event, self, &count, &mut |point, value| {
                 handles.update(point, value)
             })
         })
@@ -314,17 +345,28 @@ pub enum Series {
     FailureRate,
     /// How long calls took, by outcome, in seconds (with [`Metrics::call_durations`]).
     CallDuration,
+    /// The outcomes in the trip policy's count now, successful and failed.
+    BufferedCalls,
+    /// The calls slower than the slow-call threshold in the trip policy's count now, by
+    /// outcome.
+    SlowCalls,
+    /// The share of slow calls in the trip policy's count, in percent; -1 until enough
+    /// calls are counted.
+    SlowCallRate,
 }
 
 impl Series {
     /// Every series.
-    pub const ALL: [Series; 6] = [
+    pub const ALL: [Series; 9] = [
         Series::Calls,
         Series::Rejections,
         Series::Transitions,
         Series::State,
         Series::FailureRate,
         Series::CallDuration,
+        Series::BufferedCalls,
+        Series::SlowCalls,
+        Series::SlowCallRate,
     ];
 
     /// The series' name in `naming`.
@@ -358,7 +400,7 @@ struct Row {
 
 /// The series, in [`Series`] order: the one place their names, types, units and help
 /// texts are written.
-const TABLE: [Row; 6] = [
+const TABLE: [Row; 9] = [
     Row {
         names: [
             "circuit_breaker_calls_total",
@@ -414,6 +456,36 @@ const TABLE: [Row; 6] = [
         instrument: Instrument::Histogram,
         unit: Unit::Seconds,
         help: "How long calls through the circuit breaker took, by outcome.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_buffered_calls",
+            "resilience4j_circuitbreaker_buffered_calls",
+        ],
+        instrument: Instrument::Gauge,
+        unit: Unit::Count,
+        help: "The outcomes in the circuit breaker's trip policy count now, by outcome.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_slow_calls",
+            "resilience4j_circuitbreaker_slow_calls",
+        ],
+        instrument: Instrument::Gauge,
+        unit: Unit::Count,
+        help: "The calls slower than the slow-call threshold in the circuit breaker's trip policy count now, by outcome.",
+        fixed: [&[], &[]],
+    },
+    Row {
+        names: [
+            "circuit_breaker_slow_call_rate",
+            "resilience4j_circuitbreaker_slow_call_rate",
+        ],
+        instrument: Instrument::Gauge,
+        unit: Unit::Percent,
+        help: "The share of slow calls in the circuit breaker's trip policy count, in percent; -1 until enough calls are counted.",
         fixed: [&[], &[]],
     },
 ];
@@ -497,10 +569,17 @@ impl Shown {
 enum Point {
     Call(Kind),
     Rejection(Reason),
-    Transition { from: State, to: State },
+    Transition {
+        from: State,
+        to: State,
+    },
     State(Shown),
     FailureRate,
     Duration(Kind),
+    /// Successes (`Kind::Success`) or failures in the count.
+    Buffered(Kind),
+    Slow(Kind),
+    SlowCallRate,
 }
 
 impl Point {
@@ -512,6 +591,9 @@ impl Point {
             Point::State(_) => Series::State,
             Point::FailureRate => Series::FailureRate,
             Point::Duration(_) => Series::CallDuration,
+            Point::Buffered(_) => Series::BufferedCalls,
+            Point::Slow(_) => Series::SlowCalls,
+            Point::SlowCallRate => Series::SlowCallRate,
         }
     }
 
@@ -519,13 +601,16 @@ impl Point {
     fn labels(self, naming: Naming) -> Vec<(&'static str, &'static str)> {
         let column = naming.column();
         match self {
-            Point::Call(kind) | Point::Duration(kind) => {
+            Point::Call(kind)
+            | Point::Duration(kind)
+            | Point::Buffered(kind)
+            | Point::Slow(kind) => {
                 vec![(Kind::LABEL[column], kind.value(naming))]
             }
             Point::Rejection(reason) => vec![("reason", reason.as_str())],
             Point::Transition { from, to } => vec![("from", from.as_str()), ("to", to.as_str())],
             Point::State(shown) => vec![("state", shown.value(naming))],
-            Point::FailureRate => Vec::new(),
+            Point::FailureRate | Point::SlowCallRate => Vec::new(),
         }
     }
 
@@ -546,17 +631,26 @@ impl Point {
             ),
             Point::State(shown) => Some(10 + shown.index()),
             Point::FailureRate => Some(16),
+            // Successes and failures only: ignored outcomes are not counted.
+            Point::Buffered(k) => Some(17 + kind(k).min(1)),
+            Point::Slow(k) => Some(19 + kind(k).min(1)),
+            Point::SlowCallRate => Some(21),
             Point::Transition { .. } => None,
         }
     }
 }
 
 /// Points with a kept handle (see [`Point::slot`]).
-const SLOTS: usize = 17;
+const SLOTS: usize = 22;
 
 /// The series updates `event` makes, in order: the one place an event is read. A
 /// counter's value is the amount to add.
-fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f64)) {
+fn updates(
+    event: &Event<'_>,
+    metrics: Metrics,
+    count: &Mutex<Count>,
+    update: &mut impl FnMut(Point, f64),
+) {
     match *event {
         Event::Recorded {
             outcome,
@@ -571,6 +665,12 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
             }
             if let Some(rate) = failure_rate {
                 update(Point::FailureRate, rate);
+                // In the trip policy's count, unless ignored.
+                if kind != Kind::Ignored {
+                    let mut count = lock(count);
+                    count.record(kind == Kind::Failure, elapsed, now());
+                    count.show(update);
+                }
             }
         }
         Event::Skipped { skip, .. } => update(Point::Rejection(skip.reason()), 1.0),
@@ -581,6 +681,9 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
             if to == State::Closed {
                 // The count starts afresh.
                 update(Point::FailureRate, NO_RATE);
+                let mut count = lock(count);
+                count.clear();
+                count.show(update);
             }
         }
         Event::ModeChanged { to, state, .. } => show(Some(Shown::of(state, to)), update),
@@ -588,15 +691,124 @@ fn updates(event: &Event<'_>, metrics: Metrics, update: &mut impl FnMut(Point, f
         Event::Evicted { .. } => {
             show(None, update);
             update(Point::FailureRate, NO_RATE);
+            let mut count = lock(count);
+            count.clear();
+            count.show(update);
         }
     }
 }
 
 /// The values a breaker's series start with: closed (or its starting mode), no failure
-/// rate yet.
-fn starting(mode: Mode, update: &mut impl FnMut(Point, f64)) {
+/// rate yet, nothing counted.
+fn starting(mode: Mode, count: &Count, update: &mut impl FnMut(Point, f64)) {
     show(Some(Shown::of(State::Closed, mode)), update);
     update(Point::FailureRate, NO_RATE);
+    count.show(update);
+}
+
+/// The outcomes in a breaker's trip-policy count, as its events tell them (the breaker
+/// keeps no list of them): what the buffered- and slow-call series show.
+///
+/// - With a failure rate over the last `n` calls, the last `n` outcomes; over a time, the
+///   outcomes of that time, as of the last one.
+/// - With consecutive failures, the run of failures (a success ends it).
+///
+/// A call is slow when it took longer than the slow-call threshold; with none, no call
+/// is.
+#[derive(Debug)]
+struct Count {
+    policy: TripPolicy,
+    slow_call: Option<Duration>,
+    outcomes: VecDeque<Counted>,
+}
+
+/// One outcome in a [`Count`].
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    failed: bool,
+    slow: bool,
+    at: Instant,
+}
+
+impl Count {
+    fn new(config: &Config) -> Self {
+        Count {
+            policy: config.trip_policy(),
+            slow_call: config.slow_call_threshold(),
+            outcomes: VecDeque::new(),
+        }
+    }
+
+    fn record(&mut self, failed: bool, elapsed: Option<Duration>, now: Instant) {
+        let slow = matches!((self.slow_call, elapsed), (Some(limit), Some(took)) if took > limit);
+        let counted = Counted {
+            failed,
+            slow,
+            at: now,
+        };
+        match self.policy {
+            TripPolicy::ConsecutiveFailures(threshold) => {
+                if !failed {
+                    self.outcomes.clear();
+                } else if self.outcomes.len() < threshold as usize {
+                    self.outcomes.push_back(counted);
+                }
+            }
+            TripPolicy::FailureRate { window, .. } => {
+                self.outcomes.push_back(counted);
+                match window {
+                    RateWindow::Calls(n) => {
+                        while self.outcomes.len() > n as usize {
+                            self.outcomes.pop_front();
+                        }
+                    }
+                    RateWindow::Time(span) => {
+                        while self
+                            .outcomes
+                            .front()
+                            .is_some_and(|oldest| now.saturating_duration_since(oldest.at) > span)
+                        {
+                            self.outcomes.pop_front();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.outcomes.clear();
+    }
+
+    /// Sets the buffered- and slow-call series and the slow-call rate.
+    fn show(&self, update: &mut impl FnMut(Point, f64)) {
+        let mut counts = [[0u32; 2]; 2]; // [failed][slow]
+        for outcome in &self.outcomes {
+            counts[usize::from(outcome.failed)][usize::from(outcome.slow)] += 1;
+        }
+        let [success, failure] = counts;
+        update(
+            Point::Buffered(Kind::Success),
+            f64::from(success[0] + success[1]),
+        );
+        update(
+            Point::Buffered(Kind::Failure),
+            f64::from(failure[0] + failure[1]),
+        );
+        update(Point::Slow(Kind::Success), f64::from(success[1]));
+        update(Point::Slow(Kind::Failure), f64::from(failure[1]));
+        let total = self.outcomes.len();
+        let minimum = match self.policy {
+            TripPolicy::FailureRate { minimum_calls, .. } => minimum_calls.max(1) as usize,
+            TripPolicy::ConsecutiveFailures(_) => 1,
+        };
+        let rate = if total < minimum {
+            NO_RATE
+        } else {
+            f64::from(success[1] + failure[1]) * 100.0 / total as f64
+        };
+        update(Point::SlowCallRate, rate);
+    }
 }
 
 /// The failure rate before any outcome is counted, as resilience4j reports it.

@@ -215,6 +215,86 @@ async fn nested_in_axum_reads_and_acts_need_the_bearer_token_and_a_wrong_one_is_
     task.abort();
 }
 
+/// An application's route next to the admin in one Router: the route needs no token,
+/// the admin does, and a kill through the admin stops the route's breaker until revived.
+#[tokio::test]
+async fn nested_in_axum_next_to_an_app_route_a_kill_through_the_router_stops_the_apps_calls() {
+    let all = KillSwitch::new();
+    let layer = CircuitBreakerLayer::builder()
+        .name("chat")
+        .kill_switch(all.clone())
+        .build()
+        .unwrap();
+    let admin = Admin::builder()
+        .breakers([layer.handle()])
+        .kill_switch("all-models", all.clone())
+        .bearer_token(TOKEN)
+        .allow_mutations(true)
+        .build()
+        .unwrap();
+    let chat = layer.layer(service_fn(|_: ()| async {
+        Ok::<_, std::io::Error>("answered")
+    }));
+    let app = axum::Router::new()
+        .route(
+            "/chat",
+            axum::routing::get(move || {
+                let chat = chat.clone();
+                async move {
+                    match chat.oneshot(()).await {
+                        Ok(answer) => answer.into_inner().to_string(),
+                        Err(error) => format!("not made: {error}"),
+                    }
+                }
+            }),
+        )
+        .nest_service("/admin", admin);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = |path: &str| format!("http://{addr}{path}");
+    let bearer = format!("Bearer {TOKEN}");
+
+    let chat_url = url("/chat");
+    let chat_now = || send(Method::GET, &chat_url, None, "");
+    assert_eq!(
+        chat_now().await.text,
+        "answered",
+        "the app's route needs no token"
+    );
+    let listed = send(Method::GET, &url("/admin/breakers"), None, "").await;
+    assert_eq!(listed.status, StatusCode::UNAUTHORIZED);
+    let listed = send(Method::GET, &url("/admin/breakers"), Some(&bearer), "").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert!(listed.text.contains("\"chat\""), "{}", listed.text);
+
+    let killed = send(
+        Method::POST,
+        &url("/admin/kill_switches/all-models/kill"),
+        Some(&bearer),
+        "",
+    )
+    .await;
+    assert_eq!(killed.status, StatusCode::OK);
+    assert!(all.is_killed());
+    let stopped = chat_now().await.text;
+    assert!(
+        stopped.starts_with("not made:") && stopped.contains("chat"),
+        "{stopped}"
+    );
+
+    let revived = send(
+        Method::POST,
+        &url("/admin/kill_switches/all-models/revive"),
+        Some(&bearer),
+        "",
+    )
+    .await;
+    assert_eq!(revived.status, StatusCode::OK);
+    assert_eq!(chat_now().await.text, "answered");
+    task.abort();
+}
+
 #[tokio::test]
 async fn over_hyper_an_authorize_check_of_the_head_guards_reads_and_acts() {
     let (all, chat, embed) = breakers();

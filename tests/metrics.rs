@@ -216,7 +216,7 @@ async fn every_series_is_described_with_its_unit_and_help() -> Result<(), BoxErr
                 .collect();
             assert!(!reads.is_empty(), "{name} recorded");
             let unit = match series {
-                Series::FailureRate => Unit::Percent,
+                Series::FailureRate | Series::SlowCallRate => Unit::Percent,
                 Series::CallDuration => Unit::Seconds,
                 _ => Unit::Count,
             };

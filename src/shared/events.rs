@@ -12,6 +12,11 @@
 //! the observer's own): then it is queued too, and reported after the observer returns.
 //! An observer is never run inside itself.
 //!
+//! Observers told at once ([`Builder::on_event_at_once`](crate::Builder::on_event_at_once))
+//! are not in that order: each event is told to them by the task that made it, as soon
+//! as the machine's lock is released, so that they run in the context of the call (its
+//! `tracing` span) that caused it.
+//!
 //! The queue, its order and the turn to deliver it are a [`Delivery`]; this module says
 //! what a breaker's events are and how each is reported (the [`Reporter`], its sink).
 
@@ -31,7 +36,7 @@ use crate::sync::delivery::{Delivery, Sink};
 pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
 /// An event made under the machine's lock, waiting to be delivered.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum Queued {
     Transition(Transition),
     Recorded {
@@ -61,16 +66,22 @@ pub(super) type Events = Delivery<Reporter>;
 pub(super) struct Reporter {
     name: Arc<str>,
     observers: Box<[Observer]>,
+    /// Told of each event at once, by the task that made it.
+    at_once: Box<[Observer]>,
+    /// Whether either list has an observer: read on every quiet success.
+    observed: bool,
     /// Made on the first `subscribe`: a channel costs a few kilobytes, too much for
     /// every breaker of a keyed registry.
     channel: OnceLock<broadcast::Sender<Transition>>,
 }
 
 impl Reporter {
-    pub(super) fn new(name: Arc<str>, observers: Vec<Observer>) -> Self {
+    pub(super) fn new(name: Arc<str>, observers: Vec<Observer>, at_once: Vec<Observer>) -> Self {
         Reporter {
             name,
+            observed: !(observers.is_empty() && at_once.is_empty()),
             observers: observers.into_boxed_slice(),
+            at_once: at_once.into_boxed_slice(),
             channel: OnceLock::new(),
         }
     }
@@ -79,10 +90,46 @@ impl Reporter {
     /// panicking one is logged and does not reach the caller.
     fn notify(&self, events: &Events, event: &Event<'_>) {
         let _running = events.running();
-        for observer in self.observers.iter() {
-            if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
-                tracing::error!(target: "tower_circuit_breaker", breaker = %self.name, "an event observer panicked");
-            }
+        run(&self.name, &self.observers, event);
+    }
+
+    /// `queued` as the observers see it.
+    fn with_event<R>(&self, queued: &Queued, f: impl FnOnce(&Event<'_>) -> R) -> R {
+        let name = &*self.name;
+        match queued {
+            Queued::Recorded {
+                outcome,
+                probe,
+                shadow,
+                elapsed,
+                failure_rate,
+            } => f(&Event::Recorded {
+                name,
+                outcome,
+                probe: *probe,
+                shadow: *shadow,
+                elapsed: *elapsed,
+                failure_rate: *failure_rate,
+            }),
+            Queued::ModeChanged { from, to, state } => f(&Event::ModeChanged {
+                name,
+                from: *from,
+                to: *to,
+                state: *state,
+            }),
+            Queued::Skipped(skip) => f(&Event::Skipped { name, skip }),
+            Queued::Evicted => f(&Event::Evicted { name }),
+            Queued::Transition(transition) => f(&Event::Transition(transition)),
+        }
+    }
+}
+
+/// Runs each of `observers` on `event`; a panicking one is logged and does not reach the
+/// caller.
+fn run(name: &str, observers: &[Observer], event: &Event<'_>) {
+    for observer in observers {
+        if catch_unwind(AssertUnwindSafe(|| observer(event))).is_err() {
+            tracing::error!(target: "tower_circuit_breaker", breaker = %name, "an event observer panicked");
         }
     }
 }
@@ -91,56 +138,19 @@ impl Sink for Reporter {
     type Item = Queued;
 
     fn deliver(&self, event: Queued, events: &Events) {
-        match event {
-            Queued::Recorded {
-                outcome,
-                probe,
-                shadow,
-                elapsed,
-                failure_rate,
-            } => self.notify(
-                events,
-                &Event::Recorded {
-                    name: &self.name,
-                    outcome: &outcome,
-                    probe,
-                    shadow,
-                    elapsed,
-                    failure_rate,
-                },
+        match &event {
+            Queued::ModeChanged { from, to, state } => tracing::info!(
+                target: "tower_circuit_breaker",
+                breaker = %self.name, from = from.as_str(), mode = to.as_str(), state = state.as_str(),
+                "mode changed",
             ),
-            Queued::ModeChanged { from, to, state } => {
-                tracing::info!(
-                    target: "tower_circuit_breaker",
-                    breaker = %self.name, from = from.as_str(), mode = to.as_str(), state = state.as_str(),
-                    "mode changed",
-                );
-                self.notify(
-                    events,
-                    &Event::ModeChanged {
-                        name: &self.name,
-                        from,
-                        to,
-                        state,
-                    },
-                );
-            }
-            Queued::Skipped(skip) => self.notify(
-                events,
-                &Event::Skipped {
-                    name: &self.name,
-                    skip: &skip,
-                },
-            ),
-            Queued::Evicted => self.notify(events, &Event::Evicted { name: &self.name }),
-            Queued::Transition(transition) => {
-                log(&transition);
-                self.notify(events, &Event::Transition(&transition));
-                if let Some(channel) = self.channel.get() {
-                    // Never waits: a slow receiver loses the oldest and is told so.
-                    let _ = channel.send(transition);
-                }
-            }
+            Queued::Transition(transition) => log(transition),
+            _ => {}
+        }
+        self.with_event(&event, |event| self.notify(events, event));
+        if let (Queued::Transition(transition), Some(channel)) = (event, self.channel.get()) {
+            // Never waits: a slow receiver loses the oldest and is told so.
+            let _ = channel.send(transition);
         }
     }
 }
@@ -149,7 +159,19 @@ impl Events {
     /// Whether anyone is told of outcomes and skips.
     #[inline]
     pub(super) fn observed(&self) -> bool {
-        !self.sink().observers.is_empty()
+        self.sink().observed
+    }
+
+    /// Whether anyone is told of events at once, by the task that made them.
+    #[inline]
+    pub(super) fn told_at_once(&self) -> bool {
+        !self.sink().at_once.is_empty()
+    }
+
+    /// Tells the observers told at once of `event`, made by this task.
+    pub(super) fn tell_at_once(&self, event: &Queued) {
+        let reporter = self.sink();
+        reporter.with_event(event, |event| run(&reporter.name, &reporter.at_once, event));
     }
 
     pub(super) fn subscribe(&self) -> broadcast::Receiver<Transition> {
@@ -161,19 +183,26 @@ impl Events {
 
     /// Reports a skip decided now.
     pub(super) fn skipped(self: &Arc<Self>, skip: Skip) {
+        if self.told_at_once() {
+            self.tell_at_once(&Queued::Skipped(skip));
+        }
         self.deliver_now(Queued::Skipped(skip));
     }
 
     /// Reports a quiet success counted now; `elapsed` if the call was timed.
     #[cold]
     pub(super) fn succeeded(self: &Arc<Self>, elapsed: Option<Duration>) {
-        self.deliver_now(Queued::Recorded {
+        let success = Queued::Recorded {
             outcome: Outcome::Success,
             probe: false,
             shadow: false,
             elapsed,
             failure_rate: Some(crate::machine::Machine::QUIET_FAILURE_RATE),
-        });
+        };
+        if self.told_at_once() {
+            self.tell_at_once(&success);
+        }
+        self.deliver_now(success);
     }
 }
 
@@ -236,7 +265,7 @@ mod tests {
             })
         };
         let events = Arc::new(Events::new(
-            Reporter::new("logged".into(), vec![observer]),
+            Reporter::new("logged".into(), vec![observer], Vec::new()),
             None,
         ));
         events.queue(Queued::ModeChanged {

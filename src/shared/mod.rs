@@ -110,19 +110,21 @@ impl Clock for Arrival<'_> {
 }
 
 impl Shared {
-    /// A breaker of `machine`, obeying `kill`, telling `observers`; its events are
-    /// counted in `group` too, if it is in one.
+    /// A breaker of `machine`, obeying `kill`, telling `observers` in order and
+    /// `at_once` by the task that made each event; its events are counted in `group`
+    /// too, if it is in one.
     pub(crate) fn new(
         machine: Machine,
         kill: KillSwitch,
-        observers: Vec<Observer>,
+        (observers, at_once): (Vec<Observer>, Vec<Observer>),
         group: Option<Arc<DeliveryGroup>>,
     ) -> Self {
         let name = machine.config().name.clone();
+        let reporter = Reporter::new(name.clone(), observers, at_once);
         Shared {
             tally: Tally::default(),
             published: Published::new(&machine.door()),
-            events: Arc::new(Events::new(Reporter::new(name.clone(), observers), group)),
+            events: Arc::new(Events::new(reporter, group)),
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
@@ -153,12 +155,19 @@ impl Shared {
             .filter(|_| self.published.load_whole() != Some(door));
         self.published.store(&door);
         let reported = event.is_some() || transition.is_some();
+        let mut at_once = None;
         for event in event.into_iter().chain(transition.map(Queued::Transition)) {
+            if self.events.told_at_once() {
+                at_once.get_or_insert_with(Vec::new).push(event.clone());
+            }
             self.events.queue(event);
         }
         drop(machine);
         if let Some(changes) = changes {
             changes.send_replace(());
+        }
+        for event in at_once.iter().flatten() {
+            self.events.tell_at_once(event);
         }
         if reported {
             self.events.deliver();
@@ -533,6 +542,9 @@ impl Shared {
     /// Tells the observers that the breaker was evicted from its keyed registry, after
     /// whatever is queued.
     pub(crate) fn evicted(&self) {
+        if self.events.told_at_once() {
+            self.events.tell_at_once(&Queued::Evicted);
+        }
         self.events.queue(Queued::Evicted);
         self.events.deliver();
     }
