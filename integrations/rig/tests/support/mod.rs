@@ -1,0 +1,2 @@
+pub mod research;
+pub mod scripted_model;
