@@ -5,8 +5,10 @@
 //! Which clock. Tokio's clock is the clock of the runtime whose handle is entered; only a
 //! current-thread runtime's can be paused (a test's), and a multi-thread runtime's, like
 //! the clock outside any runtime, is the system's monotonic clock. A call made outside
-//! any task asks the entered handle every time. A call made by a task asks it the first
-//! time, and keeps the answer for the rest of the task: a task of a multi-thread runtime
+//! any task (in `block_on`) reads tokio's clock: asking the entered handle which runtime
+//! it is clones the handle, two atomic writes on a line the runtime's threads share,
+//! which costs more than the read it could spare. A call made by a task asks the handle
+//! the first time, and keeps the answer for the rest of the task: a task of a multi-thread runtime
 //! runs on the system's clock, also if it later enters a paused runtime's handle or drives
 //! a paused runtime inside `block_in_place` (asking the handle on every call would touch
 //! the runtime's reference count twice a call, a cache line passed between the runtime's
@@ -48,22 +50,11 @@ pub(crate) fn surely_before(deadline: Nanos) -> bool {
 }
 
 /// Whether a call made here runs on the system's monotonic clock (see the
-/// [module docs](self)).
+/// [module docs](self)): in a task, as its first call found; outside any task, not known
+/// without asking the entered handle, which costs more than reading the clock.
 #[inline]
 fn on_the_system_clock() -> bool {
-    thread_local! {
-        /// Whether this thread has been seen in a task: until it has, the handle alone is
-        /// asked first, which outside any runtime is one look.
-        static IN_TASKS: Cell<bool> = const { Cell::new(false) };
-    }
-    if !IN_TASKS.try_with(Cell::get).unwrap_or(true) {
-        let handle = Handle::try_current();
-        if handle.is_err() || tokio::task::try_id().is_none() {
-            return keeps_the_system_clock(handle);
-        }
-        let _ = IN_TASKS.try_with(|seen| seen.set(true));
-    }
-    task_on_the_system_clock().unwrap_or_else(handle_on_the_system_clock)
+    task_on_the_system_clock() == Some(true)
 }
 
 /// In a task, whether it runs on the system's clock, as its first call found; `None`
@@ -94,7 +85,7 @@ fn handle_on_the_system_clock() -> bool {
 }
 
 /// Whether `handle`, as `Handle::try_current` gave it, keeps the system's clock.
-#[inline(always)]
+#[inline]
 fn keeps_the_system_clock(handle: Result<Handle, TryCurrentError>) -> bool {
     match handle {
         Ok(handle) => handle.runtime_flavor() == RuntimeFlavor::MultiThread,
@@ -165,7 +156,7 @@ mod coarse {
 mod coarse {
     use crate::machine::time::Nanos;
 
-    #[inline(always)]
+    #[inline]
     pub(super) fn surely_before(_: Nanos) -> bool {
         false
     }
@@ -205,12 +196,9 @@ mod tests {
     }
 
     #[test]
-    fn outside_a_runtime_a_deadline_far_ahead_is_proven_without_reading_the_clock() {
+    fn outside_any_task_nothing_is_proven_and_the_clock_is_read() {
         let far = at(Instant::now() + Duration::from_secs(3600));
-        assert_eq!(
-            surely_before(far),
-            cfg!(any(target_os = "linux", target_os = "android"))
-        );
+        assert!(!surely_before(far));
     }
 
     #[test]
@@ -234,8 +222,8 @@ mod tests {
             for task in tasks {
                 proven.push(task.await.expect("task"));
             }
-            // The thread blocked on the runtime is in no task: it asks the handle.
-            proven.push(surely_before(far));
+            // The thread blocked on the runtime is in no task: it reads the clock.
+            assert!(!surely_before(far));
             proven
         });
         let expected = cfg!(any(target_os = "linux", target_os = "android"));
@@ -244,10 +232,10 @@ mod tests {
 
     /// A task keeps what its first call found: one of a multi-thread runtime stays on the
     /// system's clock under a paused runtime's handle it enters; one whose first call was
-    /// made under a paused handle reads tokio's clock for the rest. Outside any task, the
-    /// entered handle decides at every call.
+    /// made under a paused handle reads tokio's clock for the rest. Outside any task,
+    /// tokio's clock is read.
     #[test]
-    fn a_task_keeps_the_clock_its_first_call_found_and_a_call_outside_tasks_asks_each_time() {
+    fn a_task_keeps_the_clock_its_first_call_found_and_a_call_outside_tasks_reads_tokios() {
         let paused = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
@@ -273,7 +261,7 @@ mod tests {
             });
             (first, kept, fresh.await.expect("task"))
         });
-        assert!(first_outside && then_entered && !entered_first);
+        assert!(!first_outside && then_entered && !entered_first);
         paused.block_on(async {
             assert!(!on_the_system_clock());
             let before = now();
@@ -284,7 +272,7 @@ mod tests {
                 "tokio's paused clock"
             );
         });
-        assert!(on_the_system_clock(), "outside any runtime");
+        assert!(!on_the_system_clock(), "outside any task");
     }
 
     /// A current-thread runtime's clock may be paused and moved on by a test at will, so

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -45,8 +44,10 @@ pin_project! {
         Called {
             #[pin]
             future: SF,
-            // `None` once the outcome is given.
-            permit: Held,
+            // `None` once the outcome is given. Dropped with the permit still in it (the
+            // future dropped before it completed), the permit counts the call as
+            // cancelled.
+            permit: Option<Permit>,
             classifier: C,
             // When the call started, if it is timed for the slow-call rule (one word: the
             // future of most calls is not timed, and a smaller future is a faster one).
@@ -80,7 +81,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
             Ok(future) => ResponseFuture {
                 kind: Kind::Called {
                     future,
-                    permit: Held(ManuallyDrop::new(Some(permit))),
+                    permit: Some(permit),
                     classifier,
                     started,
                 },
@@ -99,29 +100,6 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
             kind: Kind::Answered { future, skip },
         }
     }
-}
-
-/// A called future's permit, until its outcome is given. Dropped with the permit still
-/// in it (the future dropped before it completed), it drops the permit out of line, and
-/// the `ManuallyDrop` leaves nothing else to drop: the future's drop glue, small, is then
-/// inlined where the future is dropped, which is on every call, and dropping a finished
-/// future is a test or two.
-struct Held(ManuallyDrop<Option<Permit>>);
-
-impl Drop for Held {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if let Some(permit) = self.0.take() {
-            cancel(permit);
-        }
-    }
-}
-
-/// The call is cancelled: its permit, dropped, says so.
-#[cold]
-#[inline(never)]
-fn cancel(permit: Permit) {
-    drop(permit);
 }
 
 /// When a timed call started, in one word; 0, never read, for a call not timed (its
@@ -248,7 +226,7 @@ where
                 let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
                     Ok(poll) => ready!(poll),
                     Err(panic) => {
-                        if let Some(permit) = permit.0.take() {
+                        if let Some(permit) = permit.take() {
                             permit.settle(Outcome::failure_with("the service panicked"), None);
                         }
                         resume_unwind(panic)
@@ -256,8 +234,8 @@ where
                 };
                 // Timed before the permit is taken: taken, it would be kept in memory across
                 // the clock's call, to be dropped if that unwinds, on every call.
-                let elapsed = started.elapsed(permit.0.as_ref().is_some_and(Permit::times_calls));
-                let permit = permit.0.take().expect("polled after completion");
+                let elapsed = started.elapsed(permit.as_ref().is_some_and(Permit::times_calls));
+                let permit = permit.take().expect("polled after completion");
                 Poll::Ready(conclude(result, classifier, permit, elapsed))
             }
             KindProj::Answered { future, skip } => {

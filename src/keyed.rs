@@ -911,23 +911,31 @@ struct Room<'a> {
     live: &'a AtomicUsize,
     /// The count before this slot was taken.
     taken: usize,
+    /// The breaker is in the map: the slot stays taken.
+    filled: bool,
 }
 
 impl<'a> Room<'a> {
     fn take(live: &'a AtomicUsize) -> Self {
         let taken = live.fetch_add(1, Ordering::AcqRel);
-        Room { live, taken }
+        Room {
+            live,
+            taken,
+            filled: false,
+        }
     }
 
     /// The breaker is in the map: the slot is its.
-    fn fill(self) {
-        mem::forget(self);
+    fn fill(mut self) {
+        self.filled = true;
     }
 }
 
 impl Drop for Room<'_> {
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::AcqRel);
+        if !self.filled {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

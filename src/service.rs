@@ -133,8 +133,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
 fn hold(permit: &mut Option<Permit>, skip: &mut Option<Skip>, decision: Decision) {
     debug_assert!(permit.is_none(), "a decision is already held");
     match decision {
-        // Nothing to drop, and so nothing to read first.
-        Decision::Call(decided) => std::mem::forget(permit.replace(decided)),
+        Decision::Call(decided) => *permit = Some(decided),
         Decision::Skip(decided) => *skip = Some(decided),
     }
 }
