@@ -21,7 +21,7 @@
 //! too.
 
 mod common;
-#[path = "../tests/fleet/server.rs"]
+#[path = "../../tests/fleet/server.rs"]
 mod server;
 
 use std::hint::black_box;
