@@ -14,7 +14,9 @@
 //! them), in nanoseconds per call; memory in heap bytes per key. `TCB_BENCH_RUNS=N` sets the
 //! number of runs; `TCB_BENCH_QUICK=1`, or a run without `--bench` (as `cargo test --benches`
 //! makes it), measures each entrant once, briefly: a check that every case still runs, not a
-//! figure to quote.
+//! figure to quote. `TCB_BENCH_ONLY=TEXT` measures only the entrants whose name (flavour,
+//! case, column, as printed when one does not finish) contains `TEXT`. A sample that does not
+//! finish within a minute is reported, and its cell says so.
 //!
 //! Every call goes to a no-op service (it answers its request at once), in a task spawned on
 //! the runtime. Failsafe is not a tower service: it is wrapped in one here, as a tower user
@@ -522,42 +524,45 @@ fn hand_polled<S: Service<u64>>(svc: &mut S, iters: u64) -> Duration {
     start.elapsed()
 }
 
-/// One sample of an entrant: `iters` calls on the runtime, nanoseconds per call.
-type Sample = Box<dyn FnMut(&Runtime, u64) -> f64>;
+/// One sample of an entrant: `iters` calls on the runtime, nanoseconds per call; `None`
+/// when it did not finish within `BOUND`.
+type Sample = Box<dyn FnMut(&Runtime, u64) -> Option<f64>>;
 
-fn per_call(took: Duration, iters: u64) -> f64 {
-    took.as_nanos() as f64 / iters as f64
+/// How long one sample may take: past it the bench stops, naming the entrant.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// `measure` (which returns the time its calls took) in a task spawned on `runtime`,
+/// nanoseconds per call.
+fn per_call(
+    runtime: &Runtime,
+    calls: u64,
+    measure: impl Future<Output = Duration> + Send + 'static,
+) -> Option<f64> {
+    let took = runtime.block_on(async {
+        let task = tokio::spawn(measure);
+        tokio::time::timeout(BOUND, task).await.ok()
+    })?;
+    Some(took.expect("the task").as_nanos() as f64 / calls as f64)
 }
 
-/// Awaited calls in one task spawned on the runtime; each sample on a clone of `svc` (the
-/// same breaker).
+/// Awaited calls in one task; each sample on a clone of `svc` (the same breaker).
 fn awaited_sample<S: Callee, const ROUND: u64>(svc: S) -> Sample {
     Box::new(move |runtime, iters| {
         let mut svc = svc.clone();
-        let took = runtime
-            .block_on(runtime.spawn(async move { awaited::<S, ROUND>(&mut svc, iters).await }))
-            .expect("the task");
-        per_call(took, iters)
+        per_call(runtime, iters, async move {
+            awaited::<S, ROUND>(&mut svc, iters).await
+        })
     })
 }
 
 fn larger_caller_sample<A: Callee, B: Callee, C: Callee, D: Callee>(svcs: (A, B, C, D)) -> Sample {
-    Box::new(move |runtime, iters| {
-        let svcs = svcs.clone();
-        let took = runtime
-            .block_on(runtime.spawn(in_larger_caller(svcs, iters)))
-            .expect("the task");
-        per_call(took, iters)
-    })
+    Box::new(move |runtime, iters| per_call(runtime, iters, in_larger_caller(svcs.clone(), iters)))
 }
 
 fn hand_polled_sample<S: Callee>(svc: S) -> Sample {
     Box::new(move |runtime, iters| {
         let mut svc = svc.clone();
-        let took = runtime
-            .block_on(runtime.spawn(async move { hand_polled(&mut svc, iters) }))
-            .expect("the task");
-        per_call(took, iters)
+        per_call(runtime, iters, async move { hand_polled(&mut svc, iters) })
     })
 }
 
@@ -566,7 +571,7 @@ fn contended_sample<S: Callee>(svc: S) -> Sample {
     Box::new(move |runtime, iters| {
         let per_task = iters.div_ceil(TASKS);
         let svc = svc.clone();
-        let took = runtime.block_on(async move {
+        per_call(runtime, per_task * TASKS, async move {
             let start = Instant::now();
             let tasks: Vec<_> = (0..TASKS)
                 .map(|_| {
@@ -578,8 +583,7 @@ fn contended_sample<S: Callee>(svc: S) -> Sample {
                 task.await.expect("the task");
             }
             start.elapsed()
-        });
-        per_call(took, per_task * TASKS)
+        })
     })
 }
 
@@ -617,6 +621,18 @@ enum Column {
     Resilience,
     Ours,
     HandPolled,
+}
+
+impl Column {
+    fn name(self) -> &'static str {
+        match self {
+            Column::Floor => "floor",
+            Column::Failsafe => "failsafe",
+            Column::Resilience => "tower-resilience",
+            Column::Ours => "this crate",
+            Column::HandPolled => "this crate, hand-polled",
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -711,14 +727,46 @@ impl Flavour {
 
 /// One figure of the table: an entrant's samples, or a figure measured once.
 struct Entrant {
+    flavour: Flavour,
     case: Case,
     column: Column,
     sample: Option<Sample>,
     iters: u64,
     figures: Vec<f64>,
+    /// A sample did not finish within `BOUND`.
+    hung: bool,
+}
+
+impl Entrant {
+    fn name(&self, flavour: Flavour) -> String {
+        format!(
+            "{}: {}, {}",
+            flavour.title(),
+            self.case.label(flavour),
+            self.column.name()
+        )
+    }
+
+    /// One sample, or `None` when it did not finish within `BOUND` (said on stderr): the
+    /// entrant is not sampled again, and its cell says so.
+    fn sample(&mut self, runtime: &Runtime, iters: u64) -> Option<f64> {
+        let sample = self.sample.as_mut()?;
+        let figure = sample(runtime, iters);
+        if figure.is_none() {
+            eprintln!(
+                "{}: {iters} calls did not finish within {BOUND:?}",
+                self.name(self.flavour)
+            );
+            self.sample = None;
+            self.hung = true;
+        }
+        figure
+    }
 }
 
 struct Settings {
+    /// Only the entrants whose name contains this (`TCB_BENCH_ONLY`).
+    only: Option<String>,
     runs: usize,
     /// How long one sample of one entrant should take.
     sample_time: Duration,
@@ -737,20 +785,27 @@ impl Settings {
         } else {
             Duration::from_millis(60)
         };
-        Settings { runs, sample_time }
+        let only = std::env::var("TCB_BENCH_ONLY").ok();
+        Settings {
+            only,
+            runs,
+            sample_time,
+        }
     }
 }
 
-fn entrants(runtime: &Runtime) -> Vec<Entrant> {
+fn entrants(runtime: &Runtime, flavour: Flavour) -> Vec<Entrant> {
     let _entered = runtime.enter();
     let mut list = Vec::new();
     let mut add = |case, column, sample: Sample| {
         list.push(Entrant {
+            flavour,
             case,
             column,
             sample: Some(sample),
             iters: 0,
             figures: Vec::new(),
+            hung: false,
         })
     };
     use Case::*;
@@ -864,7 +919,7 @@ fn entrants(runtime: &Runtime) -> Vec<Entrant> {
 
     // Keyed: every key called once before the samples, so each call finds its breaker.
     fn warm<S: Callee>(runtime: &Runtime, svc: S) -> S {
-        awaited_sample::<_, KEYS>(svc.clone())(runtime, KEYS);
+        awaited_sample::<_, KEYS>(svc.clone())(runtime, KEYS).expect("every key called");
         svc
     }
     let keyed_ours = || {
@@ -893,11 +948,13 @@ fn entrants(runtime: &Runtime) -> Vec<Entrant> {
     // Memory: measured once.
     let mut once = |column, bytes| {
         list.push(Entrant {
+            flavour,
             case: KeyedMemory,
             column,
             sample: None,
             iters: 0,
             figures: vec![bytes],
+            hung: false,
         })
     };
     once(Floor, heap_per_key(runtime, floor_keyed));
@@ -907,14 +964,14 @@ fn entrants(runtime: &Runtime) -> Vec<Entrant> {
 }
 
 /// How many calls make a sample of about `settings.sample_time`.
-fn calibrate(runtime: &Runtime, sample: &mut Sample, settings: &Settings) -> u64 {
+fn calibrate(runtime: &Runtime, entrant: &mut Entrant, settings: &Settings) -> Option<u64> {
     let mut iters = 1_000;
     loop {
-        let ns = sample(runtime, iters);
+        let ns = entrant.sample(runtime, iters)?;
         let took = Duration::from_nanos((ns * iters as f64) as u64);
         if took >= settings.sample_time / 4 || iters >= 1 << 32 {
             let wanted = settings.sample_time.as_nanos() as f64 / ns.max(0.1);
-            return (wanted as u64).max(TASKS);
+            return Some((wanted as u64).max(TASKS));
         }
         iters *= 10;
     }
@@ -932,7 +989,9 @@ fn median(figures: &[f64]) -> f64 {
 }
 
 fn figure(case: Case, value: f64) -> String {
-    if case == Case::KeyedMemory {
+    if value.is_nan() {
+        format!("did not finish in {} s", BOUND.as_secs())
+    } else if case == Case::KeyedMemory {
         let whole = value.round() as u64;
         if whole >= 1_000 {
             format!("{},{:03}", whole / 1_000, whole % 1_000)
@@ -948,7 +1007,7 @@ fn table(flavour: Flavour, list: &[Entrant]) -> String {
     let medians = |case: Case, column: Column| -> Vec<f64> {
         list.iter()
             .filter(|e| e.case == case && e.column == column)
-            .map(|e| median(&e.figures))
+            .map(|e| if e.hung { f64::NAN } else { median(&e.figures) })
             .collect()
     };
     let cell = |case: Case, values: &[f64]| -> String {
@@ -960,7 +1019,7 @@ fn table(flavour: Flavour, list: &[Entrant]) -> String {
     };
     let ratio = |ours: &[f64], other: &[f64]| -> String {
         match other {
-            [other] => ours
+            [other] if !other.is_nan() => ours
                 .iter()
                 .map(|o| format!("{:.2}", o / other))
                 .collect::<Vec<_>>()
@@ -980,7 +1039,7 @@ fn table(flavour: Flavour, list: &[Entrant]) -> String {
         let resilience = medians(case, Column::Resilience);
         let ours = medians(case, Column::Ours);
         let hand = medians(case, Column::HandPolled);
-        let (ours_cell, hand_cell) = if case == Case::Closed {
+        let (ours_cell, hand_cell) = if case == Case::Closed && !ours.is_empty() {
             (format!("**{}**", cell(case, &ours)), cell(case, &hand))
         } else {
             (cell(case, &ours), cell(case, &hand))
@@ -1040,16 +1099,20 @@ fn main() {
     );
     for flavour in [Flavour::CurrentThread, Flavour::MultiThread] {
         let runtime = flavour.runtime();
-        let mut list = entrants(&runtime);
-        for entrant in &mut list {
-            if let Some(sample) = &mut entrant.sample {
-                entrant.iters = calibrate(&runtime, sample, &settings);
-            }
+        let mut list = entrants(&runtime, flavour);
+        list.retain(|entrant| {
+            settings
+                .only
+                .as_ref()
+                .is_none_or(|only| entrant.name(flavour).contains(only))
+        });
+        for entrant in list.iter_mut().filter(|e| e.sample.is_some()) {
+            entrant.iters = calibrate(&runtime, entrant, &settings).unwrap_or(0);
         }
         for _ in 0..settings.runs {
-            for entrant in &mut list {
-                if let Some(sample) = &mut entrant.sample {
-                    entrant.figures.push(sample(&runtime, entrant.iters));
+            for entrant in list.iter_mut().filter(|e| e.sample.is_some()) {
+                if let Some(figure) = entrant.sample(&runtime, entrant.iters) {
+                    entrant.figures.push(figure);
                 }
             }
         }
