@@ -783,7 +783,7 @@ impl Settings {
         let sample_time = if quick {
             Duration::from_millis(1)
         } else {
-            Duration::from_millis(60)
+            Duration::from_millis(120)
         };
         let only = std::env::var("TCB_BENCH_ONLY").ok();
         Settings {
