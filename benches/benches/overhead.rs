@@ -765,6 +765,8 @@ impl Entrant {
 }
 
 struct Settings {
+    /// Each entrant measured once, briefly: a check that every case runs.
+    quick: bool,
     /// Only the entrants whose name contains this (`TCB_BENCH_ONLY`).
     only: Option<String>,
     runs: usize,
@@ -787,6 +789,7 @@ impl Settings {
         };
         let only = std::env::var("TCB_BENCH_ONLY").ok();
         Settings {
+            quick,
             only,
             runs,
             sample_time,
@@ -981,7 +984,7 @@ fn median(figures: &[f64]) -> f64 {
     let mut sorted = figures.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    if n % 2 == 1 {
+    if !n.is_multiple_of(2) {
         sorted[n / 2]
     } else {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
@@ -991,16 +994,24 @@ fn median(figures: &[f64]) -> f64 {
 fn figure(case: Case, value: f64) -> String {
     if value.is_nan() {
         format!("did not finish in {} s", BOUND.as_secs())
-    } else if case == Case::KeyedMemory {
-        let whole = value.round() as u64;
-        if whole >= 1_000 {
-            format!("{},{:03}", whole / 1_000, whole % 1_000)
-        } else {
-            whole.to_string()
-        }
+    } else if case == Case::KeyedMemory || value >= 1_000.0 {
+        thousands(value.round() as u64)
     } else {
         format!("{value:.1}")
     }
+}
+
+/// `12870` as `12,870`.
+fn thousands(whole: u64) -> String {
+    let digits = whole.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 fn table(flavour: Flavour, list: &[Entrant]) -> String {
@@ -1028,7 +1039,7 @@ fn table(flavour: Flavour, list: &[Entrant]) -> String {
         }
     };
     let mut out = String::new();
-    let _ = writeln!(out, "#### {}\n", flavour.title());
+    let _ = writeln!(out, "### {}\n", flavour.title());
     out.push_str(
         "| case | floor | failsafe 1.3 | tower-resilience 0.13 | this crate | this crate / failsafe | this crate / floor | this crate, hand-polled |\n",
     );
@@ -1097,6 +1108,9 @@ fn main() {
         machine(),
         load()
     );
+    if settings.quick {
+        println!("Quick mode: a check that every case runs, not figures to quote.\n");
+    }
     for flavour in [Flavour::CurrentThread, Flavour::MultiThread] {
         let runtime = flavour.runtime();
         let mut list = entrants(&runtime, flavour);
