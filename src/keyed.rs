@@ -125,7 +125,7 @@
 //! to 64 shards, clones the breaker's `Arc`, and then costs what a call through a single
 //! breaker costs. Nothing is allocated (the key function should not allocate either:
 //! return a `&'static str`, an integer, an `Arc<str>` or a small enum rather than a
-//! fresh `String`). `benches/keyed.rs` measures it next to a single breaker.
+//! fresh `String`). `benches/benches/keyed.rs` measures it next to a single breaker.
 //!
 //! # Memory
 //!

@@ -176,7 +176,7 @@
 //! the increment is a no-op but the report still happens. A success then updates two
 //! series: the calls counter and the failure rate.
 //!
-//! `benches/metrics.rs` on a 2-core machine (criterion medians, a closed breaker on a
+//! `benches/benches/metrics.rs` on a 2-core machine (criterion medians, a closed breaker on a
 //! no-op service): 10 ns a call without observers, 14 ns with one that does nothing,
 //! 20 ns with metrics and no recorder, 22 ns into metrics-util's `DebuggingRecorder`,
 //! 83 ns with call durations: the two reads of tokio's clock are

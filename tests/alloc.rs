@@ -4,7 +4,8 @@
 //!
 //! The counters are per thread (each test counts only what its own thread allocates), so
 //! the tests may run in parallel. Every call is driven by hand with a no-op waker, as
-//! `benches/overhead.rs` does: no runtime, whose own allocations would blur the count.
+//! the overhead bench's hand-polled column does: no runtime, whose own allocations would blur
+//! the count.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

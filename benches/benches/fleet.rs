@@ -3,7 +3,7 @@
 //! same path).
 //!
 //! ```text
-//! cargo bench --bench fleet
+//! cargo bench -p tower-circuit-breaker-benches --bench fleet
 //! ```
 //!
 //! It needs a real redis-server: the one in `TCB_REDIS_URL`, or one it starts from the
@@ -15,13 +15,13 @@
 //! the median and the 99th percentile over a separate run of samples are printed first.
 //!
 //! `per_call/*`: one `poll_ready` + `call` + one poll of the response future on a no-op
-//! service, closed, driven by hand on one thread, as in `benches/overhead.rs`:
-//! `fleet_off` is a breaker alone, `fleet_on` the same breaker with its kill switch and
+//! service, closed, driven by hand on one thread, as in the overhead bench's hand-polled
+//! column: `fleet_off` is a breaker alone, `fleet_on` the same breaker with its kill switch and
 //! itself shared with a live fleet (link up, hints read under `Follow`). Both killed,
 //! too.
 
 mod common;
-#[path = "../tests/fleet/server.rs"]
+#[path = "../../tests/fleet/server.rs"]
 mod server;
 
 use std::hint::black_box;

@@ -2,7 +2,7 @@
 //! under the cost of any real tool call and not grow with the number of tools.
 //!
 //! ```text
-//! cargo bench --bench expediter
+//! cargo bench -p tower-circuit-breaker-benches --bench expediter
 //! ```
 
 use std::future::Future;

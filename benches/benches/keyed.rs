@@ -1,8 +1,9 @@
 //! Per-call cost of a keyed breaker next to a single breaker, on a no-op service.
 //!
-//! `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 2`. Each iteration
-//! is one `poll_ready` + `call` + one poll of the response future with a no-op waker, as
-//! in `benches/overhead.rs`: no runtime in the way, just the breaker.
+//! `cargo bench -p tower-circuit-breaker-benches --bench keyed -- --warm-up-time 1
+//! --measurement-time 2`. Each iteration is one `poll_ready` + `call` + one poll of the
+//! response future with a no-op waker, as in the overhead bench's hand-polled column: no
+//! runtime in the way, just the breaker.
 //!
 //! - `single_breaker`: a `CircuitBreakerLayer`, closed: the reference.
 //! - `keyed_1_key`: a keyed layer with one live key.

@@ -1,7 +1,8 @@
 //! Per-call cost of the `metrics` feature on a closed breaker and a no-op service.
 //!
-//! `cargo bench --bench metrics`. Each iteration is one `poll_ready` + `call` + one poll
-//! of the response future with a no-op waker, as in `benches/overhead.rs`.
+//! `cargo bench -p tower-circuit-breaker-benches --bench metrics`. Each iteration is one
+//! `poll_ready` + `call` + one poll of the response future with a no-op waker, as in the
+//! overhead bench's hand-polled column.
 //!
 //! - `plain`: no observer.
 //! - `observer_doing_nothing`: one observer that does nothing: the cost of reporting
