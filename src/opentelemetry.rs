@@ -56,7 +56,7 @@
 //! | Attribute | Type | Value | Source |
 //! |---|---|---|---|
 //! | `circuitbreaker.name` | string | the breaker's name ([`Builder::name`]) | proposal |
-//! | `circuitbreaker.state` | string | the state the call found: `closed`, `half_open` (a probe), or for a rejected call `open`, `half_open`, `forced_open` ([`State::as_str`]); not set for an observe-only shadow call | proposal |
+//! | `circuitbreaker.state` | string | the state the call found ([`State::as_str`]): `closed`, `half_open` (a probe), or for a rejected call `open`, `half_open`, `forced_open`, or any state when a kill switch turned it away (`closed` included); not set for an observe-only shadow call | proposal |
 //! | `circuitbreaker.outcome` | string | `success`, `failure`, `ignored` (the classifier's verdict, after the slow-call rule), or `rejected` (not made) | this crate |
 //! | `circuitbreaker.probe` | bool | whether the call was the half-open breaker's probe | this crate |
 //! | `circuitbreaker.rejected.reason` | string | a rejected call only: `open`, `half_open_full`, `killed`, `forced_open` ([`Reason::as_str`]) | this crate |

@@ -77,7 +77,13 @@ fn url_len(text: &str) -> Option<usize> {
 fn redact_url(url: &str, out: &mut String) {
     let (scheme, rest) = url.split_at(url.find("://").expect("a URL") + 3);
     out.push_str(scheme);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // User information ends at the last `@` before any query or fragment, even where a
+    // hostile or mistyped one holds a raw `/`: all of it is hidden, none taken for a path.
+    let before_query = rest.find(['?', '#']).unwrap_or(rest.len());
+    let host_start = rest[..before_query].rfind('@').map_or(0, |at| at + 1);
+    let authority_end = rest[host_start..]
+        .find(['/', '?', '#'])
+        .map_or(rest.len(), |end| host_start + end);
     let (authority, rest) = rest.split_at(authority_end);
     match authority.rfind('@') {
         Some(at) => {
@@ -89,14 +95,16 @@ fn redact_url(url: &str, out: &mut String) {
     let path_end = rest.find(['?', '#']).unwrap_or(rest.len());
     out.push_str(&rest[..path_end]);
     let rest = &rest[path_end..];
-    if rest.starts_with('?') {
+    // A query and a fragment are hidden whole: either may carry a key or a token
+    // (`#access_token=...`).
+    let (query, fragment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
+    if query.len() > 1 {
         out.push('?');
         out.push_str(REDACTED);
-        if let Some(fragment) = rest.find('#') {
-            out.push_str(&rest[fragment..]);
-        }
-    } else {
-        out.push_str(rest);
+    }
+    if fragment.len() > 1 {
+        out.push('#');
+        out.push_str(REDACTED);
     }
 }
 
@@ -122,9 +130,20 @@ mod tests {
     fn urls_lose_their_user_information_and_query_but_keep_host_and_path() {
         assert_eq!(
             redact("GET http://u:p@h:8080/a/b?x=1&key=2#frag failed"),
-            "GET http://[redacted]@h:8080/a/b?[redacted]#frag failed"
+            "GET http://[redacted]@h:8080/a/b?[redacted]#[redacted] failed"
         );
         assert_eq!(redact("http://h/a"), "http://h/a");
+    }
+
+    #[test]
+    fn a_token_in_a_fragment_and_a_raw_slash_in_a_password_never_show() {
+        assert_eq!(
+            redact("https://h/cb#access_token=s3cret"),
+            "https://h/cb#[redacted]"
+        );
+        let shown = redact("redis://user:pa/ss@host:6379/0 refused");
+        assert!(!shown.contains("pa") && !shown.contains("ss@"), "{shown}");
+        assert_eq!(shown, "redis://[redacted]@host:6379/0 refused");
     }
 
     #[test]

@@ -7,21 +7,33 @@ use std::borrow::Cow;
 
 use unicode_width::UnicodeWidthStr;
 
-/// A cell as shown: a control character (a newline or tab in a tool's name) written as
-/// its escape (`\n`), so that a row stays one line and its width is what the terminal
-/// shows.
+/// A cell as shown: a character that would break the row or the columns around it
+/// written as its escape (`\n`, `\u{202e}`), so that a row stays one line, reads in its
+/// own order, and is as wide as the terminal shows it.
 fn shown(cell: &str) -> Cow<'_, str> {
-    if !cell.chars().any(char::is_control) {
+    if !cell.chars().any(escaped) {
         return Cow::Borrowed(cell);
     }
     Cow::Owned(
         cell.chars()
             .map(|c| match c {
-                c if c.is_control() => c.escape_default().to_string(),
+                c if escaped(c) => c.escape_default().to_string(),
                 c => c.to_string(),
             })
             .collect(),
     )
+}
+
+/// Control characters (a newline or a tab in a tool's name), the line and paragraph
+/// separators some terminals break lines at, and the bidirectional embeddings, overrides
+/// and isolates that would reorder the rest of the row: all of zero width, so that the
+/// columns would still measure straight while the row showed otherwise.
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+        )
 }
 
 /// Renders `rows` under `header` as an ASCII-ruled table, each row one line. Every row
@@ -103,5 +115,20 @@ mod tests {
         table(&mut out, &["Tool", "State"], &rows);
         assert_eq!(out.lines().count(), 5, "{out}");
         assert!(out.contains("| evil\\nname\\t | OPEN  |"), "{out}");
+    }
+
+    #[test]
+    fn a_bidi_override_or_a_line_separator_in_a_cell_is_escaped() {
+        let mut out = String::new();
+        let rows = [vec![
+            "safe\u{202e}txt.exe\u{2028}x".to_string(),
+            "OPEN".to_string(),
+        ]];
+        table(&mut out, &["Tool", "State"], &rows);
+        assert!(
+            !out.contains('\u{202e}') && !out.contains('\u{2028}'),
+            "{out}"
+        );
+        assert!(out.contains("safe\\u{202e}txt.exe\\u{2028}x"), "{out}");
     }
 }
