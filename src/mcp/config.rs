@@ -164,7 +164,9 @@ impl McpServerBuilder {
     /// A header sent with every request to a remote server (feature `mcp-http`), such
     /// as an API key. Its value is never shown: not in errors, logs, statuses or
     /// `Debug`. Checked when the server is started: a header the MCP transport sets
-    /// itself (`Accept`, `Mcp-Session-Id`, `Last-Event-Id`) is refused.
+    /// itself (`Accept`, `Mcp-Session-Id`, `Last-Event-Id`, `Mcp-Protocol-Version`) is
+    /// refused, and so is a name given twice (in any case): reqwest would send both
+    /// values, the transport sends one, and which to keep would be a guess.
     #[cfg(feature = "mcp-http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
     pub fn header(self, name: &str, value: &str) -> Self {

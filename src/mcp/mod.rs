@@ -133,6 +133,8 @@ mod status;
 mod supervisor;
 mod tool_list;
 mod tools;
+#[cfg(feature = "mcp-http")]
+mod url_free_client;
 
 pub use self::classify::McpClassifier;
 pub use self::config::McpServerBuilder;

@@ -17,10 +17,17 @@ use rmcp::transport::{DynamicTransportError, StreamableHttpClientTransport};
 use crate::redact::redact;
 
 use super::error::McpConfigError;
+use super::url_free_client::UrlFreeClient;
 
 /// Headers the MCP transport sets itself: a header of the caller's by one of these names
-/// would fail every request.
-const RESERVED: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
+/// would fail every request, or (`Mcp-Protocol-Version`) contradict the version the
+/// handshake agreed on.
+const RESERVED: [&str; 4] = [
+    "accept",
+    "mcp-session-id",
+    "last-event-id",
+    "mcp-protocol-version",
+];
 
 /// How many times a broken event stream is resumed before the call it answers fails.
 const STREAM_RESUMES: usize = 2;
@@ -96,20 +103,27 @@ impl Remote {
             let mut value = HeaderValue::from_str(value)
                 .map_err(|_| header_error("its value is not a valid header value"))?;
             value.set_sensitive(true);
-            headers.insert(parsed, value);
+            // reqwest's `RequestBuilder::header` given a name twice sends both values;
+            // the transport sends one value a name, so keeping either would be a guess.
+            if headers.insert(parsed, value).is_some() {
+                return Err(header_error(
+                    "it is given twice, and only one value is sent",
+                ));
+            }
         }
         Ok(headers)
     }
 
-    /// A new transport, for one session: rmcp's Streamable HTTP client over reqwest,
-    /// with no session recovery of its own (a session the server forgot is its
-    /// supervisor's to make again, through the breaker's probe, and a call is never sent
-    /// twice) and messages bounded by `max_message_bytes`.
+    /// A new transport, for one session: rmcp's Streamable HTTP client over reqwest
+    /// (whose errors, which rmcp logs, never name the URL), with no session recovery of
+    /// its own (a session the server forgot is its supervisor's to make again, through
+    /// the breaker's probe, and a call is never sent twice) and messages bounded by
+    /// `max_message_bytes`.
     pub(crate) fn transport(
         &self,
         server: &str,
         max_message_bytes: usize,
-    ) -> Result<StreamableHttpClientTransport<reqwest::Client>, McpConfigError> {
+    ) -> Result<StreamableHttpClientTransport<UrlFreeClient>, McpConfigError> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
             .custom_headers(self.custom_headers(server)?)
             .reinit_on_expired_session(false)
@@ -126,7 +140,12 @@ impl Remote {
         if let Some(token) = &self.bearer {
             config = config.auth_header(token.clone());
         }
-        Ok(StreamableHttpClientTransport::from_config(config))
+        let client = UrlFreeClient::new().map_err(|e| McpConfigError::Url {
+            server: server.to_string(),
+            url: self.shown(),
+            why: format!("no HTTP client could be made: {}", e.without_url()),
+        })?;
+        Ok(StreamableHttpClientTransport::with_client(client, config))
     }
 }
 
@@ -207,6 +226,23 @@ mod tests {
     }
 
     #[test]
+    fn a_header_given_twice_is_refused_without_showing_either_value() {
+        let mut remote = Remote::new("http://127.0.0.1:1/mcp");
+        remote.header("X-Api-Key", "sk-FIRST");
+        remote.header("x-api-key", "sk-SECOND");
+        let error = remote.validate("s").unwrap_err();
+        assert!(
+            matches!(&error, McpConfigError::Header { name, .. } if name.contains("x-api-key"))
+        );
+        let shown = error.to_string();
+        assert!(shown.contains("twice"), "{shown}");
+        assert!(
+            !shown.contains("sk-FIRST") && !shown.contains("sk-SECOND"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_url_must_be_http_with_a_host_and_reserved_headers_are_refused() {
         for url in ["ftp://example.com/mcp", "not a url", "http://"] {
             assert!(
@@ -219,6 +255,12 @@ mod tests {
         }
         let mut remote = Remote::new("http://127.0.0.1:1/mcp");
         remote.header("Mcp-Session-Id", "x");
+        assert!(matches!(
+            remote.validate("s"),
+            Err(McpConfigError::Header { .. })
+        ));
+        let mut remote = Remote::new("http://127.0.0.1:1/mcp");
+        remote.header("MCP-Protocol-Version", "2024-11-05");
         assert!(matches!(
             remote.validate("s"),
             Err(McpConfigError::Header { .. })

@@ -7,6 +7,7 @@ mod adversarial;
 mod agent;
 mod attacks;
 mod calls;
+mod captured_logs;
 mod common;
 mod death;
 mod http_server;

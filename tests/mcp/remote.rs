@@ -14,6 +14,7 @@ use tower_circuit_breaker::mcp::{
 };
 use tower_circuit_breaker::{Cause, State};
 
+use crate::captured_logs::CapturedLogs;
 use crate::common::{
     args, eventually, running, until, waiting_for_its_probe, TestResult, PATIENCE,
 };
@@ -90,6 +91,59 @@ async fn a_remote_server_serves_its_tools_and_never_shows_its_secrets() -> TestR
     let bad = bad.unwrap_err().to_string();
     assert!(bad.contains("http") && !bad.contains("pw@"), "{bad}");
     server.stop().await;
+    Ok(())
+}
+
+// A current-thread runtime: the server's tasks and rmcp's run on the test's thread, under
+// the subscriber that captures what they log.
+#[tokio::test]
+async fn a_url_s_query_string_never_reaches_the_logs_when_the_server_dies_or_refuses() -> TestResult
+{
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let logs = CapturedLogs::start();
+    let mut everything = EverythingHttp::start(servers).await;
+    let url = format!("http://127.0.0.1:{}/mcp?key=LOG-SECRET", everything.port());
+    let server = remote("everything", &url).start()?;
+    running(&server).await;
+    assert_eq!(echo(&server, "hello").await?, "Echo: hello");
+
+    // Killed: its event stream breaks and is resumed against a refused port, calls
+    // fail, and closing the session is refused too.
+    everything.kill_9();
+    for _ in 0..3 {
+        assert!(echo(&server, "after the kill").await.is_err());
+    }
+    server.stop().await;
+
+    // One that refuses connections from the start.
+    let nowhere = remote(
+        "nowhere",
+        &format!(
+            "http://127.0.0.1:{}/mcp?key=LOG-SECRET",
+            crate::http_server::free_port()
+        ),
+    )
+    .start()?;
+    assert!(nowhere.wait_ready(PATIENCE).await.is_err());
+    nowhere.stop().await;
+    // rmcp logs the end of a session's worker from a task of its own: a moment for it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let logs = logs.text();
+    // The failures were logged (reqwest's refused connections among them)...
+    assert!(
+        logs.lines()
+            .any(|l| (l.starts_with("WARN") || l.starts_with("ERROR")) && l.contains("rmcp")),
+        "no warning from rmcp was captured:\n{logs}"
+    );
+    assert!(logs.contains("error sending request"), "{logs}");
+    // ...and the key in the URL's query string is in none of them.
+    assert!(
+        !logs.contains("LOG-SECRET"),
+        "the key reached the logs:\n{logs}"
+    );
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! A rig tool whose calls go through its breaker in the expediter.
 
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rig_core::tool::{
     DynamicTool, IntoToolOutput, Tool, ToolContext, ToolErrorKind, ToolExecutionError,
@@ -24,7 +25,8 @@ use crate::hook::skip_text;
 /// `NotFound` is judged by the tool's [blame rule](tower_circuit_breaker::expediter::Blame)
 /// as `invalid argument: ...` or `not found: ...` (by default, the caller's mistake). A
 /// call the breaker refuses (it opened after the decision, or an operator killed it) is
-/// answered with the same honest text a skip has.
+/// answered with the same honest text a skip has. The caller's [`ToolContext`] is lent
+/// to the tool and handed back however the call ends: done, failed or refused.
 ///
 /// ```
 /// use rig_core::tool::{Tool, ToolContext};
@@ -66,7 +68,7 @@ where
     T: Tool + 'static,
 {
     let definition = tool_definition(&tool);
-    let tool = std::sync::Arc::new(tool);
+    let tool = Arc::new(tool);
     let dynamic = DynamicTool::new_with_context(
         definition.name.clone(),
         definition.description.clone(),
@@ -111,24 +113,28 @@ pub fn supervised_dynamic(
             let expediter = expediter.clone();
             let name = name.clone();
             Box::pin(async move {
-                // The dispatch's context moves into the call and back out of it.
-                let owned = std::mem::replace(context, ToolContext::new());
-                let inner = service_fn(move |(mut context, args): (ToolContext, Value)| {
+                // The dispatch's context waits in a slot: the call borrows it and puts it
+                // back however it ends (done, failed, dropped), and a call the breaker
+                // refuses never takes it. Either way the caller gets it back as it was.
+                let slot = Arc::new(Mutex::new(Some(std::mem::replace(
+                    context,
+                    ToolContext::new(),
+                ))));
+                let lent = slot.clone();
+                let inner = service_fn(move |args: Value| {
                     let tool = tool.clone();
+                    let mut borrowed = Borrowed::from(&lent);
                     async move {
-                        let result = tool.run_with(&mut context, args).await;
-                        match result {
-                            Ok(output) => Ok((context, output)),
-                            Err(error) => Err(ToolFailure(error)),
-                        }
+                        let context = borrowed.context();
+                        tool.run_with(context, args).await.map_err(ToolFailure)
                     }
                 });
-                match layer.layer(inner).oneshot((owned, args)).await {
-                    Ok(answer) => {
-                        let (returned, output) = answer.into_inner();
-                        *context = returned;
-                        Ok(output)
-                    }
+                let outcome = layer.layer(inner).oneshot(args).await;
+                if let Some(returned) = lock(&slot).take() {
+                    *context = returned;
+                }
+                match outcome {
+                    Ok(answer) => Ok(answer.into_inner()),
                     Err(error) => Err(match error.downcast::<ToolFailure>() {
                         Ok(failure) => failure.0,
                         Err(other) => match Rejected::find(&*other) {
@@ -164,6 +170,45 @@ fn parse_args<A: rig_core::serde::de::DeserializeOwned>(
             format!("failed to parse tool arguments: {error}"),
         )
     })
+}
+
+/// Where a call's rig context waits while the call is under the breaker.
+type Slot = Arc<Mutex<Option<ToolContext>>>;
+
+fn lock(slot: &Slot) -> MutexGuard<'_, Option<ToolContext>> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The context, taken from its slot for one run of the tool and put back when the run
+/// ends or is dropped.
+struct Borrowed {
+    slot: Slot,
+    context: Option<ToolContext>,
+}
+
+impl From<&Slot> for Borrowed {
+    fn from(slot: &Slot) -> Self {
+        let context = lock(slot).take();
+        Borrowed {
+            slot: slot.clone(),
+            context,
+        }
+    }
+}
+
+impl Borrowed {
+    fn context(&mut self) -> &mut ToolContext {
+        // Only a second run at once (none is made) would find the slot empty.
+        self.context.get_or_insert_with(ToolContext::new)
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        if let Some(context) = self.context.take() {
+            *lock(&self.slot) = Some(context);
+        }
+    }
 }
 
 /// A tool's own error, as its breaker's blame rule reads it.
