@@ -172,12 +172,13 @@ use tower::{Layer, Service};
 use crate::answer::Answer;
 use crate::builder::{self, Builder, Watcher};
 use crate::classify::{Classify, DefaultClassifier};
+use crate::clock::now;
 use crate::error::{BoxError, BreakerError, ConfigError};
 use crate::fallback::{Fallback, FallbackService, NoFallback, TypedErrors, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::State;
+use crate::machine::{Machine, State};
 use crate::settings::Config;
 use crate::shared::{Decision, Shared};
 
@@ -252,7 +253,7 @@ impl<K, KF> KeyedBuilder<K, KF> {
             return Err(ConfigError::ZeroCapacity);
         }
         let template = Template {
-            config,
+            config: Arc::new(config),
             kill,
             observers,
             namer: self.namer,
@@ -718,7 +719,9 @@ impl<K> fmt::Debug for KeyedCircuitBreakerHandle<K> {
 
 /// What every key's breaker is made from.
 struct Template<K> {
-    config: Config,
+    /// The settings every key's breaker shares (each has a name and a jitter seed of its
+    /// own): made once, for the registry.
+    config: Arc<Config>,
     kill: KillSwitch,
     observers: Vec<Watcher>,
     namer: fn(&str, &K) -> Arc<str>,
@@ -727,16 +730,14 @@ struct Template<K> {
 impl<K> Template<K> {
     /// A closed breaker for `key`.
     fn breaker(&self, key: &K) -> Shared {
-        let mut config = self.config.clone();
-        config.name = (self.namer)(&self.config.name, key);
-        config.jitter_seed = Some(match self.config.jitter_seed {
+        let name = (self.namer)(&self.config.name, key);
+        let jitter_seed = Some(match self.config.jitter_seed {
             // Each key a seed of its own, derived from the template's so runs repeat.
-            Some(seed) => {
-                seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*config.name)
-            }
-            None => RandomState::new().hash_one(&*config.name),
+            Some(seed) => seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*name),
+            None => RandomState::new().hash_one(&*name),
         });
-        builder::breaker(config, self.kill.clone(), &self.observers, None)
+        let machine = Machine::sharing(self.config.clone(), name, jitter_seed, now());
+        builder::breaker(machine, self.kill.clone(), &self.observers, None)
     }
 }
 

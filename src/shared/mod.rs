@@ -63,7 +63,11 @@ pub struct Shared {
     pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
     machine: Mutex<Machine>,
-    events: Arc<Events>,
+    /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
+    observed: bool,
+    /// Made when first needed ([`Shared::events`]), unless there are observers or a
+    /// group to count them in: most breakers of a keyed registry never report an event.
+    events: OnceLock<Arc<Events>>,
     /// Told of every change of the published door, once something waits for changes
     /// ([`Shared::changed`]): made then, under the machine's lock, so that a change is
     /// either seen by the waiter's look or told to it.
@@ -119,17 +123,32 @@ impl Shared {
         (observers, at_once): (Vec<Observer>, Vec<Observer>),
         group: Option<Arc<DeliveryGroup>>,
     ) -> Self {
-        let name = machine.config().name.clone();
-        let reporter = Reporter::new(name.clone(), observers, at_once);
+        let name = machine.name().clone();
+        let observed = !(observers.is_empty() && at_once.is_empty());
+        let events = OnceLock::new();
+        if observed || group.is_some() {
+            let reporter = Reporter::new(name.clone(), observers, at_once);
+            let _ = events.set(Arc::new(Events::new(reporter, group)));
+        }
         Shared {
             tally: Tally::default(),
             published: Published::new(&machine.door()),
-            events: Arc::new(Events::new(reporter, group)),
+            observed,
+            events,
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
             changes: OnceLock::new(),
         }
+    }
+
+    /// The events, made now if they were not: a breaker made without observers or a group
+    /// reports to the log and its subscribers alone.
+    fn events(&self) -> &Arc<Events> {
+        self.events.get_or_init(|| {
+            let reporter = Reporter::new(self.name.full().clone(), Vec::new(), Vec::new());
+            Arc::new(Events::new(reporter, None))
+        })
     }
 
     /// The machine (see [`lock`]).
@@ -157,20 +176,20 @@ impl Shared {
         let reported = event.is_some() || transition.is_some();
         let mut at_once = None;
         for event in event.into_iter().chain(transition.map(Queued::Transition)) {
-            if self.events.told_at_once() {
+            if self.events().told_at_once() {
                 at_once.get_or_insert_with(Vec::new).push(event.clone());
             }
-            self.events.queue(event);
+            self.events().queue(event);
         }
         drop(machine);
         if let Some(changes) = changes {
             changes.send_replace(());
         }
         for event in at_once.iter().flatten() {
-            self.events.tell_at_once(event);
+            self.events().tell_at_once(event);
         }
         if reported {
-            self.events.deliver();
+            self.events().deliver();
         }
         value
     }
@@ -257,8 +276,8 @@ impl Shared {
             return skip;
         }
         self.tally.skipped(skip.reason());
-        if self.events.observed() {
-            self.events.skipped(skip);
+        if self.observed {
+            self.events().skipped(skip);
         }
         skip
     }
@@ -375,10 +394,10 @@ impl Shared {
             && Door::quiet_in(self.published.word(), ticket.epoch())
         {
             // Looked up before the count: after an atomic add a load waits for it.
-            let observed = self.events.observed();
+            let observed = self.observed;
             self.tally.quiet_success();
             if observed {
-                self.events.succeeded(elapsed);
+                self.events().succeeded(elapsed);
             }
             return;
         }
@@ -393,7 +412,7 @@ impl Shared {
         };
         let epoch = ticket.epoch();
         let now = now();
-        let observed = self.events.observed();
+        let observed = self.observed;
         self.locked(|machine, tally| {
             let at = Fixed {
                 step: tally.steps(),
@@ -509,11 +528,14 @@ impl Shared {
     /// Waits until every event the breaker made before this call has reached its
     /// observers (see [`Delivery::delivered`](crate::sync::delivery::Delivery::delivered)).
     pub(crate) async fn events_delivered(&self) {
-        self.events.delivered().await;
+        // Events not made yet have had nothing to deliver.
+        if let Some(events) = self.events.get() {
+            events.delivered().await;
+        }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.events.subscribe()
+        self.events().subscribe()
     }
 
     /// A future that completes at the next change of the door or of the kill switch
@@ -536,16 +558,20 @@ impl Shared {
 
     /// The breaker's settings, as it was built with them.
     pub(crate) fn config(&self) -> Config {
-        self.lock().config().clone()
+        self.lock().config()
     }
 
     /// Tells the observers that the breaker was evicted from its keyed registry, after
     /// whatever is queued.
     pub(crate) fn evicted(&self) {
-        if self.events.told_at_once() {
-            self.events.tell_at_once(&Queued::Evicted);
+        // Events not made yet have no one to tell: the log does not report an eviction.
+        let Some(events) = self.events.get() else {
+            return;
+        };
+        if events.told_at_once() {
+            events.tell_at_once(&Queued::Evicted);
         }
-        self.events.queue(Queued::Evicted);
-        self.events.deliver();
+        events.queue(Queued::Evicted);
+        events.deliver();
     }
 }
