@@ -50,6 +50,9 @@ pub(crate) enum Decision {
 
 /// See the [module docs](self). The totals come first, next to the `Arc`'s reference
 /// counts, which every call writes anyway; the door, which every call reads, lies apart.
+/// What every call reads besides (the kill switch, whether anyone observes) fills the
+/// gap before the door: a call on a breaker that is not in the cache (one key of many in
+/// a keyed registry) waits for fewer lines.
 ///
 /// Public to the fallback trait's hidden methods (a fallback that says why it answered
 /// reads the breaker's name and, for a permanent failure, its message), and unnameable
@@ -57,14 +60,15 @@ pub(crate) enum Decision {
 #[repr(C)]
 pub struct Shared {
     tally: Tally,
-    /// On a cache line of its own: after the totals (16 bytes of the `Arc`'s counts and
-    /// 112 of the tally fill two lines), the door starts the third.
-    published: Published,
-    pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
-    machine: Mutex<Machine>,
     /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
     observed: bool,
+    /// On a cache line of its own: the `Arc`'s counts have the first line to themselves
+    /// (the breaker is aligned to a line), the totals and the two fields above take the
+    /// next three, and the door starts the fifth.
+    published: Published,
+    pub(crate) name: BreakerName,
+    machine: Mutex<Machine>,
     /// Made when first needed ([`Shared::events`]), unless there are observers or a
     /// group to count them in: most breakers of a keyed registry never report an event.
     events: OnceLock<Arc<Events>>,
