@@ -134,10 +134,14 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 960 bytes for the shared state (the state machine
-//!   with its settings behind a lock; the running totals and the published door, each
-//!   starting a cache line of its own; the event queue) and 16
-//!   bytes plus the name's length for its name (`host[42]`: 24 bytes);
+//! - the breaker: two allocations, 640 bytes for the shared state (the state machine
+//!   behind a lock; the running totals and the published door, each starting a cache
+//!   line of its own) and 16 bytes plus the name's length for its name (`host[42]`: 24
+//!   bytes). The settings are not copied per key: every key's breaker points to the
+//!   template's, made once for the registry, and keeps only its name and jitter seed. Its
+//!   event queue (184 bytes) is made when it first has an event to report (a transition,
+//!   a change of mode) or a subscriber, unless the template has observers: then every
+//!   breaker has one from the start;
 //! - the slot: the key's hash, the key, the breaker's `Arc` and its last-used mark,
 //!   24 bytes plus the key, and a control byte, in tables at most 7/8 full. A table
 //!   that evicts and inserts can double while barely half full (its deleted slots are
@@ -146,11 +150,11 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 1,046 bytes per key in a registry just filled with 10,000 keys (10.5 MB), and
-//! 1,102 bytes per key (11.0 MB) once 90,000 more have passed through and been evicted:
-//! however many keys come, no more. A failure-rate policy over a count window adds one
-//! bit per call in the window; each observer adds 16 bytes; a transition channel is only
-//! made for a breaker whose handle is subscribed to.
+//! In all, 726 bytes per key in a registry just filled with 10,000 keys (7.3 MB), and 782
+//! bytes per key (7.8 MB) once 90,000 more have passed through and been evicted: however
+//! many keys come, no more. A failure-rate policy over a count window adds one bit per
+//! call in the window and 48 bytes; each observer adds 16 bytes; a transition channel is
+//! only made for a breaker whose handle is subscribed to.
 //!
 //! # Clone
 //!

@@ -48,25 +48,23 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
-/// See the [module docs](self). The totals come first, next to the `Arc`'s reference
-/// counts, which every call writes anyway; the door, which every call reads, lies apart.
-/// What every call reads besides (the kill switch, whether anyone observes) fills the
-/// gap before the door: a call on a breaker that is not in the cache (one key of many in
-/// a keyed registry) waits for fewer lines.
+/// See the [module docs](self). What every call reads comes first, on a cache line of
+/// its own (the breaker is aligned to one): the door, the kill switch, whether anyone
+/// observes, and the head of the totals (where they are counted once spread). Calls
+/// write the next line (what the totals count on the way through) and the `Arc`'s
+/// reference counts, on the line before: a call on a breaker that is not in the cache
+/// (one key of many in a keyed registry) waits for three lines, side by side.
 ///
 /// Public to the fallback trait's hidden methods (a fallback that says why it answered
 /// reads the breaker's name and, for a permanent failure, its message), and unnameable
 /// outside the crate: the module is private.
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Shared {
-    tally: Tally,
+    published: Published,
     pub(crate) kill: KillSwitch,
     /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
     observed: bool,
-    /// On a cache line of its own: the `Arc`'s counts have the first line to themselves
-    /// (the breaker is aligned to a line), the totals and the two fields above take the
-    /// next three, and the door starts the fifth.
-    published: Published,
+    tally: Tally,
     pub(crate) name: BreakerName,
     machine: Mutex<Machine>,
     /// Made when first needed ([`Shared::events`]), unless there are observers or a
