@@ -184,7 +184,7 @@ use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
 use crate::machine::{Machine, State};
 use crate::settings::Config;
-use crate::shared::{Decision, Shared};
+use crate::shared::Shared;
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -556,21 +556,22 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         let ready = mem::replace(&mut self.ready, Ready::No);
         assert!(ready != Ready::No, "poll_ready must be called first");
-        let shared = self.registry.breaker(&(self.key)(&request));
-        match shared.decide() {
-            Decision::Call(permit) if ready == Ready::Inner => {
+        // The registry's reference, taken for this call, goes on to the call's permit.
+        match self.registry.breaker(&(self.key)(&request)).decide_owned() {
+            Ok(permit) if ready == Ready::Inner => {
                 let classifier = self.classifier.clone();
                 ResponseFuture::call(&mut self.inner, request, permit, classifier)
             }
-            Decision::Call(permit) => {
+            Ok(permit) => {
                 // The kill switch was turned off between `poll_ready` and this call, and
                 // the wrapped service was not polled ready: the call stays decided as
                 // killed.
+                let shared = permit.breaker().clone();
                 let skip = shared.keep_killed(permit);
                 let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
-            Decision::Skip(skip) => {
+            Err((skip, shared)) => {
                 let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }

@@ -48,6 +48,41 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
+/// The caller's reference to the breaker, as a decision takes it: borrowed (a call's
+/// permit holds a clone of it) or handed on (a call's permit holds it, and a skip gives it
+/// back), which spares a keyed registry's call a second count of the same reference.
+trait Owner: Sized {
+    fn shared(&self) -> &Arc<Shared>;
+    fn permit(self, ticket: Ticket) -> Permit;
+}
+
+impl Owner for &Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self.clone(), ticket)
+    }
+}
+
+impl Owner for Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self, ticket)
+    }
+}
+
+/// A decision with the caller's reference: in the permit, or given back with a skip.
+type Owned<O> = Result<Permit, (Skip, O)>;
+
 /// See the [module docs](self). What every call reads comes first, on a cache line of
 /// its own (the breaker is aligned to one): the door, the kill switch, whether anyone
 /// observes, and the head of the totals (where they are counted once spread). Calls
@@ -89,6 +124,24 @@ struct Arrival<'a> {
     tally: &'a Tally,
     step: Option<u64>,
     now: Option<Instant>,
+}
+
+/// What an arriving call read of its clocks on the door, for the machine to decide with
+/// the same values.
+#[derive(Clone, Copy, Default)]
+struct Read {
+    step: Option<u64>,
+    now: Option<Instant>,
+}
+
+impl Arrival<'_> {
+    #[inline(always)]
+    fn read(&self) -> Read {
+        Read {
+            step: self.step,
+            now: self.now,
+        }
+    }
 }
 
 impl Clock for Arrival<'_> {
@@ -219,55 +272,82 @@ impl Shared {
     /// goes on in registers, one made out of line is handed on from there.
     #[inline(always)]
     pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
-        let killed = self.kill.is_killed();
+        Self::decide_by(self, |decision| {
+            hold(match decision {
+                Ok(permit) => Decision::Call(permit),
+                Err((skip, _)) => Decision::Skip(skip),
+            })
+        })
+    }
+
+    /// [`decide`](Self::decide), by a caller that hands its reference on: a call's permit
+    /// holds it, a skip gives it back.
+    #[inline(always)]
+    pub(crate) fn decide_owned(self: Arc<Self>) -> Result<Permit, (Skip, Arc<Self>)> {
+        Self::decide_by(self, |decision| decision)
+    }
+
+    /// The decision, taking the caller's reference as `this` says; see
+    /// [`decide_with`](Self::decide_with).
+    #[inline(always)]
+    fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
+        let shared = this.shared();
+        let killed = shared.kill.is_killed();
         // A door that is its first word alone (closed, most often) is decided with
         // nothing else read. Its clocks are made here, and not before: made before, they
         // are written to memory on every call, for a slow path to read.
-        if let Some(door) = self.published.load_alone() {
-            return hold(self.decide_at(door, killed, self.arrival()));
+        if let Some(door) = shared.published.load_alone() {
+            return hold(Self::decide_at(this, door, killed));
         }
-        let clock = self.arrival();
         // Held in each arm: a decision made here then goes on in registers, rather than
         // meeting the one from out of line in memory.
-        match self.published.load_whole() {
-            Some(door) => hold(self.decide_at(door, killed, clock)),
-            None => hold(self.decide_locked(killed, clock)),
+        match shared.published.load_whole() {
+            Some(door) => hold(Self::decide_at(this, door, killed)),
+            None => hold(Self::decide_locked(this, killed, Read::default())),
         }
     }
 
     /// The decision at a published `door`, or the machine's if the verdict changes the
     /// state.
     #[inline(always)]
-    fn decide_at(self: &Arc<Self>, door: Door, killed: bool, mut clock: Arrival<'_>) -> Decision {
+    fn decide_at<O: Owner>(this: O, door: Door, killed: bool) -> Owned<O> {
+        let mut clock = this.shared().arrival();
         let verdict = door.admit(killed, &mut clock);
         // Only the machine carries out what changes the state.
         if matches!(verdict, Verdict::Probe | Verdict::Expired) {
-            return self.decide_locked(killed, clock);
+            let read = clock.read();
+            return Self::decide_locked(this, killed, read);
         }
-        self.carry_out(&door, verdict)
+        Self::carry_out(this, &door, verdict)
     }
 
+    /// The machine's decision, with the clocks as the call read them on the door.
     #[inline(never)]
-    fn decide_locked(self: &Arc<Self>, killed: bool, mut clock: Arrival<'_>) -> Decision {
-        let (door, verdict) = self.locked(|machine, _| {
+    fn decide_locked<O: Owner>(this: O, killed: bool, read: Read) -> Owned<O> {
+        let (door, verdict) = this.shared().locked(|machine, tally| {
+            let mut clock = Arrival {
+                tally,
+                step: read.step,
+                now: read.now,
+            };
             let (verdict, transition) = machine.admit(killed, &mut clock);
             ((machine.door(), verdict), None, transition)
         });
-        self.carry_out(&door, verdict)
+        Self::carry_out(this, &door, verdict)
     }
 
     /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
     #[inline(always)]
-    fn carry_out(self: &Arc<Self>, door: &Door, verdict: Verdict) -> Decision {
+    fn carry_out<O: Owner>(this: O, door: &Door, verdict: Verdict) -> Owned<O> {
         let ticket = match verdict {
             Verdict::Call => Ticket::new(door, Kind::Call, None),
             Verdict::Probe => Ticket::new(door, Kind::Probe, None),
             Verdict::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
             Verdict::Pass => Ticket::pass(door),
-            Verdict::Skip(skip) => return Decision::Skip(self.skipped(door, skip)),
+            Verdict::Skip(skip) => return Err((this.shared().skipped(door, skip), this)),
             Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
         };
-        Decision::Call(Permit::new(self.clone(), ticket))
+        Ok(this.permit(ticket))
     }
 
     /// Counts a skip and reports it; in disabled mode, which counts and reports nothing
