@@ -122,10 +122,12 @@
 //!
 //! Once a key's breaker exists, a call hashes the key once (`RandomState`: keys come
 //! from requests, so the hash resists collision attacks), takes a read lock on one of up
-//! to 64 shards, clones the breaker's `Arc`, and then costs what a call through a single
-//! breaker costs. Nothing is allocated (the key function should not allocate either:
-//! return a `&'static str`, an integer, an `Arc<str>` or a small enum rather than a
-//! fresh `String`). `benches/benches/keyed.rs` measures it next to a single breaker.
+//! to 64 shards, clones the breaker's `Arc` (the call's permit holds that clone), and
+//! then costs what a call through a single breaker costs: what it reads of the breaker is
+//! on one cache line, what it counts on the next. Nothing is allocated (the key function
+//! should not allocate either: return a `&'static str`, an integer, an `Arc<str>` or a
+//! small enum rather than a fresh `String`). `benches/benches/keyed.rs` measures it next
+//! to a single breaker, and the `overhead` bench next to failsafe in a `RwLock<HashMap>`.
 //!
 //! # Memory
 //!
@@ -134,9 +136,9 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 640 bytes for the shared state (the state machine
-//!   behind a lock; the running totals and the published door, each starting a cache
-//!   line of its own) and 16 bytes plus the name's length for its name (`host[42]`: 24
+//! - the breaker: two allocations, 576 bytes for the shared state (the state machine
+//!   behind a lock, the running totals and the published door: what a call reads on one
+//!   cache line, what it counts on the next) and 16 bytes plus the name's length for its name (`host[42]`: 24
 //!   bytes). The settings are not copied per key: every key's breaker points to the
 //!   template's, made once for the registry, and keeps only its name and jitter seed. Its
 //!   event queue (184 bytes) is made when it first has an event to report (a transition,
@@ -150,8 +152,8 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 726 bytes per key in a registry just filled with 10,000 keys (7.3 MB), and 782
-//! bytes per key (7.8 MB) once 90,000 more have passed through and been evicted: however
+//! In all, 662 bytes per key in a registry just filled with 10,000 keys (6.6 MB), and 718
+//! bytes per key (7.2 MB) once 90,000 more have passed through and been evicted: however
 //! many keys come, no more. A failure-rate policy over a count window adds one bit per
 //! call in the window and 48 bytes; each observer adds 16 bytes; a transition channel is
 //! only made for a breaker whose handle is subscribed to.
