@@ -313,7 +313,7 @@ impl Builder {
         let config = self.build_config()?;
         let kill = self.kill.unwrap_or_default();
         Ok(CircuitBreakerLayer::from_shared(Arc::new(breaker(
-            config,
+            Machine::new(config, now()),
             kill,
             &self.observers,
             self.group,
@@ -360,11 +360,11 @@ impl Watcher {
     }
 }
 
-/// A closed breaker with these checked settings, obeying `kill`, told of its events by
-/// an observer made from each watcher for it, and counted in `group` if one is given: a
-/// builder's layer, and each key's breaker in a keyed registry, are made so.
+/// A breaker of `machine` (closed, with checked settings), obeying `kill`, told of its
+/// events by an observer made from each watcher for it, and counted in `group` if one is
+/// given: a builder's layer, and each key's breaker in a keyed registry, are made so.
 pub(crate) fn breaker(
-    config: Config,
+    machine: Machine,
     kill: KillSwitch,
     watchers: &[Watcher],
     group: Option<Arc<DeliveryGroup>>,
@@ -372,14 +372,20 @@ pub(crate) fn breaker(
     let (at_once, in_order): (Vec<&Watcher>, Vec<&Watcher>) = watchers
         .iter()
         .partition(|watcher| matches!(watcher, Watcher::AtOnce(_)));
-    let observers = |watchers: Vec<&Watcher>| {
+    let observers = |watchers: Vec<&Watcher>, config: &Config| {
         watchers
             .into_iter()
-            .map(|watcher| watcher.for_breaker(&config))
+            .map(|watcher| watcher.for_breaker(config))
             .collect()
     };
-    let observers = (observers(in_order), observers(at_once));
-    Shared::new(Machine::new(config, now()), kill, observers, group)
+    let observers = if watchers.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        // The breaker's own settings, its name included, for the observers made for it.
+        let config = machine.config();
+        (observers(in_order, &config), observers(at_once, &config))
+    };
+    Shared::new(machine, kill, observers, group)
 }
 
 /// Checks every value of `config`; the first bad one is the error. The builder's check,

@@ -122,10 +122,12 @@
 //!
 //! Once a key's breaker exists, a call hashes the key once (`RandomState`: keys come
 //! from requests, so the hash resists collision attacks), takes a read lock on one of up
-//! to 64 shards, clones the breaker's `Arc`, and then costs what a call through a single
-//! breaker costs. Nothing is allocated (the key function should not allocate either:
-//! return a `&'static str`, an integer, an `Arc<str>` or a small enum rather than a
-//! fresh `String`). `benches/benches/keyed.rs` measures it next to a single breaker.
+//! to 64 shards, clones the breaker's `Arc` (the call's permit holds that clone), and
+//! then costs what a call through a single breaker costs: what it reads of the breaker is
+//! on one cache line, what it counts on the next. Nothing is allocated (the key function
+//! should not allocate either: return a `&'static str`, an integer, an `Arc<str>` or a
+//! small enum rather than a fresh `String`). `benches/benches/keyed.rs` measures it next
+//! to a single breaker, and the `overhead` bench next to failsafe in a `RwLock<HashMap>`.
 //!
 //! # Memory
 //!
@@ -134,10 +136,14 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 960 bytes for the shared state (the state machine
-//!   with its settings behind a lock; the running totals and the published door, each
-//!   starting a cache line of its own; the event queue) and 16
-//!   bytes plus the name's length for its name (`host[42]`: 24 bytes);
+//! - the breaker: two allocations, 576 bytes for the shared state (the state machine
+//!   behind a lock, the running totals and the published door: what a call reads on one
+//!   cache line, what it counts on the next) and 16 bytes plus the name's length for its name (`host[42]`: 24
+//!   bytes). The settings are not copied per key: every key's breaker points to the
+//!   template's, made once for the registry, and keeps only its name and jitter seed. Its
+//!   event queue (184 bytes) is made when it first has an event to report (a transition,
+//!   a change of mode) or a subscriber, unless the template has observers: then every
+//!   breaker has one from the start;
 //! - the slot: the key's hash, the key, the breaker's `Arc` and its last-used mark,
 //!   24 bytes plus the key, and a control byte, in tables at most 7/8 full. A table
 //!   that evicts and inserts can double while barely half full (its deleted slots are
@@ -146,11 +152,11 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 1,046 bytes per key in a registry just filled with 10,000 keys (10.5 MB), and
-//! 1,102 bytes per key (11.0 MB) once 90,000 more have passed through and been evicted:
-//! however many keys come, no more. A failure-rate policy over a count window adds one
-//! bit per call in the window; each observer adds 16 bytes; a transition channel is only
-//! made for a breaker whose handle is subscribed to.
+//! In all, 662 bytes per key in a registry just filled with 10,000 keys (6.6 MB), and 718
+//! bytes per key (7.2 MB) once 90,000 more have passed through and been evicted: however
+//! many keys come, no more. A failure-rate policy over a count window adds one bit per
+//! call in the window and 48 bytes; each observer adds 16 bytes; a transition channel is
+//! only made for a breaker whose handle is subscribed to.
 //!
 //! # Clone
 //!
@@ -172,14 +178,15 @@ use tower::{Layer, Service};
 use crate::answer::Answer;
 use crate::builder::{self, Builder, Watcher};
 use crate::classify::{Classify, DefaultClassifier};
+use crate::clock::now;
 use crate::error::{BoxError, BreakerError, ConfigError};
 use crate::fallback::{Fallback, FallbackService, NoFallback, TypedErrors, WithSkip};
 use crate::future::ResponseFuture;
 use crate::handle::CircuitBreakerHandle;
 use crate::kill::KillSwitch;
-use crate::machine::State;
+use crate::machine::{Machine, State};
 use crate::settings::Config;
-use crate::shared::{Decision, Shared};
+use crate::shared::Shared;
 
 /// How many breakers a registry holds unless told otherwise.
 const DEFAULT_CAPACITY: usize = 1024;
@@ -252,7 +259,7 @@ impl<K, KF> KeyedBuilder<K, KF> {
             return Err(ConfigError::ZeroCapacity);
         }
         let template = Template {
-            config,
+            config: Arc::new(config),
             kill,
             observers,
             namer: self.namer,
@@ -551,21 +558,22 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         let ready = mem::replace(&mut self.ready, Ready::No);
         assert!(ready != Ready::No, "poll_ready must be called first");
-        let shared = self.registry.breaker(&(self.key)(&request));
-        match shared.decide() {
-            Decision::Call(permit) if ready == Ready::Inner => {
+        // The registry's reference, taken for this call, goes on to the call's permit.
+        match self.registry.breaker(&(self.key)(&request)).decide_owned() {
+            Ok(permit) if ready == Ready::Inner => {
                 let classifier = self.classifier.clone();
                 ResponseFuture::call(&mut self.inner, request, permit, classifier)
             }
-            Decision::Call(permit) => {
+            Ok(permit) => {
                 // The kill switch was turned off between `poll_ready` and this call, and
                 // the wrapped service was not polled ready: the call stays decided as
                 // killed.
+                let shared = permit.breaker().clone();
                 let skip = shared.keep_killed(permit);
                 let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
-            Decision::Skip(skip) => {
+            Err((skip, shared)) => {
                 let future = self.fallback.call_unready(request, skip, &shared);
                 ResponseFuture::answered(future, skip)
             }
@@ -718,7 +726,9 @@ impl<K> fmt::Debug for KeyedCircuitBreakerHandle<K> {
 
 /// What every key's breaker is made from.
 struct Template<K> {
-    config: Config,
+    /// The settings every key's breaker shares (each has a name and a jitter seed of its
+    /// own): made once, for the registry.
+    config: Arc<Config>,
     kill: KillSwitch,
     observers: Vec<Watcher>,
     namer: fn(&str, &K) -> Arc<str>,
@@ -727,16 +737,14 @@ struct Template<K> {
 impl<K> Template<K> {
     /// A closed breaker for `key`.
     fn breaker(&self, key: &K) -> Shared {
-        let mut config = self.config.clone();
-        config.name = (self.namer)(&self.config.name, key);
-        config.jitter_seed = Some(match self.config.jitter_seed {
+        let name = (self.namer)(&self.config.name, key);
+        let jitter_seed = Some(match self.config.jitter_seed {
             // Each key a seed of its own, derived from the template's so runs repeat.
-            Some(seed) => {
-                seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*config.name)
-            }
-            None => RandomState::new().hash_one(&*config.name),
+            Some(seed) => seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*name),
+            None => RandomState::new().hash_one(&*name),
         });
-        builder::breaker(config, self.kill.clone(), &self.observers, None)
+        let machine = Machine::sharing(self.config.clone(), name, jitter_seed, now());
+        builder::breaker(machine, self.kill.clone(), &self.observers, None)
     }
 }
 
@@ -786,6 +794,9 @@ struct Entry {
 }
 
 impl Entry {
+    // Inlined into the keyed call, which is made in the caller's crate: about a tenth of a
+    // keyed call in the awaited `overhead` bench.
+    #[inline]
     fn touch(&self, clock: &AtomicU64) {
         let now = clock.load(Ordering::Relaxed);
         // Written only when the clock has moved: a key called over and over does not

@@ -18,6 +18,7 @@ pub(crate) mod state;
 pub(crate) mod time;
 mod window;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
@@ -109,7 +110,13 @@ struct Probes {
 /// One breaker's state machine. See the [module docs](self).
 #[derive(Debug, Clone)]
 pub(crate) struct Machine {
-    config: Config,
+    /// The settings, but for the name and the jitter seed: one copy shared by every key's
+    /// breaker of a keyed registry.
+    config: Arc<Config>,
+    /// The breaker's name (in a keyed registry, with its key).
+    name: Arc<str>,
+    /// The jitter seed it was made with (in a keyed registry, its key's).
+    jitter_seed: Option<u64>,
     phase: Phase,
     /// Why it is in its state: the latest transition's cause (`None`: closed since built).
     cause: Option<Cause>,
@@ -133,11 +140,25 @@ pub(crate) struct Machine {
 impl Machine {
     /// A closed breaker with these settings; `now` starts its time windows.
     pub(crate) fn new(config: Config, now: Instant) -> Self {
+        let (name, jitter_seed) = (config.name.clone(), config.jitter_seed);
+        Machine::sharing(Arc::new(config), name, jitter_seed, now)
+    }
+
+    /// A closed breaker with the settings `config` but for its `name` and `jitter_seed`,
+    /// which are its own: `config` may be shared with other breakers.
+    pub(crate) fn sharing(
+        config: Arc<Config>,
+        name: Arc<str>,
+        jitter_seed: Option<u64>,
+        now: Instant,
+    ) -> Self {
         Machine {
             window: Window::new(&config.trip, now),
-            rng: config.jitter_seed.unwrap_or(0x9E37_79B9_7F4A_7C15) | 1,
+            rng: jitter_seed.unwrap_or(0x9E37_79B9_7F4A_7C15) | 1,
             mode: config.mode,
             config,
+            name,
+            jitter_seed,
             phase: Phase::Closed,
             cause: None,
             generation: 0,
@@ -150,8 +171,18 @@ impl Machine {
         }
     }
 
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
+    /// The settings it was made with, its name and jitter seed included.
+    pub(crate) fn config(&self) -> Config {
+        Config {
+            name: self.name.clone(),
+            jitter_seed: self.jitter_seed,
+            ..Config::clone(&self.config)
+        }
+    }
+
+    /// The breaker's name.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
     pub(crate) fn epoch(&self) -> Epoch {
@@ -172,7 +203,7 @@ impl Machine {
     /// its kill switch (`killed`), which the machine does not keep.
     pub(crate) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
         Snapshot {
-            name: self.config.name.clone(),
+            name: self.name.clone(),
             state: self.state(),
             cause: self.cause,
             mode: self.mode,
@@ -800,7 +831,7 @@ impl Machine {
         self.cause = Some(cause);
         self.generation += 1;
         Transition {
-            name: self.config.name.clone(),
+            name: self.name.clone(),
             from,
             to: self.state(),
             cause,

@@ -20,8 +20,10 @@ pub struct WindowCounts {
 pub(crate) enum Window {
     /// Consecutive failures need no window: the machine's counter is enough.
     None,
-    Ring(Ring),
-    // Boxed: ten buckets of three words each.
+    // Both boxed, so that a breaker with no window (the default policy) keeps two
+    // words for it rather than the ring's five.
+    Ring(Box<Ring>),
+    // Ten buckets of three words each.
     Time(Box<Buckets>),
 }
 
@@ -30,7 +32,7 @@ impl Window {
         match *policy {
             TripPolicy::ConsecutiveFailures(_) => Window::None,
             TripPolicy::FailureRate { window, .. } => match window {
-                RateWindow::Calls(n) => Window::Ring(Ring::new(n as usize)),
+                RateWindow::Calls(n) => Window::Ring(Box::new(Ring::new(n as usize))),
                 RateWindow::Time(d) => Window::Time(Box::new(Buckets::new(d, epoch))),
             },
         }

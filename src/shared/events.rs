@@ -68,8 +68,6 @@ pub(super) struct Reporter {
     observers: Box<[Observer]>,
     /// Told of each event at once, by the task that made it.
     at_once: Box<[Observer]>,
-    /// Whether either list has an observer: read on every quiet success.
-    observed: bool,
     /// Made on the first `subscribe`: a channel costs a few kilobytes, too much for
     /// every breaker of a keyed registry.
     channel: OnceLock<broadcast::Sender<Transition>>,
@@ -79,7 +77,6 @@ impl Reporter {
     pub(super) fn new(name: Arc<str>, observers: Vec<Observer>, at_once: Vec<Observer>) -> Self {
         Reporter {
             name,
-            observed: !(observers.is_empty() && at_once.is_empty()),
             observers: observers.into_boxed_slice(),
             at_once: at_once.into_boxed_slice(),
             channel: OnceLock::new(),
@@ -156,12 +153,6 @@ impl Sink for Reporter {
 }
 
 impl Events {
-    /// Whether anyone is told of outcomes and skips.
-    #[inline]
-    pub(super) fn observed(&self) -> bool {
-        self.sink().observed
-    }
-
     /// Whether anyone is told of events at once, by the task that made them.
     #[inline]
     pub(super) fn told_at_once(&self) -> bool {

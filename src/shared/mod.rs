@@ -48,22 +48,63 @@ pub(crate) enum Decision {
     Skip(Skip),
 }
 
-/// See the [module docs](self). The totals come first, next to the `Arc`'s reference
-/// counts, which every call writes anyway; the door, which every call reads, lies apart.
+/// The caller's reference to the breaker, as a decision takes it: borrowed (a call's
+/// permit holds a clone of it) or handed on (a call's permit holds it, and a skip gives it
+/// back), which spares a keyed registry's call a second count of the same reference.
+trait Owner: Sized {
+    fn shared(&self) -> &Arc<Shared>;
+    fn permit(self, ticket: Ticket) -> Permit;
+}
+
+impl Owner for &Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self.clone(), ticket)
+    }
+}
+
+impl Owner for Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self, ticket)
+    }
+}
+
+/// A decision with the caller's reference: in the permit, or given back with a skip.
+type Owned<O> = Result<Permit, (Skip, O)>;
+
+/// See the [module docs](self). What every call reads comes first, on a cache line of
+/// its own (the breaker is aligned to one): the door, the kill switch, whether anyone
+/// observes, and the head of the totals (where they are counted once spread). Calls
+/// write the next line (what the totals count on the way through) and the `Arc`'s
+/// reference counts, on the line before: a call on a breaker that is not in the cache
+/// (one key of many in a keyed registry) waits for three lines, side by side.
 ///
 /// Public to the fallback trait's hidden methods (a fallback that says why it answered
 /// reads the breaker's name and, for a permanent failure, its message), and unnameable
 /// outside the crate: the module is private.
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Shared {
-    tally: Tally,
-    /// On a cache line of its own: after the totals (16 bytes of the `Arc`'s counts and
-    /// 112 of the tally fill two lines), the door starts the third.
     published: Published,
-    pub(crate) name: BreakerName,
     pub(crate) kill: KillSwitch,
+    /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
+    observed: bool,
+    tally: Tally,
+    pub(crate) name: BreakerName,
     machine: Mutex<Machine>,
-    events: Arc<Events>,
+    /// Made when first needed ([`Shared::events`]), unless there are observers or a
+    /// group to count them in: most breakers of a keyed registry never report an event.
+    events: OnceLock<Arc<Events>>,
     /// Told of every change of the published door, once something waits for changes
     /// ([`Shared::changed`]): made then, under the machine's lock, so that a change is
     /// either seen by the waiter's look or told to it.
@@ -83,6 +124,24 @@ struct Arrival<'a> {
     tally: &'a Tally,
     step: Option<u64>,
     now: Option<Instant>,
+}
+
+/// What an arriving call read of its clocks on the door, for the machine to decide with
+/// the same values.
+#[derive(Clone, Copy, Default)]
+struct Read {
+    step: Option<u64>,
+    now: Option<Instant>,
+}
+
+impl Arrival<'_> {
+    #[inline(always)]
+    fn read(&self) -> Read {
+        Read {
+            step: self.step,
+            now: self.now,
+        }
+    }
 }
 
 impl Clock for Arrival<'_> {
@@ -119,17 +178,32 @@ impl Shared {
         (observers, at_once): (Vec<Observer>, Vec<Observer>),
         group: Option<Arc<DeliveryGroup>>,
     ) -> Self {
-        let name = machine.config().name.clone();
-        let reporter = Reporter::new(name.clone(), observers, at_once);
+        let name = machine.name().clone();
+        let observed = !(observers.is_empty() && at_once.is_empty());
+        let events = OnceLock::new();
+        if observed || group.is_some() {
+            let reporter = Reporter::new(name.clone(), observers, at_once);
+            let _ = events.set(Arc::new(Events::new(reporter, group)));
+        }
         Shared {
             tally: Tally::default(),
             published: Published::new(&machine.door()),
-            events: Arc::new(Events::new(reporter, group)),
+            observed,
+            events,
             name: BreakerName::new(name),
             kill,
             machine: Mutex::new(machine),
             changes: OnceLock::new(),
         }
+    }
+
+    /// The events, made now if they were not: a breaker made without observers or a group
+    /// reports to the log and its subscribers alone.
+    fn events(&self) -> &Arc<Events> {
+        self.events.get_or_init(|| {
+            let reporter = Reporter::new(self.name.full().clone(), Vec::new(), Vec::new());
+            Arc::new(Events::new(reporter, None))
+        })
     }
 
     /// The machine (see [`lock`]).
@@ -157,20 +231,20 @@ impl Shared {
         let reported = event.is_some() || transition.is_some();
         let mut at_once = None;
         for event in event.into_iter().chain(transition.map(Queued::Transition)) {
-            if self.events.told_at_once() {
+            if self.events().told_at_once() {
                 at_once.get_or_insert_with(Vec::new).push(event.clone());
             }
-            self.events.queue(event);
+            self.events().queue(event);
         }
         drop(machine);
         if let Some(changes) = changes {
             changes.send_replace(());
         }
         for event in at_once.iter().flatten() {
-            self.events.tell_at_once(event);
+            self.events().tell_at_once(event);
         }
         if reported {
-            self.events.deliver();
+            self.events().deliver();
         }
         value
     }
@@ -198,55 +272,82 @@ impl Shared {
     /// goes on in registers, one made out of line is handed on from there.
     #[inline(always)]
     pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
-        let killed = self.kill.is_killed();
+        Self::decide_by(self, |decision| {
+            hold(match decision {
+                Ok(permit) => Decision::Call(permit),
+                Err((skip, _)) => Decision::Skip(skip),
+            })
+        })
+    }
+
+    /// [`decide`](Self::decide), by a caller that hands its reference on: a call's permit
+    /// holds it, a skip gives it back.
+    #[inline(always)]
+    pub(crate) fn decide_owned(self: Arc<Self>) -> Result<Permit, (Skip, Arc<Self>)> {
+        Self::decide_by(self, |decision| decision)
+    }
+
+    /// The decision, taking the caller's reference as `this` says; see
+    /// [`decide_with`](Self::decide_with).
+    #[inline(always)]
+    fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
+        let shared = this.shared();
+        let killed = shared.kill.is_killed();
         // A door that is its first word alone (closed, most often) is decided with
         // nothing else read. Its clocks are made here, and not before: made before, they
         // are written to memory on every call, for a slow path to read.
-        if let Some(door) = self.published.load_alone() {
-            return hold(self.decide_at(door, killed, self.arrival()));
+        if let Some(door) = shared.published.load_alone() {
+            return hold(Self::decide_at(this, door, killed));
         }
-        let clock = self.arrival();
         // Held in each arm: a decision made here then goes on in registers, rather than
         // meeting the one from out of line in memory.
-        match self.published.load_whole() {
-            Some(door) => hold(self.decide_at(door, killed, clock)),
-            None => hold(self.decide_locked(killed, clock)),
+        match shared.published.load_whole() {
+            Some(door) => hold(Self::decide_at(this, door, killed)),
+            None => hold(Self::decide_locked(this, killed, Read::default())),
         }
     }
 
     /// The decision at a published `door`, or the machine's if the verdict changes the
     /// state.
     #[inline(always)]
-    fn decide_at(self: &Arc<Self>, door: Door, killed: bool, mut clock: Arrival<'_>) -> Decision {
+    fn decide_at<O: Owner>(this: O, door: Door, killed: bool) -> Owned<O> {
+        let mut clock = this.shared().arrival();
         let verdict = door.admit(killed, &mut clock);
         // Only the machine carries out what changes the state.
         if matches!(verdict, Verdict::Probe | Verdict::Expired) {
-            return self.decide_locked(killed, clock);
+            let read = clock.read();
+            return Self::decide_locked(this, killed, read);
         }
-        self.carry_out(&door, verdict)
+        Self::carry_out(this, &door, verdict)
     }
 
+    /// The machine's decision, with the clocks as the call read them on the door.
     #[inline(never)]
-    fn decide_locked(self: &Arc<Self>, killed: bool, mut clock: Arrival<'_>) -> Decision {
-        let (door, verdict) = self.locked(|machine, _| {
+    fn decide_locked<O: Owner>(this: O, killed: bool, read: Read) -> Owned<O> {
+        let (door, verdict) = this.shared().locked(|machine, tally| {
+            let mut clock = Arrival {
+                tally,
+                step: read.step,
+                now: read.now,
+            };
             let (verdict, transition) = machine.admit(killed, &mut clock);
             ((machine.door(), verdict), None, transition)
         });
-        self.carry_out(&door, verdict)
+        Self::carry_out(this, &door, verdict)
     }
 
     /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
     #[inline(always)]
-    fn carry_out(self: &Arc<Self>, door: &Door, verdict: Verdict) -> Decision {
+    fn carry_out<O: Owner>(this: O, door: &Door, verdict: Verdict) -> Owned<O> {
         let ticket = match verdict {
             Verdict::Call => Ticket::new(door, Kind::Call, None),
             Verdict::Probe => Ticket::new(door, Kind::Probe, None),
             Verdict::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
             Verdict::Pass => Ticket::pass(door),
-            Verdict::Skip(skip) => return Decision::Skip(self.skipped(door, skip)),
+            Verdict::Skip(skip) => return Err((this.shared().skipped(door, skip), this)),
             Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
         };
-        Decision::Call(Permit::new(self.clone(), ticket))
+        Ok(this.permit(ticket))
     }
 
     /// Counts a skip and reports it; in disabled mode, which counts and reports nothing
@@ -257,8 +358,8 @@ impl Shared {
             return skip;
         }
         self.tally.skipped(skip.reason());
-        if self.events.observed() {
-            self.events.skipped(skip);
+        if self.observed {
+            self.events().skipped(skip);
         }
         skip
     }
@@ -375,10 +476,10 @@ impl Shared {
             && Door::quiet_in(self.published.word(), ticket.epoch())
         {
             // Looked up before the count: after an atomic add a load waits for it.
-            let observed = self.events.observed();
+            let observed = self.observed;
             self.tally.quiet_success();
             if observed {
-                self.events.succeeded(elapsed);
+                self.events().succeeded(elapsed);
             }
             return;
         }
@@ -393,7 +494,7 @@ impl Shared {
         };
         let epoch = ticket.epoch();
         let now = now();
-        let observed = self.events.observed();
+        let observed = self.observed;
         self.locked(|machine, tally| {
             let at = Fixed {
                 step: tally.steps(),
@@ -509,11 +610,14 @@ impl Shared {
     /// Waits until every event the breaker made before this call has reached its
     /// observers (see [`Delivery::delivered`](crate::sync::delivery::Delivery::delivered)).
     pub(crate) async fn events_delivered(&self) {
-        self.events.delivered().await;
+        // Events not made yet have had nothing to deliver.
+        if let Some(events) = self.events.get() {
+            events.delivered().await;
+        }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.events.subscribe()
+        self.events().subscribe()
     }
 
     /// A future that completes at the next change of the door or of the kill switch
@@ -536,16 +640,20 @@ impl Shared {
 
     /// The breaker's settings, as it was built with them.
     pub(crate) fn config(&self) -> Config {
-        self.lock().config().clone()
+        self.lock().config()
     }
 
     /// Tells the observers that the breaker was evicted from its keyed registry, after
     /// whatever is queued.
     pub(crate) fn evicted(&self) {
-        if self.events.told_at_once() {
-            self.events.tell_at_once(&Queued::Evicted);
+        // Events not made yet have no one to tell: the log does not report an eviction.
+        let Some(events) = self.events.get() else {
+            return;
+        };
+        if events.told_at_once() {
+            events.tell_at_once(&Queued::Evicted);
         }
-        self.events.queue(Queued::Evicted);
-        self.events.deliver();
+        events.queue(Queued::Evicted);
+        events.deliver();
     }
 }

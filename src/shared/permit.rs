@@ -87,6 +87,11 @@ impl Permit {
         Permit { shared, ticket }
     }
 
+    /// The breaker that granted it.
+    pub(crate) fn breaker(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Whether the call may still be made as admitted: the kill switch is off and the
     /// breaker has not moved on (no change of state or mode).
     #[inline(always)]

@@ -11,9 +11,7 @@ use std::sync::atomic::Ordering;
 use crate::machine::door::Door;
 use crate::sync::{fence, AtomicU64};
 
-/// A door behind a sequence number, on a cache line of its own. See the
-/// [module docs](self).
-#[repr(align(64))]
+/// A door behind a sequence number. See the [module docs](self).
 pub(super) struct Published {
     /// Odd while a door is being written.
     seq: AtomicU64,

@@ -30,6 +30,10 @@ use crate::sync::AtomicU64;
 #[repr(C)]
 #[derive(Default)]
 pub(super) struct Tally {
+    /// What calls count on the way through, spread, once two collided. First: read by
+    /// every call, written once, it may share a line with what calls read; the counts
+    /// after it are written.
+    spread: OnceLock<Box<[Group]>>,
     /// What calls count on the way through, until two collide.
     passing: Passing,
     /// The count of calls an open breaker waits for.
@@ -42,8 +46,6 @@ pub(super) struct Tally {
     abandoned: AtomicU64,
     probes: AtomicU64,
     shadowed: AtomicU64,
-    /// What calls count on the way through, spread, once two collided.
-    spread: OnceLock<Box<[Group]>>,
 }
 
 /// Skips by [`Reason`] (open, half-open full, killed, forced open), and closed-state calls
