@@ -723,8 +723,9 @@ fn starting(mode: Mode, count: &Count, update: &mut impl FnMut(Point, f64)) {
 /// failures), with running totals, so that showing the series reads four numbers.
 #[derive(Debug)]
 struct Count {
-    policy: TripPolicy,
     slow_call: Option<Duration>,
+    /// Outcomes needed before a slow-call rate is shown (the trip policy's minimum).
+    minimum: u32,
     /// Outcomes in the count, by `[failed][slow]`.
     totals: [[u32; 2]; 2],
     kept: Kept,
@@ -733,9 +734,9 @@ struct Count {
 /// What a [`Count`] keeps to know which outcomes leave it.
 #[derive(Debug)]
 enum Kept {
-    /// Consecutive failures: every outcome counted is a failure, and a success clears
-    /// them all, so the totals are enough.
-    Nothing,
+    /// Consecutive failures, up to `threshold`: every outcome counted is a failure, and a
+    /// success clears them all, so the totals are enough.
+    Run { threshold: u32 },
     /// The last `capacity` outcomes, two bits each (failed, slow), oldest first from
     /// `start`.
     Ring {
@@ -756,24 +757,30 @@ const PER_WORD: usize = 32;
 
 impl Count {
     fn new(config: &Config) -> Self {
-        let policy = config.trip_policy();
-        let kept = match policy {
-            TripPolicy::ConsecutiveFailures(_) => Kept::Nothing,
-            TripPolicy::FailureRate { window, .. } => match window {
-                RateWindow::Calls(n) => Kept::Ring {
-                    bits: Vec::new(),
-                    capacity: (n as usize).max(1),
-                    start: 0,
-                    len: 0,
+        let (kept, minimum) = match config.trip_policy() {
+            TripPolicy::ConsecutiveFailures(threshold) => (Kept::Run { threshold }, 1),
+            TripPolicy::FailureRate {
+                window,
+                minimum_calls,
+                ..
+            } => (
+                match window {
+                    RateWindow::Calls(n) => Kept::Ring {
+                        bits: Vec::new(),
+                        capacity: (n as usize).max(1),
+                        start: 0,
+                        len: 0,
+                    },
+                    RateWindow::Time(span) => Kept::Buckets {
+                        width: (span / 10).max(Duration::from_nanos(1)),
+                        buckets: VecDeque::new(),
+                    },
                 },
-                RateWindow::Time(span) => Kept::Buckets {
-                    width: (span / 10).max(Duration::from_nanos(1)),
-                    buckets: VecDeque::new(),
-                },
-            },
+                minimum_calls.max(1),
+            ),
         };
         Count {
-            policy,
+            minimum,
             slow_call: config.slow_call_threshold(),
             totals: [[0; 2]; 2],
             kept,
@@ -783,25 +790,21 @@ impl Count {
     fn record(&mut self, failed: bool, elapsed: Option<Duration>, now: Instant) {
         let slow = matches!((self.slow_call, elapsed), (Some(limit), Some(took)) if took > limit);
         let (f, s) = (usize::from(failed), usize::from(slow));
-        match (&mut self.kept, self.policy) {
-            (Kept::Nothing, TripPolicy::ConsecutiveFailures(threshold)) => {
+        match &mut self.kept {
+            Kept::Run { threshold } => {
                 if !failed {
                     self.totals = [[0; 2]; 2];
-                } else if self.totals[1][0] + self.totals[1][1] < threshold {
+                } else if self.totals[1][0] + self.totals[1][1] < *threshold {
                     self.totals[1][s] += 1;
                 }
                 return;
             }
-            (Kept::Nothing, _) => return,
-            (
-                Kept::Ring {
-                    bits,
-                    capacity,
-                    start,
-                    len,
-                },
-                _,
-            ) => {
+            Kept::Ring {
+                bits,
+                capacity,
+                start,
+                len,
+            } => {
                 let code = (f << 1 | s) as u64;
                 if *len == *capacity {
                     let old = ring_get(bits, *start);
@@ -817,7 +820,7 @@ impl Count {
                     *len += 1;
                 }
             }
-            (Kept::Buckets { width, buckets }, _) => {
+            Kept::Buckets { width, buckets } => {
                 let span = *width * 10;
                 while buckets
                     .front()
@@ -848,7 +851,7 @@ impl Count {
     fn clear(&mut self) {
         self.totals = [[0; 2]; 2];
         match &mut self.kept {
-            Kept::Nothing => {}
+            Kept::Run { .. } => {}
             Kept::Ring { start, len, .. } => (*start, *len) = (0, 0),
             Kept::Buckets { buckets, .. } => buckets.clear(),
         }
@@ -868,11 +871,7 @@ impl Count {
         update(Point::Slow(Kind::Success), f64::from(success[1]));
         update(Point::Slow(Kind::Failure), f64::from(failure[1]));
         let total = success[0] + success[1] + failure[0] + failure[1];
-        let minimum = match self.policy {
-            TripPolicy::FailureRate { minimum_calls, .. } => minimum_calls.max(1),
-            TripPolicy::ConsecutiveFailures(_) => 1,
-        };
-        let rate = if total < minimum {
+        let rate = if total < self.minimum {
             NO_RATE
         } else {
             f64::from(success[1] + failure[1]) * 100.0 / f64::from(total)
