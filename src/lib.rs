@@ -92,31 +92,18 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
-mod answer;
-mod builder;
-mod changed;
-pub mod classify;
-mod clock;
-pub mod error;
-mod event;
+mod breaker;
 pub mod expediter;
 pub mod failover;
-pub mod fallback;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub mod fleet;
-pub mod future;
-mod handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-pub mod keyed;
-mod kill;
-mod layer;
 #[cfg(feature = "llm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "llm")))]
 pub mod llm;
-mod machine;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
@@ -126,37 +113,36 @@ pub mod metrics;
 #[cfg(feature = "opentelemetry")]
 #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
 pub mod opentelemetry;
-mod outcome;
 pub mod readiness;
-pub mod recover;
 mod redact;
 pub mod replay;
 pub mod retry;
 pub mod saved;
-mod service;
-mod settings;
-mod settle;
-mod shared;
-pub mod snapshot;
-mod sync;
 
-pub use crate::answer::{Answer, Origin, Source, Verdict};
-pub use crate::builder::Builder;
+pub use crate::breaker::answer::{Answer, Origin, Source, Verdict};
+pub use crate::breaker::builder::Builder;
 /// Settings beyond the [`Builder`]'s own methods: the checked settings a builder makes
 /// ([`Builder::build_config`]), and the trip policies.
 pub mod config {
-    pub use crate::settings::{Config, RateWindow, TripPolicy};
+    pub use crate::breaker::settings::{Config, RateWindow, TripPolicy};
 }
 
-pub use crate::event::Event;
-pub use crate::handle::CircuitBreakerHandle;
-pub use crate::kill::KillSwitch;
-pub use crate::layer::CircuitBreakerLayer;
-pub use crate::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
-pub use crate::outcome::{Failure, Outcome};
+pub use crate::breaker::event::Event;
+pub use crate::breaker::{classify, error, fallback, future, keyed, recover, snapshot};
+// The breaker's modules under their former paths, for the products until each imports
+// through the public API.
+pub use crate::breaker::handle::CircuitBreakerHandle;
+pub use crate::breaker::kill::KillSwitch;
+pub use crate::breaker::layer::CircuitBreakerLayer;
+pub use crate::breaker::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
+pub use crate::breaker::outcome::{Failure, Outcome};
+pub use crate::breaker::service::CircuitBreaker;
+pub use crate::breaker::settings::{Backoff, Cooldown, Mode};
+pub(crate) use crate::breaker::{
+    answer, builder, clock, event, handle, kill, layer, machine, outcome, service, settings,
+    settle, shared,
+};
 pub use crate::redact::redact;
-pub use crate::service::CircuitBreaker;
-pub use crate::settings::{Backoff, Cooldown, Mode};
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

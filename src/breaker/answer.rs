@@ -1,0 +1,446 @@
+//! Where an answer came from: [`Answer`], its [`Origin`] and [`Source`], and what the
+//! breaker's classifier made of it ([`Verdict`]).
+
+use std::future::Future;
+
+use crate::breaker::machine::{NextProbe, Reason, Skip, State};
+
+/// Where a response came from, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The wrapped service answered a normal call.
+    Service,
+    /// The wrapped service answered a half-open probe.
+    Probe,
+    /// The wrapped service answered, but only because the breaker is in
+    /// [`Mode::ObserveOnly`](crate::Mode::ObserveOnly): an enabled breaker would have
+    /// skipped the call for this reason.
+    Shadowed(Reason),
+    /// The call was not made; the fallback answered, for this reason.
+    Fallback(Reason),
+    /// The call was made and failed (the breaker counted the failure); a fallback
+    /// answered instead ([`recover`](crate::breaker::recover)).
+    FallbackAfterFailure,
+}
+
+impl Source {
+    /// Whether the wrapped service produced the answer.
+    pub fn is_service(&self) -> bool {
+        !self.is_fallback()
+    }
+
+    /// Whether a fallback produced the answer: for a call the breaker skipped, or for one
+    /// that failed.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, Source::Fallback(_) | Source::FallbackAfterFailure)
+    }
+
+    /// Why the call was not made (or, observing, would not have been).
+    pub fn reason(&self) -> Option<Reason> {
+        match *self {
+            Source::Fallback(reason) | Source::Shadowed(reason) => Some(reason),
+            Source::Service | Source::Probe | Source::FallbackAfterFailure => None,
+        }
+    }
+
+    /// `service`, `probe`, `shadowed`, `fallback` or `fallback_after_failure`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Service => "service",
+            Source::Probe => "probe",
+            Source::Shadowed(_) => "shadowed",
+            Source::Fallback(_) => "fallback",
+            Source::FallbackAfterFailure => "fallback_after_failure",
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason() {
+            Some(reason) => write!(f, "{} ({reason})", self.as_str()),
+            None => f.write_str(self.as_str()),
+        }
+    }
+}
+
+/// What the breaker's classifier made of an answer of the wrapped service
+/// ([`Answer::verdict`]).
+///
+/// A layer outside the breaker reads it instead of classifying the answer again:
+/// [`SaveLayer`](crate::saved::SaveLayer) saves only [`Verdict::Success`] answers, and
+/// [`RecoverLayer`](crate::breaker::recover::RecoverLayer) answers [`Verdict::Failure`] ones from
+/// its fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// A success. (The slow-call rule may still count it as a failure towards the
+    /// breaker's state: the answer itself is good.)
+    Success,
+    /// A failure, counted by the breaker (the failure's message is the breaker's
+    /// [`last_failure`](crate::breaker::snapshot::Snapshot::last_failure)). An HTTP 503 is an `Ok` to
+    /// tower and a failure here.
+    Failure,
+    /// Says nothing about the service's health: not counted.
+    Ignored,
+    /// A success whose real outcome is known only later (a streamed body that may still
+    /// break, see [`Classify::defer`](crate::breaker::classify::Classify::defer)).
+    Deferred,
+}
+
+impl Verdict {
+    /// `success`, `failure`, `ignored` or `deferred`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Success => "success",
+            Verdict::Failure => "failure",
+            Verdict::Ignored => "ignored",
+            Verdict::Deferred => "deferred",
+        }
+    }
+}
+
+/// Everything an [`Answer`] says about itself besides its value: who produced it, in
+/// which state, what the breaker's classifier made of it, and for a fallback's answer
+/// why the service did not give it and when the breaker will try it again.
+///
+/// The breaker makes these; [`Answer::into_parts`] and [`Answer::from_parts`] carry one
+/// across a change of the value that is not a plain function (a body read, a parse). A
+/// tool adapter with no breaker of its own makes one with [`Origin::called`].
+///
+/// ```
+/// use tower_circuit_breaker::{Answer, Origin, Source, State, Verdict};
+///
+/// // An in-process tool, answering as the expediter expects a tool to.
+/// let answer = Answer::from_parts(
+///     "3 files".to_string(),
+///     Origin::called(Source::Service, State::Closed, Verdict::Success),
+/// );
+/// let (text, origin) = answer.into_parts();
+/// let answer = Answer::from_parts(text.len(), origin);
+/// assert_eq!((answer.source(), answer.verdict()), (Source::Service, Some(Verdict::Success)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin {
+    kind: Kind,
+}
+
+/// Copy, and at most three words: an answer is built and dropped on every call, and a
+/// bigger or droppable origin costs every call (an answer with a boxed failure in it
+/// cost a closed call some 15% more instructions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// The wrapped service answered as `source`, in `state`; the classifier said
+    /// `verdict`.
+    Called {
+        source: Source,
+        state: State,
+        verdict: Verdict,
+    },
+    /// The breaker skipped the call; the fallback answered.
+    Skipped(Skip),
+    /// A call failed; a fallback answered instead. Packed as a skip (two words): the
+    /// breaker's state and next probe right after the failure; its reason is not used.
+    Recovered(Skip),
+}
+
+impl Origin {
+    /// The wrapped service answered a call made as `source` ([`Source::Service`], or a
+    /// [`Source::Probe`]) in `state`, and the classifier said `verdict`.
+    ///
+    /// For a tool adapter that answers `Answer<T>` without a breaker of its own (an
+    /// in-process tool): `Origin::called(Source::Service, State::Closed, Verdict::Success)`.
+    #[inline]
+    pub fn called(source: Source, state: State, verdict: Verdict) -> Self {
+        Origin {
+            kind: Kind::Called {
+                source,
+                state,
+                verdict,
+            },
+        }
+    }
+
+    /// The breaker skipped the call, as `skip` says; the fallback answered.
+    #[inline]
+    pub fn skipped(skip: Skip) -> Self {
+        Origin {
+            kind: Kind::Skipped(skip),
+        }
+    }
+
+    /// A call failed (the breaker counted it); a fallback answered instead
+    /// ([`Source::FallbackAfterFailure`]). `state` and `next_probe` are the breaker's
+    /// right after the failure (a failure may have opened it; an error does not say
+    /// which state its call found), as [`RecoverLayer`](crate::breaker::recover::RecoverLayer)
+    /// reads them.
+    pub fn fallback_after_failure(state: State, next_probe: NextProbe) -> Self {
+        Origin {
+            kind: Kind::Recovered(Skip::new(Reason::Open, state, next_probe)),
+        }
+    }
+
+    /// Where it came from.
+    pub fn source(&self) -> Source {
+        match self.kind {
+            Kind::Called { source, .. } => source,
+            Kind::Skipped(skip) => Source::Fallback(skip.reason()),
+            Kind::Recovered(_) => Source::FallbackAfterFailure,
+        }
+    }
+
+    /// The breaker's state when the call arrived (after any open to half-open change);
+    /// for a fallback's answer after a failure, its state right after the failure.
+    pub fn state(&self) -> State {
+        match self.kind {
+            Kind::Called { state, .. } => state,
+            Kind::Skipped(skip) | Kind::Recovered(skip) => skip.state(),
+        }
+    }
+
+    /// What the breaker's classifier made of the wrapped service's answer; `None` for a
+    /// fallback's answer.
+    pub fn verdict(&self) -> Option<Verdict> {
+        match self.kind {
+            Kind::Called { verdict, .. } => Some(verdict),
+            Kind::Skipped(_) | Kind::Recovered(_) => None,
+        }
+    }
+
+    /// For a fallback's answer, when the breaker will next let a probe through (as of
+    /// the skip, or of the failure); [`NextProbe::NotNeeded`] for an answer of the
+    /// wrapped service.
+    pub fn next_probe(&self) -> NextProbe {
+        match self.kind {
+            Kind::Called { .. } => NextProbe::NotNeeded,
+            Kind::Skipped(skip) | Kind::Recovered(skip) => skip.next_probe(),
+        }
+    }
+
+    /// For the fallback's answer to a skipped call, the skip: why, the state found, and
+    /// when the next probe may go.
+    pub fn skip(&self) -> Option<Skip> {
+        match self.kind {
+            Kind::Skipped(skip) => Some(skip),
+            Kind::Called { .. } | Kind::Recovered(_) => None,
+        }
+    }
+}
+
+/// A response with its provenance: every answer of a
+/// [`CircuitBreaker`](crate::CircuitBreaker) says, in its type, whether the wrapped
+/// service or a fallback produced it, and what the breaker's classifier made of it.
+///
+/// ```
+/// use tower::{service_fn, Service, ServiceExt};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Source, Verdict};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = CircuitBreakerLayer::builder().build()?;
+/// let mut svc = tower::Layer::layer(&layer, service_fn(|q: &'static str| async move {
+///     Ok::<_, std::io::Error>(format!("answer to {q}"))
+/// }));
+/// let answer = svc.ready().await?.call("2+2").await?;
+/// assert_eq!(answer.source(), Source::Service);
+/// assert_eq!(answer.verdict(), Some(Verdict::Success));
+/// assert_eq!(answer.into_inner(), "answer to 2+2");
+/// # Ok(()) }
+/// ```
+///
+/// # Keeping the stack's response type
+///
+/// Unlike `timeout` or `retry`, the breaker changes the response type, from `T` to
+/// `Answer<T>`. An answer derefs to its response (`answer.len()`, `&*answer`), so code
+/// that only reads it needs no change. Where a stack's response type is fixed (a server framework, a client
+/// library's middleware slot), unwrap it outside the breaker with
+/// `map_response(Answer::into_inner)`; the caller then can no longer tell a fallback's
+/// answer from the service's. For HTTP, `http::ProvenanceLayer` (feature `http`) unwraps
+/// it and keeps the provenance on the response, as a header and an extension.
+///
+/// ```
+/// use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::{Answer, CircuitBreakerLayer};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = CircuitBreakerLayer::builder().build()?;
+/// let mut svc = ServiceBuilder::new()
+///     .map_response(Answer::into_inner)
+///     .layer(breaker)
+///     .service(service_fn(|q: String| async move { Ok::<_, std::io::Error>(q) }));
+/// let answer: String = svc.ready().await?.call("2+2".into()).await?;
+/// assert_eq!(answer, "2+2");
+/// # Ok(()) }
+/// ```
+///
+/// # Tool adapters
+///
+/// A tool's service that answers `Answer<reqwest::Response>` becomes one that answers
+/// `Answer<String>` (what [`Expediter::execute`](crate::expediter::Expediter::execute)
+/// and a model's tool call want) with [`try_map_async`](Self::try_map_async), which
+/// keeps the provenance across the body read:
+///
+/// ```
+/// use tower::{service_fn, BoxError, Service, ServiceExt};
+/// use tower_circuit_breaker::{Answer, CircuitBreakerLayer, Source};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// // Stands in for a `reqwest::Client` (a `tower::Service<reqwest::Request>`).
+/// let client = service_fn(|_: reqwest::Request| async {
+///     let response = http::Response::builder().status(200).body("sunny, 21 °C").unwrap();
+///     Ok::<_, reqwest::Error>(reqwest::Response::from(response))
+/// });
+/// let breaker = CircuitBreakerLayer::builder().name("weather").build()?;
+/// let mut weather = tower::ServiceBuilder::new()
+///     .layer(breaker)
+///     .service(client)
+///     // The body is read after the breaker: its answer is already classified.
+///     .and_then(|answer: Answer<reqwest::Response>| async move {
+///         answer.try_map_async(|response| response.text()).await.map_err(BoxError::from)
+///     });
+///
+/// let request = reqwest::Request::new(http::Method::GET, "http://127.0.0.1/today".parse()?);
+/// let answer: Answer<String> = weather.ready().await?.call(request).await?;
+/// assert_eq!(answer.source(), Source::Service);
+/// assert_eq!(answer.get_ref(), "sunny, 21 °C");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<T> {
+    value: T,
+    origin: Origin,
+}
+
+impl<T> Answer<T> {
+    /// An answer from its value and its origin (see [`into_parts`](Self::into_parts)).
+    pub fn from_parts(value: T, origin: Origin) -> Self {
+        Answer { value, origin }
+    }
+
+    /// The response and its origin, to put back together with
+    /// [`from_parts`](Self::from_parts) once the response is changed.
+    pub fn into_parts(self) -> (T, Origin) {
+        (self.value, self.origin)
+    }
+
+    /// Where it came from, and what the classifier made of it.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// Where it came from.
+    pub fn source(&self) -> Source {
+        self.origin.source()
+    }
+
+    /// Whether a fallback produced it.
+    pub fn is_fallback(&self) -> bool {
+        self.source().is_fallback()
+    }
+
+    /// The breaker's state when the call arrived (after any open to half-open change).
+    pub fn state(&self) -> State {
+        self.origin.state()
+    }
+
+    /// What the breaker's classifier made of the wrapped service's answer; `None` for a
+    /// fallback's answer (see [`Verdict`]).
+    pub fn verdict(&self) -> Option<Verdict> {
+        self.origin.verdict()
+    }
+
+    /// Whether the breaker's classifier called the wrapped service's answer a failure:
+    /// an HTTP 503 is an `Ok` to tower, and a failure to an HTTP classifier. The
+    /// breaker counted it; the caller still gets the answer, unless a
+    /// [`RecoverLayer`](crate::breaker::recover::RecoverLayer) answers it from a fallback.
+    pub fn is_failure(&self) -> bool {
+        self.verdict() == Some(Verdict::Failure)
+    }
+
+    /// For a fallback answer, when the breaker will next let a probe through;
+    /// [`NextProbe::NotNeeded`] for an answer of the wrapped service.
+    pub fn next_probe(&self) -> NextProbe {
+        self.origin.next_probe()
+    }
+
+    /// For the fallback's answer to a skipped call, the skip it answered: why, the state
+    /// found, and when the next probe may go.
+    pub fn skip(&self) -> Option<Skip> {
+        self.origin.skip()
+    }
+
+    /// The response.
+    pub fn get_ref(&self) -> &T {
+        &self.value
+    }
+
+    /// The response, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+
+    /// The response, without its provenance.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// Changes the response, keeping the provenance.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        Answer::from_parts(f(self.value), self.origin)
+    }
+
+    /// Changes the response with a function that may fail, keeping the provenance.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error; the provenance is dropped with the response.
+    pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Answer<U>, E> {
+        Ok(Answer::from_parts(f(self.value)?, self.origin))
+    }
+
+    /// Changes the response with an async function (reading a body), keeping the
+    /// provenance.
+    pub async fn map_async<U, Fut>(self, f: impl FnOnce(T) -> Fut) -> Answer<U>
+    where
+        Fut: Future<Output = U>,
+    {
+        Answer::from_parts(f(self.value).await, self.origin)
+    }
+
+    /// Changes the response with an async function that may fail (reading a body as
+    /// text, parsing it), keeping the provenance; see the [type docs](Self) for an
+    /// example with reqwest.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error.
+    pub async fn try_map_async<U, E, Fut>(self, f: impl FnOnce(T) -> Fut) -> Result<Answer<U>, E>
+    where
+        Fut: Future<Output = Result<U, E>>,
+    {
+        Ok(Answer::from_parts(f(self.value).await?, self.origin))
+    }
+}
+
+/// The response, read through its answer (`answer.len()`, `&*answer`), as
+/// [`get_ref`](Answer::get_ref) gives it.
+///
+/// ```
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower::BoxError> {
+/// let layer = CircuitBreakerLayer::builder().build()?;
+/// let svc = layer.layer(service_fn(|q: String| async move { Ok::<_, std::io::Error>(q) }));
+/// let answer = svc.oneshot("hello".to_string()).await?;
+/// assert_eq!(answer.len(), 5);
+/// assert_eq!(&*answer, "hello");
+/// # Ok(()) }
+/// ```
+impl<T> std::ops::Deref for Answer<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.get_ref()
+    }
+}

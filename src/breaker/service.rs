@@ -1,0 +1,248 @@
+use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::Service;
+
+use crate::breaker::answer::Answer;
+use crate::breaker::classify::{Classify, DefaultClassifier};
+use crate::breaker::error::{BoxError, BreakerError};
+use crate::breaker::fallback::{FallbackService, NoFallback};
+use crate::breaker::future::ResponseFuture;
+use crate::breaker::handle::CircuitBreakerHandle;
+use crate::breaker::machine::Skip;
+use crate::breaker::outcome::Outcome;
+use crate::breaker::shared::{Decision, Permit, Shared};
+
+/// A `tower::Service` guarded by a circuit breaker.
+///
+/// Made by [`CircuitBreakerLayer`](crate::CircuitBreakerLayer); see there for the whole
+/// story. Each call is decided in `poll_ready` (a call, a probe, or a skip) and carried
+/// out in `call`:
+///
+/// - a call or probe waits for the wrapped service to be ready and calls it; its
+///   outcome is classified and recorded when the response future completes;
+/// - a skip waits for the fallback to be ready and calls it (or, with no fallback,
+///   fails with [`Rejected`](crate::breaker::error::Rejected): boxed into a
+///   [`BoxError`], or, with [typed errors](crate::CircuitBreakerLayer::with_typed_errors),
+///   as a [`CallError`](crate::breaker::error::CallError)). `poll_ready` never fails just because
+///   the breaker is open.
+///
+/// So an open breaker is as ready as its fallback. Under `tower::balance`, which routes by
+/// readiness, use [readiness mode](crate::readiness) instead: not ready while open.
+///
+/// An error from the wrapped service's `poll_ready` counts as a failure and is returned
+/// (the service is then unusable, as tower's contract says). If the kill switch is
+/// flipped or the breaker changes state between `poll_ready` and `call` (a half-open's
+/// dwell limit passing included, whether or not anything looked at the breaker), the
+/// call is decided again: the wrapped service is never called while open or killed.
+///
+/// # Panics
+///
+/// `call` panics if `poll_ready` has not returned `Ready(Ok(()))` since the last call (use
+/// `ServiceExt::ready` or `oneshot`), as tower's contract allows.
+///
+/// # Clone
+///
+/// Clones share the breaker; a clone starts without the decision its original may
+/// hold, so it must be polled ready itself.
+pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
+    inner: S,
+    fallback: F,
+    classifier: C,
+    shared: Arc<Shared>,
+    /// What `poll_ready` decided for the next call: a call (its permit) or a skip, in
+    /// one of these two (each two words, which move in registers: a three-word decision
+    /// written here and read back at once costs a stall on every call).
+    permit: Option<Permit>,
+    skip: Option<Skip>,
+}
+
+impl<S, F, C> CircuitBreaker<S, F, C> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, fallback: F, classifier: C) -> Self {
+        CircuitBreaker {
+            inner,
+            fallback,
+            classifier,
+            shared,
+            permit: None,
+            skip: None,
+        }
+    }
+
+    /// The breaker's handle.
+    pub fn handle(&self) -> CircuitBreakerHandle {
+        CircuitBreakerHandle::new(self.shared.clone())
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped. A call this service had reserved is handed back.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Decides the next call, unless a decision is held that still stands: a skip
+    /// stands as decided; a call is decided again if the kill switch was flipped or the
+    /// breaker moved on while it waited for the wrapped service.
+    #[inline(always)]
+    fn decide(&mut self) {
+        match &self.permit {
+            Some(permit) if permit.stands() => return,
+            Some(_) => return self.decide_again(),
+            None if self.skip.is_some() => return,
+            None => {}
+        }
+        let (permit, skip) = (&mut self.permit, &mut self.skip);
+        self.shared.decide_with(|held| hold(permit, skip, held));
+    }
+
+    /// The call held no longer stands: decided again, out of line (see
+    /// [`call_decided_again`](Self::call_decided_again)).
+    #[cold]
+    #[inline(never)]
+    fn decide_again(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            permit.withdraw();
+        }
+        hold(&mut self.permit, &mut self.skip, self.shared.decide());
+    }
+
+    /// Records a failure for the call decided: the wrapped service failed or panicked
+    /// in `poll_ready`.
+    fn fail_decided(&mut self, message: String) {
+        if let Some(mut permit) = self.permit.take() {
+            permit.mark_called();
+            permit.settle(Outcome::failure_with(message), None);
+        }
+    }
+}
+
+/// Keeps a decision until `call`, in the one of the two places its kind goes to. Both
+/// are empty: a decision is made only when none is held.
+#[inline(always)]
+fn hold(permit: &mut Option<Permit>, skip: &mut Option<Skip>, decision: Decision) {
+    debug_assert!(permit.is_none(), "a decision is already held");
+    match decision {
+        Decision::Call(decided) => *permit = Some(decided),
+        Decision::Skip(decided) => *skip = Some(decided),
+    }
+}
+
+impl<S, F, C, Request> Service<Request> for CircuitBreaker<S, F, C>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+    F: FallbackService<Request, S::Response>,
+    C: Classify<S::Response, S::Error> + Clone,
+{
+    type Response = Answer<S::Response>;
+    type Error = F::Error;
+    type Future = ResponseFuture<S::Future, F::Future, C>;
+
+    #[inline(always)]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.decide();
+        if self.skip.is_some() {
+            return self.fallback.poll_ready(cx);
+        }
+        let inner = &mut self.inner;
+        match catch_unwind(AssertUnwindSafe(|| inner.poll_ready(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
+            Ok(Poll::Ready(Err(error))) => {
+                let error: BoxError = error.into();
+                self.fail_decided(format!("poll_ready failed: {error}"));
+                Poll::Ready(Err(F::Error::service(error)))
+            }
+            Err(panic) => {
+                self.fail_decided("the service panicked in poll_ready".to_owned());
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn call(&mut self, request: Request) -> Self::Future {
+        if let Some(permit) = self.permit.take() {
+            // Without the clock: a call out of line would keep the permit in memory, to
+            // be dropped if it unwound, on every call.
+            if permit.stands_at_once() {
+                let classifier = self.classifier.clone();
+                return ResponseFuture::call(&mut self.inner, request, permit, classifier);
+            }
+            return self.call_decided_again(request, permit);
+        }
+        let skip = self.skip.take().expect("poll_ready must be called first");
+        let future = self.fallback.call(request, skip, &self.shared);
+        ResponseFuture::answered(future, skip)
+    }
+}
+
+impl<S, F, C> CircuitBreaker<S, F, C> {
+    /// The kill switch was flipped or the breaker moved on since `poll_ready`, or a
+    /// half-open's deadline may have passed: unless the call still stands (the clock
+    /// says the deadline has not passed), it is decided again. The wrapped service was
+    /// polled ready, the fallback not. Out of line, as it is rare: inlined, it would cost
+    /// every call the registers it needs.
+    #[cold]
+    #[inline(never)]
+    fn call_decided_again<Request>(
+        &mut self,
+        request: Request,
+        permit: Permit,
+    ) -> ResponseFuture<S::Future, F::Future, C>
+    where
+        S: Service<Request>,
+        F: FallbackService<Request, S::Response>,
+        C: Clone,
+    {
+        let permit = if permit.stands() {
+            permit
+        } else {
+            permit.withdraw();
+            match self.shared.decide() {
+                Decision::Call(permit) => permit,
+                Decision::Skip(skip) => {
+                    let future = self.fallback.call_unready(request, skip, &self.shared);
+                    return ResponseFuture::answered(future, skip);
+                }
+            }
+        };
+        let classifier = self.classifier.clone();
+        ResponseFuture::call(&mut self.inner, request, permit, classifier)
+    }
+}
+
+impl<S: Clone, F: Clone, C: Clone> Clone for CircuitBreaker<S, F, C> {
+    /// A clone shares the breaker but not this service's decision.
+    fn clone(&self) -> Self {
+        CircuitBreaker::new(
+            self.inner.clone(),
+            self.shared.clone(),
+            self.fallback.clone(),
+            self.classifier.clone(),
+        )
+    }
+}
+
+impl<S: fmt::Debug, F, C> fmt::Debug for CircuitBreaker<S, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("name", &self.shared.name)
+            .field("inner", &self.inner)
+            .field("fallback", &std::any::type_name::<F>())
+            .field("permit", &self.permit)
+            .field("skip", &self.skip)
+            .finish()
+    }
+}

@@ -1,0 +1,659 @@
+//! The state every clone of a breaker shares: the machine behind a lock, its door
+//! published for calls to read without the lock, the running totals, the kill switch,
+//! and the events.
+//!
+//! A call is decided by [`Door::admit`] on the published door, with atomics alone,
+//! unless the decision changes the state (a probe, a half-open past its dwell limit) or
+//! the door is being written: then the machine decides, under its lock, with the same
+//! function on its own door. Either way the decision is carried out by one function
+//! ([`Shared::carry_out`]) into one [`Decision`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{broadcast, watch};
+
+use crate::breaker::changed::Changed;
+use crate::breaker::clock::{self, now};
+use crate::breaker::error::BreakerName;
+use crate::breaker::kill::KillSwitch;
+use crate::breaker::machine::door::{Clock, Door, Fixed, Verdict};
+use crate::breaker::machine::time::Nanos;
+use crate::breaker::machine::{
+    Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
+};
+use crate::breaker::outcome::Outcome;
+use crate::breaker::settings::{Config, Mode};
+use crate::breaker::snapshot::Snapshot;
+pub(crate) use crate::breaker::sync::delivery::DeliveryGroup;
+use crate::breaker::sync::{lock, Mutex, MutexGuard};
+
+mod events;
+mod permit;
+mod published;
+mod tally;
+
+pub(crate) use self::events::Observer;
+use self::events::{Events, Queued, Reporter};
+pub(crate) use self::permit::Permit;
+use self::permit::Ticket;
+use self::published::Published;
+use self::tally::Tally;
+
+/// What was decided for one call.
+pub(crate) enum Decision {
+    /// Make the call.
+    Call(Permit),
+    /// Do not make it; the fallback answers.
+    Skip(Skip),
+}
+
+/// The caller's reference to the breaker, as a decision takes it: borrowed (a call's
+/// permit holds a clone of it) or handed on (a call's permit holds it, and a skip gives it
+/// back), which spares a keyed registry's call a second count of the same reference.
+trait Owner: Sized {
+    fn shared(&self) -> &Arc<Shared>;
+    fn permit(self, ticket: Ticket) -> Permit;
+}
+
+impl Owner for &Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self.clone(), ticket)
+    }
+}
+
+impl Owner for Arc<Shared> {
+    #[inline(always)]
+    fn shared(&self) -> &Arc<Shared> {
+        self
+    }
+
+    #[inline(always)]
+    fn permit(self, ticket: Ticket) -> Permit {
+        Permit::new(self, ticket)
+    }
+}
+
+/// A decision with the caller's reference: in the permit, or given back with a skip.
+type Owned<O> = Result<Permit, (Skip, O)>;
+
+/// See the [module docs](self). What every call reads comes first, on a cache line of
+/// its own (the breaker is aligned to one): the door, the kill switch, whether anyone
+/// observes, and the head of the totals (where they are counted once spread). Calls
+/// write the next line (what the totals count on the way through) and the `Arc`'s
+/// reference counts, on the line before: a call on a breaker that is not in the cache
+/// (one key of many in a keyed registry) waits for three lines, side by side.
+///
+/// Public to the fallback trait's hidden methods (a fallback that says why it answered
+/// reads the breaker's name and, for a permanent failure, its message), and unnameable
+/// outside the crate: the module is private.
+#[repr(C, align(64))]
+pub struct Shared {
+    published: Published,
+    pub(crate) kill: KillSwitch,
+    /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
+    observed: bool,
+    tally: Tally,
+    pub(crate) name: BreakerName,
+    machine: Mutex<Machine>,
+    /// Made when first needed ([`Shared::events`]), unless there are observers or a
+    /// group to count them in: most breakers of a keyed registry never report an event.
+    events: OnceLock<Arc<Events>>,
+    /// Told of every change of the published door, once something waits for changes
+    /// ([`Shared::changed`]): made then, under the machine's lock, so that a change is
+    /// either seen by the waiter's look or told to it.
+    changes: OnceLock<watch::Sender<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An arriving call's clocks, read when its decision first needs them.
+struct Arrival<'a> {
+    tally: &'a Tally,
+    step: Option<u64>,
+    now: Option<Instant>,
+}
+
+/// What an arriving call read of its clocks on the door, for the machine to decide with
+/// the same values.
+#[derive(Clone, Copy, Default)]
+struct Read {
+    step: Option<u64>,
+    now: Option<Instant>,
+}
+
+impl Arrival<'_> {
+    #[inline(always)]
+    fn read(&self) -> Read {
+        Read {
+            step: self.step,
+            now: self.now,
+        }
+    }
+}
+
+impl Clock for Arrival<'_> {
+    #[inline(always)]
+    fn step(&mut self) -> u64 {
+        *self.step.get_or_insert_with(|| self.tally.take_step())
+    }
+
+    #[inline(always)]
+    fn counted(&mut self) -> u64 {
+        self.step.unwrap_or_else(|| self.tally.steps())
+    }
+
+    #[inline(always)]
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(now)
+    }
+
+    /// Proven without reading the clock when it can be (see [`clock`]); once read, the
+    /// clock's time decides, so that one call is decided at one time.
+    #[inline(always)]
+    fn before(&mut self, at: Nanos) -> bool {
+        (self.now.is_none() && clock::surely_before(at)) || self.now() < at.instant()
+    }
+}
+
+impl Shared {
+    /// A breaker of `machine`, obeying `kill`, telling `observers` in order and
+    /// `at_once` by the task that made each event; its events are counted in `group`
+    /// too, if it is in one.
+    pub(crate) fn new(
+        machine: Machine,
+        kill: KillSwitch,
+        (observers, at_once): (Vec<Observer>, Vec<Observer>),
+        group: Option<Arc<DeliveryGroup>>,
+    ) -> Self {
+        let name = machine.name().clone();
+        let observed = !(observers.is_empty() && at_once.is_empty());
+        let events = OnceLock::new();
+        if observed || group.is_some() {
+            let reporter = Reporter::new(name.clone(), observers, at_once);
+            let _ = events.set(Arc::new(Events::new(reporter, group)));
+        }
+        Shared {
+            tally: Tally::default(),
+            published: Published::new(&machine.door()),
+            observed,
+            events,
+            name: BreakerName::new(name),
+            kill,
+            machine: Mutex::new(machine),
+            changes: OnceLock::new(),
+        }
+    }
+
+    /// The events, made now if they were not: a breaker made without observers or a group
+    /// reports to the log and its subscribers alone.
+    fn events(&self) -> &Arc<Events> {
+        self.events.get_or_init(|| {
+            let reporter = Reporter::new(self.name.full().clone(), Vec::new(), Vec::new());
+            Arc::new(Events::new(reporter, None))
+        })
+    }
+
+    /// The machine (see [`lock`]).
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        lock(&self.machine)
+    }
+
+    /// Runs `f` on the machine and publishes its door; queues what `f` reports (an
+    /// outcome or a change of mode, then the transition it caused) and delivers it once
+    /// the lock is released.
+    fn locked<R>(
+        &self,
+        f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
+    ) -> R {
+        let mut machine = self.lock();
+        let (value, event, transition) = f(&mut machine, &self.tally);
+        let door = machine.door();
+        // Read under the lock: a waiter made before this sees the change told, one made
+        // after sees the door stored here. The published door is this writer's own.
+        let changes = self
+            .changes
+            .get()
+            .filter(|_| self.published.load_whole() != Some(door));
+        self.published.store(&door);
+        let reported = event.is_some() || transition.is_some();
+        let mut at_once = None;
+        for event in event.into_iter().chain(transition.map(Queued::Transition)) {
+            if self.events().told_at_once() {
+                at_once.get_or_insert_with(Vec::new).push(event.clone());
+            }
+            self.events().queue(event);
+        }
+        drop(machine);
+        if let Some(changes) = changes {
+            changes.send_replace(());
+        }
+        for event in at_once.iter().flatten() {
+            self.events().tell_at_once(event);
+        }
+        if reported {
+            self.events().deliver();
+        }
+        value
+    }
+
+    /// [`locked`](Self::locked), for what reports a transition at most.
+    fn with<R>(&self, f: impl FnOnce(&mut Machine, Fixed) -> (R, Option<Transition>)) -> R {
+        let now = now();
+        self.locked(|machine, tally| {
+            let at = Fixed {
+                step: tally.steps(),
+                now,
+            };
+            let (value, transition) = f(machine, at);
+            (value, None, transition)
+        })
+    }
+
+    /// Decides the next call. See the [module docs](self).
+    #[inline(always)]
+    pub(crate) fn decide(self: &Arc<Self>) -> Decision {
+        self.decide_with(|decision| decision)
+    }
+
+    /// [`decide`](Self::decide), handing the decision to `hold`: a decision made here
+    /// goes on in registers, one made out of line is handed on from there.
+    #[inline(always)]
+    pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
+        Self::decide_by(self, |decision| {
+            hold(match decision {
+                Ok(permit) => Decision::Call(permit),
+                Err((skip, _)) => Decision::Skip(skip),
+            })
+        })
+    }
+
+    /// [`decide`](Self::decide), by a caller that hands its reference on: a call's permit
+    /// holds it, a skip gives it back.
+    #[inline(always)]
+    pub(crate) fn decide_owned(self: Arc<Self>) -> Result<Permit, (Skip, Arc<Self>)> {
+        Self::decide_by(self, |decision| decision)
+    }
+
+    /// The decision, taking the caller's reference as `this` says; see
+    /// [`decide_with`](Self::decide_with).
+    #[inline(always)]
+    fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
+        let shared = this.shared();
+        let killed = shared.kill.is_killed();
+        // A door that is its first word alone (closed, most often) is decided with
+        // nothing else read. Its clocks are made here, and not before: made before, they
+        // are written to memory on every call, for a slow path to read.
+        if let Some(door) = shared.published.load_alone() {
+            return hold(Self::decide_at(this, door, killed));
+        }
+        // Held in each arm: a decision made here then goes on in registers, rather than
+        // meeting the one from out of line in memory.
+        match shared.published.load_whole() {
+            Some(door) => hold(Self::decide_at(this, door, killed)),
+            None => hold(Self::decide_locked(this, killed, Read::default())),
+        }
+    }
+
+    /// The decision at a published `door`, or the machine's if the verdict changes the
+    /// state.
+    #[inline(always)]
+    fn decide_at<O: Owner>(this: O, door: Door, killed: bool) -> Owned<O> {
+        let mut clock = this.shared().arrival();
+        let verdict = door.admit(killed, &mut clock);
+        // Only the machine carries out what changes the state.
+        if matches!(verdict, Verdict::Probe | Verdict::Expired) {
+            let read = clock.read();
+            return Self::decide_locked(this, killed, read);
+        }
+        Self::carry_out(this, &door, verdict)
+    }
+
+    /// The machine's decision, with the clocks as the call read them on the door.
+    #[inline(never)]
+    fn decide_locked<O: Owner>(this: O, killed: bool, read: Read) -> Owned<O> {
+        let (door, verdict) = this.shared().locked(|machine, tally| {
+            let mut clock = Arrival {
+                tally,
+                step: read.step,
+                now: read.now,
+            };
+            let (verdict, transition) = machine.admit(killed, &mut clock);
+            ((machine.door(), verdict), None, transition)
+        });
+        Self::carry_out(this, &door, verdict)
+    }
+
+    /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
+    #[inline(always)]
+    fn carry_out<O: Owner>(this: O, door: &Door, verdict: Verdict) -> Owned<O> {
+        let ticket = match verdict {
+            Verdict::Call => Ticket::new(door, Kind::Call, None),
+            Verdict::Probe => Ticket::new(door, Kind::Probe, None),
+            Verdict::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
+            Verdict::Pass => Ticket::pass(door),
+            Verdict::Skip(skip) => return Err((this.shared().skipped(door, skip), this)),
+            Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
+        };
+        Ok(this.permit(ticket))
+    }
+
+    /// Counts a skip and reports it; in disabled mode, which counts and reports nothing
+    /// (a killed call included), neither.
+    #[inline(always)]
+    fn skipped(&self, door: &Door, skip: Skip) -> Skip {
+        if door.mode() == Mode::Disabled {
+            return skip;
+        }
+        self.tally.skipped(skip.reason());
+        if self.observed {
+            self.events().skipped(skip);
+        }
+        skip
+    }
+
+    /// What a call now would get, without making it: with nothing counted
+    /// (`count: false`), or with a skip counted as a skipped call, and a step of a
+    /// cooldown in calls (`count: true`). A probe is not granted, and a call or a probe
+    /// counts nothing: the call, when it comes through the layer, is decided then.
+    pub(crate) fn advise(&self, count: bool) -> Advice {
+        let killed = self.kill.is_killed();
+        loop {
+            let door = self.door();
+            let mut looking = Fixed {
+                step: self.tally.steps() + 1,
+                now: now(),
+            };
+            let verdict = match door.admit(killed, &mut looking) {
+                Verdict::Skip(_) if count => door.admit(killed, &mut self.arrival()),
+                verdict => verdict,
+            };
+            return match verdict {
+                Verdict::Expired => {
+                    // The machine re-opens it; then look again.
+                    self.with(|machine, at| ((), machine.tick(at)));
+                    continue;
+                }
+                Verdict::Skip(skip) if count => Advice::Skip(self.skipped(&door, skip)),
+                verdict => verdict.advice().expect("an expired door is applied above"),
+            };
+        }
+    }
+
+    #[inline(always)]
+    fn arrival(&self) -> Arrival<'_> {
+        Arrival {
+            tally: &self.tally,
+            step: None,
+            now: None,
+        }
+    }
+
+    /// When `skip` was decided on a breaker open until a reset by a failure of the
+    /// service's own (open, with no probe scheduled, and not killed or forced: a
+    /// permanent failure), that failure, if it still holds the breaker (a person may have
+    /// reset it since, and another failure opened it). Reads the machine: only a rejection
+    /// or a context-aware fallback asks, and only in this state, which only a person ends.
+    #[inline]
+    pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
+        skip.held_by_a_permanent_failure()
+            .then(|| self.permanent_failure_now())
+            .flatten()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn permanent_failure_now(&self) -> Option<FailureRecord> {
+        self.lock().permanent_failure().cloned()
+    }
+
+    /// When `skip` says the service asked to wait longer than its next probe
+    /// ([`Skip::asked_longer`]: a `Retry-After` above the cap), the time it asked for, if
+    /// the breaker still says so (a person may have reset it since). Reads the machine:
+    /// only a skip of such an opening asks.
+    #[inline]
+    pub(crate) fn requested_until(&self, skip: &Skip) -> Option<Instant> {
+        skip.asked_longer()
+            .then(|| self.requested_until_now())
+            .flatten()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn requested_until_now(&self) -> Option<Instant> {
+        self.lock().requested_until()
+    }
+
+    /// A call decided as made while the kill switch was on, then found not killed: it
+    /// stays decided as killed (its service was not made ready), counted as such.
+    pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {
+        let state = permit.state();
+        permit.withdraw();
+        let skip = Skip::new(Reason::Killed, state, NextProbe::Manual);
+        self.skipped(&self.door(), skip)
+    }
+
+    /// Whether a call admitted with `ticket` may still be made: the kill switch is off,
+    /// the breaker is in the same epoch, and no deadline of that epoch has passed (a
+    /// probe reserved before a half-open's dwell limit and called after it is not made,
+    /// whether or not anything made the machine apply the limit meanwhile). Without the
+    /// `clock`, a call at a door whose deadline may have passed is said not to stand, for
+    /// the caller to ask again with it.
+    #[inline(always)]
+    fn stands(&self, ticket: Ticket, clock: bool) -> bool {
+        let word = self.published.word();
+        !self.kill.is_killed()
+            && Door::in_epoch(word, ticket.epoch())
+            && !(Door::may_expire(word) && (!clock || self.expired()))
+    }
+
+    /// Whether the door's deadline has passed. Out of line: only a half-open with a dwell
+    /// limit asks.
+    #[cold]
+    #[inline(never)]
+    fn expired(&self) -> bool {
+        self.door().expired(&mut self.arrival())
+    }
+
+    /// Records a call's outcome: a success that changes nothing is counted with one
+    /// atomic add; anything else goes to the machine.
+    #[inline(always)]
+    fn settle(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
+        if matches!(outcome, Outcome::Success)
+            && ticket.kind() == Some(Kind::Call)
+            && Door::quiet_in(self.published.word(), ticket.epoch())
+        {
+            // Looked up before the count: after an atomic add a load waits for it.
+            let observed = self.observed;
+            self.tally.quiet_success();
+            if observed {
+                self.events().succeeded(elapsed);
+            }
+            return;
+        }
+        self.record(ticket, outcome, elapsed);
+    }
+
+    /// Records an outcome in the machine; a disabled-mode call's, nowhere.
+    #[inline(never)]
+    fn record(&self, ticket: Ticket, outcome: Outcome, elapsed: Option<Duration>) {
+        let Some(kind) = ticket.kind() else {
+            return;
+        };
+        let epoch = ticket.epoch();
+        let now = now();
+        let observed = self.observed;
+        self.locked(|machine, tally| {
+            let at = Fixed {
+                step: tally.steps(),
+                now,
+            };
+            let (recorded, transition) = machine.record(epoch, kind, outcome, elapsed, at);
+            tally.recorded(kind, &recorded);
+            // A shadow call's outcome is reported too (it is counted, though it could
+            // not move the breaker): observers count the failures a breaker records.
+            let reported = match recorded {
+                Recorded::Counted {
+                    outcome,
+                    failure_rate,
+                } if observed => Some(Queued::Recorded {
+                    outcome,
+                    probe: kind == Kind::Probe,
+                    shadow: kind == Kind::Shadow,
+                    elapsed,
+                    failure_rate,
+                }),
+                _ => None,
+            };
+            ((), reported, transition)
+        });
+    }
+
+    /// A call ended without an outcome (its permit was dropped): cancelled if it was
+    /// made, abandoned if not; or a call reserved but not made is decided again, and
+    /// handed back uncounted (`counted: false`: its new decision counts it). Only a
+    /// probe needs the machine, for its slot. Out of line: every call's permit is
+    /// settled instead.
+    #[cold]
+    #[inline(never)]
+    fn release(&self, ticket: Ticket, counted: bool) {
+        let Some(kind) = ticket.kind() else {
+            return;
+        };
+        if kind == Kind::Probe {
+            self.locked(|machine, _| {
+                machine.release(ticket.epoch(), kind);
+                ((), None, None)
+            });
+        }
+        if counted {
+            self.tally.released(kind, ticket.called());
+        }
+    }
+
+    /// A view of the breaker now; taking it applies the half-open dwell limit.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let killed = self.kill.is_killed();
+        self.with(|machine, at| {
+            let transition = machine.tick(at);
+            let snapshot = machine.snapshot(at, killed, self.tally.counts());
+            (snapshot, transition)
+        })
+    }
+
+    pub(crate) fn force_open(&self, until: Option<Instant>) {
+        self.with(|machine, at| ((), machine.force_open(until, at)));
+    }
+
+    pub(crate) fn hold_open(&self, until: Instant) -> bool {
+        self.with(|machine, at| machine.hold_open(until, at))
+    }
+
+    pub(crate) fn release_hold(&self) -> bool {
+        self.with(|machine, at| machine.release_hold(at))
+    }
+
+    pub(crate) fn allow_probe(&self) -> bool {
+        self.with(|machine, at| machine.allow_probe(at))
+    }
+
+    pub(crate) fn reset(&self) {
+        self.with(|machine, at| ((), machine.reset(at)));
+    }
+
+    /// Switches the mode; a change is reported (logged, and told to observers) in order
+    /// with the transitions.
+    pub(crate) fn set_mode(&self, mode: Mode) {
+        self.locked(|machine, _| {
+            let changed = machine.set_mode(mode).map(|from| Queued::ModeChanged {
+                from,
+                to: mode,
+                state: machine.state(),
+            });
+            ((), changed, None)
+        });
+    }
+
+    /// The mode, as the door last published says.
+    pub(crate) fn mode(&self) -> Mode {
+        self.door().mode()
+    }
+
+    /// The door as last published, or the machine's while one is being published.
+    fn door(&self) -> Door {
+        self.published
+            .load_whole()
+            .unwrap_or_else(|| self.lock().door())
+    }
+
+    /// The state as last published, read without the lock.
+    pub(crate) fn published_state(&self) -> State {
+        self.door().state()
+    }
+
+    pub(crate) fn set_threshold_relief(&self, relief: u32) {
+        self.with(|machine, _| (machine.set_threshold_relief(relief), None));
+    }
+
+    /// Waits until every event the breaker made before this call has reached its
+    /// observers (see [`Delivery::delivered`](crate::breaker::sync::delivery::Delivery::delivered)).
+    pub(crate) async fn events_delivered(&self) {
+        // Events not made yet have had nothing to deliver.
+        if let Some(events) = self.events.get() {
+            events.delivered().await;
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.events().subscribe()
+    }
+
+    /// A future that completes at the next change of the door or of the kill switch
+    /// (see [`Changed`]). Both are subscribed before it returns, so the caller's look
+    /// after it sees what changed before.
+    pub(crate) fn changed(&self) -> Changed {
+        let changes = match self.changes.get() {
+            Some(changes) => changes,
+            None => {
+                // Made under the lock: a change stored before is seen by the caller's
+                // look, one stored after finds the channel and tells it.
+                let _machine = self.lock();
+                self.changes.get_or_init(|| watch::channel(()).0)
+            }
+        };
+        let breaker = changes.subscribe();
+        let kill = self.kill.watch();
+        Changed::new(self.name.full().clone(), breaker, kill)
+    }
+
+    /// The breaker's settings, as it was built with them.
+    pub(crate) fn config(&self) -> Config {
+        self.lock().config()
+    }
+
+    /// Tells the observers that the breaker was evicted from its keyed registry, after
+    /// whatever is queued.
+    pub(crate) fn evicted(&self) {
+        // Events not made yet have no one to tell: the log does not report an eviction.
+        let Some(events) = self.events.get() else {
+            return;
+        };
+        if events.told_at_once() {
+            events.tell_at_once(&Queued::Evicted);
+        }
+        events.queue(Queued::Evicted);
+        events.deliver();
+    }
+}

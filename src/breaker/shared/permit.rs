@@ -1,0 +1,177 @@
+//! [`Permit`]: the right to make one call, from `poll_ready` to the end of its future.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Shared;
+use crate::breaker::answer::Source;
+use crate::breaker::machine::door::{Door, Epoch};
+use crate::breaker::machine::{Kind, Reason, State};
+use crate::breaker::outcome::Outcome;
+
+/// What a permit is, in one word: `epoch << 8 | timed << 6 | settled << 5 | called << 4 |
+/// reason << 2 | kind`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket(u64);
+
+impl Ticket {
+    const PASS: u64 = 3;
+    const CALLED: u64 = 1 << 4;
+    const SETTLED: u64 = 1 << 5;
+    const TIMED: u64 = 1 << 6;
+
+    /// A call the machine records as `kind`; `shadowed` for an observe-only shadow call.
+    #[inline(always)]
+    pub(super) fn new(door: &Door, kind: Kind, shadowed: Option<Reason>) -> Ticket {
+        let reason = shadowed.map_or(0, Reason::code);
+        let timed = if door.timed() { Self::TIMED } else { 0 };
+        Ticket(door.epoch().bits() << Door::EPOCH_SHIFT | timed | reason << 2 | kind as u64)
+    }
+
+    /// A disabled-mode call: nothing is recorded; the state it found is kept where a
+    /// shadow call keeps its reason.
+    #[inline(always)]
+    pub(super) fn pass(door: &Door) -> Ticket {
+        Ticket(door.epoch().bits() << Door::EPOCH_SHIFT | door.state().code() << 2 | Self::PASS)
+    }
+
+    #[inline(always)]
+    pub(super) fn epoch(self) -> Epoch {
+        Epoch::from_bits(self.0 >> Door::EPOCH_SHIFT)
+    }
+
+    /// What the machine records the call as; `None` for a disabled-mode call.
+    #[inline(always)]
+    pub(super) fn kind(self) -> Option<Kind> {
+        match self.0 & 3 {
+            0 => Some(Kind::Call),
+            1 => Some(Kind::Probe),
+            2 => Some(Kind::Shadow),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn reason(self) -> Reason {
+        Reason::from_code(self.0 >> 2)
+    }
+
+    #[inline(always)]
+    pub(super) fn called(self) -> bool {
+        self.0 & Self::CALLED != 0
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("epoch", &self.epoch())
+            .field("kind", &self.kind())
+            .field("called", &self.called())
+            .finish()
+    }
+}
+
+/// The right to make one call, held by a reserved service and then by the call's
+/// future. Dropped before its outcome is given, it hands the call back: abandoned if the
+/// wrapped service was not called, cancelled if it was; a probe's slot is freed.
+pub(crate) struct Permit {
+    shared: Arc<Shared>,
+    ticket: Ticket,
+}
+
+impl Permit {
+    #[inline(always)]
+    pub(super) fn new(shared: Arc<Shared>, ticket: Ticket) -> Self {
+        Permit { shared, ticket }
+    }
+
+    /// The breaker that granted it.
+    pub(crate) fn breaker(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Whether the call may still be made as admitted: the kill switch is off and the
+    /// breaker has not moved on (no change of state or mode).
+    #[inline(always)]
+    pub(crate) fn stands(&self) -> bool {
+        self.shared.stands(self.ticket, true)
+    }
+
+    /// [`stands`](Self::stands), without the clock: a call at a door whose deadline may
+    /// have passed (a half-open's) is said not to stand, and no call is made out of line.
+    #[inline(always)]
+    pub(crate) fn stands_at_once(&self) -> bool {
+        self.shared.stands(self.ticket, false)
+    }
+
+    /// The wrapped service is about to be called.
+    #[inline(always)]
+    pub(crate) fn mark_called(&mut self) {
+        self.ticket.0 |= Ticket::CALLED;
+    }
+
+    /// Whether the call must be timed, for the slow-call rule.
+    #[inline(always)]
+    pub(crate) fn times_calls(&self) -> bool {
+        self.ticket.0 & Ticket::TIMED != 0
+    }
+
+    /// Where the call's answer comes from.
+    #[inline(always)]
+    pub(crate) fn source(&self) -> Source {
+        match self.ticket.kind() {
+            Some(Kind::Probe) => Source::Probe,
+            Some(Kind::Shadow) => Source::Shadowed(self.ticket.reason()),
+            Some(Kind::Call) | None => Source::Service,
+        }
+    }
+
+    /// The state the call found.
+    #[inline(always)]
+    pub(crate) fn state(&self) -> State {
+        match self.ticket.kind() {
+            Some(Kind::Call) => State::Closed,
+            Some(Kind::Probe) => State::HalfOpen,
+            Some(Kind::Shadow) => match self.ticket.reason() {
+                Reason::Open | Reason::Killed => State::Open,
+                Reason::HalfOpenFull => State::HalfOpen,
+                Reason::ForcedOpen => State::ForcedOpen,
+            },
+            // Disabled: the state found, as `pass` keeps it.
+            None => State::from_code(self.ticket.0 >> 2),
+        }
+    }
+
+    /// Gives the call's outcome; `elapsed` is how long it took, if it was timed.
+    #[inline(always)]
+    pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
+        self.ticket.0 |= Ticket::SETTLED;
+        self.shared.settle(self.ticket, outcome, elapsed);
+    }
+
+    /// Hands the call back without counting it: it is being decided again.
+    pub(crate) fn withdraw(mut self) {
+        self.ticket.0 |= Ticket::SETTLED;
+        self.shared.release(self.ticket, false);
+    }
+}
+
+impl Drop for Permit {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.ticket.0 & Ticket::SETTLED == 0 {
+            self.shared.release(self.ticket, true);
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("breaker", &self.shared.name)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}

@@ -1,0 +1,293 @@
+//! The running totals of one breaker, each counted in one place, with atomics: calls
+//! decided without the lock count themselves, and the machine counts nothing.
+//!
+//! A call is counted once, when it is over: a skip when it is decided, a call made when
+//! it ends (with its outcome, cancelled, or late), a reservation never used when it is
+//! dropped. So `made` and `arrived` are sums of what is counted, and they add up at
+//! every instant; a call still in flight is not in them yet.
+//!
+//! Apart from the totals, the tally keeps the count of calls an open breaker waits for
+//! (a cooldown in calls): every call that reaches an open breaker whose wait is counted
+//! in calls takes the next step, killed and skipped calls too.
+//!
+//! The counts that calls write on the way through (a skip, a closed call's success that
+//! changed nothing else) are the only shared memory those calls write but the breaker's
+//! reference count. Counted in one word each, calls from several threads at once would
+//! pass that word's cache line from core to core on every call; so once two such counts
+//! are seen to collide, they spread over one cache line per thread group (as Java's
+//! `LongAdder` does), and a snapshot sums them.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+use crate::breaker::machine::{Kind, Reason, Recorded};
+use crate::breaker::outcome::Outcome;
+use crate::breaker::snapshot::Counts;
+use crate::breaker::sync::AtomicU64;
+
+/// See the [module docs](self).
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct Tally {
+    /// What calls count on the way through, spread, once two collided. First: read by
+    /// every call, written once, it may share a line with what calls read; the counts
+    /// after it are written.
+    spread: OnceLock<Box<[Group]>>,
+    /// What calls count on the way through, until two collide.
+    passing: Passing,
+    /// The count of calls an open breaker waits for.
+    steps: AtomicU64,
+    successes: AtomicU64,
+    failures: AtomicU64,
+    ignored: AtomicU64,
+    cancelled: AtomicU64,
+    late: AtomicU64,
+    abandoned: AtomicU64,
+    probes: AtomicU64,
+    shadowed: AtomicU64,
+}
+
+/// Skips by [`Reason`] (open, half-open full, killed, forced open), and closed-state calls
+/// whose success changed nothing but this count ([`QUIET`]): each arrived, was made and
+/// succeeded.
+#[derive(Default)]
+struct Passing([AtomicU64; 5]);
+
+/// A thread group's [`Passing`], on a cache line of its own (two, where the hardware
+/// fetches lines in pairs).
+#[repr(align(128))]
+#[derive(Default)]
+struct Group(Passing);
+
+/// Where [`Passing`] counts quiet successes.
+const QUIET: usize = 4;
+
+/// This thread's group: threads are dealt round the groups as they first collide.
+fn group(groups: usize) -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static GROUP: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    let group = GROUP
+        .try_with(|group| {
+            if group.get() == usize::MAX {
+                group.set(NEXT.fetch_add(1, Ordering::Relaxed));
+            }
+            group.get()
+        })
+        .unwrap_or(0);
+    group % groups
+}
+
+#[inline(always)]
+fn add(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Tally {
+    /// Takes the next step for an arriving call, and returns it.
+    #[inline(always)]
+    pub(super) fn take_step(&self) -> u64 {
+        self.steps.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The steps taken so far.
+    #[inline(always)]
+    pub(super) fn steps(&self) -> u64 {
+        self.steps.load(Ordering::Acquire)
+    }
+
+    /// Counts a call skipped for `reason`.
+    #[inline(always)]
+    pub(super) fn skipped(&self, reason: Reason) {
+        self.passed(reason.code() as usize);
+    }
+
+    /// A closed-state call succeeded and changed nothing else.
+    #[inline(always)]
+    pub(super) fn quiet_success(&self) {
+        self.passed(QUIET);
+    }
+
+    /// Counts a call on the way through as [`Passing`]'s count `i`: in this thread's
+    /// group once counts have collided, or in the one word.
+    #[inline(always)]
+    fn passed(&self, i: usize) {
+        if let Some(spread) = self.spread.get() {
+            return add(&spread[group(spread.len())].0 .0[i]);
+        }
+        let counter = &self.passing.0[i];
+        let seen = counter.load(Ordering::Relaxed);
+        if counter
+            .compare_exchange(seen, seen + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            self.collided(i);
+        }
+    }
+
+    /// Two counts collided: from now on they are counted spread (this one too).
+    #[cold]
+    #[inline(never)]
+    fn collided(&self, i: usize) {
+        let spread = self.spread.get_or_init(|| {
+            // Twice as many groups as threads run at once: threads dealt round them rarely
+            // share one.
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            (0..(threads * 2).next_power_of_two().clamp(4, 32))
+                .map(|_| Group::default())
+                .collect()
+        });
+        add(&spread[group(spread.len())].0 .0[i]);
+    }
+
+    /// [`Passing`]'s counts, summed over their groups.
+    fn passing(&self) -> [u64; 5] {
+        let mut totals = self.passing.0.each_ref().map(get);
+        for group in self.spread.get().into_iter().flatten() {
+            for (total, counter) in totals.iter_mut().zip(&group.0 .0) {
+                *total += get(counter);
+            }
+        }
+        totals
+    }
+
+    /// A call of `kind` ended with what the machine made of its outcome: counted as
+    /// a success, a failure or ignored, or late (the breaker had moved on).
+    pub(super) fn recorded(&self, kind: Kind, recorded: &Recorded) {
+        self.made(
+            kind,
+            match recorded {
+                Recorded::Counted { outcome, .. } => match outcome {
+                    Outcome::Success => &self.successes,
+                    Outcome::Failure(_) => &self.failures,
+                    Outcome::Ignored => &self.ignored,
+                },
+                Recorded::Late => &self.late,
+            },
+        );
+    }
+
+    /// A call of `kind` ended without an outcome: cancelled (its future was dropped) if
+    /// the wrapped service was `called`, abandoned (a reservation never used) if not.
+    pub(super) fn released(&self, kind: Kind, called: bool) {
+        if called {
+            self.made(kind, &self.cancelled);
+        } else {
+            add(&self.abandoned);
+        }
+    }
+
+    /// A call of `kind` was made and ended as `counter` counts.
+    fn made(&self, kind: Kind, counter: &AtomicU64) {
+        add(counter);
+        match kind {
+            Kind::Call => {}
+            Kind::Probe => add(&self.probes),
+            Kind::Shadow => add(&self.shadowed),
+        }
+    }
+
+    pub(super) fn counts(&self) -> Counts {
+        let passing = self.passing();
+        let successes = passing[QUIET] + get(&self.successes);
+        let (failures, ignored) = (get(&self.failures), get(&self.ignored));
+        let (cancelled, late) = (get(&self.cancelled), get(&self.late));
+        let made = successes + failures + ignored + cancelled + late;
+        // Each counter is read once, so that the sums agree with the parts.
+        let skipped = &passing[..QUIET];
+        let abandoned = get(&self.abandoned);
+        let arrived = made + skipped.iter().sum::<u64>() + abandoned;
+        Counts {
+            arrived,
+            made,
+            probes: get(&self.probes),
+            skipped_open: skipped[0],
+            skipped_half_open_full: skipped[1],
+            skipped_killed: skipped[2],
+            skipped_forced_open: skipped[3],
+            abandoned,
+            successes,
+            failures,
+            ignored,
+            cancelled,
+            late,
+            would_have_skipped: get(&self.shadowed),
+        }
+    }
+}
+
+#[cfg(all(test, not(tcb_loom)))]
+mod tests {
+    use super::*;
+
+    const REASONS: [Reason; 4] = [
+        Reason::Open,
+        Reason::HalfOpenFull,
+        Reason::Killed,
+        Reason::ForcedOpen,
+    ];
+
+    fn skipped(counts: &Counts) -> [u64; 4] {
+        [
+            counts.skipped_open,
+            counts.skipped_half_open_full,
+            counts.skipped_killed,
+            counts.skipped_forced_open,
+        ]
+    }
+
+    #[test]
+    fn counts_made_before_and_after_they_spread_add_up() {
+        let tally = Tally::default();
+        for (n, reason) in REASONS.into_iter().enumerate() {
+            for _ in 0..=n {
+                tally.skipped(reason);
+            }
+        }
+        tally.quiet_success();
+        tally.collided(Reason::Open.code() as usize);
+        assert!(tally.spread.get().is_some());
+        std::thread::scope(|scope| {
+            for _ in 0..5 {
+                scope.spawn(|| {
+                    for reason in REASONS {
+                        tally.skipped(reason);
+                    }
+                    tally.quiet_success();
+                });
+            }
+        });
+        let counts = tally.counts();
+        assert_eq!(skipped(&counts), [1 + 1 + 5, 2 + 5, 3 + 5, 4 + 5]);
+        assert_eq!((counts.successes, counts.made), (6, 6));
+        assert_eq!(counts.arrived, 1 + 1 + 5 + 2 + 5 + 3 + 5 + 4 + 5 + 6);
+    }
+
+    #[test]
+    fn counts_from_many_threads_at_once_are_all_counted() {
+        let tally = Tally::default();
+        std::thread::scope(|scope| {
+            for thread in 0..10 {
+                let tally = &tally;
+                scope.spawn(move || {
+                    for _ in 0..20_000 {
+                        match REASONS.get(thread / 2) {
+                            Some(&reason) => tally.skipped(reason),
+                            None => tally.quiet_success(),
+                        }
+                    }
+                });
+            }
+        });
+        let counts = tally.counts();
+        assert_eq!(skipped(&counts), [40_000; 4]);
+        assert_eq!((counts.successes, counts.arrived), (40_000, 200_000));
+    }
+}
