@@ -206,13 +206,17 @@ use metrics::{
     Gauge, Histogram, Label, SharedString, Unit,
 };
 
-use crate::builder::Builder;
 use crate::clock::now;
-use crate::event::Event;
-use crate::machine::{Reason, State};
-use crate::outcome::Outcome;
-use crate::settings::{Config, Mode, RateWindow, TripPolicy};
+use crate::config::Config;
+use crate::config::RateWindow;
+use crate::config::TripPolicy;
 use crate::shared::Observer;
+use crate::Builder;
+use crate::Event;
+use crate::Mode;
+use crate::Outcome;
+use crate::Reason;
+use crate::State;
 
 /// The count, even if an update panicked while holding it (a recorder's panic): it is
 /// whole between updates.

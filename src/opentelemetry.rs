@@ -99,10 +99,10 @@
 use opentelemetry::KeyValue;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::builder::Builder;
-use crate::event::Event;
-use crate::machine::State;
-use crate::outcome::Outcome;
+use crate::Builder;
+use crate::Event;
+use crate::Outcome;
+use crate::State;
 
 /// The attributes' and the event's names: the one place they are written.
 pub mod names {

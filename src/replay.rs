@@ -40,14 +40,14 @@ use std::sync::Arc;
 
 use tower::{service_fn, Layer, Service, ServiceExt};
 
-use crate::answer::Source;
-use crate::builder::Builder;
 use crate::error::ConfigError;
-use crate::layer::CircuitBreakerLayer;
-use crate::machine::State;
-use crate::outcome::Outcome;
-use crate::settings::Cooldown;
 use crate::snapshot::Counts;
+use crate::Builder;
+use crate::CircuitBreakerLayer;
+use crate::Cooldown;
+use crate::Outcome;
+use crate::Source;
+use crate::State;
 
 /// The breaker's name in a replay.
 const NAME: &str = "replay";

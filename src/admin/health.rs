@@ -1,8 +1,8 @@
 //! The health path: the breakers mapped to `200` or `503`, for a load balancer or a
 //! readiness probe, by a [`HealthRule`].
 
-use crate::machine::State;
 use crate::snapshot::Snapshot;
+use crate::State;
 
 /// Which breakers make `GET /health` answer `503 Service Unavailable`: one is unhealthy
 /// when its state is one of the rule's states, or (unless turned off) when its kill

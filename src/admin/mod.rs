@@ -132,10 +132,10 @@ use self::health::HealthView;
 pub use self::reply::AdminBody;
 use self::reply::{head_of, json, Problem};
 use self::route::{Act, Target};
-use crate::handle::CircuitBreakerHandle;
 use crate::http::bounded_read::{BoundedRead, Unread};
-use crate::kill::KillSwitch;
 use crate::snapshot::Snapshot;
+use crate::CircuitBreakerHandle;
+use crate::KillSwitch;
 
 /// The largest request body the admin service reads: 4 KiB.
 pub const MAX_BODY: usize = 4 * 1024;

@@ -10,7 +10,8 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{Replayable, SavedAnswers, SavedFallback};
-use crate::answer::{Answer, Verdict};
+use crate::Answer;
+use crate::Verdict;
 
 /// What else an answer must be to be worth saving, beyond a success of the breaker's
 /// classifier: a predicate over the wrapped service's response, implemented for

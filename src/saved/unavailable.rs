@@ -5,9 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fallback::Skipped;
-use crate::machine::{NextProbe, Reason, Skip, State};
 use crate::recover::Failed;
 use crate::snapshot::Snapshot;
+use crate::NextProbe;
+use crate::Reason;
+use crate::Skip;
+use crate::State;
 
 #[cfg(doc)]
 use super::SavedFallback;
