@@ -93,6 +93,7 @@
 #[cfg(feature = "admin")]
 pub mod admin;
 mod breaker;
+mod error_text;
 pub mod expediter;
 pub mod failover;
 #[cfg(feature = "fleet")]
@@ -101,6 +102,7 @@ pub mod fleet;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod later;
 #[cfg(feature = "llm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "llm")))]
 pub mod llm;
@@ -119,28 +121,24 @@ pub mod replay;
 pub mod retry;
 pub mod saved;
 
-pub use crate::breaker::answer::{Answer, Origin, Source, Verdict};
-pub use crate::breaker::builder::Builder;
+pub use crate::breaker::Builder;
+pub use crate::breaker::{Answer, Origin, Source, Verdict};
 /// Settings beyond the [`Builder`]'s own methods: the checked settings a builder makes
 /// ([`Builder::build_config`]), and the trip policies.
 pub mod config {
-    pub use crate::breaker::settings::{Config, RateWindow, TripPolicy};
+    pub use crate::breaker::{Config, RateWindow, TripPolicy};
 }
 
-pub use crate::breaker::event::Event;
+/// The clock every breaker reads.
+pub mod clock {
+    pub use crate::breaker::now;
+}
+
+pub use crate::breaker::Event;
 pub use crate::breaker::{classify, error, fallback, future, keyed, recover, snapshot};
-// The breaker's modules under their former paths, for the products until each imports
-// through the public API.
-pub use crate::breaker::handle::CircuitBreakerHandle;
-pub use crate::breaker::kill::KillSwitch;
-pub use crate::breaker::layer::CircuitBreakerLayer;
-pub use crate::breaker::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
-pub use crate::breaker::outcome::{Failure, Outcome};
-pub use crate::breaker::service::CircuitBreaker;
-pub use crate::breaker::settings::{Backoff, Cooldown, Mode};
-pub(crate) use crate::breaker::{
-    answer, builder, clock, event, handle, kill, layer, machine, outcome, service, settings,
-    settle, shared,
+pub use crate::breaker::{
+    Advice, Backoff, Cause, CircuitBreaker, CircuitBreakerHandle, CircuitBreakerLayer, Cooldown,
+    DeliveryGroup, Failure, KillSwitch, Mode, NextProbe, Outcome, Reason, Skip, State, Transition,
 };
 pub use crate::redact::redact;
 

@@ -207,16 +207,8 @@ use metrics::{
 };
 
 use crate::clock::now;
-use crate::config::Config;
-use crate::config::RateWindow;
-use crate::config::TripPolicy;
-use crate::shared::Observer;
-use crate::Builder;
-use crate::Event;
-use crate::Mode;
-use crate::Outcome;
-use crate::Reason;
-use crate::State;
+use crate::config::{Config, RateWindow, TripPolicy};
+use crate::{Builder, Event, Mode, Outcome, Reason, State};
 
 /// The count, even if an update panicked while holding it (a recorder's panic): it is
 /// whole between updates.
@@ -287,18 +279,18 @@ impl Metrics {
     }
 
     /// The observer of one breaker, its series set to their starting values.
-    fn observer(self, config: &Config) -> Observer {
-        let handles = Handles::new(self.naming, config.name.clone());
+    fn observer(self, config: &Config) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
+        let handles = Handles::new(self.naming, Arc::from(config.name()));
         let count = Count::new(config);
-        starting(config.mode, &count, &mut |point, value| {
+        starting(config.mode(), &count, &mut |point, value| {
             handles.update(point, value)
         });
         let count = Mutex::new(count);
-        Arc::new(move |event: &Event<'_>| {
+        move |event: &Event<'_>| {
             updates(event, self, &count, &mut |point, value| {
                 handles.update(point, value)
             })
-        })
+        }
     }
 }
 

@@ -271,20 +271,51 @@ impl Builder {
         self
     }
 
-    /// Calls `make` for each breaker built (once here, once per key in a keyed registry)
-    /// with its checked settings, for an observer of its own.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn on_event_of_each(
+    /// Calls `make` for each breaker built from this builder (once for a layer, once per
+    /// key in a [keyed registry](crate::keyed)) with the breaker's checked settings, and
+    /// calls the observer it returns on every [`Event`] of that breaker, under the rules
+    /// of [`on_event`](Self::on_event): for an observer with state of its own per
+    /// breaker, such as a metrics recorder's handles named after the breaker.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use tower_circuit_breaker::{Builder, Event};
+    ///
+    /// let made = Arc::new(AtomicU64::new(0));
+    /// let counted = made.clone();
+    /// let layer = Builder::new("search")
+    ///     .on_event_of_each(move |config| {
+    ///         counted.fetch_add(1, Ordering::Relaxed);
+    ///         let name = config.name().to_owned();
+    ///         move |event: &Event<'_>| {
+    ///             if let Event::Transition(transition) = event {
+    ///                 println!("{name}: {:?} -> {:?}", transition.from, transition.to);
+    ///             }
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(layer);
+    /// assert_eq!(made.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn on_event_of_each<O>(
         mut self,
-        make: impl Fn(&Config) -> Observer + Send + Sync + 'static,
-    ) -> Self {
-        self.observers.push(Watcher::PerBreaker(Arc::new(make)));
+        make: impl Fn(&Config) -> O + Send + Sync + 'static,
+    ) -> Self
+    where
+        O: Fn(&Event<'_>) + Send + Sync + 'static,
+    {
+        self.observers.push(Watcher::PerBreaker(Arc::new(
+            move |config: &Config| -> Observer { Arc::new(make(config)) },
+        )));
         self
     }
 
-    /// Times every call, so that observers are told how long each took.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn time_calls(mut self) -> Self {
+    /// Times every call, so that observers are told how long each took
+    /// ([`Event::Recorded`]'s `elapsed`). Off by default: it reads the clock twice per
+    /// call, which a call otherwise does not (a slow-call threshold turns it on too).
+    pub fn time_calls(mut self) -> Self {
         self.config.time_calls = true;
         self
     }
@@ -320,16 +351,31 @@ impl Builder {
         ))))
     }
 
-    /// Counts the breaker's events in `group` too (an agent's tools: whether all their
-    /// events are delivered is then one look).
-    pub(crate) fn delivery_group(mut self, group: Arc<DeliveryGroup>) -> Self {
+    /// Counts the breaker's events in `group` too, with the events of every other
+    /// breaker counted there: whether all of them have reached their observers is then
+    /// one look ([`DeliveryGroup::all_delivered`]), for a layer above several breakers
+    /// (an agent's tools) that learns of their outcomes through observers.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tower_circuit_breaker::{Builder, DeliveryGroup};
+    ///
+    /// let group = Arc::new(DeliveryGroup::default());
+    /// let search = Builder::new("search").delivery_group(group.clone()).build().unwrap();
+    /// let fetch = Builder::new("fetch").delivery_group(group.clone()).build().unwrap();
+    /// # drop((search, fetch));
+    /// assert!(group.all_delivered());
+    /// ```
+    pub fn delivery_group(mut self, group: Arc<DeliveryGroup>) -> Self {
         self.group = Some(group);
         self
     }
 
     /// The checked settings (the jitter seed left as set), the kill switch and the
     /// observers: the template a keyed registry makes each key's breaker from.
-    pub(crate) fn into_template(self) -> Result<(Config, KillSwitch, Vec<Watcher>), ConfigError> {
+    pub(in crate::breaker) fn into_template(
+        self,
+    ) -> Result<(Config, KillSwitch, Vec<Watcher>), ConfigError> {
         validate(&self.config)?;
         Ok((self.config, self.kill.unwrap_or_default(), self.observers))
     }
@@ -340,10 +386,8 @@ impl Builder {
 /// registry builds a breaker per key; an observer with state of its own, such as the
 /// metrics' handles, is made for each).
 #[derive(Clone)]
-pub(crate) enum Watcher {
+pub(in crate::breaker) enum Watcher {
     Shared(Observer),
-    // Only the metrics make observers per breaker.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     PerBreaker(Arc<dyn Fn(&Config) -> Observer + Send + Sync>),
     /// Told of each event at once, by the task that made it
     /// ([`Builder::on_event_at_once`]).
@@ -363,7 +407,7 @@ impl Watcher {
 /// A breaker of `machine` (closed, with checked settings), obeying `kill`, told of its
 /// events by an observer made from each watcher for it, and counted in `group` if one is
 /// given: a builder's layer, and each key's breaker in a keyed registry, are made so.
-pub(crate) fn breaker(
+pub(in crate::breaker) fn breaker(
     machine: Machine,
     kill: KillSwitch,
     watchers: &[Watcher],

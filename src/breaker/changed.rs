@@ -48,7 +48,7 @@ pub struct Changed {
 impl Changed {
     /// Waits on `breaker` (its door, as published) and `kill` (its kill switch), both
     /// subscribed before this is made: what changed before is seen by the caller's look.
-    pub(crate) fn new(
+    pub(in crate::breaker) fn new(
         name: Arc<str>,
         mut breaker: watch::Receiver<()>,
         mut kill: watch::Receiver<bool>,

@@ -31,10 +31,23 @@ use tokio::runtime::{Handle, RuntimeFlavor, TryCurrentError};
 
 use crate::breaker::machine::time::Nanos;
 
-/// The breaker's clock (see the [module docs](self)): tokio's, but in a task whose first
-/// call found the system's.
+/// The clock every breaker reads: tokio's (so that paused-time tests run instantly), but
+/// in a task of a multi-thread runtime, the system's. An observer that keeps time of its
+/// own (a window of outcomes in time, as the breaker's) reads this clock, so that its
+/// instants and the breaker's agree.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+///
+/// let before = tower_circuit_breaker::clock::now();
+/// tokio::time::sleep(Duration::from_secs(60)).await; // paused: at once
+/// assert_eq!(tower_circuit_breaker::clock::now() - before, Duration::from_secs(60));
+/// # }
+/// ```
 #[inline]
-pub(crate) fn now() -> Instant {
+pub fn now() -> Instant {
     if task_on_the_system_clock() == Some(true) {
         Instant::now()
     } else {
@@ -45,7 +58,7 @@ pub(crate) fn now() -> Instant {
 /// Whether the breaker's clock, read now on this thread, would be before `deadline`, when
 /// that is proven without reading it; `false` when it is not (the clock must be read).
 #[inline]
-pub(crate) fn surely_before(deadline: Nanos) -> bool {
+pub(in crate::breaker) fn surely_before(deadline: Nanos) -> bool {
     on_the_system_clock() && coarse::surely_before(deadline)
 }
 

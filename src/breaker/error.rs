@@ -164,26 +164,6 @@ impl BreakerError for CallError {
     }
 }
 
-/// The error's text followed by its sources, skipping a source whose text is already
-/// there: a transport error's own text often names only the URL
-/// (`error sending request for url (...): ...: Connection refused (os error 111)`).
-/// Not redacted here: a failure's message is redacted as the [`Failure`](crate::Failure)
-/// is made, the one way a text enters the breaker; a text shown elsewhere goes through
-/// [`redact`](crate::redact) itself.
-pub(crate) fn text_with_sources(error: &(dyn std::error::Error + 'static)) -> String {
-    use std::fmt::Write as _;
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            let _ = write!(message, ": {text}");
-        }
-        source = cause.source();
-    }
-    message
-}
-
 /// The call was not made and no fallback is set.
 ///
 /// It comes boxed in a [`BoxError`]; find it with `err.downcast_ref::<Rejected>()`. It
@@ -272,7 +252,7 @@ impl Label {
     }
 }
 
-pub(crate) use self::label::BreakerName;
+pub(in crate::breaker) use self::label::BreakerName;
 
 /// In a module of its own, so that only a rejection reads the copy.
 mod label {
@@ -283,20 +263,20 @@ mod label {
 
     /// A breaker's name, and the copy of it its rejections carry.
     #[derive(Clone)]
-    pub(crate) struct BreakerName {
+    pub(in crate::breaker) struct BreakerName {
         full: Arc<str>,
         rejected: Label,
     }
 
     impl BreakerName {
-        pub(crate) fn new(full: Arc<str>) -> Self {
+        pub(in crate::breaker) fn new(full: Arc<str>) -> Self {
             BreakerName {
                 rejected: Label::new(&full),
                 full,
             }
         }
 
-        pub(crate) fn full(&self) -> &Arc<str> {
+        pub(in crate::breaker) fn full(&self) -> &Arc<str> {
             &self.full
         }
 
@@ -324,7 +304,11 @@ impl Rejected {
     /// A rejection of a call skipped as `skip`; `permanent`: the message of the failure
     /// that holds the breaker open until a reset, when one does.
     #[inline]
-    pub(crate) fn new(name: &BreakerName, skip: Skip, permanent: Option<&Arc<str>>) -> Self {
+    pub(in crate::breaker) fn new(
+        name: &BreakerName,
+        skip: Skip,
+        permanent: Option<&Arc<str>>,
+    ) -> Self {
         let label = match permanent {
             None => name.rejected().clone(),
             Some(failure) => Label::shared(name.full(), Some(failure.clone())),
@@ -507,7 +491,7 @@ mod tests {
             }
         }
         impl std::error::Error for Refused {}
-        let failure = crate::Failure::new(text_with_sources(&Transport));
+        let failure = crate::Failure::new(crate::error_text::text_with_sources(&Transport));
         assert_eq!(
             failure.message().unwrap(),
             "error sending request for url (https://[redacted]@api.example/v1?[redacted]): \

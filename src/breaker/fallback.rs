@@ -210,7 +210,7 @@ impl<Request> FallbackMode<Request> for WithSkip {
 }
 
 impl<F, M> Fallback<F, M> {
-    pub(crate) fn new(inner: F) -> Self {
+    pub(in crate::breaker) fn new(inner: F) -> Self {
         Fallback {
             inner,
             _mode: PhantomData,

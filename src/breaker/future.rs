@@ -15,12 +15,13 @@ pub use crate::breaker::changed::Changed;
 use crate::breaker::answer::{Answer, Origin, Verdict};
 use crate::breaker::classify::Classify;
 use crate::breaker::clock::now;
-use crate::breaker::error::{text_with_sources, BoxError, BreakerError};
+use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::machine::time::Nanos;
 use crate::breaker::machine::Skip;
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settle::Settlement;
 use crate::breaker::shared::Permit;
+use crate::error_text::text_with_sources;
 
 pin_project! {
     /// The future of a call through a [`CircuitBreaker`](crate::CircuitBreaker): the
@@ -66,7 +67,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
     /// Calls the wrapped service under `permit`. A panic in its `call` is recorded as a
     /// failure and passed on to the caller.
     #[inline(always)]
-    pub(crate) fn call<S, Request>(
+    pub(in crate::breaker) fn call<S, Request>(
         inner: &mut S,
         request: Request,
         mut permit: Permit,
@@ -95,7 +96,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
 
     /// The fallback's answer to a call decided as `skip`.
     #[inline]
-    pub(crate) fn answered(future: FF, skip: Skip) -> Self {
+    pub(in crate::breaker) fn answered(future: FF, skip: Skip) -> Self {
         ResponseFuture {
             kind: Kind::Answered { future, skip },
         }

@@ -9,10 +9,11 @@ use tokio::sync::broadcast;
 use crate::breaker::changed::Changed;
 use crate::breaker::clock::now;
 use crate::breaker::kill::KillSwitch;
-use crate::breaker::machine::{later, Advice, State, Transition};
+use crate::breaker::machine::{Advice, State, Transition};
 use crate::breaker::settings::{Config, Mode};
 use crate::breaker::shared::Shared;
 use crate::breaker::snapshot::Snapshot;
+use crate::later::later;
 
 /// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,
 /// force-open and reset, the mode, and a stream of transitions.
@@ -40,7 +41,7 @@ pub struct CircuitBreakerHandle {
 }
 
 impl CircuitBreakerHandle {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(in crate::breaker) fn new(shared: Arc<Shared>) -> Self {
         CircuitBreakerHandle { shared }
     }
 
@@ -235,7 +236,20 @@ impl CircuitBreakerHandle {
     /// the outcomes it recorded) has reached its observers, whichever task delivers
     /// them: for a layer above that learns of outcomes through an observer and must not
     /// decide before it has.
-    pub(crate) async fn events_delivered(&self) {
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use tower_circuit_breaker::CircuitBreakerLayer;
+    ///
+    /// let layer = CircuitBreakerLayer::builder("search")
+    ///     .on_event(|event| println!("{event:?}"))
+    ///     .build()
+    ///     .unwrap();
+    /// layer.handle().events_delivered().await;
+    /// # }
+    /// ```
+    pub async fn events_delivered(&self) {
         self.shared.events_delivered().await;
     }
 

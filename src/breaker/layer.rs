@@ -111,7 +111,7 @@ impl CircuitBreakerLayer {
         Builder::new()
     }
 
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+    pub(in crate::breaker) fn from_shared(shared: Arc<Shared>) -> Self {
         CircuitBreakerLayer {
             shared,
             fallback: NoFallback,

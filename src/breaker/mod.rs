@@ -7,25 +7,38 @@
 //! or in one of its public modules; the breaker's internals (the state machine, the state
 //! its clones share, the delivery of events, the clock) are private to this module.
 
-pub(crate) mod answer;
-pub(crate) mod builder;
-pub(crate) mod changed;
+mod answer;
+mod builder;
+mod changed;
 pub mod classify;
-pub(crate) mod clock;
+mod clock;
 pub mod error;
-pub(crate) mod event;
+mod event;
 pub mod fallback;
 pub mod future;
-pub(crate) mod handle;
+mod handle;
 pub mod keyed;
-pub(crate) mod kill;
-pub(crate) mod layer;
-pub(crate) mod machine;
-pub(crate) mod outcome;
+mod kill;
+mod layer;
+mod machine;
+mod outcome;
 pub mod recover;
-pub(crate) mod service;
-pub(crate) mod settings;
-pub(crate) mod settle;
-pub(crate) mod shared;
+mod service;
+mod settings;
+mod settle;
+mod shared;
 pub mod snapshot;
-pub(crate) mod sync;
+mod sync;
+
+pub use self::answer::{Answer, Origin, Source, Verdict};
+pub use self::builder::Builder;
+pub use self::clock::now;
+pub use self::event::Event;
+pub use self::handle::CircuitBreakerHandle;
+pub use self::kill::KillSwitch;
+pub use self::layer::CircuitBreakerLayer;
+pub use self::machine::{Advice, Cause, NextProbe, Reason, Skip, State, Transition};
+pub use self::outcome::{Failure, Outcome};
+pub use self::service::CircuitBreaker;
+pub use self::settings::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
+pub use self::sync::delivery::DeliveryGroup;

@@ -148,7 +148,10 @@ impl Failure {
         self.permanent
     }
 
-    pub(crate) fn with_default_message(mut self, message: impl FnOnce() -> String) -> Self {
+    pub(in crate::breaker) fn with_default_message(
+        mut self,
+        message: impl FnOnce() -> String,
+    ) -> Self {
         if self.message.is_none() {
             self.message = Some(redacted(message().into()));
         }

@@ -76,9 +76,10 @@ use tower::{Layer, Service};
 
 use crate::breaker::answer::{Answer, Origin};
 use crate::breaker::clock::now;
-use crate::breaker::error::{text_with_sources, BoxError, Rejected};
+use crate::breaker::error::{BoxError, Rejected};
 use crate::breaker::handle::CircuitBreakerHandle;
 use crate::breaker::snapshot::Snapshot;
+use crate::error_text::text_with_sources;
 
 #[cfg(doc)]
 use crate::breaker::answer::Source;

@@ -60,7 +60,12 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>, fallback: F, classifier: C) -> Self {
+    pub(in crate::breaker) fn new(
+        inner: S,
+        shared: Arc<Shared>,
+        fallback: F,
+        classifier: C,
+    ) -> Self {
         CircuitBreaker {
             inner,
             fallback,

@@ -77,8 +77,8 @@ impl Cooldown {
 /// (a failed probe): the k-th re-open waits `base * multiplier^k`, never more than `cap`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
-    pub(crate) multiplier: f64,
-    pub(crate) cap: Cooldown,
+    pub(in crate::breaker) multiplier: f64,
+    pub(in crate::breaker) cap: Cooldown,
 }
 
 impl Backoff {
@@ -134,21 +134,21 @@ impl Mode {
 /// returns them: every value in it has been validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub(crate) name: std::sync::Arc<str>,
-    pub(crate) trip: TripPolicy,
-    pub(crate) cooldown: Cooldown,
-    pub(crate) backoff: Option<Backoff>,
-    pub(crate) jitter: f64,
-    pub(crate) jitter_seed: Option<u64>,
-    pub(crate) half_open_probes: u32,
-    pub(crate) max_half_open_dwell: Option<Duration>,
-    pub(crate) max_retry_after: Duration,
-    pub(crate) open_on_retry_after: bool,
-    pub(crate) slow_call: Option<Duration>,
-    pub(crate) mode: Mode,
+    pub(in crate::breaker) name: std::sync::Arc<str>,
+    pub(in crate::breaker) trip: TripPolicy,
+    pub(in crate::breaker) cooldown: Cooldown,
+    pub(in crate::breaker) backoff: Option<Backoff>,
+    pub(in crate::breaker) jitter: f64,
+    pub(in crate::breaker) jitter_seed: Option<u64>,
+    pub(in crate::breaker) half_open_probes: u32,
+    pub(in crate::breaker) max_half_open_dwell: Option<Duration>,
+    pub(in crate::breaker) max_retry_after: Duration,
+    pub(in crate::breaker) open_on_retry_after: bool,
+    pub(in crate::breaker) slow_call: Option<Duration>,
+    pub(in crate::breaker) mode: Mode,
     /// Every call is timed, and observers are told how long it took (call-duration
     /// metrics); a slow-call rule times calls whatever this says.
-    pub(crate) time_calls: bool,
+    pub(in crate::breaker) time_calls: bool,
 }
 
 impl Default for Config {
@@ -225,7 +225,7 @@ impl Config {
     }
 
     /// Whether calls are timed: for a slow-call rule, or for call-duration metrics.
-    pub(crate) fn times_calls(&self) -> bool {
+    pub(in crate::breaker) fn times_calls(&self) -> bool {
         self.slow_call.is_some() || self.time_calls
     }
 }

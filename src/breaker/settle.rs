@@ -21,7 +21,7 @@ pub struct Settlement {
 
 impl Settlement {
     #[inline]
-    pub(crate) fn new(permit: Permit, elapsed: Option<Duration>) -> Self {
+    pub(in crate::breaker) fn new(permit: Permit, elapsed: Option<Duration>) -> Self {
         Settlement { permit, elapsed }
     }
 

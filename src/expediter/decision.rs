@@ -3,9 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::answer::Answer;
 use crate::error::BoxError;
-use crate::machine::Reason;
+use crate::Answer;
+use crate::Reason;
 
 use super::capability::Degradation;
 

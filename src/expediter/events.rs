@@ -6,10 +6,11 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::event::Event;
-use crate::machine::{Cause, State};
-use crate::outcome::Outcome;
-use crate::settings::Mode;
+use crate::Cause;
+use crate::Event;
+use crate::Mode;
+use crate::Outcome;
+use crate::State;
 
 use super::category::{Categorizer, FailureCategory};
 

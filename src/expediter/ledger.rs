@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::machine::{Cause, State};
-use crate::settings::Mode;
+use crate::Cause;
+use crate::Mode;
+use crate::State;
 
 use super::budget::{Budget, Entry, EventId};
 use super::capability::{Degradation, ToolSpec};

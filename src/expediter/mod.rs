@@ -145,13 +145,15 @@ use self::registry::{Registry, Tool};
 use self::report::Views;
 use self::scope::{Assessment, WorkState};
 use self::standing::ToolView;
-use crate::answer::Answer;
-use crate::builder::Builder;
 use crate::error::{BoxError, Rejected};
-use crate::handle::CircuitBreakerHandle;
-use crate::kill::KillSwitch;
-use crate::machine::{Advice, NextProbe, Reason};
-use crate::shared::DeliveryGroup;
+use crate::Advice;
+use crate::Answer;
+use crate::Builder;
+use crate::CircuitBreakerHandle;
+use crate::DeliveryGroup;
+use crate::KillSwitch;
+use crate::NextProbe;
+use crate::Reason;
 
 /// How many times a report or an offer takes the breakers' snapshots again when the
 /// ledger has seen a newer transition than a snapshot shows.
@@ -699,7 +701,7 @@ impl Expediter {
         // whose event another task is still delivering (rare: then each tool's breaker
         // is waited for). The tools as they are now: one added while the pre-call check
         // ran may have failed since.
-        if !self.inner.delivery.settled() {
+        if !self.inner.delivery.all_delivered() {
             for each in self.registry().tools() {
                 each.handle.events_delivered().await;
             }

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use crate::machine::State;
 use crate::snapshot::Snapshot;
+use crate::State;
 
 use super::budget::{BudgetLine, BudgetReport};
 use super::capability::Degradation;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tower::Service;
 
-use crate::answer::Answer;
 use crate::error::BoxError;
+use crate::Answer;
 
 use super::capability::Degradation;
 use super::decision::{Attempt, Decision};

@@ -4,8 +4,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::machine::{Cause, NextProbe, State};
 use crate::snapshot::Snapshot;
+use crate::Cause;
+use crate::NextProbe;
+use crate::State;
 
 use super::decision::PauseReason;
 use super::precheck::Availability;

@@ -24,7 +24,7 @@ use super::HttpClassifier;
 use super::MAX_EMPTY_FRAMES;
 use crate::classify::Classify;
 use crate::error::BoxError;
-use crate::outcome::Outcome;
+use crate::Outcome;
 
 /// How much of a body [`BufferBodyLayer`] reads by default: 8 MiB.
 pub const DEFAULT_BUFFER_LIMIT: usize = 8 * 1024 * 1024;

@@ -9,8 +9,10 @@ use super::body_broke_off::BodyBrokeOff;
 use super::buffer::BodyTooLarge;
 use super::error_body::ErrorBodyBytes;
 use crate::classify::Classify;
-use crate::error::{text_with_sources, BoxError};
-use crate::outcome::{Failure, Outcome};
+use crate::error::BoxError;
+use crate::error_text::text_with_sources;
+use crate::Failure;
+use crate::Outcome;
 
 /// The default bound on a `Retry-After` wait: 5 minutes.
 const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);

@@ -12,9 +12,12 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::unavailable::retry_after_value;
-use crate::answer::{Answer, Source};
 use crate::error::BoxError;
-use crate::machine::{NextProbe, Reason, State};
+use crate::Answer;
+use crate::NextProbe;
+use crate::Reason;
+use crate::Source;
+use crate::State;
 
 /// The response header that says where an answer came from: `x-circuit-breaker`.
 pub const X_CIRCUIT_BREAKER: HeaderName = HeaderName::from_static("x-circuit-breaker");

@@ -85,7 +85,7 @@ use super::HttpClassifier;
 use crate::classify::Classify;
 use crate::error::BoxError;
 
-use crate::outcome::Outcome;
+use crate::Outcome;
 
 impl HttpClassifier {
     /// The outcome of a `reqwest::Response`: its status, its `Retry-After` header and

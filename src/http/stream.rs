@@ -14,8 +14,9 @@ use tower::{Layer, Service};
 
 use super::HttpClassifier;
 use crate::classify::Classify;
-use crate::outcome::{Failure, Outcome};
-use crate::settle::Settlement;
+use crate::classify::Settlement;
+use crate::Failure;
+use crate::Outcome;
 
 /// Streamed answers: a response whose body breaks, or ends early, counts as a failure
 /// when the stream ends, not as the success its headers promised.

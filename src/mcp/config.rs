@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::kill::KillSwitch;
+use crate::KillSwitch;
 
 use super::error::McpConfigError;
 use super::restart::RestartPolicy;

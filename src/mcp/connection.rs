@@ -25,7 +25,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 
-use crate::machine::later;
+use crate::later::later;
 
 use super::config::{self, McpServerBuilder, Transport};
 use super::error::StartError;

@@ -14,12 +14,12 @@ use rmcp::{Peer, RoleClient};
 use tokio::sync::{mpsc, watch};
 use tower::Layer;
 
-use crate::builder::Builder;
 use crate::fallback::NoFallback;
-use crate::handle::CircuitBreakerHandle;
-use crate::kill::KillSwitch;
-use crate::service::CircuitBreaker;
-use crate::settings::Cooldown;
+use crate::Builder;
+use crate::CircuitBreaker;
+use crate::CircuitBreakerHandle;
+use crate::Cooldown;
+use crate::KillSwitch;
 
 use super::classify::{ServerCalls, ServerStarts};
 use super::config::McpServerBuilder;

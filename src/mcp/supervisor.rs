@@ -16,8 +16,13 @@ use tower::{Service, ServiceExt};
 
 use crate::error::Rejected;
 use crate::fallback::NoFallback;
-use crate::machine::{later, Advice, Cause, NextProbe, State, Transition};
-use crate::service::CircuitBreaker;
+use crate::later::later;
+use crate::Advice;
+use crate::Cause;
+use crate::CircuitBreaker;
+use crate::NextProbe;
+use crate::State;
+use crate::Transition;
 
 use super::classify::ServerStarts;
 use super::connection::{self, Loss, Notice, Process, Started};

@@ -14,7 +14,7 @@ use crate::expediter::{
     Attempt, Availability, Expediter, ExpediterError, NextTry, ToolSpec, Unusable, WithheldTool,
 };
 use crate::fallback::NoFallback;
-use crate::service::CircuitBreaker;
+use crate::CircuitBreaker;
 
 use super::classify::McpClassifier;
 use super::error::McpConfigError;

@@ -155,7 +155,7 @@ impl<S> Readiness<S> {
             (Reason::HalfOpenFull, _) => match self.dwell {
                 // The limit runs from when the breaker went half-open, before now: by
                 // now + dwell it has surely passed, and a look then applies it.
-                Some(dwell) => Wait::Until(crate::machine::later(
+                Some(dwell) => Wait::Until(crate::later::later(
                     tokio::time::Instant::now().into_std(),
                     dwell,
                 )),

@@ -11,7 +11,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use super::layer::RetryLayer;
 use super::policy::Common;
-use crate::handle::CircuitBreakerHandle;
+use crate::CircuitBreakerHandle;
 
 /// A setting of a [`RetryBuilder`] that cannot work, found when the policy is built.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]

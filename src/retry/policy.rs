@@ -13,10 +13,11 @@ use tower::retry::Policy;
 
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, CallError, Rejected};
-use crate::handle::CircuitBreakerHandle;
-use crate::machine::{Advice, Reason};
-use crate::outcome::Outcome;
 use crate::recover::{CloneRequests, KeepRequest};
+use crate::Advice;
+use crate::CircuitBreakerHandle;
+use crate::Outcome;
+use crate::Reason;
 
 /// What every clone of a policy shares: the checked settings, the budget and the
 /// jitter's random numbers.
@@ -357,7 +358,7 @@ impl<C, K> fmt::Debug for RetryPolicy<C, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Failure;
+    use crate::Failure;
 
     const SETTINGS: Settings = Settings {
         max_attempts: 4,

@@ -22,34 +22,34 @@ use super::Mode;
 /// Generation and mode in one number. A call admitted in one epoch counts only while the
 /// breaker is still in it: every change of state or of mode starts a new one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Epoch(u64);
+pub(in crate::breaker) struct Epoch(u64);
 
 impl Epoch {
     /// Bits an epoch may use: it is packed with flags into one word.
-    pub(crate) const BITS: u32 = 56;
+    pub(in crate::breaker) const BITS: u32 = 56;
 
-    pub(crate) fn new(generation: u64, mode: Mode) -> Epoch {
+    pub(in crate::breaker) fn new(generation: u64, mode: Mode) -> Epoch {
         Epoch((generation << 2 | mode as u64) & ((1 << Self::BITS) - 1))
     }
 
     /// The epoch of these bits: the high byte of a word shifted right by 8 is clear.
     #[inline(always)]
-    pub(crate) fn from_bits(bits: u64) -> Epoch {
+    pub(in crate::breaker) fn from_bits(bits: u64) -> Epoch {
         Epoch(bits)
     }
 
     #[inline(always)]
-    pub(crate) fn bits(self) -> u64 {
+    pub(in crate::breaker) fn bits(self) -> u64 {
         self.0
     }
 
     /// The generation part (the low 54 bits of the generation).
-    pub(crate) fn generation(self) -> u64 {
+    pub(in crate::breaker) fn generation(self) -> u64 {
         self.0 >> 2
     }
 
     #[inline(always)]
-    pub(crate) fn mode(self) -> Mode {
+    pub(in crate::breaker) fn mode(self) -> Mode {
         match self.0 & 3 {
             0 => Mode::Enabled,
             1 => Mode::ObserveOnly,
@@ -60,7 +60,7 @@ impl Epoch {
 
 /// When an open breaker lets its probe through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Due {
+pub(in crate::breaker) enum Due {
     /// Never by itself: only a person (a reset) ends it.
     Never,
     /// Once the cooldown's count of calls reaches `step` and the clock reaches `time`
@@ -73,13 +73,13 @@ pub(crate) enum Due {
 
 impl Due {
     /// The next call.
-    pub(crate) const NEXT_CALL: Due = Due::At {
+    pub(in crate::breaker) const NEXT_CALL: Due = Due::At {
         step: None,
         time: None,
     };
 
     /// Once the clock reaches `time`.
-    pub(crate) fn at(time: Instant) -> Due {
+    pub(in crate::breaker) fn at(time: Instant) -> Due {
         Due::At {
             step: None,
             time: Some(time),
@@ -89,18 +89,18 @@ impl Due {
 
 /// Everything an arriving call is decided on. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Door {
+pub(in crate::breaker) struct Door {
     /// `epoch << 8 | flags` (see the constants below).
-    pub(crate) word: u64,
+    pub(in crate::breaker) word: u64,
     /// Open: the step the probe waits for.
-    pub(crate) step: u64,
+    pub(in crate::breaker) step: u64,
     /// Open: the time the probe waits for; half-open: when the machine must look.
-    pub(crate) time: i64,
+    pub(in crate::breaker) time: i64,
 }
 
 /// What [`Door::admit`] decided for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(in crate::breaker) enum Verdict {
     /// Closed: make the call.
     Call,
     /// Disabled: make the call and record nothing.
@@ -121,7 +121,7 @@ impl Verdict {
     /// What a caller that decides for itself is told of this verdict: every kind of
     /// call made (closed, disabled, observe-only) is [`Advice::Call`]. `None` for
     /// [`Verdict::Expired`]: the machine must apply the deadline and decide again.
-    pub(crate) fn advice(self) -> Option<Advice> {
+    pub(in crate::breaker) fn advice(self) -> Option<Advice> {
         match self {
             Verdict::Call | Verdict::Pass | Verdict::Shadow(_) => Some(Advice::Call),
             Verdict::Probe => Some(Advice::Probe),
@@ -132,7 +132,7 @@ impl Verdict {
 }
 
 /// The two clocks a call is decided on, read only when the decision needs them.
-pub(crate) trait Clock {
+pub(in crate::breaker) trait Clock {
     /// This call's step on the count of calls an open breaker waits for. The first call
     /// takes the step; later calls return the same one.
     fn step(&mut self) -> u64;
@@ -160,9 +160,9 @@ pub(crate) trait Clock {
 /// A clock that has already been read: for a call, its step; for anything else, the
 /// calls counted so far.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Fixed {
-    pub(crate) step: u64,
-    pub(crate) now: Instant,
+pub(in crate::breaker) struct Fixed {
+    pub(in crate::breaker) step: u64,
+    pub(in crate::breaker) now: Instant,
 }
 
 impl Clock for Fixed {
@@ -191,11 +191,11 @@ impl Door {
     const HAS_STEP: u64 = 1 << 4;
     const HAS_TIME: u64 = 1 << 5;
     /// Calls are timed, for a slow-call rule.
-    pub(crate) const TIMED: u64 = 1 << 6;
+    pub(in crate::breaker) const TIMED: u64 = 1 << 6;
     /// Open: the service asked to wait longer than the probe waits (a `Retry-After`
     /// above the cap); its skips say so ([`Skip::asked_longer`]).
     const ASKED_LONGER: u64 = 1 << 7;
-    pub(crate) const EPOCH_SHIFT: u32 = 8;
+    pub(in crate::breaker) const EPOCH_SHIFT: u32 = 8;
 
     fn made(epoch: Epoch, flags: u64, step: u64, time: Option<Instant>) -> Door {
         let (has_time, time) = time.map_or((0, 0), |at| (Self::HAS_TIME, Nanos::of(at).0));
@@ -212,14 +212,19 @@ impl Door {
 
     /// A closed door: calls go through. `quiet`: a success changes nothing but the
     /// counts (no failure counted, consecutive failures the policy, no slow-call rule).
-    pub(crate) fn closed(epoch: Epoch, quiet: bool) -> Door {
+    pub(in crate::breaker) fn closed(epoch: Epoch, quiet: bool) -> Door {
         Self::made(epoch, Self::CLOSED | Self::flag_if(quiet), 0, None)
     }
 
     /// An open door: calls are skipped until `due`, then the next one is the probe.
     /// `forced`: a person opened it; `asked_longer`: the service asked to wait longer
     /// than `due` (its skips say so).
-    pub(crate) fn open(epoch: Epoch, due: Due, forced: bool, asked_longer: bool) -> Door {
+    pub(in crate::breaker) fn open(
+        epoch: Epoch,
+        due: Due,
+        forced: bool,
+        asked_longer: bool,
+    ) -> Door {
         let asked = if asked_longer { Self::ASKED_LONGER } else { 0 };
         let flags = Self::OPEN | Self::flag_if(forced) | asked;
         match due {
@@ -235,13 +240,13 @@ impl Door {
     /// `until` (a dwell limit) the machine must look again. A limit the door cannot keep
     /// exactly (a paused clock moved on by centuries) is left out: read early, it would
     /// send every call to a machine that finds it not passed.
-    pub(crate) fn half_open(epoch: Epoch, free: bool, until: Option<Instant>) -> Door {
+    pub(in crate::breaker) fn half_open(epoch: Epoch, free: bool, until: Option<Instant>) -> Door {
         let until = until.filter(|&at| Nanos::holds(at));
         Self::made(epoch, Self::HALF_OPEN | Self::flag_if(free), 0, until)
     }
 
     /// The same door, its calls timed for a slow-call rule (`timed`).
-    pub(crate) fn timed_if(mut self, timed: bool) -> Door {
+    pub(in crate::breaker) fn timed_if(mut self, timed: bool) -> Door {
         if timed {
             self.word |= Self::TIMED;
         }
@@ -250,19 +255,19 @@ impl Door {
 
     /// Whether calls are timed, for a slow-call rule.
     #[inline(always)]
-    pub(crate) fn timed(&self) -> bool {
+    pub(in crate::breaker) fn timed(&self) -> bool {
         self.word & Self::TIMED != 0
     }
 
     /// Whether an open door's wait is shorter than the service asked for.
     #[cfg(test)]
-    pub(crate) fn asked_longer(&self) -> bool {
+    pub(in crate::breaker) fn asked_longer(&self) -> bool {
         self.word & Self::ASKED_LONGER != 0
     }
 
     /// An open door's wait.
     #[cfg(test)]
-    pub(crate) fn due(&self) -> Option<Due> {
+    pub(in crate::breaker) fn due(&self) -> Option<Due> {
         match self.word & Self::KIND {
             Self::OPEN if self.word & Self::NEVER != 0 => Some(Due::Never),
             Self::OPEN => Some(Due::At {
@@ -275,7 +280,7 @@ impl Door {
 
     /// A half-open door's deadline.
     #[cfg(test)]
-    pub(crate) fn until(&self) -> Option<Instant> {
+    pub(in crate::breaker) fn until(&self) -> Option<Instant> {
         match self.word & Self::KIND {
             Self::HALF_OPEN => self.time().map(Nanos::instant),
             _ => None,
@@ -284,14 +289,14 @@ impl Door {
 
     /// Whether the word alone is the whole door: closed, or half-open with no deadline.
     #[inline(always)]
-    pub(crate) fn word_alone(word: u64) -> bool {
+    pub(in crate::breaker) fn word_alone(word: u64) -> bool {
         // Closed (kind 0), or half-open (kind 2) without a time: kind 1 and kind 3 (none)
         // have bit 0 set, a half-open with a time has bit 5.
         word & (1 | Self::HAS_TIME) == 0
     }
 
     #[inline(always)]
-    pub(crate) fn epoch(&self) -> Epoch {
+    pub(in crate::breaker) fn epoch(&self) -> Epoch {
         Epoch::from_bits(self.word >> Self::EPOCH_SHIFT)
     }
 
@@ -312,7 +317,7 @@ impl Door {
 
     /// The state a call finds.
     #[inline(always)]
-    pub(crate) fn state(&self) -> State {
+    pub(in crate::breaker) fn state(&self) -> State {
         match self.word & Self::KIND {
             Self::CLOSED => State::Closed,
             Self::OPEN if self.flag() => State::ForcedOpen,
@@ -322,7 +327,7 @@ impl Door {
     }
 
     #[inline(always)]
-    pub(crate) fn mode(&self) -> Mode {
+    pub(in crate::breaker) fn mode(&self) -> Mode {
         self.epoch().mode()
     }
 
@@ -331,20 +336,20 @@ impl Door {
     /// matter: a quiet door has no slow-call rule, so a timed call is timed only to tell
     /// observers how long it took.
     #[inline(always)]
-    pub(crate) fn quiet_in(word: u64, epoch: Epoch) -> bool {
+    pub(in crate::breaker) fn quiet_in(word: u64, epoch: Epoch) -> bool {
         word & !Self::TIMED == epoch.bits() << Self::EPOCH_SHIFT | Self::CLOSED | Self::FLAG
     }
 
     /// Whether a call admitted in `epoch` still stands at the door whose first word is
     /// `word`.
     #[inline(always)]
-    pub(crate) fn in_epoch(word: u64, epoch: Epoch) -> bool {
+    pub(in crate::breaker) fn in_epoch(word: u64, epoch: Epoch) -> bool {
         word >> Self::EPOCH_SHIFT == epoch.bits()
     }
 
     /// When the probe may go, as a call skipped `at` (its step the calls counted so far)
     /// is told: what [`Door::gate`] would tell it. A disabled breaker needs none.
-    pub(crate) fn next_probe(&self, mut at: Fixed) -> NextProbe {
+    pub(in crate::breaker) fn next_probe(&self, mut at: Fixed) -> NextProbe {
         if self.mode() == Mode::Disabled {
             return NextProbe::NotNeeded;
         }
@@ -396,14 +401,14 @@ impl Door {
     /// Whether, at the door whose first word is `word`, a deadline may pass that ends
     /// the state: a half-open's dwell limit.
     #[inline(always)]
-    pub(crate) fn may_expire(word: u64) -> bool {
+    pub(in crate::breaker) fn may_expire(word: u64) -> bool {
         word & (Self::KIND | Self::HAS_TIME) == Self::HALF_OPEN | Self::HAS_TIME
     }
 
     /// Whether the door's deadline has passed (see [`Door::may_expire`]): then the
     /// machine must apply it before any call is made at this door.
     #[inline(always)]
-    pub(crate) fn expired(&self, clock: &mut impl Clock) -> bool {
+    pub(in crate::breaker) fn expired(&self, clock: &mut impl Clock) -> bool {
         Self::may_expire(self.word) && self.time().is_some_and(|until| !clock.before(until))
     }
 
@@ -411,7 +416,7 @@ impl Door {
     /// changes nothing else; in an open breaker whose cooldown counts calls, a killed
     /// call still takes its step.
     #[inline(always)]
-    pub(crate) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
+    pub(in crate::breaker) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
         // A deadline that passed applies first, whatever becomes of the call: the state
         // it finds is the state after it.
         if self.expired(clock) {

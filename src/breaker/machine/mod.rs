@@ -13,9 +13,9 @@
 //! The machine counts nothing but what its decisions need: the layer keeps the running
 //! totals.
 
-pub(crate) mod door;
-pub(crate) mod state;
-pub(crate) mod time;
+pub(in crate::breaker) mod door;
+pub(in crate::breaker) mod state;
+pub(in crate::breaker) mod time;
 mod window;
 
 use std::sync::Arc;
@@ -28,11 +28,12 @@ pub use self::window::WindowCounts;
 use crate::breaker::outcome::{Failure, Outcome};
 use crate::breaker::settings::{Config, Cooldown, Mode, TripPolicy};
 use crate::breaker::snapshot::{Counts, Snapshot};
+use crate::later::later;
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its
 /// code in a permit's word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(in crate::breaker) enum Kind {
     /// A call in the closed state.
     Call = 0,
     /// A half-open probe: it holds a slot of its half-open until it ends.
@@ -44,7 +45,7 @@ pub(crate) enum Kind {
 
 /// How the machine took an outcome.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Recorded {
+pub(in crate::breaker) enum Recorded {
     /// Counted, as this outcome (after the slow-call rule); `failure_rate`: the trip
     /// policy's reading after it (see [`Machine::reading`]), if the outcome entered
     /// the policy's count.
@@ -109,7 +110,7 @@ struct Probes {
 
 /// One breaker's state machine. See the [module docs](self).
 #[derive(Debug, Clone)]
-pub(crate) struct Machine {
+pub(in crate::breaker) struct Machine {
     /// The settings, but for the name and the jitter seed: one copy shared by every key's
     /// breaker of a keyed registry.
     config: Arc<Config>,
@@ -139,14 +140,14 @@ pub(crate) struct Machine {
 
 impl Machine {
     /// A closed breaker with these settings; `now` starts its time windows.
-    pub(crate) fn new(config: Config, now: Instant) -> Self {
+    pub(in crate::breaker) fn new(config: Config, now: Instant) -> Self {
         let (name, jitter_seed) = (config.name.clone(), config.jitter_seed);
         Machine::sharing(Arc::new(config), name, jitter_seed, now)
     }
 
     /// A closed breaker with the settings `config` but for its `name` and `jitter_seed`,
     /// which are its own: `config` may be shared with other breakers.
-    pub(crate) fn sharing(
+    pub(in crate::breaker) fn sharing(
         config: Arc<Config>,
         name: Arc<str>,
         jitter_seed: Option<u64>,
@@ -172,7 +173,7 @@ impl Machine {
     }
 
     /// The settings it was made with, its name and jitter seed included.
-    pub(crate) fn config(&self) -> Config {
+    pub(in crate::breaker) fn config(&self) -> Config {
         Config {
             name: self.name.clone(),
             jitter_seed: self.jitter_seed,
@@ -181,27 +182,27 @@ impl Machine {
     }
 
     /// The breaker's name.
-    pub(crate) fn name(&self) -> &Arc<str> {
+    pub(in crate::breaker) fn name(&self) -> &Arc<str> {
         &self.name
     }
 
-    pub(crate) fn epoch(&self) -> Epoch {
+    pub(in crate::breaker) fn epoch(&self) -> Epoch {
         Epoch::new(self.generation, self.mode)
     }
 
-    pub(crate) fn state(&self) -> State {
+    pub(in crate::breaker) fn state(&self) -> State {
         self.door().state()
     }
 
     /// Probes under way: this half-open's, and those of earlier ones that still hold a
     /// slot.
-    pub(crate) fn probes_in_flight(&self) -> u32 {
+    pub(in crate::breaker) fn probes_in_flight(&self) -> u32 {
         self.probes.iter().map(|p| p.running).sum()
     }
 
     /// A view of the breaker as of `at`, with the layer's running totals (`counts`) and
     /// its kill switch (`killed`), which the machine does not keep.
-    pub(crate) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
+    pub(in crate::breaker) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
         Snapshot {
             name: self.name.clone(),
             state: self.state(),
@@ -258,7 +259,7 @@ impl Machine {
     /// now (the transition into its state was for one: only a person's act or a change
     /// of state ends such a hold). Nothing is recorded while it holds, so the last failure
     /// is the one.
-    pub(crate) fn permanent_failure(&self) -> Option<&FailureRecord> {
+    pub(in crate::breaker) fn permanent_failure(&self) -> Option<&FailureRecord> {
         self.last_failure
             .as_ref()
             .filter(|_| self.cause == Some(Cause::PermanentFailure))
@@ -268,7 +269,7 @@ impl Machine {
     /// waits: an opening whose `Retry-After` was above the cap (the probe goes at the
     /// cap), open by the breaker's own calls or a hint. `None` for any other state, a
     /// person's hold included (the person's wait is the one that holds).
-    pub(crate) fn requested_until(&self) -> Option<Instant> {
+    pub(in crate::breaker) fn requested_until(&self) -> Option<Instant> {
         let Phase::Open {
             due: Due::At { time, .. },
             by: Opener::Breaker | Opener::Hint { .. },
@@ -281,7 +282,7 @@ impl Machine {
     }
 
     /// What an arriving call is decided on, derived from the state.
-    pub(crate) fn door(&self) -> Door {
+    pub(in crate::breaker) fn door(&self) -> Door {
         let epoch = self.epoch();
         let door = match self.phase {
             Phase::Closed => Door::closed(
@@ -315,7 +316,7 @@ impl Machine {
     /// the state: a deadline that passed is applied first (see [`Machine::tick`]); a
     /// probe turns an open breaker half-open and takes a slot. A returned
     /// [`Verdict::Probe`] was granted in [`Machine::epoch`] as it is now.
-    pub(crate) fn admit(
+    pub(in crate::breaker) fn admit(
         &mut self,
         killed: bool,
         clock: &mut impl Clock,
@@ -378,7 +379,7 @@ impl Machine {
     /// call from an earlier epoch (a deadline that passed by `at` included) is late and
     /// counts for nothing; only a wait it asked for may lengthen the opening it finds
     /// (see [`Machine::lengthen_for_late`]).
-    pub(crate) fn record(
+    pub(in crate::breaker) fn record(
         &mut self,
         epoch: Epoch,
         kind: Kind,
@@ -537,7 +538,7 @@ impl Machine {
     /// without one (its future was dropped, or it was never called). A probe's slot is
     /// free again, whichever half-open it belonged to, unless a person's act or a change
     /// of mode already wrote it off.
-    pub(crate) fn release(&mut self, epoch: Epoch, kind: Kind) {
+    pub(in crate::breaker) fn release(&mut self, epoch: Epoch, kind: Kind) {
         if kind != Kind::Probe {
             return;
         }
@@ -553,7 +554,7 @@ impl Machine {
     /// limit give up their slots, and a half-open breaker past its own re-opens, as of
     /// its deadline (the cooldown runs from there, not from this later look). Open never
     /// turns half-open by itself: the next call does that.
-    pub(crate) fn tick(&mut self, at: Fixed) -> Option<Transition> {
+    pub(in crate::breaker) fn tick(&mut self, at: Fixed) -> Option<Transition> {
         self.drop_past_dwell(at.now);
         let Phase::HalfOpen { entered_at, .. } = self.phase else {
             return None;
@@ -573,7 +574,11 @@ impl Machine {
     /// Opens the breaker until [`Machine::reset`] (`until: None`) or until a time, after
     /// which the next call is the probe. A person's decision: it replaces whatever
     /// opened the breaker before.
-    pub(crate) fn force_open(&mut self, until: Option<Instant>, at: Fixed) -> Option<Transition> {
+    pub(in crate::breaker) fn force_open(
+        &mut self,
+        until: Option<Instant>,
+        at: Fixed,
+    ) -> Option<Transition> {
         self.write_off_probes();
         let phase = Phase::Open {
             due: until.map_or(Due::Never, Due::at),
@@ -600,7 +605,11 @@ impl Machine {
     /// time that has passed. Returns whether it applied. What time
     /// alone changes applies first: a half-open past its dwell limit is open again, and a
     /// hint may then lengthen its wait.
-    pub(crate) fn hold_open(&mut self, until: Instant, at: Fixed) -> (bool, Option<Transition>) {
+    pub(in crate::breaker) fn hold_open(
+        &mut self,
+        until: Instant,
+        at: Fixed,
+    ) -> (bool, Option<Transition>) {
         let expired = self.tick(at);
         let applied = match self.phase {
             // A hold that has already ended holds nothing.
@@ -644,7 +653,7 @@ impl Machine {
     /// else is touched: a breaker its own calls opened again since, one a person holds,
     /// closed or half-open. Returns whether it applied (after what time alone changes,
     /// as [`Machine::hold_open`]).
-    pub(crate) fn release_hold(&mut self, at: Fixed) -> (bool, Option<Transition>) {
+    pub(in crate::breaker) fn release_hold(&mut self, at: Fixed) -> (bool, Option<Transition>) {
         let expired = self.tick(at);
         let Phase::Open {
             by: Opener::Hint { own },
@@ -667,7 +676,7 @@ impl Machine {
     /// the breaker itself opened (or a hint holds) is affected; one a person forced open
     /// or a permanent failure holds stays as it is. Returns whether it applied (after what
     /// time alone changes, as [`Machine::hold_open`]).
-    pub(crate) fn allow_probe(&mut self, at: Fixed) -> (bool, Option<Transition>) {
+    pub(in crate::breaker) fn allow_probe(&mut self, at: Fixed) -> (bool, Option<Transition>) {
         let expired = self.tick(at);
         let allowed = match &mut self.phase {
             Phase::Open {
@@ -689,7 +698,7 @@ impl Machine {
     }
 
     /// Closes the breaker and clears its failure counts and backoff.
-    pub(crate) fn reset(&mut self, at: Fixed) -> Option<Transition> {
+    pub(in crate::breaker) fn reset(&mut self, at: Fixed) -> Option<Transition> {
         self.write_off_probes();
         let transition = self.close(at, Cause::Reset);
         self.person_acted(transition.is_some());
@@ -707,7 +716,7 @@ impl Machine {
     /// Switches the mode, and returns the mode left if it changed. A change starts a new
     /// epoch: calls admitted under the old mode and still in flight are not counted, and
     /// a half-open breaker's probes hold no slot.
-    pub(crate) fn set_mode(&mut self, mode: Mode) -> Option<Mode> {
+    pub(in crate::breaker) fn set_mode(&mut self, mode: Mode) -> Option<Mode> {
         if mode == self.mode {
             return None;
         }
@@ -725,7 +734,7 @@ impl Machine {
     /// Lowers the consecutive-failure threshold by `relief` (never below 1), for a
     /// service known to be degraded: it trips sooner. 0 restores the configured
     /// threshold.
-    pub(crate) fn set_threshold_relief(&mut self, relief: u32) {
+    pub(in crate::breaker) fn set_threshold_relief(&mut self, relief: u32) {
         self.threshold_relief = relief;
     }
 
@@ -742,7 +751,7 @@ impl Machine {
     ///
     /// A success the breaker counts without its lock leaves the run of failures at 0:
     /// [`Machine::QUIET_FAILURE_RATE`].
-    pub(crate) fn reading(&self, now: Instant) -> (f64, bool) {
+    pub(in crate::breaker) fn reading(&self, now: Instant) -> (f64, bool) {
         match self.config.trip {
             TripPolicy::ConsecutiveFailures(configured) => {
                 let threshold = configured.saturating_sub(self.threshold_relief).max(1);
@@ -769,7 +778,7 @@ impl Machine {
 
     /// [`Machine::reading`]'s rate after a success that changed nothing: only a breaker
     /// on consecutive failures with none counted has such successes.
-    pub(crate) const QUIET_FAILURE_RATE: f64 = 0.0;
+    pub(in crate::breaker) const QUIET_FAILURE_RATE: f64 = 0.0;
 
     /// Opens the breaker for its cooldown, or for the wait `failure` asked for, or until
     /// a reset if it is permanent.
@@ -887,13 +896,6 @@ impl Machine {
         let bits = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
         bits as f64 / (1u64 << 53) as f64
     }
-}
-
-/// `now + wait`, or a century from now when that does not fit the clock: a wait that
-/// long means "not by time".
-pub(crate) fn later(now: Instant, wait: Duration) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    now.checked_add(wait.min(CENTURY)).unwrap_or(now)
 }
 
 #[cfg(test)]

@@ -50,13 +50,13 @@ impl State {
 
     /// Two bits, where a state is packed into a word.
     #[inline(always)]
-    pub(crate) fn code(self) -> u64 {
+    pub(in crate::breaker) fn code(self) -> u64 {
         self as u64
     }
 
     /// The state of [`State::code`]'s two bits.
     #[inline(always)]
-    pub(crate) fn from_code(code: u64) -> State {
+    pub(in crate::breaker) fn from_code(code: u64) -> State {
         Self::ALL[(code & 3) as usize]
     }
 
@@ -97,13 +97,13 @@ impl Reason {
 
     /// Two bits, where a reason is packed into a word.
     #[inline(always)]
-    pub(crate) fn code(self) -> u64 {
+    pub(in crate::breaker) fn code(self) -> u64 {
         self as u64
     }
 
     /// The reason of [`Reason::code`]'s two bits.
     #[inline(always)]
-    pub(crate) fn from_code(code: u64) -> Reason {
+    pub(in crate::breaker) fn from_code(code: u64) -> Reason {
         Self::ALL[(code & 3) as usize]
     }
 
@@ -170,7 +170,7 @@ impl NextProbe {
     /// from `from`: "; next probe in 30s", "; next probe in 1 call", "; next probe in 3
     /// calls, and not before 5s", "; closed only by a reset" (nothing scheduled), or
     /// nothing (closed, or a probe under way).
-    pub(crate) fn tell(self, f: &mut fmt::Formatter<'_>, from: Instant) -> fmt::Result {
+    pub(in crate::breaker) fn tell(self, f: &mut fmt::Formatter<'_>, from: Instant) -> fmt::Result {
         let (calls, at) = match self {
             NextProbe::After { calls, at } => (calls, at),
             NextProbe::Manual => return f.write_str("; closed only by a reset"),
@@ -249,7 +249,7 @@ impl Skip {
     /// The probe is the `calls`-th call from now, not before `at`; `asked_longer`: the
     /// service asked to wait longer than that.
     #[inline(always)]
-    pub(crate) fn waiting(
+    pub(in crate::breaker) fn waiting(
         reason: Reason,
         state: State,
         calls: u64,
@@ -274,9 +274,11 @@ impl Skip {
     }
 
     /// Whether the breaker that skipped is held open by a failure of the service's own
-    /// until a reset: open (not killed or forced), with no probe scheduled.
+    /// ([`Failure::permanent`](crate::Failure::permanent)) until a person resets it:
+    /// open (not killed or forced), with no probe scheduled. A caller shows that
+    /// differently from a wait: trying again later does not help.
     #[inline]
-    pub(crate) fn held_by_a_permanent_failure(&self) -> bool {
+    pub fn held_by_a_permanent_failure(&self) -> bool {
         self.reason() == Reason::Open && self.next_probe_kind() == Self::MANUAL
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// one word, so that a door or a skip that holds one is copied in registers. A paused
 /// test clock may stand before the anchor: then it is negative.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Nanos(pub(crate) i64);
+pub(in crate::breaker) struct Nanos(pub(in crate::breaker) i64);
 
 fn anchor() -> Instant {
     static ANCHOR: OnceLock<Instant> = OnceLock::new();
@@ -17,7 +17,7 @@ fn anchor() -> Instant {
 
 impl Nanos {
     #[inline]
-    pub(crate) fn of(at: Instant) -> Nanos {
+    pub(in crate::breaker) fn of(at: Instant) -> Nanos {
         let anchor = anchor();
         let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
         Nanos(match at.checked_duration_since(anchor) {
@@ -27,12 +27,12 @@ impl Nanos {
     }
 
     /// Whether `at` is within the range kept exactly (292 years of the anchor).
-    pub(crate) fn holds(at: Instant) -> bool {
+    pub(in crate::breaker) fn holds(at: Instant) -> bool {
         Nanos::of(at).instant() == at
     }
 
     #[inline(always)]
-    pub(crate) fn instant(self) -> Instant {
+    pub(in crate::breaker) fn instant(self) -> Instant {
         let by = Duration::from_nanos(self.0.unsigned_abs());
         let anchor = anchor();
         let at = if self.0 >= 0 {

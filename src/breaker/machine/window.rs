@@ -17,7 +17,7 @@ pub struct WindowCounts {
 
 /// Outcomes kept for the trip decision.
 #[derive(Debug, Clone)]
-pub(crate) enum Window {
+pub(in crate::breaker) enum Window {
     /// Consecutive failures need no window: the machine's counter is enough.
     None,
     // Both boxed, so that a breaker with no window (the default policy) keeps two
@@ -28,7 +28,7 @@ pub(crate) enum Window {
 }
 
 impl Window {
-    pub(crate) fn new(policy: &TripPolicy, epoch: Instant) -> Self {
+    pub(in crate::breaker) fn new(policy: &TripPolicy, epoch: Instant) -> Self {
         match *policy {
             TripPolicy::ConsecutiveFailures(_) => Window::None,
             TripPolicy::FailureRate { window, .. } => match window {
@@ -38,7 +38,7 @@ impl Window {
         }
     }
 
-    pub(crate) fn push(&mut self, failed: bool, now: Instant) {
+    pub(in crate::breaker) fn push(&mut self, failed: bool, now: Instant) {
         match self {
             Window::None => {}
             Window::Ring(ring) => ring.push(failed),
@@ -47,7 +47,7 @@ impl Window {
     }
 
     /// The failures and calls in the window as of `now`.
-    pub(crate) fn totals(&self, now: Instant) -> WindowCounts {
+    pub(in crate::breaker) fn totals(&self, now: Instant) -> WindowCounts {
         match self {
             Window::None => WindowCounts::default(),
             Window::Ring(ring) => ring.counts,
@@ -55,7 +55,7 @@ impl Window {
         }
     }
 
-    pub(crate) fn clear(&mut self) {
+    pub(in crate::breaker) fn clear(&mut self) {
         match self {
             Window::None => {}
             Window::Ring(ring) => ring.clear(),
@@ -66,7 +66,7 @@ impl Window {
 
 /// The last `capacity` outcomes, one bit each.
 #[derive(Debug, Clone)]
-pub(crate) struct Ring {
+pub(in crate::breaker) struct Ring {
     bits: Vec<u64>,
     capacity: u32,
     next: u32,
@@ -111,7 +111,7 @@ const BUCKETS: usize = 10;
 
 /// A time window in ten buckets; a bucket older than the window no longer counts.
 #[derive(Debug, Clone)]
-pub(crate) struct Buckets {
+pub(in crate::breaker) struct Buckets {
     epoch: Instant,
     /// The window, in nanoseconds (at least 1): a bucket is a tenth of it, exactly, so
     /// an outcome is forgotten once it is one window old, for any window.

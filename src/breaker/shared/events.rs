@@ -33,7 +33,7 @@ use crate::breaker::settings::Mode;
 use crate::breaker::sync::delivery::{Delivery, Sink};
 
 /// An observer run on every event.
-pub(crate) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+pub(in crate::breaker) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
 /// An event made under the machine's lock, waiting to be delivered.
 #[derive(Debug, Clone)]

@@ -25,7 +25,7 @@ use crate::breaker::machine::{
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settings::{Config, Mode};
 use crate::breaker::snapshot::Snapshot;
-pub(crate) use crate::breaker::sync::delivery::DeliveryGroup;
+pub(in crate::breaker) use crate::breaker::sync::delivery::DeliveryGroup;
 use crate::breaker::sync::{lock, Mutex, MutexGuard};
 
 mod events;
@@ -33,15 +33,15 @@ mod permit;
 mod published;
 mod tally;
 
-pub(crate) use self::events::Observer;
+pub(in crate::breaker) use self::events::Observer;
 use self::events::{Events, Queued, Reporter};
-pub(crate) use self::permit::Permit;
+pub(in crate::breaker) use self::permit::Permit;
 use self::permit::Ticket;
 use self::published::Published;
 use self::tally::Tally;
 
 /// What was decided for one call.
-pub(crate) enum Decision {
+pub(in crate::breaker) enum Decision {
     /// Make the call.
     Call(Permit),
     /// Do not make it; the fallback answers.
@@ -96,11 +96,11 @@ type Owned<O> = Result<Permit, (Skip, O)>;
 #[repr(C, align(64))]
 pub struct Shared {
     published: Published,
-    pub(crate) kill: KillSwitch,
+    pub(in crate::breaker) kill: KillSwitch,
     /// Whether anyone is told of outcomes and skips: read by every quiet success and skip.
     observed: bool,
     tally: Tally,
-    pub(crate) name: BreakerName,
+    pub(in crate::breaker) name: BreakerName,
     machine: Mutex<Machine>,
     /// Made when first needed ([`Shared::events`]), unless there are observers or a
     /// group to count them in: most breakers of a keyed registry never report an event.
@@ -172,7 +172,7 @@ impl Shared {
     /// A breaker of `machine`, obeying `kill`, telling `observers` in order and
     /// `at_once` by the task that made each event; its events are counted in `group`
     /// too, if it is in one.
-    pub(crate) fn new(
+    pub(in crate::breaker) fn new(
         machine: Machine,
         kill: KillSwitch,
         (observers, at_once): (Vec<Observer>, Vec<Observer>),
@@ -264,14 +264,17 @@ impl Shared {
 
     /// Decides the next call. See the [module docs](self).
     #[inline(always)]
-    pub(crate) fn decide(self: &Arc<Self>) -> Decision {
+    pub(in crate::breaker) fn decide(self: &Arc<Self>) -> Decision {
         self.decide_with(|decision| decision)
     }
 
     /// [`decide`](Self::decide), handing the decision to `hold`: a decision made here
     /// goes on in registers, one made out of line is handed on from there.
     #[inline(always)]
-    pub(crate) fn decide_with<R>(self: &Arc<Self>, hold: impl FnOnce(Decision) -> R) -> R {
+    pub(in crate::breaker) fn decide_with<R>(
+        self: &Arc<Self>,
+        hold: impl FnOnce(Decision) -> R,
+    ) -> R {
         Self::decide_by(self, |decision| {
             hold(match decision {
                 Ok(permit) => Decision::Call(permit),
@@ -283,7 +286,7 @@ impl Shared {
     /// [`decide`](Self::decide), by a caller that hands its reference on: a call's permit
     /// holds it, a skip gives it back.
     #[inline(always)]
-    pub(crate) fn decide_owned(self: Arc<Self>) -> Result<Permit, (Skip, Arc<Self>)> {
+    pub(in crate::breaker) fn decide_owned(self: Arc<Self>) -> Result<Permit, (Skip, Arc<Self>)> {
         Self::decide_by(self, |decision| decision)
     }
 
@@ -368,7 +371,7 @@ impl Shared {
     /// (`count: false`), or with a skip counted as a skipped call, and a step of a
     /// cooldown in calls (`count: true`). A probe is not granted, and a call or a probe
     /// counts nothing: the call, when it comes through the layer, is decided then.
-    pub(crate) fn advise(&self, count: bool) -> Advice {
+    pub(in crate::breaker) fn advise(&self, count: bool) -> Advice {
         let killed = self.kill.is_killed();
         loop {
             let door = self.door();
@@ -407,7 +410,7 @@ impl Shared {
     /// reset it since, and another failure opened it). Reads the machine: only a rejection
     /// or a context-aware fallback asks, and only in this state, which only a person ends.
     #[inline]
-    pub(crate) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
+    pub(in crate::breaker) fn permanent_failure(&self, skip: &Skip) -> Option<FailureRecord> {
         skip.held_by_a_permanent_failure()
             .then(|| self.permanent_failure_now())
             .flatten()
@@ -424,7 +427,7 @@ impl Shared {
     /// the breaker still says so (a person may have reset it since). Reads the machine:
     /// only a skip of such an opening asks.
     #[inline]
-    pub(crate) fn requested_until(&self, skip: &Skip) -> Option<Instant> {
+    pub(in crate::breaker) fn requested_until(&self, skip: &Skip) -> Option<Instant> {
         skip.asked_longer()
             .then(|| self.requested_until_now())
             .flatten()
@@ -438,7 +441,7 @@ impl Shared {
 
     /// A call decided as made while the kill switch was on, then found not killed: it
     /// stays decided as killed (its service was not made ready), counted as such.
-    pub(crate) fn keep_killed(&self, permit: Permit) -> Skip {
+    pub(in crate::breaker) fn keep_killed(&self, permit: Permit) -> Skip {
         let state = permit.state();
         permit.withdraw();
         let skip = Skip::new(Reason::Killed, state, NextProbe::Manual);
@@ -544,7 +547,7 @@ impl Shared {
     }
 
     /// A view of the breaker now; taking it applies the half-open dwell limit.
-    pub(crate) fn snapshot(&self) -> Snapshot {
+    pub(in crate::breaker) fn snapshot(&self) -> Snapshot {
         let killed = self.kill.is_killed();
         self.with(|machine, at| {
             let transition = machine.tick(at);
@@ -553,29 +556,29 @@ impl Shared {
         })
     }
 
-    pub(crate) fn force_open(&self, until: Option<Instant>) {
+    pub(in crate::breaker) fn force_open(&self, until: Option<Instant>) {
         self.with(|machine, at| ((), machine.force_open(until, at)));
     }
 
-    pub(crate) fn hold_open(&self, until: Instant) -> bool {
+    pub(in crate::breaker) fn hold_open(&self, until: Instant) -> bool {
         self.with(|machine, at| machine.hold_open(until, at))
     }
 
-    pub(crate) fn release_hold(&self) -> bool {
+    pub(in crate::breaker) fn release_hold(&self) -> bool {
         self.with(|machine, at| machine.release_hold(at))
     }
 
-    pub(crate) fn allow_probe(&self) -> bool {
+    pub(in crate::breaker) fn allow_probe(&self) -> bool {
         self.with(|machine, at| machine.allow_probe(at))
     }
 
-    pub(crate) fn reset(&self) {
+    pub(in crate::breaker) fn reset(&self) {
         self.with(|machine, at| ((), machine.reset(at)));
     }
 
     /// Switches the mode; a change is reported (logged, and told to observers) in order
     /// with the transitions.
-    pub(crate) fn set_mode(&self, mode: Mode) {
+    pub(in crate::breaker) fn set_mode(&self, mode: Mode) {
         self.locked(|machine, _| {
             let changed = machine.set_mode(mode).map(|from| Queued::ModeChanged {
                 from,
@@ -587,7 +590,7 @@ impl Shared {
     }
 
     /// The mode, as the door last published says.
-    pub(crate) fn mode(&self) -> Mode {
+    pub(in crate::breaker) fn mode(&self) -> Mode {
         self.door().mode()
     }
 
@@ -599,31 +602,31 @@ impl Shared {
     }
 
     /// The state as last published, read without the lock.
-    pub(crate) fn published_state(&self) -> State {
+    pub(in crate::breaker) fn published_state(&self) -> State {
         self.door().state()
     }
 
-    pub(crate) fn set_threshold_relief(&self, relief: u32) {
+    pub(in crate::breaker) fn set_threshold_relief(&self, relief: u32) {
         self.with(|machine, _| (machine.set_threshold_relief(relief), None));
     }
 
     /// Waits until every event the breaker made before this call has reached its
     /// observers (see [`Delivery::delivered`](crate::breaker::sync::delivery::Delivery::delivered)).
-    pub(crate) async fn events_delivered(&self) {
+    pub(in crate::breaker) async fn events_delivered(&self) {
         // Events not made yet have had nothing to deliver.
         if let Some(events) = self.events.get() {
             events.delivered().await;
         }
     }
 
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+    pub(in crate::breaker) fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.events().subscribe()
     }
 
     /// A future that completes at the next change of the door or of the kill switch
     /// (see [`Changed`]). Both are subscribed before it returns, so the caller's look
     /// after it sees what changed before.
-    pub(crate) fn changed(&self) -> Changed {
+    pub(in crate::breaker) fn changed(&self) -> Changed {
         let changes = match self.changes.get() {
             Some(changes) => changes,
             None => {
@@ -639,13 +642,13 @@ impl Shared {
     }
 
     /// The breaker's settings, as it was built with them.
-    pub(crate) fn config(&self) -> Config {
+    pub(in crate::breaker) fn config(&self) -> Config {
         self.lock().config()
     }
 
     /// Tells the observers that the breaker was evicted from its keyed registry, after
     /// whatever is queued.
-    pub(crate) fn evicted(&self) {
+    pub(in crate::breaker) fn evicted(&self) {
         // Events not made yet have no one to tell: the log does not report an eviction.
         let Some(events) = self.events.get() else {
             return;

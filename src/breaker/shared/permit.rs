@@ -76,7 +76,7 @@ impl fmt::Debug for Ticket {
 /// The right to make one call, held by a reserved service and then by the call's
 /// future. Dropped before its outcome is given, it hands the call back: abandoned if the
 /// wrapped service was not called, cancelled if it was; a probe's slot is freed.
-pub(crate) struct Permit {
+pub(in crate::breaker) struct Permit {
     shared: Arc<Shared>,
     ticket: Ticket,
 }
@@ -88,39 +88,39 @@ impl Permit {
     }
 
     /// The breaker that granted it.
-    pub(crate) fn breaker(&self) -> &Arc<Shared> {
+    pub(in crate::breaker) fn breaker(&self) -> &Arc<Shared> {
         &self.shared
     }
 
     /// Whether the call may still be made as admitted: the kill switch is off and the
     /// breaker has not moved on (no change of state or mode).
     #[inline(always)]
-    pub(crate) fn stands(&self) -> bool {
+    pub(in crate::breaker) fn stands(&self) -> bool {
         self.shared.stands(self.ticket, true)
     }
 
     /// [`stands`](Self::stands), without the clock: a call at a door whose deadline may
     /// have passed (a half-open's) is said not to stand, and no call is made out of line.
     #[inline(always)]
-    pub(crate) fn stands_at_once(&self) -> bool {
+    pub(in crate::breaker) fn stands_at_once(&self) -> bool {
         self.shared.stands(self.ticket, false)
     }
 
     /// The wrapped service is about to be called.
     #[inline(always)]
-    pub(crate) fn mark_called(&mut self) {
+    pub(in crate::breaker) fn mark_called(&mut self) {
         self.ticket.0 |= Ticket::CALLED;
     }
 
     /// Whether the call must be timed, for the slow-call rule.
     #[inline(always)]
-    pub(crate) fn times_calls(&self) -> bool {
+    pub(in crate::breaker) fn times_calls(&self) -> bool {
         self.ticket.0 & Ticket::TIMED != 0
     }
 
     /// Where the call's answer comes from.
     #[inline(always)]
-    pub(crate) fn source(&self) -> Source {
+    pub(in crate::breaker) fn source(&self) -> Source {
         match self.ticket.kind() {
             Some(Kind::Probe) => Source::Probe,
             Some(Kind::Shadow) => Source::Shadowed(self.ticket.reason()),
@@ -130,7 +130,7 @@ impl Permit {
 
     /// The state the call found.
     #[inline(always)]
-    pub(crate) fn state(&self) -> State {
+    pub(in crate::breaker) fn state(&self) -> State {
         match self.ticket.kind() {
             Some(Kind::Call) => State::Closed,
             Some(Kind::Probe) => State::HalfOpen,
@@ -146,13 +146,13 @@ impl Permit {
 
     /// Gives the call's outcome; `elapsed` is how long it took, if it was timed.
     #[inline(always)]
-    pub(crate) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
+    pub(in crate::breaker) fn settle(mut self, outcome: Outcome, elapsed: Option<Duration>) {
         self.ticket.0 |= Ticket::SETTLED;
         self.shared.settle(self.ticket, outcome, elapsed);
     }
 
     /// Hands the call back without counting it: it is being decided again.
-    pub(crate) fn withdraw(mut self) {
+    pub(in crate::breaker) fn withdraw(mut self) {
         self.ticket.0 |= Ticket::SETTLED;
         self.shared.release(self.ticket, false);
     }

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use crate::breaker::sync::{lock, AtomicBool, AtomicU64, Mutex};
 
 /// What a [`Delivery`] delivers its items to.
-pub(crate) trait Sink: Sized + Send + Sync + 'static {
+pub(in crate::breaker) trait Sink: Sized + Send + Sync + 'static {
     /// What is delivered.
     type Item: Send + 'static;
 
@@ -39,7 +39,7 @@ pub(crate) trait Sink: Sized + Send + Sync + 'static {
 }
 
 /// See the [module docs](self).
-pub(crate) struct Delivery<S: Sink> {
+pub(in crate::breaker) struct Delivery<S: Sink> {
     sink: S,
     queue: Mutex<VecDeque<S::Item>>,
     /// Set while a task delivers the queue.
@@ -58,20 +58,23 @@ pub(crate) struct Delivery<S: Sink> {
     group: Option<Arc<DeliveryGroup>>,
 }
 
-/// The items of a group of queues, counted as they are queued and delivered: whether
-/// they are all delivered is one look at two counters, however many queues the group
-/// has.
+/// The events of several breakers ([`Builder::delivery_group`](crate::Builder::delivery_group)),
+/// counted as they are made and as they reach their observers: whether they have all
+/// been delivered is one look at two counters, however many breakers the group has.
+/// When they have not, wait for each breaker's with
+/// [`CircuitBreakerHandle::events_delivered`](crate::CircuitBreakerHandle::events_delivered).
 #[derive(Debug, Default)]
-pub(crate) struct DeliveryGroup {
+pub struct DeliveryGroup {
     queued: AtomicU64,
     delivered: AtomicU64,
 }
 
 impl DeliveryGroup {
-    /// Whether every item the group's queues queued before this call has been
-    /// delivered. (Delivered is read first: a later item queued and delivered between
-    /// the two reads cannot make up for an earlier one still undelivered.)
-    pub(crate) fn settled(&self) -> bool {
+    /// Whether every event the group's breakers made before this call has reached its
+    /// observers.
+    pub fn all_delivered(&self) -> bool {
+        // Delivered is read first: a later event made and delivered between the two
+        // reads cannot make up for an earlier one still undelivered.
         let delivered = self.delivered.load(Ordering::SeqCst);
         delivered >= self.queued.load(Ordering::SeqCst)
     }
@@ -80,7 +83,7 @@ impl DeliveryGroup {
 impl<S: Sink> Delivery<S> {
     /// A queue delivering to `sink`; its items are counted in `group` too, if it is in
     /// one.
-    pub(crate) fn new(sink: S, group: Option<Arc<DeliveryGroup>>) -> Self {
+    pub(in crate::breaker) fn new(sink: S, group: Option<Arc<DeliveryGroup>>) -> Self {
         Delivery {
             sink,
             queue: Mutex::new(VecDeque::new()),
@@ -95,12 +98,12 @@ impl<S: Sink> Delivery<S> {
     }
 
     #[inline]
-    pub(crate) fn sink(&self) -> &S {
+    pub(in crate::breaker) fn sink(&self) -> &S {
         &self.sink
     }
 
     /// Queues an item; under the owner's lock, so the queue is in the owner's order.
-    pub(crate) fn queue(&self, item: S::Item) {
+    pub(in crate::breaker) fn queue(&self, item: S::Item) {
         // Counted under the queue's lock, so that the count is in the queue's order.
         let mut queue = lock(&self.queue);
         queue.push_back(item);
@@ -116,7 +119,7 @@ impl<S: Sink> Delivery<S> {
     /// delivering, the caller delivers. From inside any queue's sink it does not wait:
     /// that sink's own delivery may be what it would wait for (a deadlock, on one thread
     /// or across two).
-    pub(crate) async fn delivered(self: &Arc<Self>) {
+    pub(in crate::breaker) async fn delivered(self: &Arc<Self>) {
         let target = self.queued.load(Ordering::SeqCst);
         if self.delivered.load(Ordering::SeqCst) >= target || Running::active() {
             return;
@@ -153,7 +156,7 @@ impl<S: Sink> Delivery<S> {
     /// Called from this queue's sink (which acted on the owner), it leaves the items
     /// queued: they are delivered after the sink returns, by the delivery that runs it
     /// or by [`Delivery::deliver_now`].
-    pub(crate) fn deliver(self: &Arc<Self>) {
+    pub(in crate::breaker) fn deliver(self: &Arc<Self>) {
         if Running::on_this_thread(self.key()) {
             self.left.store(true, Ordering::Relaxed);
             return;
@@ -186,7 +189,7 @@ impl<S: Sink> Delivery<S> {
     /// orders), at once, outside the queue; from this queue's sink running on this
     /// thread (its own act), it is queued instead, and delivered after the sink
     /// returns. Then delivers what the sink left queued.
-    pub(crate) fn deliver_now(self: &Arc<Self>, item: S::Item) {
+    pub(in crate::breaker) fn deliver_now(self: &Arc<Self>, item: S::Item) {
         if Running::on_this_thread(self.key()) {
             self.queue(item);
             self.left.store(true, Ordering::Relaxed);
@@ -201,7 +204,7 @@ impl<S: Sink> Delivery<S> {
 
     /// Marks this thread as running this queue's sink until the mark is dropped: what
     /// the sink causes meanwhile on this thread is left queued (see [`Running`]).
-    pub(crate) fn running(&self) -> Running {
+    pub(in crate::breaker) fn running(&self) -> Running {
         Running::enter(self.key())
     }
 
@@ -305,7 +308,7 @@ impl<S: Sink> Drop for Waiting<'_, S> {
 /// Every queue whose sink is running on the thread is marked, not only the innermost:
 /// a sink of one queue may act on another's owner, whose sink acts on the first's.
 #[must_use = "the mark lasts until it is dropped"]
-pub(crate) struct Running {
+pub(in crate::breaker) struct Running {
     _marked: (),
 }
 
@@ -826,13 +829,13 @@ mod tests {
         let group = Arc::new(DeliveryGroup::default());
         let one = Arc::new(Delivery::new(Recording::new(0), Some(group.clone())));
         let other = Arc::new(Delivery::new(Recording::new(0), Some(group.clone())));
-        assert!(group.settled(), "nothing queued");
+        assert!(group.all_delivered(), "nothing queued");
         one.queue(Item::Numbered(0));
         other.queue(Item::Panics);
-        assert!(!group.settled(), "two items queued");
+        assert!(!group.all_delivered(), "two items queued");
         one.deliver();
-        assert!(!group.settled(), "one item still queued");
+        assert!(!group.all_delivered(), "one item still queued");
         assert!(catch_unwind(AssertUnwindSafe(|| other.deliver())).is_err());
-        assert!(group.settled(), "one delivered, one lost");
+        assert!(group.all_delivered(), "one delivered, one lost");
     }
 }
