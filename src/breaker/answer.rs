@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use crate::breaker::machine::{NextProbe, Reason, Skip, State};
+use crate::breaker::state::{NextProbe, Reason, Skip, State};
 
 /// Where a response came from, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,7 +20,7 @@ pub enum Source {
     /// The call was not made; the fallback answered, for this reason.
     Fallback(Reason),
     /// The call was made and failed (the breaker counted the failure); a fallback
-    /// answered instead ([`recover`](crate::breaker::recover)).
+    /// answered instead ([`recover`](crate::recover)).
     FallbackAfterFailure,
 }
 
@@ -70,7 +70,7 @@ impl std::fmt::Display for Source {
 ///
 /// A layer outside the breaker reads it instead of classifying the answer again:
 /// [`SaveLayer`](crate::saved::SaveLayer) saves only [`Verdict::Success`] answers, and
-/// [`RecoverLayer`](crate::breaker::recover::RecoverLayer) answers [`Verdict::Failure`] ones from
+/// [`RecoverLayer`](crate::recover::RecoverLayer) answers [`Verdict::Failure`] ones from
 /// its fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -79,13 +79,13 @@ pub enum Verdict {
     /// breaker's state: the answer itself is good.)
     Success,
     /// A failure, counted by the breaker (the failure's message is the breaker's
-    /// [`last_failure`](crate::breaker::snapshot::Snapshot::last_failure)). An HTTP 503 is an `Ok` to
+    /// [`last_failure`](crate::snapshot::Snapshot::last_failure)). An HTTP 503 is an `Ok` to
     /// tower and a failure here.
     Failure,
     /// Says nothing about the service's health: not counted.
     Ignored,
     /// A success whose real outcome is known only later (a streamed body that may still
-    /// break, see [`Classify::defer`](crate::breaker::classify::Classify::defer)).
+    /// break, see [`Classify::defer`](crate::classify::Classify::defer)).
     Deferred,
 }
 
@@ -173,7 +173,7 @@ impl Origin {
     /// A call failed (the breaker counted it); a fallback answered instead
     /// ([`Source::FallbackAfterFailure`]). `state` and `next_probe` are the breaker's
     /// right after the failure (a failure may have opened it; an error does not say
-    /// which state its call found), as [`RecoverLayer`](crate::breaker::recover::RecoverLayer)
+    /// which state its call found), as [`RecoverLayer`](crate::recover::RecoverLayer)
     /// reads them.
     pub fn fallback_after_failure(state: State, next_probe: NextProbe) -> Self {
         Origin {
@@ -352,7 +352,7 @@ impl<T> Answer<T> {
     /// Whether the breaker's classifier called the wrapped service's answer a failure:
     /// an HTTP 503 is an `Ok` to tower, and a failure to an HTTP classifier. The
     /// breaker counted it; the caller still gets the answer, unless a
-    /// [`RecoverLayer`](crate::breaker::recover::RecoverLayer) answers it from a fallback.
+    /// [`RecoverLayer`](crate::recover::RecoverLayer) answers it from a fallback.
     pub fn is_failure(&self) -> bool {
         self.verdict() == Some(Verdict::Failure)
     }

@@ -9,9 +9,10 @@ use crate::breaker::error::ConfigError;
 use crate::breaker::event::Event;
 use crate::breaker::kill::KillSwitch;
 use crate::breaker::layer::CircuitBreakerLayer;
-use crate::breaker::machine::{Machine, Transition};
+use crate::breaker::machine::Machine;
 use crate::breaker::settings::{Backoff, Config, Cooldown, Mode, RateWindow, TripPolicy};
 use crate::breaker::shared::{DeliveryGroup, Observer, Shared};
+use crate::breaker::state::Transition;
 
 /// Settings for a breaker, checked when it is built.
 ///
@@ -41,6 +42,14 @@ pub struct Builder {
     observers: Vec<Watcher>,
     /// The group of breakers whose events are counted together, if any.
     group: Option<Arc<DeliveryGroup>>,
+}
+
+impl CircuitBreakerLayer {
+    /// A builder with the defaults: 3 consecutive failures trip it, 30 s
+    /// cooldown, one probe.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
 }
 
 impl Builder {
@@ -127,7 +136,7 @@ impl Builder {
     ///
     /// A longer wait is not hidden: the breaker probes at the cap, and reports the time
     /// the service asked for beside it
-    /// ([`Snapshot::requested_until`](crate::breaker::snapshot::Snapshot::requested_until) and
+    /// ([`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until) and
     /// `requested_wait_ms` in its JSON,
     /// [`Transition::requested_until`](crate::Transition::requested_until),
     /// [`Skip::asked_longer`](crate::Skip::asked_longer)), so that an answer can say "the
@@ -284,7 +293,7 @@ impl Builder {
     ///
     /// let made = Arc::new(AtomicU64::new(0));
     /// let counted = made.clone();
-    /// let layer = Builder::new("search")
+    /// let layer = Builder::new().name("search")
     ///     .on_event_of_each(move |config| {
     ///         counted.fetch_add(1, Ordering::Relaxed);
     ///         let name = config.name().to_owned();
@@ -361,8 +370,8 @@ impl Builder {
     /// use tower_circuit_breaker::{Builder, DeliveryGroup};
     ///
     /// let group = Arc::new(DeliveryGroup::default());
-    /// let search = Builder::new("search").delivery_group(group.clone()).build().unwrap();
-    /// let fetch = Builder::new("fetch").delivery_group(group.clone()).build().unwrap();
+    /// let search = Builder::new().name("search").delivery_group(group.clone()).build().unwrap();
+    /// let fetch = Builder::new().name("fetch").delivery_group(group.clone()).build().unwrap();
     /// # drop((search, fetch));
     /// assert!(group.all_delivered());
     /// ```

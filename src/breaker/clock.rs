@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use tokio::runtime::{Handle, RuntimeFlavor, TryCurrentError};
 
-use crate::breaker::machine::time::Nanos;
+use crate::breaker::nanos::Nanos;
 
 /// The clock every breaker reads: tokio's (so that paused-time tests run instantly), but
 /// in a task of a multi-thread runtime, the system's. An observer that keeps time of its
@@ -113,7 +113,7 @@ mod coarse {
 
     use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
 
-    use crate::breaker::machine::time::Nanos;
+    use crate::breaker::nanos::Nanos;
 
     /// How to read the coarse clock against the breaker's instants, found once.
     struct Calibration {
@@ -167,7 +167,7 @@ mod coarse {
 /// Elsewhere, and under loom, nothing is proven: every such call reads the clock.
 #[cfg(not(all(any(target_os = "linux", target_os = "android"), not(tcb_loom))))]
 mod coarse {
-    use crate::breaker::machine::time::Nanos;
+    use crate::breaker::nanos::Nanos;
 
     #[inline]
     pub(super) fn surely_before(_: Nanos) -> bool {

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::breaker::machine::{NextProbe, Reason, Skip, State};
 use crate::breaker::settings::RateWindow;
+use crate::breaker::state::{NextProbe, Reason, Skip, State};
 
 /// A setting that cannot work, found when the breaker is built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -79,7 +79,7 @@ pub enum ConfigError {
     #[error("breaker name must not be empty")]
     EmptyName,
     /// A keyed registry must hold at least one breaker
-    /// ([`KeyedBuilder::capacity`](crate::breaker::keyed::KeyedBuilder::capacity)).
+    /// ([`KeyedBuilder::capacity`](crate::keyed::KeyedBuilder::capacity)).
     #[error("keyed registry capacity must be at least 1, got 0")]
     ZeroCapacity,
 }
@@ -371,7 +371,7 @@ impl Rejected {
     }
 
     /// How long from now until a probe may go, when the wait is known in time, as
-    /// [`Snapshot::retry_after`](crate::breaker::snapshot::Snapshot::retry_after) and
+    /// [`Snapshot::retry_after`](crate::snapshot::Snapshot::retry_after) and
     /// [`Unavailable::retry_after`](crate::saved::Unavailable::retry_after) say it: the
     /// time left of a cooldown in time, of a wait the service asked for or of a hold
     /// (zero once it has passed); zero when the next call will be the probe; `None` when
@@ -467,7 +467,7 @@ impl std::error::Error for Rejected {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::breaker::machine::{NextProbe, Reason, Skip, State};
+    use crate::breaker::state::{NextProbe, Reason, Skip, State};
 
     #[test]
     fn a_transport_errors_message_carries_no_url_secret() {

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::breaker::machine::{Skip, State, Transition};
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settings::Mode;
+use crate::breaker::state::{Skip, State, Transition};
 
 /// One thing that happened in a breaker.
 ///
@@ -87,7 +87,7 @@ pub enum Event<'a> {
         state: State,
     },
     /// The breaker was evicted from its keyed registry
-    /// ([`KeyedCircuitBreakerLayer`](crate::breaker::keyed::KeyedCircuitBreakerLayer)) to make
+    /// ([`KeyedCircuitBreakerLayer`](crate::keyed::KeyedCircuitBreakerLayer)) to make
     /// room: it decides no call again, and its key, if it comes back, gets a fresh
     /// breaker. The last event of this breaker.
     #[non_exhaustive]

@@ -12,8 +12,8 @@ use tower::util::Oneshot;
 use tower::Service;
 
 use crate::breaker::error::{BoxError, BreakerError, CallError, Rejected};
-use crate::breaker::machine::{FailureRecord, Skip};
 use crate::breaker::shared::Shared;
+use crate::breaker::state::{FailureRecord, Skip};
 
 /// No fallback: a skipped call fails fast with [`Rejected`], boxed into tower's
 /// [`BoxError`].

@@ -16,11 +16,11 @@ use crate::breaker::answer::{Answer, Origin, Verdict};
 use crate::breaker::classify::Classify;
 use crate::breaker::clock::now;
 use crate::breaker::error::{BoxError, BreakerError};
-use crate::breaker::machine::time::Nanos;
-use crate::breaker::machine::Skip;
+use crate::breaker::nanos::Nanos;
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settle::Settlement;
 use crate::breaker::shared::Permit;
+use crate::breaker::state::Skip;
 use crate::error_text::text_with_sources;
 
 pin_project! {

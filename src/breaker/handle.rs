@@ -9,10 +9,10 @@ use tokio::sync::broadcast;
 use crate::breaker::changed::Changed;
 use crate::breaker::clock::now;
 use crate::breaker::kill::KillSwitch;
-use crate::breaker::machine::{Advice, State, Transition};
 use crate::breaker::settings::{Config, Mode};
 use crate::breaker::shared::Shared;
 use crate::breaker::snapshot::Snapshot;
+use crate::breaker::state::{Advice, State, Transition};
 use crate::later::later;
 
 /// A handle on one breaker, for operators and dashboards: snapshots, the kill switch,
@@ -242,7 +242,8 @@ impl CircuitBreakerHandle {
     /// # async fn main() {
     /// use tower_circuit_breaker::CircuitBreakerLayer;
     ///
-    /// let layer = CircuitBreakerLayer::builder("search")
+    /// let layer = CircuitBreakerLayer::builder()
+    ///     .name("search")
     ///     .on_event(|event| println!("{event:?}"))
     ///     .build()
     ///     .unwrap();

@@ -3,7 +3,6 @@ use std::sync::Arc;
 
 use tower::Layer;
 
-use crate::breaker::builder::Builder;
 use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::fallback::{Fallback, NoFallback, TypedErrors, WithSkip};
 use crate::breaker::handle::CircuitBreakerHandle;
@@ -13,9 +12,9 @@ use crate::breaker::shared::Shared;
 /// Wraps services in one shared circuit breaker.
 ///
 /// Build it with [`CircuitBreakerLayer::builder`]; the builder checks the settings and
-/// returns a [`ConfigError`](crate::breaker::error::ConfigError) for a bad one. Then set what answers
+/// returns a [`ConfigError`](crate::error::ConfigError) for a bad one. Then set what answers
 /// while the breaker is open ([`with_fallback`](Self::with_fallback); by default a
-/// skipped call fails with [`Rejected`](crate::breaker::error::Rejected)) and what counts as a
+/// skipped call fails with [`Rejected`](crate::error::Rejected)) and what counts as a
 /// failure ([`with_classifier`](Self::with_classifier); by default every `Err`).
 ///
 /// Put a `timeout` inside the breaker (after it in a `ServiceBuilder`, as below), so that a
@@ -62,10 +61,10 @@ use crate::breaker::shared::Shared;
 /// call, however many attempts it took: the breaker counts a failure only when every
 /// attempt failed. A `retry` outside it sends each attempt through the breaker, so each
 /// failed attempt counts; once the breaker opens, each further attempt fails at once
-/// with [`Rejected`](crate::breaker::error::Rejected) (no fallback set) or is answered by the
+/// with [`Rejected`](crate::error::Rejected) (no fallback set) or is answered by the
 /// fallback, without reaching the service. A retry policy outside should not retry a
 /// `Rejected`: it can only be rejected again until the next probe
-/// ([`Rejected::next_probe`](crate::breaker::error::Rejected::next_probe)).
+/// ([`Rejected::next_probe`](crate::error::Rejected::next_probe)).
 ///
 /// ```
 /// use std::future::{ready, Ready};
@@ -105,12 +104,6 @@ pub struct CircuitBreakerLayer<F = NoFallback, C = DefaultClassifier> {
 }
 
 impl CircuitBreakerLayer {
-    /// A builder with the defaults: 3 consecutive failures trip it, 30 s
-    /// cooldown, one probe.
-    pub fn builder() -> Builder {
-        Builder::new()
-    }
-
     pub(in crate::breaker) fn from_shared(shared: Arc<Shared>) -> Self {
         CircuitBreakerLayer {
             shared,
@@ -131,7 +124,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     /// [`Source::Fallback`](crate::Source::Fallback) with the reason.
     ///
     /// A fallback that must say when to retry can hold the breaker's
-    /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::breaker::snapshot::Snapshot::retry_after).
+    /// [`handle`](Self::handle) and read [`Snapshot::retry_after`](crate::snapshot::Snapshot::retry_after).
     pub fn with_fallback<F2>(self, fallback: F2) -> CircuitBreakerLayer<Fallback<F2>, C> {
         CircuitBreakerLayer {
             shared: self.shared,
@@ -141,7 +134,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     }
 
     /// Answers skipped calls with `fallback`, a cloneable service that receives each
-    /// request as a [`Skipped`](crate::breaker::fallback::Skipped): the request, why it was skipped and
+    /// request as a [`Skipped`](crate::fallback::Skipped): the request, why it was skipped and
     /// when the next probe may go, as decided for that call.
     pub fn with_fallback_context<F2>(
         self,
@@ -155,11 +148,11 @@ impl<F, C> CircuitBreakerLayer<F, C> {
     }
 
     /// Fails skipped calls with a typed error, with no fallback: the services' error is
-    /// [`CallError`](crate::breaker::error::CallError), either the
-    /// [`Rejected`](crate::breaker::error::Rejected) of a call not made, carried by value (a
+    /// [`CallError`](crate::error::CallError), either the
+    /// [`Rejected`](crate::error::Rejected) of a call not made, carried by value (a
     /// rejection allocates nothing, except one naming a permanent failure), or the wrapped
     /// service's error. By default a rejection is boxed into tower's
-    /// [`BoxError`](crate::breaker::error::BoxError), which code downcasts. Like
+    /// [`BoxError`](crate::error::BoxError), which code downcasts. Like
     /// [`with_fallback`](Self::with_fallback), it replaces what answered skipped calls
     /// before.
     ///
@@ -184,7 +177,7 @@ impl<F, C> CircuitBreakerLayer<F, C> {
         }
     }
 
-    /// Decides what counts as a failure with `classifier` (see [`Classify`](crate::breaker::classify::Classify)).
+    /// Decides what counts as a failure with `classifier` (see [`Classify`](crate::classify::Classify)).
     pub fn with_classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<F, C2> {
         CircuitBreakerLayer {
             shared: self.shared,

@@ -81,7 +81,7 @@ impl Failure {
     /// [`max_retry_after`](crate::Builder::max_retry_after)) instead of the configured
     /// time cooldown; with a cooldown in calls, the probe waits for both. A wait longer
     /// than the bound is still reported as asked
-    /// ([`Snapshot::requested_until`](crate::breaker::snapshot::Snapshot::requested_until)). With
+    /// ([`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until)). With
     /// [`Builder::open_on_retry_after(false)`](crate::Builder::open_on_retry_after) it
     /// counts as one failure, and only an opening it causes waits this long.
     ///

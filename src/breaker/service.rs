@@ -11,9 +11,9 @@ use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
 use crate::breaker::future::ResponseFuture;
 use crate::breaker::handle::CircuitBreakerHandle;
-use crate::breaker::machine::Skip;
 use crate::breaker::outcome::Outcome;
 use crate::breaker::shared::{Decision, Permit, Shared};
+use crate::breaker::state::Skip;
 
 /// A `tower::Service` guarded by a circuit breaker.
 ///
@@ -24,9 +24,9 @@ use crate::breaker::shared::{Decision, Permit, Shared};
 /// - a call or probe waits for the wrapped service to be ready and calls it; its
 ///   outcome is classified and recorded when the response future completes;
 /// - a skip waits for the fallback to be ready and calls it (or, with no fallback,
-///   fails with [`Rejected`](crate::breaker::error::Rejected): boxed into a
+///   fails with [`Rejected`](crate::error::Rejected): boxed into a
 ///   [`BoxError`], or, with [typed errors](crate::CircuitBreakerLayer::with_typed_errors),
-///   as a [`CallError`](crate::breaker::error::CallError)). `poll_ready` never fails just because
+///   as a [`CallError`](crate::error::CallError)). `poll_ready` never fails just because
 ///   the breaker is open.
 ///
 /// So an open breaker is as ready as its fallback. Under `tower::balance`, which routes by

@@ -43,7 +43,7 @@ pub enum RateWindow {
 
 impl RateWindow {
     /// The longest window in calls: a million outcomes (125 KiB of ring). A longer one
-    /// is [`ConfigError::WindowTooLong`](crate::breaker::error::ConfigError::WindowTooLong) when
+    /// is [`ConfigError::WindowTooLong`](crate::error::ConfigError::WindowTooLong) when
     /// the breaker is built, not an allocation of up to 512 MiB per breaker (per key, in
     /// a keyed registry).
     pub const MAX_CALLS: u32 = 1_000_000;

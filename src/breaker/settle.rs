@@ -9,7 +9,7 @@ use crate::breaker::shared::Permit;
 
 /// The right, and the duty, to give one call's outcome later.
 ///
-/// A classifier hands it on with [`Classify::defer`](crate::breaker::classify::Classify::defer), usually into
+/// A classifier hands it on with [`Classify::defer`](crate::classify::Classify::defer), usually into
 /// the response's body, which settles it when the stream ends: a success, a failure
 /// (the stream broke, or ended early), or nothing. Until then the call holds its permit
 /// (a half-open probe keeps its slot). Dropped without an outcome (the caller dropped

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::breaker::machine::{Advice, Cause, NextProbe, State};
 use crate::breaker::settings::Mode;
+use crate::breaker::state::{Advice, Cause, NextProbe, State};
 
-pub use crate::breaker::machine::{FailureRecord, WindowCounts};
+pub use crate::breaker::state::FailureRecord;
 
 #[cfg(feature = "serde")]
 mod serialize;
@@ -234,4 +234,15 @@ impl Snapshot {
         self.requested_until
             .map(|until| until.saturating_duration_since(self.taken_at))
     }
+}
+
+/// The outcomes in a failure-rate policy's window: how many failed, of how many calls.
+/// Both are 0 for the consecutive-failures policy, which keeps no window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct WindowCounts {
+    /// Calls in the window that failed.
+    pub failures: u64,
+    /// Calls in the window.
+    pub calls: u64,
 }

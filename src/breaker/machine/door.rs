@@ -15,9 +15,9 @@
 
 use std::time::Instant;
 
-use super::state::{Advice, NextProbe, Reason, Skip, State};
-use super::time::Nanos;
 use super::Mode;
+use crate::breaker::nanos::Nanos;
+use crate::breaker::state::{Advice, NextProbe, Reason, Skip, State};
 
 /// Generation and mode in one number. A call admitted in one epoch counts only while the
 /// breaker is still in it: every change of state or of mode starts a new one.

@@ -14,20 +14,19 @@
 //! totals.
 
 pub(in crate::breaker) mod door;
-pub(in crate::breaker) mod state;
-pub(in crate::breaker) mod time;
 mod window;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
-pub use self::state::{Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 use self::window::Window;
-pub use self::window::WindowCounts;
 use crate::breaker::outcome::{Failure, Outcome};
 use crate::breaker::settings::{Config, Cooldown, Mode, TripPolicy};
 use crate::breaker::snapshot::{Counts, Snapshot};
+use crate::breaker::state::{
+    Advice, Cause, FailureRecord, NextProbe, Reason, Skip, State, Transition,
+};
 use crate::later::later;
 
 /// What a call admitted by the machine, or on its door, is. Its discriminant is its

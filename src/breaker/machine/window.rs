@@ -3,17 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::breaker::settings::{RateWindow, TripPolicy};
-
-/// The outcomes in a failure-rate policy's window: how many failed, of how many calls.
-/// Both are 0 for the consecutive-failures policy, which keeps no window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct WindowCounts {
-    /// Calls in the window that failed.
-    pub failures: u64,
-    /// Calls in the window.
-    pub calls: u64,
-}
+use crate::breaker::snapshot::WindowCounts;
 
 /// Outcomes kept for the trip decision.
 #[derive(Debug, Clone)]

@@ -27,9 +27,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::breaker::event::Event;
-use crate::breaker::machine::{Skip, State, Transition};
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settings::Mode;
+use crate::breaker::state::{Skip, State, Transition};
 use crate::breaker::sync::delivery::{Delivery, Sink};
 
 /// An observer run on every event.

@@ -18,13 +18,12 @@ use crate::breaker::clock::{self, now};
 use crate::breaker::error::BreakerName;
 use crate::breaker::kill::KillSwitch;
 use crate::breaker::machine::door::{Clock, Door, Fixed, Verdict};
-use crate::breaker::machine::time::Nanos;
-use crate::breaker::machine::{
-    Advice, FailureRecord, Kind, Machine, NextProbe, Reason, Recorded, Skip, State, Transition,
-};
+use crate::breaker::machine::{Kind, Machine, Recorded};
+use crate::breaker::nanos::Nanos;
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settings::{Config, Mode};
 use crate::breaker::snapshot::Snapshot;
+use crate::breaker::state::{Advice, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 pub(in crate::breaker) use crate::breaker::sync::delivery::DeliveryGroup;
 use crate::breaker::sync::{lock, Mutex, MutexGuard};
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use super::Shared;
 use crate::breaker::answer::Source;
 use crate::breaker::machine::door::{Door, Epoch};
-use crate::breaker::machine::{Kind, Reason, State};
+use crate::breaker::machine::Kind;
 use crate::breaker::outcome::Outcome;
+use crate::breaker::state::{Reason, State};
 
 /// What a permit is, in one word: `epoch << 8 | timed << 6 | settled << 5 | called << 4 |
 /// reason << 2 | kind`.

@@ -21,9 +21,10 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use crate::breaker::machine::{Kind, Reason, Recorded};
+use crate::breaker::machine::{Kind, Recorded};
 use crate::breaker::outcome::Outcome;
 use crate::breaker::snapshot::Counts;
+use crate::breaker::state::Reason;
 use crate::breaker::sync::AtomicU64;
 
 /// See the [module docs](self).

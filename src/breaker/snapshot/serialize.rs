@@ -7,7 +7,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use super::{Counts, Snapshot};
 use crate::breaker::clock::now;
-use crate::breaker::machine::{Advice, FailureRecord, NextProbe, State};
+use crate::breaker::state::{Advice, FailureRecord, NextProbe, State};
 
 /// Whole milliseconds, rounded up: a caller that waits this long finds the wait over.
 fn ceil_ms(wait: Duration) -> u64 {

@@ -7,8 +7,8 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::time::Nanos;
-use super::Mode;
+use crate::breaker::nanos::Nanos;
+use crate::breaker::settings::Mode;
 
 /// A `Display` by the name `as_str` gives, for the enums a breaker reports by name.
 macro_rules! display_by_name {
@@ -266,7 +266,7 @@ impl Skip {
     /// [`max_retry_after`](crate::Builder::max_retry_after) (a monthly spend limit's
     /// days). The breaker probes at its cap all the same, so as not to wait days on a
     /// misconfigured server; the time the service asked for is the breaker's
-    /// [`Snapshot::requested_until`](crate::breaker::snapshot::Snapshot::requested_until). A skip
+    /// [`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until). A skip
     /// made with [`Skip::new`] says `false`.
     #[inline]
     pub fn asked_longer(&self) -> bool {
@@ -434,7 +434,7 @@ pub struct Transition {
     pub next_probe: NextProbe,
     /// When the service asked to be left alone until, if that is later than the next
     /// probe (a `Retry-After` above the breaker's cap: see
-    /// [`Snapshot::requested_until`](crate::breaker::snapshot::Snapshot::requested_until)).
+    /// [`Snapshot::requested_until`](crate::snapshot::Snapshot::requested_until)).
     pub requested_until: Option<Instant>,
 }
 

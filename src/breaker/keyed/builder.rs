@@ -1,0 +1,104 @@
+//! The settings of a keyed registry, and its builder.
+
+use super::*;
+use crate::breaker::builder::Builder;
+use crate::breaker::classify::DefaultClassifier;
+use crate::breaker::error::ConfigError;
+use crate::breaker::fallback::NoFallback;
+use std::fmt;
+use std::sync::Arc;
+
+/// How many breakers a registry holds unless told otherwise.
+pub(super) const DEFAULT_CAPACITY: usize = 1024;
+
+/// Settings for a [`KeyedCircuitBreakerLayer`]: the template every key's breaker is
+/// made from, the key function, and the registry's capacity.
+///
+/// Made by [`KeyedCircuitBreakerLayer::builder`]; [`build`](Self::build) checks the
+/// template and the capacity.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tower_circuit_breaker::Builder;
+/// use tower_circuit_breaker::error::ConfigError;
+/// use tower_circuit_breaker::keyed::KeyedCircuitBreakerLayer;
+///
+/// // (model, prompt) requests, one breaker per model; cloning the key is cheap.
+/// let by_model = |request: &(Arc<str>, String)| request.0.clone();
+/// let layer = KeyedCircuitBreakerLayer::builder(Builder::new().name("model"), by_model)
+///     .capacity(64)
+///     .build()?;
+/// assert_eq!(layer.handle().capacity(), 64);
+///
+/// let error = KeyedCircuitBreakerLayer::builder(Builder::new(), by_model).capacity(0).build();
+/// assert_eq!(error.unwrap_err(), ConfigError::ZeroCapacity);
+/// # Ok::<(), ConfigError>(())
+/// ```
+pub struct KeyedBuilder<K, KF> {
+    pub(super) template: Builder,
+    pub(super) key: KF,
+    pub(super) capacity: usize,
+    pub(super) namer: fn(&str, &K) -> Arc<str>,
+}
+
+pub(super) fn debug_name<K: fmt::Debug>(name: &str, key: &K) -> Arc<str> {
+    format!("{name}[{key:?}]").into()
+}
+
+pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
+    format!("{name}[{key}]").into()
+}
+
+impl<K, KF> KeyedBuilder<K, KF> {
+    /// The most breakers the registry holds while it can evict idle closed ones
+    /// (default 1,024). See the [module docs](crate::keyed) for what happens when it cannot.
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Names each key's breaker with the key's `Display` (`fetch[api.example.com]`)
+    /// rather than its `Debug` (`fetch["api.example.com"]`, the default).
+    pub fn name_keys_by_display(mut self) -> Self
+    where
+        K: fmt::Display,
+    {
+        self.namer = display_name::<K>;
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// The first setting of the template that cannot work, then
+    /// [`ConfigError::ZeroCapacity`] for a capacity of 0.
+    pub fn build(self) -> Result<KeyedCircuitBreakerLayer<K, KF>, ConfigError> {
+        let (config, kill, observers) = self.template.into_template()?;
+        if self.capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        let template = Template {
+            config: Arc::new(config),
+            kill,
+            observers,
+            namer: self.namer,
+        };
+        Ok(KeyedCircuitBreakerLayer {
+            registry: Arc::new(Registry::new(template, self.capacity)),
+            key: self.key,
+            fallback: NoFallback,
+            classifier: DefaultClassifier,
+        })
+    }
+}
+
+impl<K, KF> fmt::Debug for KeyedBuilder<K, KF> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBuilder")
+            .field("template", &self.template)
+            .field("key", &std::any::type_name::<KF>())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
