@@ -443,8 +443,8 @@ async fn clones_share_the_breaker_state_and_counts() {
     let (mut a, mut mock, breaker) =
         with_mock(build(Builder::new().failure_threshold(2)).with_fallback(Canned));
     let mut b = a.clone();
-    assert!(a.get_ref().handle().same_as(&b.get_ref().handle()));
-    assert!(a.get_ref().handle().same_as(&breaker));
+    assert_eq!(a.get_ref().handle(), b.get_ref().handle());
+    assert_eq!(a.get_ref().handle(), breaker);
 
     fail_call(&mut a, &mut mock).await;
     assert_eq!(breaker.snapshot().consecutive_failures, 1);

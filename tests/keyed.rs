@@ -351,7 +351,7 @@ async fn the_kill_switch_applies_to_every_key_even_new_ones() {
     let registry = layer.handle();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = layer.layer(service(calls.clone()));
-    assert!(registry.kill_switch().same_as(&stop));
+    assert_eq!(*registry.kill_switch(), stop);
 
     call(&mut svc, "a:ok").await.unwrap();
     call(&mut svc, "b:ok").await.unwrap();
@@ -367,7 +367,7 @@ async fn the_kill_switch_applies_to_every_key_even_new_ones() {
     assert_eq!(calls.load(Ordering::SeqCst), 2, "no call while killed");
     for k in ["a", "b", "c"] {
         let breaker = registry.get(&k).unwrap();
-        assert!(breaker.kill_switch().same_as(&stop));
+        assert_eq!(*breaker.kill_switch(), stop);
         let snapshot = breaker.snapshot();
         assert!(snapshot.killed);
         assert_eq!(
@@ -499,11 +499,10 @@ async fn a_clone_starts_not_ready_and_shares_the_registry() {
     let mut svc = layer.layer(service(Arc::default()));
     assert!(call(&mut svc, "a:fail").await.is_err());
     let mut clone = svc.clone();
-    assert!(clone
-        .handle()
-        .get(&"a")
-        .unwrap()
-        .same_as(&registry.get(&"a").unwrap()));
+    assert_eq!(
+        clone.handle().get(&"a").unwrap(),
+        registry.get(&"a").unwrap()
+    );
     assert_eq!(
         call(&mut clone, "a:ok")
             .await

@@ -879,8 +879,8 @@ fn bad_settings_are_typed_errors() {
 async fn clones_share_one_store_and_remove_and_clear_forget() {
     let (world, saved) = (World::new(), store(100, secs(3600)));
     let watcher = saved.clone();
-    assert!(watcher.same_as(&saved));
-    assert!(!watcher.same_as(&store(100, secs(3600))));
+    assert_eq!(watcher, saved);
+    assert_ne!(watcher, store(100, secs(3600)));
     let (mut model, handle) = stack(Builder::new(), &saved, &world);
     ask_model(&mut model, "a").await;
     ask_model(&mut model, "b").await;

@@ -438,7 +438,7 @@ impl Inner {
             breakers: self
                 .breakers
                 .iter()
-                .filter(|handle| handle.kill_switch().same_as(kill))
+                .filter(|handle| handle.kill_switch() == kill)
                 .map(|handle| handle.name().to_string())
                 .collect(),
         }
@@ -450,7 +450,7 @@ impl Inner {
         let name = self
             .kill_switches
             .iter()
-            .find(|(_, registered)| registered.same_as(kill))
+            .find(|(_, registered)| registered == kill)
             .map(|(name, _)| name.as_str());
         self.switch_view(name, kill)
     }

@@ -1,6 +1,7 @@
 //! The breaker's handle: look at it, flip it, listen to it, without making a call.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -315,10 +316,33 @@ impl CircuitBreakerHandle {
     pub fn config(&self) -> Config {
         self.shared.config()
     }
+}
 
-    /// Whether two handles refer to the same breaker.
-    pub fn same_as(&self, other: &CircuitBreakerHandle) -> bool {
+/// Two handles are equal when they are handles on the same breaker (from one layer, its
+/// services and their clones), whatever its state: breakers built apart are never
+/// equal, even with the same name. Hashed the same way, so handles can key a map or a
+/// set.
+///
+/// ```
+/// use tower_circuit_breaker::CircuitBreakerLayer;
+///
+/// let layer = CircuitBreakerLayer::builder().name("search").build()?;
+/// let other = CircuitBreakerLayer::builder().name("search").build()?;
+/// assert_eq!(layer.handle(), layer.clone().handle());
+/// assert_ne!(layer.handle(), other.handle());
+/// # Ok::<(), tower_circuit_breaker::error::ConfigError>(())
+/// ```
+impl PartialEq for CircuitBreakerHandle {
+    fn eq(&self, other: &CircuitBreakerHandle) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for CircuitBreakerHandle {}
+
+impl Hash for CircuitBreakerHandle {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.shared).hash(state);
     }
 }
 

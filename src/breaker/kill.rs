@@ -1,6 +1,7 @@
 //! The kill switch: a person's emergency stop, shared by as many breakers as you like.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
@@ -127,10 +128,30 @@ impl KillSwitch {
     fn tell_now(watchers: &watch::Sender<bool>, killed: bool) {
         watchers.send_if_modified(|told| std::mem::replace(told, killed) != killed);
     }
+}
 
-    /// Whether two handles are the same switch.
-    pub fn same_as(&self, other: &KillSwitch) -> bool {
+/// Two handles are equal when they are the same switch (clones of one), whatever it
+/// says: two switches made apart are never equal. Hashed the same way, so switches can
+/// key a map or a set.
+///
+/// ```
+/// use tower_circuit_breaker::KillSwitch;
+///
+/// let switch = KillSwitch::new();
+/// assert_eq!(switch, switch.clone());
+/// assert_ne!(switch, KillSwitch::new());
+/// ```
+impl PartialEq for KillSwitch {
+    fn eq(&self, other: &KillSwitch) -> bool {
         Arc::ptr_eq(&self.killed, &other.killed)
+    }
+}
+
+impl Eq for KillSwitch {}
+
+impl Hash for KillSwitch {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.killed).hash(state);
     }
 }
 

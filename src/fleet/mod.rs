@@ -289,7 +289,7 @@ impl Fleet {
         {
             let mut registry = self.inner.replica.registry();
             match registry.switches.get(name) {
-                Some(shared) if shared.same_as(switch) => return Ok(()),
+                Some(shared) if shared == switch => return Ok(()),
                 Some(_) => {
                     return Err(FleetError::NameTaken {
                         what: "kill switch",
@@ -297,7 +297,7 @@ impl Fleet {
                     })
                 }
                 None => {
-                    let other = registry.switches.iter().find(|(_, s)| s.same_as(switch));
+                    let other = registry.switches.iter().find(|(_, s)| *s == switch);
                     if let Some((shared_as, _)) = other {
                         return Err(FleetError::SharedAs {
                             name: name.into(),
@@ -344,7 +344,7 @@ impl Fleet {
         check_name("breaker", &name)?;
         let mut registry = self.inner.replica.registry();
         if let Some(shared) = registry.breakers.get_mut(&name) {
-            if !shared.handle.same_as(handle) {
+            if shared.handle != *handle {
                 return Err(FleetError::NameTaken {
                     what: "breaker",
                     name: name.to_string(),

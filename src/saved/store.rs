@@ -152,11 +152,6 @@ impl<K, R> SavedAnswers<K, R> {
         self.shared.unavailable.load(Ordering::Relaxed)
     }
 
-    /// Whether two values share one store.
-    pub fn same_as(&self, other: &SavedAnswers<K, R>) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
-    }
-
     /// Counts a fallback answer served from the store.
     pub(super) fn count_served(&self) {
         self.shared.served.fetch_add(1, Ordering::Relaxed);
@@ -348,5 +343,21 @@ impl<K, R> fmt::Debug for SavedAnswers<K, R> {
             .field("served", &self.served())
             .field("unavailable", &self.unavailable())
             .finish_non_exhaustive()
+    }
+}
+
+/// Two values are equal when they share one store (clones of one), whatever it holds:
+/// stores made apart are never equal. Hashed the same way.
+impl<K, R> PartialEq for SavedAnswers<K, R> {
+    fn eq(&self, other: &SavedAnswers<K, R>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl<K, R> Eq for SavedAnswers<K, R> {}
+
+impl<K, R> Hash for SavedAnswers<K, R> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.shared).hash(state);
     }
 }

@@ -98,9 +98,9 @@ pub(in crate::breaker) struct Door {
     pub(in crate::breaker) time: i64,
 }
 
-/// What [`Door::admit`] decided for one call.
+/// What [`Door::admit`] decided for one call: how it is admitted, or that it is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::breaker) enum Verdict {
+pub(in crate::breaker) enum Admission {
     /// Closed: make the call.
     Call,
     /// Disabled: make the call and record nothing.
@@ -117,16 +117,16 @@ pub(in crate::breaker) enum Verdict {
     Expired,
 }
 
-impl Verdict {
-    /// What a caller that decides for itself is told of this verdict: every kind of
+impl Admission {
+    /// What a caller that decides for itself is told of this admission: every kind of
     /// call made (closed, disabled, observe-only) is [`Advice::Call`]. `None` for
-    /// [`Verdict::Expired`]: the machine must apply the deadline and decide again.
+    /// [`Admission::Expired`]: the machine must apply the deadline and decide again.
     pub(in crate::breaker) fn advice(self) -> Option<Advice> {
         match self {
-            Verdict::Call | Verdict::Pass | Verdict::Shadow(_) => Some(Advice::Call),
-            Verdict::Probe => Some(Advice::Probe),
-            Verdict::Skip(skip) => Some(Advice::Skip(skip)),
-            Verdict::Expired => None,
+            Admission::Call | Admission::Pass | Admission::Shadow(_) => Some(Advice::Call),
+            Admission::Probe => Some(Advice::Probe),
+            Admission::Skip(skip) => Some(Advice::Skip(skip)),
+            Admission::Expired => None,
         }
     }
 }
@@ -354,8 +354,8 @@ impl Door {
             return NextProbe::NotNeeded;
         }
         match self.gate(&mut at) {
-            Verdict::Skip(skip) => skip.next_probe(),
-            Verdict::Call => NextProbe::NotNeeded,
+            Admission::Skip(skip) => skip.next_probe(),
+            Admission::Call => NextProbe::NotNeeded,
             _ => NextProbe::After { calls: 1, at: None },
         }
     }
@@ -364,10 +364,10 @@ impl Door {
     /// and a passed deadline): made (closed), the probe, or skipped and told when the
     /// probe may go.
     #[inline(always)]
-    fn gate(&self, clock: &mut impl Clock) -> Verdict {
+    fn gate(&self, clock: &mut impl Clock) -> Admission {
         let state = self.state();
         match self.word & Self::KIND {
-            Self::CLOSED => Verdict::Call,
+            Self::CLOSED => Admission::Call,
             Self::OPEN => {
                 let reason = if self.flag() {
                     Reason::ForcedOpen
@@ -375,7 +375,7 @@ impl Door {
                     Reason::Open
                 };
                 if self.word & Self::NEVER != 0 {
-                    return Verdict::Skip(Skip::new(reason, state, NextProbe::Manual));
+                    return Admission::Skip(Skip::new(reason, state, NextProbe::Manual));
                 }
                 // The call's step is taken when the wait is counted in calls, and the
                 // clock read only when it is counted in time.
@@ -385,16 +385,16 @@ impl Door {
                     _ => None,
                 };
                 match (calls, at) {
-                    (None | Some(0), None) => Verdict::Probe,
+                    (None | Some(0), None) => Admission::Probe,
                     (calls, at) => {
                         let calls = calls.unwrap_or(1).max(1);
                         let asked = self.word & Self::ASKED_LONGER != 0;
-                        Verdict::Skip(Skip::waiting(reason, state, calls, at, asked))
+                        Admission::Skip(Skip::waiting(reason, state, calls, at, asked))
                     }
                 }
             }
-            _ if self.flag() => Verdict::Probe,
-            _ => Verdict::Skip(Skip::new(Reason::HalfOpenFull, state, NextProbe::InFlight)),
+            _ if self.flag() => Admission::Probe,
+            _ => Admission::Skip(Skip::new(Reason::HalfOpenFull, state, NextProbe::InFlight)),
         }
     }
 
@@ -416,11 +416,11 @@ impl Door {
     /// changes nothing else; in an open breaker whose cooldown counts calls, a killed
     /// call still takes its step.
     #[inline(always)]
-    pub(in crate::breaker) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Verdict {
+    pub(in crate::breaker) fn admit(&self, killed: bool, clock: &mut impl Clock) -> Admission {
         // A deadline that passed applies first, whatever becomes of the call: the state
         // it finds is the state after it.
         if self.expired(clock) {
-            return Verdict::Expired;
+            return Admission::Expired;
         }
         let disabled = self.mode() == Mode::Disabled;
         if killed {
@@ -428,16 +428,16 @@ impl Door {
             {
                 clock.step();
             }
-            return Verdict::Skip(Skip::new(Reason::Killed, self.state(), NextProbe::Manual));
+            return Admission::Skip(Skip::new(Reason::Killed, self.state(), NextProbe::Manual));
         }
         if disabled {
-            return Verdict::Pass;
+            return Admission::Pass;
         }
         match self.gate(clock) {
-            Verdict::Skip(skip) if self.mode() == Mode::ObserveOnly => {
-                Verdict::Shadow(skip.reason())
+            Admission::Skip(skip) if self.mode() == Mode::ObserveOnly => {
+                Admission::Shadow(skip.reason())
             }
-            verdict => verdict,
+            admission => admission,
         }
     }
 }
@@ -482,8 +482,8 @@ mod tests {
     #[test]
     fn a_closed_door_calls_without_reading_either_clock() {
         let mut clock = counting(1, Instant::now());
-        let verdict = Door::closed(EPOCH, true).admit(false, &mut clock);
-        assert_eq!(verdict, Verdict::Call);
+        let admission = Door::closed(EPOCH, true).admit(false, &mut clock);
+        assert_eq!(admission, Admission::Call);
         assert_eq!((clock.steps, clock.reads), (0, 0));
     }
 
@@ -496,16 +496,16 @@ mod tests {
         };
         let open = Door::open(EPOCH, due, false, false);
         let mut clock = counting(6, now);
-        let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
+        let Admission::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
         };
         assert_eq!(skip.next_probe(), NextProbe::After { calls: 3, at: None });
         assert_eq!((clock.steps, clock.reads), (1, 0));
-        assert_eq!(open.admit(false, &mut counting(9, now)), Verdict::Probe);
+        assert_eq!(open.admit(false, &mut counting(9, now)), Admission::Probe);
         // Killed at the step that reaches the gate: skipped, and the step is taken.
         let mut clock = counting(9, now);
         assert!(
-            matches!(open.admit(true, &mut clock), Verdict::Skip(s) if s.reason() == Reason::Killed)
+            matches!(open.admit(true, &mut clock), Admission::Skip(s) if s.reason() == Reason::Killed)
         );
         assert_eq!(clock.steps, 1);
     }
@@ -520,7 +520,7 @@ mod tests {
         };
         let open = Door::open(EPOCH, at, false, false);
         let mut clock = counting(1, now);
-        let Verdict::Skip(skip) = open.admit(false, &mut clock) else {
+        let Admission::Skip(skip) = open.admit(false, &mut clock) else {
             panic!("skipped")
         };
         assert_eq!(
@@ -531,7 +531,7 @@ mod tests {
             }
         );
         assert_eq!((clock.steps, clock.reads), (0, 1));
-        assert_eq!(open.admit(false, &mut counting(1, due)), Verdict::Probe);
+        assert_eq!(open.admit(false, &mut counting(1, due)), Admission::Probe);
     }
 
     #[test]
@@ -540,7 +540,7 @@ mod tests {
         let due = Due::at(now + Duration::from_secs(300));
         for asked in [false, true] {
             let open = Door::open(EPOCH, due, false, asked);
-            let Verdict::Skip(skip) = open.admit(false, &mut counting(1, now)) else {
+            let Admission::Skip(skip) = open.admit(false, &mut counting(1, now)) else {
                 panic!("skipped")
             };
             assert_eq!(skip.asked_longer(), asked);
@@ -549,7 +549,7 @@ mod tests {
                 Some(Duration::from_secs(300))
             );
             // The kill switch's skip says nothing of the wait: only a person ends it.
-            let Verdict::Skip(killed) = open.admit(true, &mut counting(1, now)) else {
+            let Admission::Skip(killed) = open.admit(true, &mut counting(1, now)) else {
                 panic!("skipped")
             };
             assert!(!killed.asked_longer());
@@ -562,9 +562,9 @@ mod tests {
         let mut clock = counting(1, Instant::now());
         assert_eq!(
             open.admit(false, &mut clock),
-            Verdict::Shadow(Reason::ForcedOpen)
+            Admission::Shadow(Reason::ForcedOpen)
         );
-        assert!(matches!(open.admit(true, &mut clock), Verdict::Skip(_)));
+        assert!(matches!(open.admit(true, &mut clock), Admission::Skip(_)));
     }
 
     #[test]
@@ -573,12 +573,12 @@ mod tests {
         let half_open = Door::half_open(EPOCH, false, Some(now));
         assert_eq!(
             half_open.admit(false, &mut counting(1, now)),
-            Verdict::Expired
+            Admission::Expired
         );
         let earlier = now - Duration::from_millis(1);
         assert!(matches!(
             half_open.admit(false, &mut counting(1, earlier)),
-            Verdict::Skip(s) if s.next_probe() == NextProbe::InFlight
+            Admission::Skip(s) if s.next_probe() == NextProbe::InFlight
         ));
     }
 

@@ -19,7 +19,7 @@ mod window;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::door::{Clock, Door, Due, Epoch, Fixed, Verdict};
+use self::door::{Admission, Clock, Door, Due, Epoch, Fixed};
 use self::window::Window;
 use crate::breaker::outcome::{Failure, Outcome};
 use crate::breaker::settings::{Config, Cooldown, Mode, TripPolicy};
@@ -314,19 +314,19 @@ impl Machine {
     /// Decides an arriving call on the door, and carries out a decision that changes
     /// the state: a deadline that passed is applied first (see [`Machine::tick`]); a
     /// probe turns an open breaker half-open and takes a slot. A returned
-    /// [`Verdict::Probe`] was granted in [`Machine::epoch`] as it is now.
+    /// [`Admission::Probe`] was granted in [`Machine::epoch`] as it is now.
     pub(in crate::breaker) fn admit(
         &mut self,
         killed: bool,
         clock: &mut impl Clock,
-    ) -> (Verdict, Option<Transition>) {
-        let mut verdict = self.door().admit(killed, clock);
+    ) -> (Admission, Option<Transition>) {
+        let mut admission = self.door().admit(killed, clock);
         let mut transition = None;
-        if verdict == Verdict::Expired {
+        if admission == Admission::Expired {
             transition = self.tick(clock.fixed());
-            verdict = self.door().admit(killed, clock);
+            admission = self.door().admit(killed, clock);
         }
-        if verdict == Verdict::Probe && matches!(self.phase, Phase::Open { .. }) {
+        if admission == Admission::Probe && matches!(self.phase, Phase::Open { .. }) {
             // The wait is over: half-open starts, whatever probes of earlier ones still
             // run; the call is its probe if they leave a slot.
             let phase = Phase::HalfOpen {
@@ -334,9 +334,9 @@ impl Machine {
                 successes: 0,
             };
             transition = Some(self.enter(phase, clock.fixed(), Cause::CooldownElapsed));
-            verdict = self.door().admit(killed, clock);
+            admission = self.door().admit(killed, clock);
         }
-        if let (Verdict::Probe, Phase::HalfOpen { entered_at, .. }) = (verdict, self.phase) {
+        if let (Admission::Probe, Phase::HalfOpen { entered_at, .. }) = (admission, self.phase) {
             let (epoch, until) = (self.epoch(), self.dwell_limit(entered_at));
             match self.probes.iter_mut().find(|p| p.epoch == epoch) {
                 Some(probes) => probes.running += 1,
@@ -352,7 +352,7 @@ impl Machine {
                 started.next_probe = self.door().next_probe(clock.fixed());
             }
         }
-        (verdict, transition)
+        (admission, transition)
     }
 
     /// This half-open's dwell limit, if there is one.

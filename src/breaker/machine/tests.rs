@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::door::{Clock, Epoch, Fixed, Verdict};
+use super::door::{Admission, Clock, Epoch, Fixed};
 use super::*;
 use crate::breaker::builder::Builder;
 use crate::breaker::settings::{Backoff, RateWindow};
@@ -267,19 +267,19 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     taken: None,
                     now,
                 };
-                let (verdict, transition) = machine.admit(killed, &mut clock);
-                let kind = match verdict {
-                    Verdict::Call => Some(Kind::Call),
-                    Verdict::Probe => Some(Kind::Probe),
-                    Verdict::Shadow(_) => Some(Kind::Shadow),
-                    Verdict::Expired => {
+                let (admission, transition) = machine.admit(killed, &mut clock);
+                let kind = match admission {
+                    Admission::Call => Some(Kind::Call),
+                    Admission::Probe => Some(Kind::Probe),
+                    Admission::Shadow(_) => Some(Kind::Shadow),
+                    Admission::Expired => {
                         return Err(TestCaseError::fail("admit left a deadline standing"))
                     }
-                    Verdict::Pass | Verdict::Skip(_) => None,
+                    Admission::Pass | Admission::Skip(_) => None,
                 };
-                match verdict {
-                    Verdict::Call => prop_assert_eq!(machine.state(), State::Closed),
-                    Verdict::Probe => prop_assert_eq!(machine.state(), State::HalfOpen),
+                match admission {
+                    Admission::Call => prop_assert_eq!(machine.state(), State::Closed),
+                    Admission::Probe => prop_assert_eq!(machine.state(), State::HalfOpen),
                     _ => {}
                 }
                 if let Some(t) = &transition {
@@ -439,21 +439,21 @@ fn a_known_twenty_call_trace_through_the_bare_machine() {
             now,
         };
         let state = machine.state();
-        let (verdict, _) = machine.admit(killed, &mut clock);
-        let found = if verdict == Verdict::Probe {
+        let (admission, _) = machine.admit(killed, &mut clock);
+        let found = if admission == Admission::Probe {
             State::HalfOpen
         } else {
             state
         };
-        let word = match verdict {
-            Verdict::Skip(_) => "skipped",
+        let word = match admission {
+            Admission::Skip(_) => "skipped",
             _ => {
                 let outcome = if c == '1' {
                     Outcome::Success
                 } else {
                     Outcome::failure()
                 };
-                let kind = if verdict == Verdict::Probe {
+                let kind = if admission == Admission::Probe {
                     Kind::Probe
                 } else {
                     Kind::Call
@@ -587,8 +587,8 @@ fn admit(machine: &mut Machine, steps: &mut u64, now: Instant) -> (Epoch, Kind) 
         now,
     };
     let kind = match machine.admit(false, &mut clock).0 {
-        Verdict::Call => Kind::Call,
-        Verdict::Probe => Kind::Probe,
+        Admission::Call => Kind::Call,
+        Admission::Probe => Kind::Probe,
         other => panic!("admitted, got {other:?}"),
     };
     (machine.epoch(), kind)
@@ -788,7 +788,7 @@ fn a_wait_above_the_cap_probes_at_the_cap_and_reports_what_was_asked() {
     );
     assert_eq!(transition.requested_until, Some(now + secs(three_days)));
     assert!(machine.door().asked_longer());
-    let Verdict::Skip(skip) = machine.door().admit(false, &mut at.clone()) else {
+    let Admission::Skip(skip) = machine.door().admit(false, &mut at.clone()) else {
         panic!("skipped")
     };
     assert!(skip.asked_longer());
@@ -796,7 +796,7 @@ fn a_wait_above_the_cap_probes_at_the_cap_and_reports_what_was_asked() {
     assert_eq!(snapshot.retry_after(), Some(secs(300)));
     assert_eq!(snapshot.requested_wait(), Some(secs(three_days)));
     // Killed: the kill switch decides, and its skip says nothing of the service's wait.
-    let Verdict::Skip(killed) = machine.door().admit(true, &mut at.clone()) else {
+    let Admission::Skip(killed) = machine.door().admit(true, &mut at.clone()) else {
         panic!("skipped")
     };
     assert!(!killed.asked_longer());

@@ -17,7 +17,7 @@ use crate::breaker::changed::Changed;
 use crate::breaker::clock::{self, now};
 use crate::breaker::error::BreakerName;
 use crate::breaker::kill::KillSwitch;
-use crate::breaker::machine::door::{Clock, Door, Fixed, Verdict};
+use crate::breaker::machine::door::{Admission, Clock, Door, Fixed};
 use crate::breaker::machine::{Kind, Machine, Recorded};
 use crate::breaker::nanos::Nanos;
 use crate::breaker::outcome::Outcome;
@@ -309,45 +309,45 @@ impl Shared {
         }
     }
 
-    /// The decision at a published `door`, or the machine's if the verdict changes the
+    /// The decision at a published `door`, or the machine's if the admission changes the
     /// state.
     #[inline(always)]
     fn decide_at<O: Owner>(this: O, door: Door, killed: bool) -> Owned<O> {
         let mut clock = this.shared().arrival();
-        let verdict = door.admit(killed, &mut clock);
+        let admission = door.admit(killed, &mut clock);
         // Only the machine carries out what changes the state.
-        if matches!(verdict, Verdict::Probe | Verdict::Expired) {
+        if matches!(admission, Admission::Probe | Admission::Expired) {
             let read = clock.read();
             return Self::decide_locked(this, killed, read);
         }
-        Self::carry_out(this, &door, verdict)
+        Self::carry_out(this, &door, admission)
     }
 
     /// The machine's decision, with the clocks as the call read them on the door.
     #[inline(never)]
     fn decide_locked<O: Owner>(this: O, killed: bool, read: Read) -> Owned<O> {
-        let (door, verdict) = this.shared().locked(|machine, tally| {
+        let (door, admission) = this.shared().locked(|machine, tally| {
             let mut clock = Arrival {
                 tally,
                 step: read.step,
                 now: read.now,
             };
-            let (verdict, transition) = machine.admit(killed, &mut clock);
-            ((machine.door(), verdict), None, transition)
+            let (admission, transition) = machine.admit(killed, &mut clock);
+            ((machine.door(), admission), None, transition)
         });
-        Self::carry_out(this, &door, verdict)
+        Self::carry_out(this, &door, admission)
     }
 
-    /// Turns a verdict reached on `door` into the call's decision, and counts a skip.
+    /// Turns an admission reached on `door` into the call's decision, and counts a skip.
     #[inline(always)]
-    fn carry_out<O: Owner>(this: O, door: &Door, verdict: Verdict) -> Owned<O> {
-        let ticket = match verdict {
-            Verdict::Call => Ticket::new(door, Kind::Call, None),
-            Verdict::Probe => Ticket::new(door, Kind::Probe, None),
-            Verdict::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
-            Verdict::Pass => Ticket::pass(door),
-            Verdict::Skip(skip) => return Err((this.shared().skipped(door, skip), this)),
-            Verdict::Expired => unreachable!("the machine re-opens an expired half-open"),
+    fn carry_out<O: Owner>(this: O, door: &Door, admission: Admission) -> Owned<O> {
+        let ticket = match admission {
+            Admission::Call => Ticket::new(door, Kind::Call, None),
+            Admission::Probe => Ticket::new(door, Kind::Probe, None),
+            Admission::Shadow(reason) => Ticket::new(door, Kind::Shadow, Some(reason)),
+            Admission::Pass => Ticket::pass(door),
+            Admission::Skip(skip) => return Err((this.shared().skipped(door, skip), this)),
+            Admission::Expired => unreachable!("the machine re-opens an expired half-open"),
         };
         Ok(this.permit(ticket))
     }
@@ -378,18 +378,20 @@ impl Shared {
                 step: self.tally.steps() + 1,
                 now: now(),
             };
-            let verdict = match door.admit(killed, &mut looking) {
-                Verdict::Skip(_) if count => door.admit(killed, &mut self.arrival()),
-                verdict => verdict,
+            let admission = match door.admit(killed, &mut looking) {
+                Admission::Skip(_) if count => door.admit(killed, &mut self.arrival()),
+                admission => admission,
             };
-            return match verdict {
-                Verdict::Expired => {
+            return match admission {
+                Admission::Expired => {
                     // The machine re-opens it; then look again.
                     self.with(|machine, at| ((), machine.tick(at)));
                     continue;
                 }
-                Verdict::Skip(skip) if count => Advice::Skip(self.skipped(&door, skip)),
-                verdict => verdict.advice().expect("an expired door is applied above"),
+                Admission::Skip(skip) if count => Advice::Skip(self.skipped(&door, skip)),
+                admission => admission
+                    .advice()
+                    .expect("an expired door is applied above"),
             };
         }
     }
