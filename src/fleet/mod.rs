@@ -149,7 +149,6 @@
 //! TLS is the `fleet-tls` feature (rustls).
 
 pub mod act;
-mod backoff;
 mod clock;
 mod config;
 mod counts;
@@ -160,6 +159,7 @@ mod hold;
 mod keys;
 mod link;
 mod policy;
+mod reconnect;
 mod registry;
 mod replica;
 mod sequence;

@@ -36,13 +36,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time;
 
 use super::act::{Believed, Heard, KillAct, Pending, Register, Stamper, Stored};
-use super::backoff::Backoff;
 use super::clock;
 use super::counts::add;
 use super::error::FleetError;
 use super::event::{FleetEvent, KillOrigin};
 use super::hold::{Act, Kept};
 use super::policy::HintPolicy;
+use super::reconnect::ReconnectWait;
 use super::replica::Replica;
 use super::sequence::{Order, Sequences};
 use super::wire::{encode, HintMessage, HintState, KillMessage, KillRecord, Rejection, VERSION};
@@ -150,7 +150,7 @@ pub(crate) struct Supervisor {
     seq: u64,
     /// Hints not yet published because the link was down: the latest per breaker.
     pending: BTreeMap<Arc<str>, HintMessage>,
-    backoff: Backoff,
+    backoff: ReconnectWait,
     /// Whether the link has been up before (a reconnection is counted).
     was_up: bool,
 }
@@ -167,7 +167,7 @@ impl Supervisor {
             })?;
         Ok(Supervisor {
             sequences: Sequences::new(settings.max_peers),
-            backoff: Backoff::new(
+            backoff: ReconnectWait::new(
                 settings.reconnect_first,
                 settings.reconnect_longest,
                 settings.seed,

@@ -5,16 +5,16 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub(crate) struct Backoff {
+pub(crate) struct ReconnectWait {
     first: Duration,
     longest: Duration,
     attempts: u32,
     rng: u64,
 }
 
-impl Backoff {
-    pub(crate) fn new(first: Duration, longest: Duration, seed: u64) -> Backoff {
-        Backoff {
+impl ReconnectWait {
+    pub(crate) fn new(first: Duration, longest: Duration, seed: u64) -> ReconnectWait {
+        ReconnectWait {
             first,
             longest,
             attempts: 0,
@@ -54,7 +54,7 @@ mod tests {
     #[test]
     fn waits_double_up_to_the_longest_and_start_over_after_a_success() {
         let ms = Duration::from_millis;
-        let mut backoff = Backoff::new(ms(100), ms(1000), 7);
+        let mut backoff = ReconnectWait::new(ms(100), ms(1000), 7);
         let waits: Vec<Duration> = (0..8).map(|_| backoff.next_wait()).collect();
         for (i, wait) in waits.iter().enumerate() {
             let base = ms(100 * (1 << i)).min(ms(1000));
