@@ -90,6 +90,7 @@
 // On docs.rs, every item that needs a feature says which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod accessors;
 #[cfg(feature = "admin")]
 pub mod admin;
 mod breaker;

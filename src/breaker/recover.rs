@@ -74,6 +74,7 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower::{Layer, Service};
 
+use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::{Answer, Origin};
 use crate::breaker::clock::now;
 use crate::breaker::error::{BoxError, Rejected};
@@ -236,20 +237,7 @@ pub struct Recover<S, F, K = CloneRequests> {
 }
 
 impl<S, F, K> Recover<S, F, K> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 impl<S, F, K, Request, T> Service<Request> for Recover<S, F, K>

@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
+use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
@@ -81,20 +82,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         CircuitBreakerHandle::new(self.shared.clone())
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped. A call this service had reserved is handed back.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S, into_inner: " A call this service had reserved is handed back.");
 
     /// Decides the next call, unless a decision is held that still stands: a skip
     /// stands as decided; a call is decided again if the kill switch was flipped or the

@@ -10,6 +10,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{Replayable, SavedAnswers, SavedFallback};
+use crate::accessors::inner_service_accessors;
 use crate::Answer;
 use crate::Verdict;
 
@@ -193,20 +194,7 @@ impl<S, K, R, KF, G> Save<S, K, R, KF, G> {
         &self.saved
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 impl<S, Request, K, R, KF, G> Service<Request> for Save<S, K, R, KF, G>

@@ -1,6 +1,7 @@
 //! The service guarded by one circuit breaker per key.
 
 use super::*;
+use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
@@ -67,20 +68,7 @@ impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
         }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 impl<S, K, KF, F, C, Request> Service<Request> for KeyedCircuitBreaker<S, K, KF, F, C>
