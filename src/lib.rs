@@ -147,3 +147,21 @@ pub use crate::redact::redact;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The examples of the guides under `docs/`, compiled and run as doc tests (each guide
+/// with a rust block is here; `.ci/run` checks that none is missing).
+#[cfg(doctest)]
+pub mod docs_doctests {
+    /// `docs/balance.md`: several endpoints behind `tower::balance`.
+    #[doc = include_str!("../docs/balance.md")]
+    pub struct Balance;
+    /// `docs/fleet.md`: a fleet of replicas.
+    #[doc = include_str!("../docs/fleet.md")]
+    pub struct Fleet;
+    /// `docs/llm-stack.md`: the LLM client, layer by layer.
+    #[doc = include_str!("../docs/llm-stack.md")]
+    pub struct LlmStack;
+    /// `docs/mcp.md`: MCP tool servers.
+    #[doc = include_str!("../docs/mcp.md")]
+    pub struct Mcp;
+}
