@@ -32,7 +32,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer as ServerAnswer, ScriptedReply, CHAT_BODY};
+use server::{Reply, TestServer};
 use tower::balance::p2c::Balance;
 use tower::discover::ServiceList;
 use tower::load::Constant;
@@ -55,26 +55,8 @@ fn secs(n: u64) -> Duration {
 }
 
 // ---------------------------------------------------------------------------------
-// Over TCP: the servers.
+// Over TCP.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// 200 with a chat completion.
-    Ok,
-    /// 503 Service Unavailable.
-    Unavailable,
-}
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> ServerAnswer {
-        match self {
-            Reply::Ok => ServerAnswer::json(200, CHAT_BODY),
-            Reply::Unavailable => ServerAnswer::json(503, r#"{"error":{"code":"server_error"}}"#),
-        }
-    }
-}
-
-type TestServer = server::TestServer<Reply>;
 type ReqBody = Full<Bytes>;
 type Reply200 = Answer<Response<Incoming>>;
 

@@ -28,6 +28,7 @@ use tower_circuit_breaker::retry::{BreakerVerdict, RetryConfigError, RetryLayer,
 use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source, State};
 
 use common::counts::assert_counts_add_up;
+use server::{Reply, TestServer, CHAT_BODY, QUOTA_BODY};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,8 +40,6 @@ fn secs(n: u64) -> Duration {
 
 // ---------------------------------------------------------------------------------
 // A scripted model in paused time.
-
-const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","code":"insufficient_quota"}}"#;
 
 /// What the model does with one call.
 #[derive(Debug, Clone, Copy)]
@@ -677,25 +676,6 @@ fn public_types_are_send_sync_clone_and_debug() {
 // ---------------------------------------------------------------------------------
 // Over real TCP.
 
-#[derive(Debug, Clone, Copy)]
-enum Reply {
-    Ok,
-    Unavailable,
-    RateLimited(u64),
-}
-
-impl server::ScriptedReply for Reply {
-    fn answer(&self) -> server::Answer {
-        match *self {
-            Reply::Ok => server::Answer::json(200, server::CHAT_BODY),
-            Reply::Unavailable => server::Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::RateLimited(wait) => {
-                server::Answer::json(429, server::RATE_LIMIT_BODY).retry_after(wait)
-            }
-        }
-    }
-}
-
 /// One call to `url` with a JSON body, bounded by 10 s.
 async fn post<S>(
     svc: &mut S,
@@ -718,8 +698,7 @@ where
 
 #[tokio::test]
 async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
-    let server =
-        server::TestServer::start([Reply::Unavailable, Reply::Unavailable], Reply::Ok).await;
+    let server = TestServer::start([Reply::Unavailable, Reply::Unavailable], Reply::Ok).await;
     let breaker = CircuitBreakerLayer::builder()
         .name("chat")
         .build()
@@ -741,7 +720,7 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
     let answer = post(&mut svc, &server.url()).await.unwrap();
     assert_eq!(answer.status(), 200);
-    assert_eq!(answer.text().unwrap(), server::CHAT_BODY);
+    assert_eq!(answer.text().unwrap(), CHAT_BODY);
     assert_eq!(answer.source(), Source::Service);
     assert_eq!(server.requests(), 3, "two retries reached the server");
     let counts = handle.snapshot().counts;
@@ -750,7 +729,7 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
     // A 429 with a long Retry-After: one request, the breaker opens, and the next call
     // does not reach the server.
-    let limited = server::TestServer::start([Reply::RateLimited(120)], Reply::Ok).await;
+    let limited = TestServer::start([Reply::RateLimited(120)], Reply::Ok).await;
     let answer = post(&mut svc, &limited.url()).await.unwrap();
     assert_eq!(answer.status(), 429);
     assert_eq!(limited.requests(), 1);
