@@ -11,6 +11,9 @@
 //!   random command lines, give either a run that matches a small reference model of
 //!   the lesson's step function or exactly the error variant the input deserves.
 
+mod common;
+
+use common::Reply;
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -317,13 +320,6 @@ struct Req {
     plan: Plan,
     /// Polls that return `Pending` before the answer.
     pending: u8,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Ignored,
-    Fallback,
 }
 
 /// Returns `Pending` `n` times (waking itself), then the answer.

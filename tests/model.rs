@@ -26,6 +26,9 @@
 //! Nothing here waits on the wall clock: the layer runs on a current-thread runtime with
 //! paused time, and the machine gets one fixed `Instant`.
 
+mod common;
+
+use common::Reply;
 use std::convert::Infallible;
 use std::fmt;
 use std::pin::pin;
@@ -360,20 +363,11 @@ impl fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// What the classified-style service returns: failures are replies, as from a model
-/// client that returns an HTTP 503 as a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Answer,
-    Unavailable,
-    /// Only the fallback says this.
-    Fallback,
-}
-
 fn classify_reply(result: &Result<Reply, Infallible>) -> Outcome {
     match result {
-        Ok(Reply::Answer) => Outcome::Success,
-        Ok(Reply::Unavailable | Reply::Fallback) => Outcome::failure_with("503 unavailable"),
+        Ok(Reply::Ok) => Outcome::Success,
+        Ok(Reply::Failed | Reply::Fallback) => Outcome::failure_with("503 unavailable"),
+        Ok(other) => unreachable!("never scripted here: {other:?}"),
         Err(never) => match *never {},
     }
 }
@@ -400,7 +394,7 @@ fn err_service(
     })
 }
 
-/// A scripted service that fails with `Ok(Reply::Unavailable)`, for a classifier.
+/// A scripted service that fails with `Ok(Reply::Failed)`, for a classifier.
 fn reply_service(
     script: Arc<Vec<Fate>>,
     calls: Calls,
@@ -411,8 +405,8 @@ fn reply_service(
         async move {
             match fate {
                 Fate::Drop => std::future::pending().await,
-                Fate::Fail => Ok(Reply::Unavailable),
-                Fate::Succeed | Fate::Abandon => Ok(Reply::Answer),
+                Fate::Fail => Ok(Reply::Failed),
+                Fate::Succeed | Fate::Abandon => Ok(Reply::Ok),
             }
         }
     })
@@ -424,7 +418,7 @@ enum Style {
     /// `Err(Refused)`, judged by the default classifier: a failed call returns the
     /// error, so there is no `Answer` to read its state from.
     ErrResults,
-    /// `Ok(Reply::Unavailable)`, judged by a classifier: a failed call is an `Answer`.
+    /// `Ok(Reply::Failed)`, judged by a classifier: a failed call is an `Answer`.
     ClassifiedReplies,
 }
 
@@ -525,14 +519,13 @@ fn observe_classified_style(result: Result<Answer<Reply>, BoxError>) -> Observed
             reason,
             next_probe: answer.next_probe(),
         },
-        (
-            source @ (Source::Service | Source::Probe),
-            reply @ (Reply::Answer | Reply::Unavailable),
-        ) => Observed::Called {
-            state,
-            probe: source == Source::Probe,
-            success: reply == Reply::Answer,
-        },
+        (source @ (Source::Service | Source::Probe), reply @ (Reply::Ok | Reply::Failed)) => {
+            Observed::Called {
+                state,
+                probe: source == Source::Probe,
+                success: reply == Reply::Ok,
+            }
+        }
         (source, value) => Observed::Unexpected(format!("{source} answered {value:?}")),
     }
 }
@@ -771,7 +764,7 @@ async fn layer_trace(case: &Case) -> (Vec<String>, Counts) {
         let answer = svc.ready().await.unwrap().call(step).await.unwrap();
         let word = match (answer.source(), answer.get_ref()) {
             (Source::Fallback(_), _) => "skipped",
-            (_, Reply::Answer) => "model",
+            (_, Reply::Ok) => "model",
             (_, _) => "failed",
         };
         lines.push(format!("{step} {}:{word}", answer.state()));

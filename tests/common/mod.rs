@@ -3,7 +3,10 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 pub(crate) mod counts;
+pub(crate) mod reply;
 pub(crate) mod tool;
+
+pub(crate) use reply::Reply;
 
 use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
 
