@@ -4,7 +4,7 @@
 
 mod common;
 use common::counts::assert_counts_add_up;
-use common::Reply;
+use common::reply::Reply;
 
 use common::{yields, Rng};
 use std::convert::Infallible;

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::Reply;
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::Reply;
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::fmt;
 use std::pin::pin;

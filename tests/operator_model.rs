@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::Reply;
+use common::reply::Reply;
 use common::Rng;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

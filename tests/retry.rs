@@ -71,6 +71,20 @@ fn response(
         .into()
 }
 
+/// A breaker named "model" that opens after `threshold` failures in a row.
+fn model_breaker(threshold: u32) -> CircuitBreakerLayer {
+    CircuitBreakerLayer::builder()
+        .name("model")
+        .failure_threshold(threshold)
+        .build()
+        .unwrap()
+}
+
+/// A fallback's answer: 503, the model is unavailable.
+async fn model_unavailable(_: String) -> Result<BufferedResponse, Infallible> {
+    Ok(response(503, None, "the model is unavailable"))
+}
+
 /// When each call reached the model.
 #[derive(Clone, Default)]
 struct Calls(Arc<Mutex<Vec<Instant>>>);
@@ -389,12 +403,7 @@ async fn the_breakers_rejection_is_never_retried() {
 
     // A failure of the service through such a breaker is still retried.
     let (inner, calls) = model([], Step::Refused);
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(10)
-        .build()
-        .unwrap()
-        .with_typed_errors();
+    let breaker = model_breaker(10).with_typed_errors();
     let mut svc = ServiceBuilder::new()
         .layer(RetryLayer::builder().max_attempts(3).build().unwrap())
         .layer(breaker)
@@ -435,15 +444,9 @@ async fn a_short_retry_after_is_waited_exactly_then_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_long_retry_after_is_returned_at_once_and_the_breaker_opens() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(3)
-        .build()
-        .unwrap()
+    let breaker = model_breaker(3)
         .with_classifier(HttpClassifier::new())
-        .with_fallback(service_fn(|_: String| async {
-            Ok::<_, Infallible>(response(503, None, "the model is unavailable"))
-        }));
+        .with_fallback(service_fn(model_unavailable));
     let handle = breaker.handle();
     let (inner, calls) = model([Step::Waiting(429, "retry-after", "60")], Step::Status(200));
     let mut svc = ServiceBuilder::new()
@@ -498,12 +501,7 @@ async fn a_timeout_is_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn the_breaker_counts_one_outcome_per_user_call() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(2)
-        .build()
-        .unwrap()
-        .with_classifier(HttpClassifier::new());
+    let breaker = model_breaker(2).with_classifier(HttpClassifier::new());
     let handle = breaker.handle();
     let script = [
         // 1: two failures, then a success.
@@ -747,15 +745,9 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
 #[tokio::test(start_paused = true)]
 async fn outside_a_breaker_a_fallbacks_answer_is_never_retried_and_a_failure_is() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(10)
-        .build()
-        .unwrap()
+    let breaker = model_breaker(10)
         .with_classifier(HttpClassifier::new())
-        .with_fallback(service_fn(|_: String| async {
-            Ok::<_, Infallible>(response(503, None, "the model is unavailable"))
-        }));
+        .with_fallback(service_fn(model_unavailable));
     let handle = breaker.handle();
     let (inner, calls) = model([], Step::Status(503));
     let mut svc = ServiceBuilder::new()

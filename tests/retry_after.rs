@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Reply;
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -67,7 +67,7 @@ use tower_circuit_breaker::{
 
 mod common;
 use common::counts::assert_counts_add_up;
-use common::Reply;
+use common::reply::Reply;
 
 use common::{yields, Rng};
 

@@ -6,8 +6,6 @@ pub(crate) mod counts;
 pub(crate) mod reply;
 pub(crate) mod tool;
 
-pub(crate) use reply::Reply;
-
 use tower_circuit_breaker::expediter::{Alternative, ToolSpec};
 
 pub(crate) fn grep_spec() -> ToolSpec {
