@@ -1,10 +1,11 @@
-//! The expediter (seed `000`, SPEC "Many tools: the expediter"), driven the way an agent
+//! The expediter (the README's "An agent's tools: the expediter"), driven the way an agent
 //! drives it: each tool is a `tower::service_fn` that counts its own calls, wrapped with
 //! the expediter's layer for that tool; the agent asks `decide` (or `execute`) before
 //! every call and calls the service only when the decision says so.
 //!
-//! The capability map, sub-tasks and failure messages are the seed's own examples where
-//! it has them. Time is tokio's paused clock: nothing waits on the wall clock.
+//! The capability map, sub-tasks and failure messages are those of one worked example:
+//! an agent with six tools looking for where an `API_KEY` is used. Time is tokio's paused
+//! clock: nothing waits on the wall clock.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -27,12 +28,12 @@ use tower_circuit_breaker::{Builder, Cooldown, Reason, State};
 type TestResult = Result<(), BoxError>;
 
 // ---------------------------------------------------------------------------------------
-// The seed's capability map (step 1), with Edit declared since Write names it.
+// The example's capability map, with Edit declared since Write names it.
 // ---------------------------------------------------------------------------------------
 
-const SEED_TOOLS: [&str; 6] = ["Grep", "Bash", "Read", "Write", "Edit", "WebSearch"];
+const EXAMPLE_TOOLS: [&str; 6] = ["Grep", "Bash", "Read", "Write", "Edit", "WebSearch"];
 
-fn seed_map() -> ExpediterBuilder {
+fn example_map() -> ExpediterBuilder {
     Expediter::builder()
         .tool(grep_spec())
         .tool(bash_spec())
@@ -42,10 +43,10 @@ fn seed_map() -> ExpediterBuilder {
         .tool(websearch_spec())
 }
 
-fn seed_expediter() -> Expediter {
-    seed_map()
+fn example_expediter() -> Expediter {
+    example_map()
         .build()
-        .expect("the seed's capability map is valid")
+        .expect("the example's capability map is valid")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -97,14 +98,14 @@ async fn let_time_pass(expediter: &Expediter, healthy: &mut Tool) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 1: the capability map is checked when built.
+// The capability map is checked when built.
 // ---------------------------------------------------------------------------------------
 
 #[test]
 fn seed_capability_map_builds_and_lists_tools_in_order() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let names: Vec<String> = expediter.tools().iter().map(|t| t.to_string()).collect();
-    assert_eq!(names, SEED_TOOLS);
+    assert_eq!(names, EXAMPLE_TOOLS);
 }
 
 #[test]
@@ -324,7 +325,7 @@ fn tool_with_only_an_alternative_is_accepted() {
 
 #[test]
 fn duplicate_tool_names_are_rejected() {
-    let err = seed_map().tool(bash_spec()).build().unwrap_err();
+    let err = example_map().tool(bash_spec()).build().unwrap_err();
     assert_eq!(err, ExpediterError::DuplicateTool("Bash".into()));
 }
 
@@ -339,25 +340,25 @@ fn empty_tool_name_is_rejected() {
 
 #[test]
 fn zero_failure_budget_is_rejected() {
-    let err = seed_map().failure_budget(0).build().unwrap_err();
+    let err = example_map().failure_budget(0).build().unwrap_err();
     assert_eq!(err, ExpediterError::ZeroBudget);
 }
 
 #[test]
 fn empty_cascade_window_and_bad_recovery_backoff_are_rejected() {
     assert_eq!(
-        seed_map()
+        example_map()
             .cascade_window(0, Duration::ZERO)
             .build()
             .unwrap_err(),
         ExpediterError::EmptyCascadeWindow
     );
     assert_eq!(
-        seed_map().recovery_backoff(0, 20).build().unwrap_err(),
+        example_map().recovery_backoff(0, 20).build().unwrap_err(),
         ExpediterError::InvalidRecoveryBackoff { start: 0, cap: 20 }
     );
     assert_eq!(
-        seed_map().recovery_backoff(8, 4).build().unwrap_err(),
+        example_map().recovery_backoff(8, 4).build().unwrap_err(),
         ExpediterError::InvalidRecoveryBackoff { start: 8, cap: 4 }
     );
 }
@@ -379,7 +380,7 @@ fn bad_breaker_settings_of_a_tool_are_rejected_with_its_name() {
 
 #[test]
 fn bad_default_breaker_settings_are_rejected() {
-    let err = seed_map()
+    let err = example_map()
         .default_breaker(Builder::new().cooldown(Cooldown::Calls(0)))
         .build()
         .unwrap_err();
@@ -397,7 +398,7 @@ fn bad_default_breaker_settings_are_rejected() {
 
 #[tokio::test(start_paused = true)]
 async fn add_tool_at_runtime_validates_like_build() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     assert_eq!(
         expediter.add_tool(bash_spec()).unwrap_err(),
         ExpediterError::DuplicateTool("Bash".into())
@@ -448,7 +449,7 @@ async fn add_tool_at_runtime_validates_like_build() {
 
 #[tokio::test(start_paused = true)]
 async fn tool_added_at_runtime_starts_closed_with_no_failures() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 2, "bash: exit status 2").await;
 
@@ -478,7 +479,7 @@ async fn tool_added_at_runtime_starts_closed_with_no_failures() -> TestResult {
     let mut glob = Tool::new(&expediter, "Glob");
     assert_eq!(glob.attempt(&expediter).await.action, Action::Call);
     assert_eq!(glob.calls(), 1);
-    // Its breaker is the seed's: three failures open it.
+    // Its breaker is the example's: three failures open it.
     glob.fail_times(&expediter, 3, "glob: pattern engine crashed")
         .await;
     assert_eq!(expediter.handle("Glob")?.state(), State::Open);
@@ -486,15 +487,15 @@ async fn tool_added_at_runtime_starts_closed_with_no_failures() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------
-// Steps 2 and 3: the state table and the call/track loop.
+// The state table and the call/track loop.
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
 async fn every_tool_starts_closed_with_zero_failures_and_an_empty_budget() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let report = expediter.report();
     let names: Vec<&str> = report.tools.iter().map(|t| &*t.name).collect();
-    assert_eq!(names, SEED_TOOLS);
+    assert_eq!(names, EXAMPLE_TOOLS);
     for row in &report.tools {
         assert_eq!(row.state, State::Closed, "{}", row.name);
         assert!(!row.killed);
@@ -507,7 +508,7 @@ async fn every_tool_starts_closed_with_zero_failures_and_an_empty_budget() {
     assert!(!report.budget.exhausted());
     let text = report.to_string();
     assert!(text.contains("Failures: 0 / 5"), "{text}");
-    for name in SEED_TOOLS {
+    for name in EXAMPLE_TOOLS {
         let line = text
             .lines()
             .find(|l| l.starts_with(&format!("| {name} ")))
@@ -518,7 +519,7 @@ async fn every_tool_starts_closed_with_zero_failures_and_an_empty_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn closed_tool_gets_call_and_success_is_recorded() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut read = Tool::new(&expediter, "Read");
     let decision = read.attempt(&expediter).await;
     assert_eq!(decision.action, Action::Call);
@@ -533,7 +534,7 @@ async fn closed_tool_gets_call_and_success_is_recorded() {
 
 #[tokio::test(start_paused = true)]
 async fn three_consecutive_failures_open_the_tool() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 2, "bash: exit status 2").await;
     assert_eq!(expediter.handle("Bash")?.state(), State::Closed);
@@ -551,7 +552,7 @@ async fn three_consecutive_failures_open_the_tool() -> TestResult {
 
 #[tokio::test(start_paused = true)]
 async fn a_success_resets_the_consecutive_failure_count() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 2, "bash: exit status 2").await;
     bash.heal();
@@ -568,7 +569,7 @@ async fn a_success_resets_the_consecutive_failure_count() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn open_tool_is_skipped_then_probed_on_the_third_attempt_and_closes_on_success() -> TestResult
 {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 3, "bash: exit status 2").await;
 
@@ -604,7 +605,7 @@ async fn open_tool_is_skipped_then_probed_on_the_third_attempt_and_closes_on_suc
 #[tokio::test(start_paused = true)]
 async fn failed_probe_reopens_and_consumes_budget() -> TestResult {
     // An allowance for both failed probes: Bash is not held open after the first.
-    let expediter = seed_map().probe_allowance(2).build()?;
+    let expediter = example_map().probe_allowance(2).build()?;
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 3, "bash: exit status 2").await;
     assert!(matches!(
@@ -638,7 +639,7 @@ async fn failed_probe_reopens_and_consumes_budget() -> TestResult {
 
 #[tokio::test(start_paused = true)]
 async fn decisions_are_numbered_steps_and_unknown_tools_are_errors() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let first = expediter.decide("Read").await.unwrap();
     let second = expediter.decide("Grep").await.unwrap();
     assert_eq!((first.step, second.step), (1, 2));
@@ -658,12 +659,12 @@ async fn decisions_are_numbered_steps_and_unknown_tools_are_errors() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 4: routing when a tool is open (the seed's Grep / "API_KEY" example).
+// Routing when a tool is open (Grep, searching for "API_KEY", is open).
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
 async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction() -> TestResult {
-    // Grep keeps the seed's threshold but probes late, so that no half-open probe
+    // Grep keeps the example's threshold but probes late, so that no half-open probe
     // comes between the routing decisions of this example.
     let expediter = Expediter::builder()
         .tool(
@@ -768,7 +769,7 @@ async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction
 #[tokio::test(start_paused = true)]
 async fn user_unavailable_from_the_builder_goes_from_alternatives_to_scope_reduction() -> TestResult
 {
-    let expediter = seed_map()
+    let expediter = example_map()
         .user_available(false)
         .failure_budget(10)
         .build()?;
@@ -806,7 +807,7 @@ async fn user_unavailable_from_the_builder_goes_from_alternatives_to_scope_reduc
 #[tokio::test(start_paused = true)]
 async fn low_degradation_alternatives_are_tried_before_high_ones() -> TestResult {
     // Write declares Edit (low) then Bash (high); with Edit open, Bash is next.
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     expediter.handle("Write")?.force_open();
     assert!(matches!(
         expediter.decide("Write").await?.action,
@@ -822,10 +823,10 @@ async fn low_degradation_alternatives_are_tried_before_high_ones() -> TestResult
 
 #[tokio::test(start_paused = true)]
 async fn operator_force_opening_three_tools_is_not_a_systemic_failure() -> TestResult {
-    // A person switching tools off is not a failure: the seed's cascade rule is about
-    // breakers tripping together ("相関する障害"), and the failure budget counts
+    // A person switching tools off is not a failure: the cascade rule is about
+    // breakers tripping together (correlated failures), and the failure budget counts
     // failures. Here three tools are force-opened in one step with no failure at all.
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
     expediter.handle("Read")?.force_open();
@@ -839,7 +840,7 @@ async fn operator_force_opening_three_tools_is_not_a_systemic_failure() -> TestR
 #[tokio::test(start_paused = true)]
 async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> TestResult {
     // Grep and Bash forced open: the only stand-in left is Read, a high-degradation one.
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
     let any = expediter.decide("Grep").await?;
@@ -872,10 +873,10 @@ async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> Te
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 5: scope reduction (the seed's 5 sub-tasks).
+// Scope reduction (the example's 5 sub-tasks).
 // ---------------------------------------------------------------------------------------
 
-fn seed_subtasks() -> Vec<SubTask> {
+fn example_subtasks() -> Vec<SubTask> {
     vec![
         SubTask::new("Read configuration files", ["Read"]),
         SubTask::new("Search for deprecated patterns", ["Grep"]),
@@ -887,7 +888,7 @@ fn seed_subtasks() -> Vec<SubTask> {
 
 #[tokio::test(start_paused = true)]
 async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     let mut read = Tool::new(&expediter, "Read");
     let mut grep = Tool::new(&expediter, "Grep");
@@ -895,7 +896,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
     bash.fail_times(&expediter, 3, "bash: permission denied")
         .await;
 
-    let plans = expediter.plan(seed_subtasks())?;
+    let plans = expediter.plan(example_subtasks())?;
     let statuses: Vec<(&str, bool)> = plans.iter().map(|p| (&*p.name, p.can_run())).collect();
     assert_eq!(
         statuses,
@@ -1003,7 +1004,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
 
 #[tokio::test(start_paused = true)]
 async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut grep = Tool::new(&expediter, "Grep");
     grep.fail_times(&expediter, 3, "grep: index corrupted")
         .await;
@@ -1029,7 +1030,7 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
 
 #[tokio::test(start_paused = true)]
 async fn subtask_errors_name_the_unknown_tool_or_subtask() {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     assert_eq!(
         expediter
             .start_subtask(SubTask::new("Lint", ["Clippy"]))
@@ -1047,7 +1048,7 @@ async fn subtask_errors_name_the_unknown_tool_or_subtask() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 6: freshness labels.
+// Freshness labels.
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -1139,18 +1140,18 @@ fn freshness_tracker_marks_an_identical_repeated_output_as_cached() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 7: the failure budget (the seed's example).
+// The failure budget.
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
 async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut read = Tool::new(&expediter, "Read");
     let mut grep = Tool::new(&expediter, "Grep");
     let mut bash = Tool::new(&expediter, "Bash");
     let mut edit = Tool::new(&expediter, "Edit");
     let mut websearch = Tool::new(&expediter, "WebSearch");
-    let tasks = seed_subtasks();
+    let tasks = example_subtasks();
 
     assert!(expediter.start_subtask(tasks[0].clone())?.can_run());
     assert_eq!(read.attempt(&expediter).await.action, Action::Call);
@@ -1202,7 +1203,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     let report = expediter.report();
     assert_eq!(report.budget.used, 5);
     assert!(report.budget.exhausted());
-    for name in SEED_TOOLS {
+    for name in EXAMPLE_TOOLS {
         let decision = expediter.decide(name).await?;
         assert!(
             is_pause(&decision, PauseReason::BudgetExhausted),
@@ -1427,7 +1428,7 @@ async fn the_tool_health_table_lines_up_with_cjk_and_emoji_tool_names() -> TestR
 
 #[tokio::test(start_paused = true)]
 async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
-    let expediter = seed_map().failure_budget(2).build()?;
+    let expediter = example_map().failure_budget(2).build()?;
     let mut read = Tool::new(&expediter, "Read");
     let mut edit = Tool::new(&expediter, "Edit");
     read.fail_times(&expediter, 1, "read: unexpected end of input")
@@ -1443,15 +1444,15 @@ async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 8: the expediter decides; it never calls an open or killed tool and never retries.
+// The expediter decides; it never calls an open or killed tool and never retries.
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
 async fn killed_tools_are_never_called_and_skip_with_reason_killed() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut grep = Tool::new(&expediter, "Grep");
     expediter.kill_switch().kill();
-    for name in SEED_TOOLS {
+    for name in EXAMPLE_TOOLS {
         let decision = expediter.decide(name).await?;
         assert!(
             matches!(
@@ -1483,7 +1484,7 @@ async fn killed_tools_are_never_called_and_skip_with_reason_killed() -> TestResu
 
 #[tokio::test(start_paused = true)]
 async fn execute_makes_a_call_once_and_returns_a_failure_without_retrying() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_with("bash: exit status 2");
     match bash.execute(&expediter).await {
@@ -1507,7 +1508,7 @@ async fn execute_makes_a_call_once_and_returns_a_failure_without_retrying() -> T
 
 #[tokio::test(start_paused = true)]
 async fn agent_loop_never_calls_open_or_killed_tools_and_never_retries() -> TestResult {
-    let expediter = seed_map().failure_budget(8).build()?;
+    let expediter = example_map().failure_budget(8).build()?;
     let names = ["Grep", "Bash", "Read", "WebSearch"];
     let mut tools: Vec<Tool> = names.iter().map(|n| Tool::new(&expediter, n)).collect();
     // Grep is always broken; Bash recovers after a while; WebSearch is flaky; Read works.
@@ -1635,7 +1636,7 @@ async fn agent_loop_never_calls_open_or_killed_tools_and_never_retries() -> Test
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 9: cascading failures.
+// Cascading failures.
 // ---------------------------------------------------------------------------------------
 
 /// Grep then Bash open on "connection refused": one systemic event.
@@ -1662,7 +1663,7 @@ async fn network_outage(expediter: &Expediter) -> (Tool, Tool) {
 async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> TestResult {
     // A budget of 10: with the default 5, Bash's second failure would use it up, and
     // is the systemic event (`a_failure_that_would_use_up_the_budget_...`).
-    let expediter = seed_map().failure_budget(10).build()?;
+    let expediter = example_map().failure_budget(10).build()?;
     let (grep, bash) = network_outage(&expediter).await;
 
     let report = expediter.report();
@@ -1693,7 +1694,7 @@ async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> Tes
 
     // Every call pauses, healthy tools too, and no probe runs however long we wait.
     for _ in 0..10 {
-        for name in SEED_TOOLS {
+        for name in EXAMPLE_TOOLS {
             let decision = expediter.decide(name).await?;
             assert!(
                 is_pause(&decision, PauseReason::SystemicPause),
@@ -1710,7 +1711,7 @@ async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> Tes
 
 #[tokio::test(start_paused = true)]
 async fn no_probe_runs_during_a_systemic_pause_until_recovery_is_confirmed() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let (mut grep, _bash) = network_outage(&expediter).await;
     let mut read = Tool::new(&expediter, "Read");
     for _ in 0..25 {
@@ -1755,7 +1756,7 @@ async fn decisions_until_probe(expediter: &Expediter, tool: &mut Tool, limit: us
 #[tokio::test(start_paused = true)]
 async fn after_recovery_no_probe_goes_before_the_backoff_and_it_grows() -> TestResult {
     // The weak form: probes never come earlier than 3, 6, 12, 20, 20 steps.
-    let expediter = seed_map().failure_budget(20).build()?;
+    let expediter = example_map().failure_budget(20).build()?;
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     // Bash comes back on its own, so Grep's failed probes are Grep's alone.
@@ -1784,11 +1785,11 @@ async fn after_recovery_no_probe_goes_before_the_backoff_and_it_grows() -> TestR
 
 #[tokio::test(start_paused = true)]
 async fn after_recovery_probes_come_at_3_then_6_then_12_steps_capped_at_20() -> TestResult {
-    // Seed step 9: "ステップ3でプローブし、次にステップ6、次にステップ12", capped at 20;
-    // and its pitfall "連鎖バックオフ乗算": backoffs must not compound. Each gap is the
+    // After a recovery the probes come at step 3, then 6, then 12, capped at 20; and
+    // backoffs must not compound (multiply along a cascade). Each gap is the
     // number of decisions from the previous probe (or the confirmation) to this probe.
     // Bash is reset so that Grep's failed probes are Grep's alone.
-    let expediter = seed_map().failure_budget(20).build()?;
+    let expediter = example_map().failure_budget(20).build()?;
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     expediter.handle("Bash")?.reset();
@@ -1803,7 +1804,7 @@ async fn after_recovery_probes_come_at_3_then_6_then_12_steps_capped_at_20() -> 
 #[tokio::test(start_paused = true)]
 async fn recovery_backoff_setting_sets_start_and_cap() -> TestResult {
     // `recovery_backoff(4, 10)`: probes after 4, then 8, then 10 (the cap) steps.
-    let expediter = seed_map()
+    let expediter = example_map()
         .failure_budget(20)
         .recovery_backoff(4, 10)
         .build()?;
@@ -1821,11 +1822,11 @@ async fn recovery_backoff_setting_sets_start_and_cap() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn failed_probe_after_recovery_backs_off_instead_of_pausing_again() -> TestResult {
     // The network is still down after the user's confirmation: Grep's probe fails with
-    // the same signature while Bash is still open. The seed's answer to this is the
-    // compound backoff (probe at 3, then 6, then 12 ...), which only exists if the
+    // the same signature while Bash is still open. The documented answer to this is
+    // the growing backoff (probe at 3, then 6, then 12 ...), which only exists if the
     // failed probe leads to a longer wait, not to a new pause whose confirmation starts
     // the backoff over at 3.
-    let expediter = seed_map().failure_budget(20).build()?;
+    let expediter = example_map().failure_budget(20).build()?;
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     decisions_until_probe(&expediter, &mut grep, 10).await;
@@ -1843,7 +1844,7 @@ async fn recovery_probe_interval_grows_even_when_the_user_confirms_again() -> Te
     // The same outage as above, with a user who confirms recovery whenever asked. The
     // wait between Grep's failed probes should grow (3, 6, 12 ... capped at 20), and
     // the failed probes of one outage should not each be a new systemic event.
-    let expediter = seed_map().failure_budget(50).build()?;
+    let expediter = example_map().failure_budget(50).build()?;
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     let (mut gaps, mut since, mut pauses) = (Vec::new(), 0, 0);
@@ -1873,7 +1874,7 @@ async fn recovery_probe_interval_grows_even_when_the_user_confirms_again() -> Te
 async fn three_tools_opening_in_the_window_with_different_messages_are_systemic() -> TestResult {
     // A budget of 10: with the default 5, the budget pauses the agent (6 failures)
     // before a third tool can open.
-    let expediter = seed_map().failure_budget(10).build()?;
+    let expediter = example_map().failure_budget(10).build()?;
     let mut grep = Tool::new(&expediter, "Grep");
     let mut bash = Tool::new(&expediter, "Bash");
     let mut read = Tool::new(&expediter, "Read");
@@ -1901,7 +1902,7 @@ async fn three_tools_opening_in_the_window_with_different_messages_are_systemic(
         "{}",
         systemic.cause
     );
-    for name in SEED_TOOLS {
+    for name in EXAMPLE_TOOLS {
         assert!(is_pause(
             &expediter.decide(name).await?,
             PauseReason::SystemicPause
@@ -1918,7 +1919,7 @@ async fn three_tools_opening_in_the_window_with_different_messages_are_systemic(
 
 #[tokio::test(start_paused = true)]
 async fn three_tools_opening_far_apart_are_not_systemic() -> TestResult {
-    let expediter = seed_map().failure_budget(20).build()?;
+    let expediter = example_map().failure_budget(20).build()?;
     let mut grep = Tool::new(&expediter, "Grep");
     let mut bash = Tool::new(&expediter, "Bash");
     let mut read = Tool::new(&expediter, "Read");
@@ -1969,7 +1970,7 @@ async fn two_tools_opening_on_their_first_connection_refused_are_systemic() -> T
 
 #[tokio::test(start_paused = true)]
 async fn different_signatures_on_two_tools_are_independent_failures() -> TestResult {
-    let expediter = seed_map().failure_budget(10).build()?;
+    let expediter = example_map().failure_budget(10).build()?;
     let mut grep = Tool::new(&expediter, "Grep");
     let mut bash = Tool::new(&expediter, "Bash");
     grep.fail_times(&expediter, 3, "connection refused").await;
@@ -1982,7 +1983,7 @@ async fn different_signatures_on_two_tools_are_independent_failures() -> TestRes
 }
 
 // ---------------------------------------------------------------------------------------
-// Step 10: pre-call checks.
+// Pre-call checks.
 // ---------------------------------------------------------------------------------------
 
 /// A check that returns what `answer` holds and counts its runs.
@@ -2267,7 +2268,7 @@ fn assert_no_invitation(line: &str) {
 
 #[tokio::test(start_paused = true)]
 async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let offer = expediter.offered_tools();
     assert_eq!(offer.offered.len(), 6);
     assert!(offer.withheld.is_empty());
@@ -2313,7 +2314,7 @@ async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> 
 
 #[tokio::test(start_paused = true)]
 async fn killed_tool_line_says_it_is_tried_again_once_revived() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     expediter.kill_switch().kill();
     let offer = expediter.offered_tools();
     let line = &offer.withheld[0].line;
@@ -2328,7 +2329,7 @@ async fn killed_tool_line_says_it_is_tried_again_once_revived() -> TestResult {
 
 #[tokio::test(start_paused = true)]
 async fn force_opened_tool_line_does_not_claim_it_failed() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     expediter.handle("Bash")?.force_open();
     let offer = expediter.offered_tools();
     assert_eq!(offer.withheld.len(), 1);
@@ -2384,7 +2385,7 @@ async fn every_withheld_line_says_when_the_tool_is_tried_again() -> TestResult {
             .map(|w| format!("systemic pause: {}", w.line)),
     );
 
-    let expediter = seed_map().failure_budget(1).build()?;
+    let expediter = example_map().failure_budget(1).build()?;
     Tool::new(&expediter, "Edit")
         .fail_times(&expediter, 1, "edit: merge conflict")
         .await;
@@ -2420,7 +2421,7 @@ async fn network_outage_on(expediter: &Expediter, a: &'static str, b: &'static s
 
 #[tokio::test(start_paused = true)]
 async fn clones_share_tools_budget_and_report() -> TestResult {
-    let expediter = seed_expediter();
+    let expediter = example_expediter();
     let clone = expediter.clone();
     let mut bash = Tool::new(&clone, "Bash");
     bash.fail_times(&clone, 2, "bash: exit status 2").await;

@@ -9,7 +9,7 @@
 //!   itself never panics is `tests/config.rs`'s property; here it is the running.)
 //! - Replay inputs: random outcome strings, kill lists, thresholds and cooldowns, and
 //!   random command lines, give either a run that matches a small reference model of
-//!   the lesson's step function or exactly the error variant the input deserves.
+//!   the replay example's step function or exactly the error variant the input deserves.
 
 mod common;
 
@@ -591,7 +591,7 @@ proptest! {
 // Replay inputs.
 // ---------------------------------------------------------------------------------
 
-/// The lesson's step function, one probe, steps from 1: what the replay must print.
+/// The replay example's step function, one probe, steps from 1: what the replay must print.
 fn reference(threshold: u32, cooldown: u64, outcomes: &[bool], kill: &[usize]) -> Vec<String> {
     let (mut state, mut fails, mut probe_at) = (State::Closed, 0u32, 0u64);
     let mut lines = Vec::new();

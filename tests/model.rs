@@ -1,5 +1,5 @@
-//! Model-based tests: the breaker, driven through the real tower layer, compared step by step with a small reference model of the lesson's
-//! step function (consecutive failures trip it, the cooldown counts calls, one probe).
+//! Model-based tests: the breaker, driven through the real tower layer, compared step by step with a small reference model of the step
+//! function the replay example prints (consecutive failures trip it, the cooldown counts calls, one probe).
 //!
 //! The reference model, with steps numbered from 1:
 //!
@@ -18,7 +18,7 @@
 //!   return (found, failed)
 //! ```
 //!
-//! One more fate than the lesson's is generated: `abandoned`, a call whose readiness is
+//! One more fate than the replay's is generated: `abandoned`, a call whose readiness is
 //! reserved and whose service is then dropped without being called. For the state it
 //! is the same as `dropped` (nothing recorded, a probe slot freed); for the counts it is
 //! `abandoned` instead of `made` + `cancelled`.
@@ -99,7 +99,7 @@ impl Said {
         matches!(self, Said::Model | Said::Failed | Said::Dropped)
     }
 
-    /// The word the lesson's trace uses.
+    /// The word the replay's trace uses.
     fn word(self) -> &'static str {
         match self {
             Said::Model => "model",
@@ -141,7 +141,7 @@ impl ModelCounts {
     }
 }
 
-/// The lesson's step function, plus the totals.
+/// The reference step function, plus the totals.
 #[derive(Debug, Clone)]
 struct Reference {
     threshold: u32,
@@ -300,7 +300,7 @@ impl Case {
     }
 }
 
-/// Compact, so a shrunk failure reads like the lesson's command line.
+/// Compact, so a shrunk failure reads like the replay example's command line.
 impl fmt::Debug for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fates: String = self.fates.iter().map(|fate| fate.symbol()).collect();
@@ -699,13 +699,13 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------
-// The lesson's trace
+// The README's replay example: threshold 3, cooldown 4, the kill switch at steps 9 and 10
 // ---------------------------------------------------------------------------------------
 
-const LESSON_OUTCOMES: &str = "11000111101100001111";
+const README_OUTCOMES: &str = "11000111101100001111";
 
-fn lesson_case(kill: &[u64]) -> Case {
-    let fates: Vec<Fate> = LESSON_OUTCOMES
+fn readme_case(kill: &[u64]) -> Case {
+    let fates: Vec<Fate> = README_OUTCOMES
         .chars()
         .map(|c| if c == '1' { Fate::Succeed } else { Fate::Fail })
         .collect();
@@ -803,7 +803,7 @@ async fn lesson_trace_without_kill() {
          20 closed:model
          calls made: 14 / 20",
     );
-    let case = lesson_case(&[]);
+    let case = readme_case(&[]);
     assert_eq!(model_trace(&case), want, "the reference model");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");
@@ -847,7 +847,7 @@ async fn lesson_trace_with_kill_at_steps_9_and_10() {
          20 closed:model
          calls made: 12 / 20",
     );
-    let case = lesson_case(&[9, 10]);
+    let case = readme_case(&[9, 10]);
     assert_eq!(model_trace(&case), want, "the reference model");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");

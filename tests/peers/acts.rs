@@ -3,7 +3,7 @@
 
 use super::*;
 
-// SPEC (a trace with the kill switch on at steps 9 and 10): killed calls are
+// The README's replay (the kill switch on at steps 9 and 10): killed calls are
 // skipped and still take their steps; the state is untouched; step 11 is the probe.
 #[tokio::test(start_paused = true)]
 async fn the_kill_switch_skips_calls_that_still_count_as_steps() {
@@ -29,7 +29,7 @@ async fn the_kill_switch_skips_calls_that_still_count_as_steps() {
     assert_eq!(handle.snapshot().counts.skipped_killed, 2);
 }
 
-// SPEC: the kill switch applies in every mode, disabled included, and leaves a closed
+// The kill switch applies in every mode, disabled included, and leaves a closed
 // breaker's counts alone.
 #[tokio::test(start_paused = true)]
 async fn the_kill_switch_stops_calls_in_every_mode_and_counts_nothing_against_the_service() {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-// SPEC: "cooldown N = the N-th call after the opening one is the probe"; skipped calls
+// A cooldown of N calls makes the N-th call after the opening one the probe; skipped calls
 // count (like a Hystrix sleep window counted in requests).
 #[tokio::test(start_paused = true)]
 async fn a_cooldown_in_calls_makes_the_nth_call_after_the_opening_the_probe() {
@@ -154,7 +154,7 @@ async fn a_failed_probe_that_says_how_long_to_wait_reopens_for_that_long() {
     assert_eq!(snapshot.retry_after(), Some(secs(42)));
 }
 
-// SPEC ("time/steps keep running" under the kill switch), against Polly's isolate:
+// Time and calls keep counting under the kill switch, against Polly's isolate:
 // killed through the whole cooldown, the breaker probes on the first call after the
 // revive.
 #[tokio::test(start_paused = true)]

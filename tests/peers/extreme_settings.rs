@@ -50,7 +50,7 @@ async fn the_largest_probe_limit_admits_many_at_once_and_does_not_close_early() 
 }
 
 // gobreaker newNegativeDurationCB (a zero or negative timeout falls back to the
-// default) against ours: a zero cooldown is refused when built (SPEC: bad configuration
+// default) against ours: a zero cooldown is refused when built (bad configuration
 // gets a clear error at build time); a one-call and a one-nanosecond cooldown work.
 #[tokio::test(start_paused = true)]
 async fn the_shortest_cooldowns_work_and_zero_is_refused() {

@@ -10,7 +10,7 @@
 //! for, and extreme settings.
 //!
 //! Each test names the peer test it comes from. Where this crate's documented semantics
-//! differ on purpose (the SPEC: any failed probe re-opens, the probe goes at the exact end
+//! differ on purpose (any failed probe re-opens, the probe goes at the exact end
 //! of a cooldown, a forced open is its own state, observe-only moves through the states;
 //! and half-open admits its probes N at a time, a failure rate is checked after every
 //! outcome, successes too, and time alone never turns an open breaker half-open), the test

@@ -58,7 +58,7 @@ async fn at_exactly_the_break_duration_the_trial_call_goes_through() {
 }
 
 // Polly Should_only_allow_single_execution_on_first_entering_halfopen_state: one trial
-// in half-open; a second caller gets the fallback (SPEC: no thundering herd).
+// in half-open; a second caller gets the fallback (no thundering herd).
 #[tokio::test(start_paused = true)]
 async fn only_one_trial_call_goes_through_in_half_open() {
     let (mut svc, handle, calls) = rig(Builder::new()

@@ -209,7 +209,7 @@ async fn an_open_breaker_answers_without_waiting_for_the_service_to_be_ready() {
 }
 
 // failsafe-go / resilience4j count a failure to get a connection as a failure of the
-// call; the SPEC: "an inner poll_ready error is a failure too", for a probe as well.
+// call; ours documents "an inner poll_ready error is a failure too", for a probe as well.
 #[tokio::test(start_paused = true)]
 async fn a_probe_whose_service_cannot_get_ready_is_a_failed_probe() {
     let layer = Builder::new()
@@ -268,7 +268,7 @@ async fn a_call_turned_away_during_the_trial_is_told_the_trial_decides() {
 
 // Polly Should_call_onhalfopen_when_automatically_transitioning_to_halfopen_due_to_state_read:
 // in Polly, reading the state after the break duration shows half-open. Ours never turns
-// half-open by time alone (the SPEC): reading shows open with the next call as the
+// half-open by time alone (as documented): reading shows open with the next call as the
 // probe, nothing is published, and the change to half-open comes with that call.
 #[tokio::test(start_paused = true)]
 async fn reading_the_state_after_the_cooldown_changes_nothing_until_the_next_call() {

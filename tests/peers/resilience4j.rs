@@ -310,7 +310,7 @@ async fn exponential_backoff_lengthens_each_reopen_and_a_close_restores_the_base
 }
 
 // resilience4j shouldTransitionBackToOpenStateWhenFailureRateIsAboveThreshold: in
-// resilience4j half-open evaluates a failure rate over its permitted calls. Ours (SPEC:
+// resilience4j half-open evaluates a failure rate over its permitted calls. Ours (documented:
 // "failure opens it again") re-opens on the first failed probe, whatever came before.
 #[tokio::test(start_paused = true)]
 async fn any_failed_probe_reopens_even_after_successful_ones() {
