@@ -1,6 +1,6 @@
 //! Adversarial tests of the HTTP integration, the recover and saved-answer layers, the
 //! admin route and snapshot JSON: hostile headers and bodies from a server, bodies
-//! dropped or cut short, bad requests to the admin endpoint. Every HTTP story goes over
+//! dropped or cut short, bad requests to the admin endpoint. Every HTTP test goes over
 //! real TCP on loopback (a raw server that writes exactly the bytes a test scripts, so
 //! it can lie about lengths and cut connections); after each one the breaker's counts
 //! must still add up.

@@ -19,7 +19,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs,
 };
 use async_openai::Client;
-use server::{Answer, ScriptedReply, TestServer};
+use server::{Reply, TestServer};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
     fallback_as_error, provenance, FallbackAnswer, HttpClassifier, ProvenanceLayer,
@@ -32,21 +32,14 @@ use tower_circuit_breaker::{
 const CALL_BOUND: Duration = Duration::from_secs(5);
 
 /// The failing model's only reply: 503, overloaded.
-#[derive(Debug, Clone, Copy)]
-struct Overloaded;
-
-impl ScriptedReply for Overloaded {
-    fn answer(&self) -> Answer {
-        Answer::new(
-            503,
-            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
-        )
-    }
-}
+const OVERLOADED: Reply = Reply::Plain(
+    503,
+    r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+);
 
 /// A server on 127.0.0.1 that answers every request 503 and counts them.
-async fn failing_server() -> TestServer<Overloaded> {
-    TestServer::start([], Overloaded).await
+async fn failing_server() -> TestServer {
+    TestServer::start([], OVERLOADED).await
 }
 
 async fn unavailable(_: HttpRequestFactory) -> Result<reqwest::Response, Infallible> {

@@ -32,7 +32,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer as ServerAnswer, ScriptedReply, CHAT_BODY};
+use server::{Reply, TestServer};
 use tower::balance::p2c::Balance;
 use tower::discover::ServiceList;
 use tower::load::Constant;
@@ -55,26 +55,8 @@ fn secs(n: u64) -> Duration {
 }
 
 // ---------------------------------------------------------------------------------
-// Over TCP: the servers.
+// Over TCP.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// 200 with a chat completion.
-    Ok,
-    /// 503 Service Unavailable.
-    Unavailable,
-}
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> ServerAnswer {
-        match self {
-            Reply::Ok => ServerAnswer::json(200, CHAT_BODY),
-            Reply::Unavailable => ServerAnswer::json(503, r#"{"error":{"code":"server_error"}}"#),
-        }
-    }
-}
-
-type TestServer = server::TestServer<Reply>;
 type ReqBody = Full<Bytes>;
 type Reply200 = Answer<Response<Incoming>>;
 
@@ -208,12 +190,19 @@ async fn skip(wait: Duration) {
 // ---------------------------------------------------------------------------------
 // Over TCP: the tests.
 
+/// Three endpoints on loopback: two that answer 200 and a third that answers `third`.
+async fn servers(third: Reply) -> [TestServer; 3] {
+    [
+        TestServer::start([], Reply::Ok).await,
+        TestServer::start([], Reply::Ok).await,
+        TestServer::start([], third).await,
+    ]
+}
+
 #[tokio::test]
 async fn after_its_breaker_opens_no_request_reaches_the_endpoint_answering_503_and_every_call_succeeds_through_the_other_two(
 ) {
-    let a = TestServer::start([], Reply::Ok).await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let down = TestServer::start([], Reply::Unavailable).await;
+    let [a, b, down] = servers(Reply::Unavailable).await;
     let Pool {
         mut balance,
         handles: [_, _, down_handle],
@@ -241,9 +230,7 @@ async fn after_its_breaker_opens_no_request_reaches_the_endpoint_answering_503_a
 
 #[tokio::test]
 async fn an_endpoint_refusing_connections_is_routed_around_then_probed_when_due_and_rejoins() {
-    let a = TestServer::start([], Reply::Ok).await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let mut down = TestServer::start([], Reply::Ok).await;
+    let [a, b, mut down] = servers(Reply::Ok).await;
     down.stop().await; // connection refused
     let Pool {
         mut balance,
@@ -271,9 +258,7 @@ async fn an_endpoint_refusing_connections_is_routed_around_then_probed_when_due_
 
 #[tokio::test]
 async fn a_failed_probe_takes_one_request_and_the_endpoint_is_out_again() {
-    let a = TestServer::start([], Reply::Ok).await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let down = TestServer::start([], Reply::Unavailable).await;
+    let [a, b, down] = servers(Reply::Unavailable).await;
     let Pool {
         mut balance,
         handles: [_, _, down_handle],
@@ -302,9 +287,7 @@ async fn a_failed_probe_takes_one_request_and_the_endpoint_is_out_again() {
 
 #[tokio::test]
 async fn a_killed_endpoint_gets_no_request_until_revived() {
-    let a = TestServer::start([], Reply::Ok).await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let c = TestServer::start([], Reply::Ok).await;
+    let [a, b, c] = servers(Reply::Ok).await;
     let Pool {
         mut balance,
         handles: [_, _, c_handle],
@@ -329,9 +312,7 @@ async fn a_killed_endpoint_gets_no_request_until_revived() {
 
 #[tokio::test]
 async fn a_forced_open_endpoint_rejoins_at_once_on_a_reset() {
-    let a = TestServer::start([], Reply::Ok).await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let c = TestServer::start([], Reply::Ok).await;
+    let [a, b, c] = servers(Reply::Ok).await;
     let Pool {
         mut balance,
         handles: [_, _, c_handle],
@@ -430,8 +411,8 @@ fn flaky(
     })
 }
 
-/// An endpoint in readiness mode over [`flaky`], opened by one failed call.
-async fn opened(
+/// An endpoint that is pending while its breaker is open, over [`flaky`]`(down)`.
+fn pending_endpoint(
     down: &Arc<AtomicBool>,
 ) -> (
     impl Service<(), Response = Answer<&'static str>, Error = BoxError> + Clone,
@@ -439,10 +420,21 @@ async fn opened(
 ) {
     let layer = breaker();
     let handle = layer.handle();
-    let mut svc = layer
+    let svc = layer
         .pending_while_open()
         .expect("a cooldown in time")
         .layer(flaky(down));
+    (svc, handle)
+}
+
+/// An endpoint in readiness mode over [`flaky`], opened by one failed call.
+async fn opened(
+    down: &Arc<AtomicBool>,
+) -> (
+    impl Service<(), Response = Answer<&'static str>, Error = BoxError> + Clone,
+    CircuitBreakerHandle,
+) {
+    let (mut svc, handle) = pending_endpoint(down);
     down.store(true, Ordering::SeqCst);
     assert!(svc.ready().await.unwrap().call(()).await.is_err());
     assert_eq!(handle.state(), State::Open);
@@ -488,12 +480,7 @@ async fn a_reset_wakes_a_pending_poll_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_forced_open_breaker_is_pending_until_a_reset_however_long_it_waits() {
-    let layer = breaker();
-    let handle = layer.handle();
-    let mut svc = layer
-        .pending_while_open()
-        .unwrap()
-        .layer(flaky(&Arc::default()));
+    let (mut svc, handle) = pending_endpoint(&Arc::default());
     let poller = Poller::new();
     handle.force_open();
     assert!(!poller.ready(&mut svc));
@@ -510,12 +497,7 @@ async fn a_forced_open_breaker_is_pending_until_a_reset_however_long_it_waits() 
 
 #[tokio::test(start_paused = true)]
 async fn a_hold_for_a_time_is_pending_until_it_ends() {
-    let layer = breaker();
-    let handle = layer.handle();
-    let mut svc = layer
-        .pending_while_open()
-        .unwrap()
-        .layer(flaky(&Arc::default()));
+    let (mut svc, handle) = pending_endpoint(&Arc::default());
     let poller = Poller::new();
     handle.open_for(secs(600));
     assert!(!poller.ready(&mut svc));
@@ -533,12 +515,7 @@ async fn a_hold_for_a_time_is_pending_until_it_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_kill_makes_a_closed_endpoint_pending_and_a_revive_wakes_it_at_once() {
-    let layer = breaker();
-    let handle = layer.handle();
-    let mut svc = layer
-        .pending_while_open()
-        .unwrap()
-        .layer(flaky(&Arc::default()));
+    let (mut svc, handle) = pending_endpoint(&Arc::default());
     let poller = Poller::new();
     assert!(poller.ready(&mut svc), "closed: ready");
     svc.call(()).await.unwrap();
@@ -556,12 +533,7 @@ async fn a_kill_makes_a_closed_endpoint_pending_and_a_revive_wakes_it_at_once() 
 
 #[tokio::test(start_paused = true)]
 async fn a_kill_after_the_endpoint_said_ready_makes_it_pending_before_the_call() {
-    let layer = breaker();
-    let handle = layer.handle();
-    let mut svc = layer
-        .pending_while_open()
-        .unwrap()
-        .layer(flaky(&Arc::default()));
+    let (mut svc, handle) = pending_endpoint(&Arc::default());
     let poller = Poller::new();
     assert!(poller.ready(&mut svc));
 

@@ -4,6 +4,7 @@
 
 mod common;
 use common::counts::assert_counts_add_up;
+use common::reply::Reply;
 
 use common::{yields, Rng};
 use std::convert::Infallible;
@@ -41,14 +42,6 @@ impl Req {
     fn new(plan: Plan, yields: u32) -> Self {
         Req { plan, yields }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Failed,
-    Ignored,
-    Fallback,
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +105,7 @@ fn classify(result: &Result<Reply, Infallible>) -> Outcome {
         Ok(Reply::Ok) => Outcome::Success,
         Ok(Reply::Ignored) => Outcome::Ignored,
         Ok(Reply::Failed | Reply::Fallback) => Outcome::failure_with("unhealthy"),
+        Ok(other) => unreachable!("never scripted here: {other:?}"),
         Err(never) => match *never {},
     }
 }

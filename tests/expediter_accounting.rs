@@ -498,7 +498,7 @@ async fn the_cascade_window_in_time_follows_the_breakers_paused_clock() -> TestR
 }
 
 // ---------------------------------------------------------------------------------
-// One run's figures with the breaker's own, at every step of a small story.
+// One run's figures with the breaker's own, at every step of a small scenario.
 // ---------------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]

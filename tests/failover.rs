@@ -15,7 +15,7 @@ mod server;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
+use server::{refused_addr, Reply, TestServer, CHAT_BODY};
 use tower::{Service, ServiceExt};
 use tower_circuit_breaker::failover::Route;
 use tower_circuit_breaker::http::{
@@ -27,47 +27,6 @@ use tower_circuit_breaker::retry::RetryBuilder;
 use tower_circuit_breaker::{Builder, Cooldown, Reason, Source, State};
 
 const CALL_BOUND: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// 200 with a chat completion.
-    Ok,
-    /// 503 Service Unavailable.
-    Unavailable,
-    /// 429 with `Retry-After: <secs>`.
-    RateLimited(u64),
-    /// 429 with `retry-after-ms: <ms>`.
-    RateLimitedMs(&'static str),
-    /// 429 with an `insufficient_quota` body.
-    QuotaExhausted,
-    /// 400: the caller's mistake.
-    BadRequest,
-    /// 400: the context is too long for this model.
-    ContextTooLong,
-    /// Never answers.
-    Hang,
-}
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> Reply_ {
-        match *self {
-            Reply::Ok => Reply_::json(200, CHAT_BODY),
-            Reply::Unavailable => Reply_::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::RateLimited(wait) => Reply_::json(429, RATE_LIMIT_BODY).retry_after(wait),
-            Reply::RateLimitedMs(ms) => {
-                Reply_::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
-            }
-            Reply::QuotaExhausted => Reply_::json(429, QUOTA_BODY),
-            Reply::BadRequest => Reply_::json(400, r#"{"error":{"code":"invalid_request_error"}}"#),
-            Reply::ContextTooLong => {
-                Reply_::json(400, r#"{"error":{"code":"context_length_exceeded"}}"#)
-            }
-            Reply::Hang => Reply_::Hang,
-        }
-    }
-}
-
-type TestServer = server::TestServer<Reply>;
 
 /// Lets `wait` pass on tokio's clock, without waiting for it; only with no request in
 /// flight.
@@ -411,9 +370,7 @@ async fn with_every_provider_open_the_caller_gets_503_with_the_earliest_retry_af
 #[tokio::test]
 async fn a_failure_message_never_carries_the_url_query_or_credentials() {
     // Nothing listens here: the client's error names the URL, key and all.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = listener.local_addr().unwrap();
-    drop(listener);
+    let dead = refused_addr();
     let b = TestServer::start([], Reply::Ok).await;
     let llm = LlmClient::builder()
         .provider(Provider::new("a", format!("http://{dead}/v1")))

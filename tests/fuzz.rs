@@ -9,8 +9,11 @@
 //!   itself never panics is `tests/config.rs`'s property; here it is the running.)
 //! - Replay inputs: random outcome strings, kill lists, thresholds and cooldowns, and
 //!   random command lines, give either a run that matches a small reference model of
-//!   the lesson's step function or exactly the error variant the input deserves.
+//!   the replay example's step function or exactly the error variant the input deserves.
 
+mod common;
+
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -319,13 +322,6 @@ struct Req {
     pending: u8,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Ignored,
-    Fallback,
-}
-
 /// Returns `Pending` `n` times (waking itself), then the answer.
 struct Slow {
     left: u8,
@@ -595,7 +591,7 @@ proptest! {
 // Replay inputs.
 // ---------------------------------------------------------------------------------
 
-/// The lesson's step function, one probe, steps from 1: what the replay must print.
+/// The replay example's step function, one probe, steps from 1: what the replay must print.
 fn reference(threshold: u32, cooldown: u64, outcomes: &[bool], kill: &[usize]) -> Vec<String> {
     let (mut state, mut fails, mut probe_at) = (State::Closed, 0u32, 0u64);
     let mut lines = Vec::new();

@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
-use server::{Answer, ScriptedReply, TestServer, CHAT_BODY, QUOTA_BODY};
-use tokio::net::TcpListener;
+use server::{refused_addr, Reply, TestServer, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::ErrorBodyLayer;
 use tower_circuit_breaker::http::{
@@ -34,36 +33,6 @@ use tower_circuit_breaker::{
 const CALL_BOUND: Duration = Duration::from_secs(5);
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
 const FALLBACK_BODY: &str = "fallback: the model is unavailable";
-const RATE_LIMIT_BODY: &str = r#"{"error":{"code":"rate_limit"}}"#;
-
-// ---------------------------------------------------------------------------------
-// The server.
-
-/// What the server does with one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Unavailable,
-    NotFound,
-    RateLimited(u64),
-    /// 429 with an OpenAI `insufficient_quota` body (and a `Retry-After`, which a
-    /// quota error does not honour).
-    QuotaExhausted,
-    Hang,
-}
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> Answer {
-        match *self {
-            Reply::Ok => Answer::json(200, CHAT_BODY),
-            Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
-            Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
-            Reply::QuotaExhausted => Answer::json(429, QUOTA_BODY).retry_after(1),
-            Reply::Hang => Answer::Hang,
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------
 // The client stack.
@@ -199,12 +168,7 @@ async fn a_404_does_not_trip_the_breaker() {
 #[tokio::test]
 async fn a_refused_connection_trips_the_breaker_with_the_error_text() {
     // A port that was free a moment ago and has no listener now.
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!(
-        "http://{}/v1/chat/completions",
-        listener.local_addr().unwrap()
-    );
-    drop(listener);
+    let url = format!("http://{}/v1/chat/completions", refused_addr());
     let (mut svc, handle) = stack(1);
 
     // The failed call's own error reaches the caller, typed.
@@ -286,7 +250,7 @@ async fn fallback_answers_carry_the_header_and_the_extension() {
 async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_after_its_retry_after(
 ) {
     let limited = TestServer::start([Reply::RateLimited(2)], Reply::Ok).await;
-    let exhausted = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
+    let exhausted = TestServer::start([Reply::QuotaExhaustedRetryAfter(1)], Reply::Ok).await;
     let (mut limited_svc, limited_handle) = stack(1);
     let (mut exhausted_svc, exhausted_handle) = stack(1);
 
@@ -343,7 +307,7 @@ async fn an_insufficient_quota_stays_open_until_reset_but_a_rate_limit_probes_af
 
 #[tokio::test]
 async fn an_error_body_past_the_limit_reaches_the_caller_whole() {
-    let server = TestServer::start([Reply::QuotaExhausted], Reply::Ok).await;
+    let server = TestServer::start([Reply::QuotaExhaustedRetryAfter(1)], Reply::Ok).await;
     let client = reqwest::Client::builder()
         .timeout(CLIENT_TIMEOUT)
         .build()

@@ -33,7 +33,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
+use server::{Reply, TestServer, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::http::{
@@ -52,43 +52,6 @@ const CALL_BOUND: Duration = Duration::from_secs(5);
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
-
-// ---------------------------------------------------------------------------------
-// The server.
-
-/// What the server does with one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// 200 with a chat completion.
-    Ok,
-    /// 503 Service Unavailable.
-    Unavailable,
-    /// 429 with `Retry-After: <secs>` and a rate-limit body.
-    RateLimited(u64),
-    /// 404 Not Found.
-    NotFound,
-    /// 429 with an OpenAI `insufficient_quota` body.
-    QuotaExhausted,
-    /// Never answers.
-    Hang,
-}
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> Answer {
-        match *self {
-            Reply::Ok => Answer::json(200, CHAT_BODY),
-            Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
-            Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
-            Reply::QuotaExhausted => Answer::json(429, QUOTA_BODY),
-            Reply::Hang => Answer::Hang,
-        }
-    }
-}
-
-/// The loopback server, scripted with [`Reply`]s (stopped and restarted on the same
-/// port by the first test).
-type TestServer = server::TestServer<Reply>;
 
 // ---------------------------------------------------------------------------------
 // The client stack.

@@ -33,7 +33,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use server::{Answer as Reply_, ScriptedReply, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
+use server::{Reply, TestServer, CHAT_BODY, QUOTA_BODY, RATE_LIMIT_BODY};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::error::Rejected;
@@ -58,57 +58,12 @@ fn secs(n: u64) -> Duration {
 }
 
 // ---------------------------------------------------------------------------------
-// The server.
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// 200 with a chat completion.
-    Ok,
-    /// 503 Service Unavailable.
-    Unavailable,
-    /// 429 with `Retry-After: <secs>`.
-    RateLimited(u64),
-    /// 429 with `retry-after-ms: <ms>`.
-    RateLimitedMs(&'static str),
-    /// 429 with an `insufficient_quota` body.
-    QuotaExhausted,
-    /// 429 with `Retry-After: <secs>` and a body one byte over the buffer's default
-    /// limit.
-    HugeRateLimited(u64),
-    /// 200 with a chat completion whose content holds quotes, a backslash, escapes and
-    /// non-ASCII text ([`TRICKY_BODY`]).
-    Tricky,
-}
+// What the server answers.
 
 /// A chat completion whose content is [`TRICKY_CONTENT`], written with JSON escapes.
 const TRICKY_BODY: &str = r#"{"id":"chatcmpl-7","object":"chat.completion","created":1712345678,"choices":[{"index":0,"message":{"role":"assistant","content":"She said \"hi\" \\ caf\u00e9 — naïve 😀\nline two"},"finish_reason":"stop"}],"usage":{"total_tokens":12}}"#;
 /// What [`TRICKY_BODY`]'s content says.
 const TRICKY_CONTENT: &str = "She said \"hi\" \\ café — naïve 😀\nline two";
-
-impl ScriptedReply for Reply {
-    fn answer(&self) -> Reply_ {
-        match *self {
-            Reply::Ok => Reply_::json(200, CHAT_BODY),
-            Reply::Unavailable => Reply_::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::RateLimited(wait) => Reply_::json(429, RATE_LIMIT_BODY).retry_after(wait),
-            Reply::RateLimitedMs(ms) => {
-                Reply_::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
-            }
-            Reply::QuotaExhausted => Reply_::json(429, QUOTA_BODY),
-            Reply::HugeRateLimited(wait) => {
-                let body = Bytes::from(vec![b' '; DEFAULT_BUFFER_LIMIT + 1]);
-                let response = Response::builder()
-                    .status(StatusCode::TOO_MANY_REQUESTS)
-                    .body(Full::new(body))
-                    .expect("a valid response");
-                Reply_::Respond(response).retry_after(wait)
-            }
-            Reply::Tricky => Reply_::json(200, TRICKY_BODY),
-        }
-    }
-}
-
-type TestServer = server::TestServer<Reply>;
 
 /// Lets `wait` pass on tokio's clock, without waiting for it. Only with no request in
 /// flight: the clock is paused for the jump.
@@ -588,7 +543,14 @@ async fn openais_retry_after_ms_opens_it_for_that_long_and_counting_only_lets_ca
 
 #[tokio::test]
 async fn a_429_too_large_to_buffer_still_opens_the_breaker_for_its_retry_after() {
-    let server = TestServer::start([Reply::HugeRateLimited(7)], Reply::Ok).await;
+    let server = TestServer::start(
+        [Reply::RateLimitedOversized {
+            retry_after: 7,
+            len: DEFAULT_BUFFER_LIMIT + 1,
+        }],
+        Reply::Ok,
+    )
+    .await;
     let builder = Builder::new()
         .failure_threshold(3)
         .cooldown(Cooldown::Time(secs(30)));
@@ -811,7 +773,7 @@ async fn a_skipped_calls_503_carries_retry_after_equal_to_the_wait_rounded_up() 
 async fn a_saved_answer_carries_age_the_stale_marker_retry_after_and_a_labelled_content_that_still_parses(
 ) {
     let script = [
-        Reply::Tricky,
+        Reply::Json(200, TRICKY_BODY),
         Reply::Unavailable,
         Reply::Unavailable,
         Reply::Unavailable,

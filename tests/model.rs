@@ -1,5 +1,5 @@
-//! Model-based tests: the breaker, driven through the real tower layer, compared step by step with a small reference model of the lesson's
-//! step function (consecutive failures trip it, the cooldown counts calls, one probe).
+//! Model-based tests: the breaker, driven through the real tower layer, compared step by step with a small reference model of the step
+//! function the replay example prints (consecutive failures trip it, the cooldown counts calls, one probe).
 //!
 //! The reference model, with steps numbered from 1:
 //!
@@ -18,7 +18,7 @@
 //!   return (found, failed)
 //! ```
 //!
-//! One more fate than the lesson's is generated: `abandoned`, a call whose readiness is
+//! One more fate than the replay's is generated: `abandoned`, a call whose readiness is
 //! reserved and whose service is then dropped without being called. For the state it
 //! is the same as `dropped` (nothing recorded, a probe slot freed); for the counts it is
 //! `abandoned` instead of `made` + `cancelled`.
@@ -26,6 +26,9 @@
 //! Nothing here waits on the wall clock: the layer runs on a current-thread runtime with
 //! paused time, and the machine gets one fixed `Instant`.
 
+mod common;
+
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::fmt;
 use std::pin::pin;
@@ -96,7 +99,7 @@ impl Said {
         matches!(self, Said::Model | Said::Failed | Said::Dropped)
     }
 
-    /// The word the lesson's trace uses.
+    /// The word the replay's trace uses.
     fn word(self) -> &'static str {
         match self {
             Said::Model => "model",
@@ -138,7 +141,7 @@ impl ModelCounts {
     }
 }
 
-/// The lesson's step function, plus the totals.
+/// The reference step function, plus the totals.
 #[derive(Debug, Clone)]
 struct Reference {
     threshold: u32,
@@ -297,7 +300,7 @@ impl Case {
     }
 }
 
-/// Compact, so a shrunk failure reads like the lesson's command line.
+/// Compact, so a shrunk failure reads like the replay example's command line.
 impl fmt::Debug for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fates: String = self.fates.iter().map(|fate| fate.symbol()).collect();
@@ -360,20 +363,11 @@ impl fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// What the classified-style service returns: failures are replies, as from a model
-/// client that returns an HTTP 503 as a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Answer,
-    Unavailable,
-    /// Only the fallback says this.
-    Fallback,
-}
-
 fn classify_reply(result: &Result<Reply, Infallible>) -> Outcome {
     match result {
-        Ok(Reply::Answer) => Outcome::Success,
-        Ok(Reply::Unavailable | Reply::Fallback) => Outcome::failure_with("503 unavailable"),
+        Ok(Reply::Ok) => Outcome::Success,
+        Ok(Reply::Failed | Reply::Fallback) => Outcome::failure_with("503 unavailable"),
+        Ok(other) => unreachable!("never scripted here: {other:?}"),
         Err(never) => match *never {},
     }
 }
@@ -400,7 +394,7 @@ fn err_service(
     })
 }
 
-/// A scripted service that fails with `Ok(Reply::Unavailable)`, for a classifier.
+/// A scripted service that fails with `Ok(Reply::Failed)`, for a classifier.
 fn reply_service(
     script: Arc<Vec<Fate>>,
     calls: Calls,
@@ -411,8 +405,8 @@ fn reply_service(
         async move {
             match fate {
                 Fate::Drop => std::future::pending().await,
-                Fate::Fail => Ok(Reply::Unavailable),
-                Fate::Succeed | Fate::Abandon => Ok(Reply::Answer),
+                Fate::Fail => Ok(Reply::Failed),
+                Fate::Succeed | Fate::Abandon => Ok(Reply::Ok),
             }
         }
     })
@@ -424,7 +418,7 @@ enum Style {
     /// `Err(Refused)`, judged by the default classifier: a failed call returns the
     /// error, so there is no `Answer` to read its state from.
     ErrResults,
-    /// `Ok(Reply::Unavailable)`, judged by a classifier: a failed call is an `Answer`.
+    /// `Ok(Reply::Failed)`, judged by a classifier: a failed call is an `Answer`.
     ClassifiedReplies,
 }
 
@@ -525,14 +519,13 @@ fn observe_classified_style(result: Result<Answer<Reply>, BoxError>) -> Observed
             reason,
             next_probe: answer.next_probe(),
         },
-        (
-            source @ (Source::Service | Source::Probe),
-            reply @ (Reply::Answer | Reply::Unavailable),
-        ) => Observed::Called {
-            state,
-            probe: source == Source::Probe,
-            success: reply == Reply::Answer,
-        },
+        (source @ (Source::Service | Source::Probe), reply @ (Reply::Ok | Reply::Failed)) => {
+            Observed::Called {
+                state,
+                probe: source == Source::Probe,
+                success: reply == Reply::Ok,
+            }
+        }
         (source, value) => Observed::Unexpected(format!("{source} answered {value:?}")),
     }
 }
@@ -706,13 +699,13 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------
-// The lesson's trace
+// The README's replay example: threshold 3, cooldown 4, the kill switch at steps 9 and 10
 // ---------------------------------------------------------------------------------------
 
-const LESSON_OUTCOMES: &str = "11000111101100001111";
+const README_OUTCOMES: &str = "11000111101100001111";
 
-fn lesson_case(kill: &[u64]) -> Case {
-    let fates: Vec<Fate> = LESSON_OUTCOMES
+fn readme_case(kill: &[u64]) -> Case {
+    let fates: Vec<Fate> = README_OUTCOMES
         .chars()
         .map(|c| if c == '1' { Fate::Succeed } else { Fate::Fail })
         .collect();
@@ -771,7 +764,7 @@ async fn layer_trace(case: &Case) -> (Vec<String>, Counts) {
         let answer = svc.ready().await.unwrap().call(step).await.unwrap();
         let word = match (answer.source(), answer.get_ref()) {
             (Source::Fallback(_), _) => "skipped",
-            (_, Reply::Answer) => "model",
+            (_, Reply::Ok) => "model",
             (_, _) => "failed",
         };
         lines.push(format!("{step} {}:{word}", answer.state()));
@@ -810,7 +803,7 @@ async fn lesson_trace_without_kill() {
          20 closed:model
          calls made: 14 / 20",
     );
-    let case = lesson_case(&[]);
+    let case = readme_case(&[]);
     assert_eq!(model_trace(&case), want, "the reference model");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");
@@ -854,7 +847,7 @@ async fn lesson_trace_with_kill_at_steps_9_and_10() {
          20 closed:model
          calls made: 12 / 20",
     );
-    let case = lesson_case(&[9, 10]);
+    let case = readme_case(&[9, 10]);
     assert_eq!(model_trace(&case), want, "the reference model");
     let (trace, counts) = layer_trace(&case).await;
     assert_eq!(trace, want, "the layer");

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use common::reply::Reply;
 use common::Rng;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -732,15 +733,6 @@ fn at(t: u64) -> Instant {
     *ORIGIN.get().expect("set by the run") + Duration::from_secs(t)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Answer,
-    Unavailable,
-    /// A 429 asking for this many seconds.
-    Limited(u64),
-    Fallback,
-}
-
 /// How a call answers: at once, when the test says, or never.
 enum Plan {
     Now(bool),
@@ -756,7 +748,7 @@ type CallFuture = Pin<Box<dyn Future<Output = Result<Answer<Reply>, BoxError>> +
 
 fn classify(result: &Result<Reply, Infallible>) -> Outcome {
     match result {
-        Ok(Reply::Answer) => Outcome::Success,
+        Ok(Reply::Ok) => Outcome::Success,
         Ok(Reply::Limited(wait)) => Outcome::Failure(
             Failure::new("429 Too Many Requests").retry_after(Duration::from_secs(*wait)),
         ),
@@ -816,9 +808,9 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 calls.fetch_add(1, Ordering::SeqCst);
                 async move {
                     let reply = match req.plan {
-                        Plan::Now(true) => Reply::Answer,
-                        Plan::Now(false) => Reply::Unavailable,
-                        Plan::Later(answer) => answer.await.unwrap_or(Reply::Unavailable),
+                        Plan::Now(true) => Reply::Ok,
+                        Plan::Now(false) => Reply::Failed,
+                        Plan::Later(answer) => answer.await.unwrap_or(Reply::Failed),
                         Plan::Never => std::future::pending().await,
                     };
                     Ok::<_, Infallible>(reply)
@@ -882,9 +874,9 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                     if !held.is_empty() {
                         let (tx, mut future, _) = held.remove(i % held.len());
                         let _ = tx.send(match act {
-                            Act::Release(_, true) => Reply::Answer,
+                            Act::Release(_, true) => Reply::Ok,
                             Act::ReleaseLimited(_, wait) => Reply::Limited(wait),
-                            _ => Reply::Unavailable,
+                            _ => Reply::Failed,
                         });
                         loop {
                             tokio::task::yield_now().await;

@@ -28,6 +28,7 @@ use tower_circuit_breaker::retry::{BreakerVerdict, RetryConfigError, RetryLayer,
 use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source, State};
 
 use common::counts::assert_counts_add_up;
+use server::{Reply, TestServer, CHAT_BODY, QUOTA_BODY};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,8 +40,6 @@ fn secs(n: u64) -> Duration {
 
 // ---------------------------------------------------------------------------------
 // A scripted model in paused time.
-
-const QUOTA_BODY: &str = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","code":"insufficient_quota"}}"#;
 
 /// What the model does with one call.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +69,20 @@ fn response(
         .body(Bytes::from_static(body.as_bytes()))
         .expect("a valid response")
         .into()
+}
+
+/// A breaker named "model" that opens after `threshold` failures in a row.
+fn model_breaker(threshold: u32) -> CircuitBreakerLayer {
+    CircuitBreakerLayer::builder()
+        .name("model")
+        .failure_threshold(threshold)
+        .build()
+        .unwrap()
+}
+
+/// A fallback's answer: 503, the model is unavailable.
+async fn model_unavailable(_: String) -> Result<BufferedResponse, Infallible> {
+    Ok(response(503, None, "the model is unavailable"))
 }
 
 /// When each call reached the model.
@@ -390,12 +403,7 @@ async fn the_breakers_rejection_is_never_retried() {
 
     // A failure of the service through such a breaker is still retried.
     let (inner, calls) = model([], Step::Refused);
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(10)
-        .build()
-        .unwrap()
-        .with_typed_errors();
+    let breaker = model_breaker(10).with_typed_errors();
     let mut svc = ServiceBuilder::new()
         .layer(RetryLayer::builder().max_attempts(3).build().unwrap())
         .layer(breaker)
@@ -436,15 +444,9 @@ async fn a_short_retry_after_is_waited_exactly_then_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_long_retry_after_is_returned_at_once_and_the_breaker_opens() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(3)
-        .build()
-        .unwrap()
+    let breaker = model_breaker(3)
         .with_classifier(HttpClassifier::new())
-        .with_fallback(service_fn(|_: String| async {
-            Ok::<_, Infallible>(response(503, None, "the model is unavailable"))
-        }));
+        .with_fallback(service_fn(model_unavailable));
     let handle = breaker.handle();
     let (inner, calls) = model([Step::Waiting(429, "retry-after", "60")], Step::Status(200));
     let mut svc = ServiceBuilder::new()
@@ -499,12 +501,7 @@ async fn a_timeout_is_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn the_breaker_counts_one_outcome_per_user_call() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(2)
-        .build()
-        .unwrap()
-        .with_classifier(HttpClassifier::new());
+    let breaker = model_breaker(2).with_classifier(HttpClassifier::new());
     let handle = breaker.handle();
     let script = [
         // 1: two failures, then a success.
@@ -677,25 +674,6 @@ fn public_types_are_send_sync_clone_and_debug() {
 // ---------------------------------------------------------------------------------
 // Over real TCP.
 
-#[derive(Debug, Clone, Copy)]
-enum Reply {
-    Ok,
-    Unavailable,
-    RateLimited(u64),
-}
-
-impl server::ScriptedReply for Reply {
-    fn answer(&self) -> server::Answer {
-        match *self {
-            Reply::Ok => server::Answer::json(200, server::CHAT_BODY),
-            Reply::Unavailable => server::Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
-            Reply::RateLimited(wait) => {
-                server::Answer::json(429, server::RATE_LIMIT_BODY).retry_after(wait)
-            }
-        }
-    }
-}
-
 /// One call to `url` with a JSON body, bounded by 10 s.
 async fn post<S>(
     svc: &mut S,
@@ -718,8 +696,7 @@ where
 
 #[tokio::test]
 async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
-    let server =
-        server::TestServer::start([Reply::Unavailable, Reply::Unavailable], Reply::Ok).await;
+    let server = TestServer::start([Reply::Unavailable, Reply::Unavailable], Reply::Ok).await;
     let breaker = CircuitBreakerLayer::builder()
         .name("chat")
         .build()
@@ -741,7 +718,7 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
     let answer = post(&mut svc, &server.url()).await.unwrap();
     assert_eq!(answer.status(), 200);
-    assert_eq!(answer.text().unwrap(), server::CHAT_BODY);
+    assert_eq!(answer.text().unwrap(), CHAT_BODY);
     assert_eq!(answer.source(), Source::Service);
     assert_eq!(server.requests(), 3, "two retries reached the server");
     let counts = handle.snapshot().counts;
@@ -750,7 +727,7 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
     // A 429 with a long Retry-After: one request, the breaker opens, and the next call
     // does not reach the server.
-    let limited = server::TestServer::start([Reply::RateLimited(120)], Reply::Ok).await;
+    let limited = TestServer::start([Reply::RateLimited(120)], Reply::Ok).await;
     let answer = post(&mut svc, &limited.url()).await.unwrap();
     assert_eq!(answer.status(), 429);
     assert_eq!(limited.requests(), 1);
@@ -768,15 +745,9 @@ async fn over_tcp_503_503_200_is_one_success_after_three_requests() {
 
 #[tokio::test(start_paused = true)]
 async fn outside_a_breaker_a_fallbacks_answer_is_never_retried_and_a_failure_is() {
-    let breaker = CircuitBreakerLayer::builder()
-        .name("model")
-        .failure_threshold(10)
-        .build()
-        .unwrap()
+    let breaker = model_breaker(10)
         .with_classifier(HttpClassifier::new())
-        .with_fallback(service_fn(|_: String| async {
-            Ok::<_, Infallible>(response(503, None, "the model is unavailable"))
-        }));
+        .with_fallback(service_fn(model_unavailable));
     let handle = breaker.handle();
     let (inner, calls) = model([], Step::Status(503));
     let mut svc = ServiceBuilder::new()

@@ -5,6 +5,9 @@
 //! a wait above the cap (a provider's monthly spend limit: days) is reported as asked
 //! while the breaker probes at the cap.
 
+mod common;
+
+use common::reply::Reply;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,17 +30,6 @@ const DAY: u64 = 24 * 3600;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
-}
-
-/// What the wrapped service answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Answer,
-    /// A 429 asking for this many seconds.
-    Limited(u64),
-    /// Only the fallback says this: the call was not made. With the wait the service
-    /// asked for beyond the next probe, in whole seconds from when it was skipped.
-    Fallback(Option<u64>),
 }
 
 /// A call's request: the wrapped service answers what the test sends.
@@ -81,7 +73,7 @@ fn stack(threshold: u32) -> (Svc, CircuitBreakerHandle, Arc<AtomicU64>) {
         let made = made.clone();
         service_fn(move |Req(reply): Req| {
             made.fetch_add(1, Ordering::SeqCst);
-            async move { Ok::<_, Infallible>(reply.await.unwrap_or(Reply::Answer)) }
+            async move { Ok::<_, Infallible>(reply.await.unwrap_or(Reply::Ok)) }
         })
     };
     let svc = layer
@@ -91,7 +83,7 @@ fn stack(threshold: u32) -> (Svc, CircuitBreakerHandle, Arc<AtomicU64>) {
             let asked = skipped
                 .requested_until
                 .map(|until| until.saturating_duration_since(now).as_secs());
-            Ok::<_, Infallible>(Reply::Fallback(asked))
+            Ok::<_, Infallible>(Reply::FallbackAfter(asked))
         }))
         .layer(inner);
     let svc = svc.map_future(|future| Box::pin(future) as _);
@@ -158,12 +150,12 @@ async fn a_late_longer_retry_after_keeps_the_probe_from_going_out_early() {
     );
     // Where the first wait would have let a probe out, the breaker still waits.
     advance(secs(5)).await;
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_skipped_open(&answer, 55);
     assert_eq!(made.load(Ordering::SeqCst), 2, "no probe went out early");
     // A minute after the late 429 arrived, the probe goes.
     advance(secs(55)).await;
-    let probe = call(&mut svc, Reply::Answer).await;
+    let probe = call(&mut svc, Reply::Ok).await;
     assert_eq!(probe.source(), Source::Probe);
     assert_eq!(handle.state(), State::Closed);
 }
@@ -177,10 +169,10 @@ async fn a_late_shorter_retry_after_never_brings_the_probe_forward() {
     advance(secs(1)).await;
     second.answer(Reply::Limited(5)).await;
     advance(secs(5)).await;
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_skipped_open(&answer, 54);
     advance(secs(54)).await;
-    assert_eq!(call(&mut svc, Reply::Answer).await.source(), Source::Probe);
+    assert_eq!(call(&mut svc, Reply::Ok).await.source(), Source::Probe);
     assert_eq!(made.load(Ordering::SeqCst), 3);
     assert_eq!(handle.state(), State::Closed);
 }
@@ -204,7 +196,7 @@ async fn a_late_retry_after_never_undoes_a_reset_made_after_its_call_was_admitte
     // The opening stands as the breaker's own calls made it: the probe at 5 s.
     assert_eq!(handle.snapshot().retry_after(), Some(secs(4)));
     advance(secs(4)).await;
-    assert_eq!(call(&mut svc, Reply::Answer).await.source(), Source::Probe);
+    assert_eq!(call(&mut svc, Reply::Ok).await.source(), Source::Probe);
     assert_eq!(handle.state(), State::Closed);
 
     // Reset while open, and nothing since: the late 429 finds it closed, and leaves it so.
@@ -218,10 +210,7 @@ async fn a_late_retry_after_never_undoes_a_reset_made_after_its_call_was_admitte
         (snapshot.state, snapshot.consecutive_failures),
         (State::Closed, 0)
     );
-    assert_eq!(
-        call(&mut svc, Reply::Answer).await.source(),
-        Source::Service
-    );
+    assert_eq!(call(&mut svc, Reply::Ok).await.source(), Source::Service);
 }
 
 #[tokio::test(start_paused = true)]
@@ -243,7 +232,7 @@ async fn a_late_retry_after_never_alters_a_forced_open_or_a_hold_for_a_time() {
     );
     assert_eq!(snapshot.requested_until, None);
     advance(secs(9)).await;
-    assert_eq!(call(&mut svc, Reply::Answer).await.source(), Source::Probe);
+    assert_eq!(call(&mut svc, Reply::Ok).await.source(), Source::Probe);
 
     // Forced open until a reset: a late wait leaves it so.
     let first = send(&mut svc).await;
@@ -251,7 +240,7 @@ async fn a_late_retry_after_never_alters_a_forced_open_or_a_hold_for_a_time() {
     first.answer(Reply::Limited(5)).await;
     handle.force_open();
     second.answer(Reply::Limited(60)).await;
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_eq!(answer.source(), Source::Fallback(Reason::ForcedOpen));
     assert_eq!(
         answer.next_probe(),
@@ -270,12 +259,12 @@ async fn a_late_retry_after_while_killed_leaves_the_kill_switch_on_and_the_wait_
     second.answer(Reply::Limited(60)).await;
     // The person's act stands: every call is skipped as killed.
     assert!(handle.kill_switch().is_killed());
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_eq!(answer.source(), Source::Fallback(Reason::Killed));
     // Revived after the first wait: the breaker's own wait, lengthened, still holds.
     advance(secs(5)).await;
     handle.kill_switch().revive();
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_skipped_open(&answer, 55);
     assert_eq!(made.load(Ordering::SeqCst), 2);
 }
@@ -291,7 +280,7 @@ async fn a_late_retry_after_leaves_a_half_open_breaker_to_its_probe() {
     assert_eq!(handle.state(), State::HalfOpen);
     second.answer(Reply::Limited(60)).await;
     assert_eq!(handle.state(), State::HalfOpen, "the probe decides");
-    assert_eq!(probe.answer(Reply::Answer).await.source(), Source::Probe);
+    assert_eq!(probe.answer(Reply::Ok).await.source(), Source::Probe);
     assert_eq!(handle.state(), State::Closed);
 }
 
@@ -321,9 +310,9 @@ async fn a_three_day_wait_is_reported_as_three_days_while_the_breaker_probes_at_
     );
     // A skipped call is told both: the next probe at the cap, and what the service asked.
     advance(secs(60)).await;
-    let answer = call(&mut svc, Reply::Answer).await;
+    let answer = call(&mut svc, Reply::Ok).await;
     assert_skipped_open(&answer, 240);
-    assert_eq!(*answer.get_ref(), Reply::Fallback(Some(3 * DAY - 60)));
+    assert_eq!(*answer.get_ref(), Reply::FallbackAfter(Some(3 * DAY - 60)));
     // At the cap the probe goes, into the service's answer.
     advance(secs(240)).await;
     let probe = call(&mut svc, Reply::Limited(3 * DAY - 300)).await;
@@ -349,8 +338,8 @@ async fn a_wait_the_breaker_keeps_whole_reports_nothing_more() {
     assert_eq!(snapshot.requested_until, None);
     let json = serde_json::to_value(&snapshot).unwrap();
     assert_eq!(json["requested_wait_ms"], serde_json::Value::Null);
-    let answer = call(&mut svc, Reply::Answer).await;
-    assert_eq!(*answer.get_ref(), Reply::Fallback(None));
+    let answer = call(&mut svc, Reply::Ok).await;
+    assert_eq!(*answer.get_ref(), Reply::FallbackAfter(None));
 }
 
 #[tokio::test(start_paused = true)]

@@ -31,13 +31,14 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// What the test model answers with.
+/// What a caller is served: the test model's own text, or what the saved-answers fallback
+/// gives in its place (a saved answer labelled with its age, or word that none was saved).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
+enum Served {
     /// The model's own answer.
     Model(String),
     /// A saved answer, labelled with its age by the fallback.
-    Stale { answer: Box<Reply>, age: Duration },
+    Stale { answer: Box<Served>, age: Duration },
     /// The fallback had no saved answer.
     Unavailable(Unavailable),
 }
@@ -121,14 +122,14 @@ fn model(
     world: World,
 ) -> impl Service<
     String,
-    Response = Reply,
+    Response = Served,
     Error = ModelError,
-    Future = BoxFuture<Result<Reply, ModelError>>,
+    Future = BoxFuture<Result<Served, ModelError>>,
 > + Clone
        + Send
        + 'static {
     service_fn(
-        move |prompt: String| -> BoxFuture<Result<Reply, ModelError>> {
+        move |prompt: String| -> BoxFuture<Result<Served, ModelError>> {
             let n = world.calls.fetch_add(1, Ordering::SeqCst) + 1;
             let behavior = *world.behavior.lock().unwrap();
             let answers = world.answers.clone();
@@ -142,16 +143,16 @@ fn model(
                     Behavior::Hang => std::future::pending().await,
                 };
                 answers.lock().unwrap().push((prompt, text.clone()));
-                Ok(Reply::Model(text))
+                Ok(Served::Model(text))
             })
         },
     )
 }
 
 type Key = fn(&String) -> Option<String>;
-type Good = fn(&Reply) -> bool;
-type Stale = fn(Reply, Duration) -> Reply;
-type Unav = fn(Unavailable) -> Reply;
+type Good = fn(&Served) -> bool;
+type Stale = fn(Served, Duration) -> Served;
+type Unav = fn(Unavailable) -> Served;
 
 /// Prompts starting with `private:` have no key: never saved, never served.
 #[allow(clippy::ptr_arg)] // a key function takes `&Request`, and requests are `String`s
@@ -159,22 +160,22 @@ fn key(prompt: &String) -> Option<String> {
     (!prompt.starts_with("private:")).then(|| prompt.clone())
 }
 
-fn good(reply: &Reply) -> bool {
-    !matches!(reply, Reply::Model(text) if text.starts_with("ERROR"))
+fn good(reply: &Served) -> bool {
+    !matches!(reply, Served::Model(text) if text.starts_with("ERROR"))
 }
 
-fn stale(answer: Reply, age: Duration) -> Reply {
-    Reply::Stale {
+fn stale(answer: Served, age: Duration) -> Served {
+    Served::Stale {
         answer: Box::new(answer),
         age,
     }
 }
 
-fn unavailable(unavailable: Unavailable) -> Reply {
-    Reply::Unavailable(unavailable)
+fn unavailable(unavailable: Unavailable) -> Served {
+    Served::Unavailable(unavailable)
 }
 
-fn classify(result: &Result<Reply, ModelError>) -> Outcome {
+fn classify(result: &Result<Served, ModelError>) -> Outcome {
     match result {
         Ok(_) => Outcome::Success,
         Err(ModelError::Refused) => Outcome::failure(),
@@ -185,12 +186,12 @@ fn classify(result: &Result<Reply, ModelError>) -> Outcome {
     }
 }
 
-type Stack = BoxCloneService<String, Answer<Reply>, BoxError>;
+type Stack = BoxCloneService<String, Answer<Served>, BoxError>;
 
 /// The breaker (named `model`) with the save layer outside and the saved fallback.
 fn stack(
     breaker: Builder,
-    saved: &SavedAnswers<String, Reply>,
+    saved: &SavedAnswers<String, Served>,
     world: &World,
 ) -> (Stack, CircuitBreakerHandle) {
     let breaker = breaker.name("model").build().expect("valid settings");
@@ -202,17 +203,17 @@ fn stack(
         .layer(
             breaker
                 .with_fallback_context(fallback)
-                .with_classifier(classify as fn(&Result<Reply, ModelError>) -> Outcome),
+                .with_classifier(classify as fn(&Result<Served, ModelError>) -> Outcome),
         )
         .service(model(world.clone()));
     (BoxCloneService::new(service), handle)
 }
 
-fn store(capacity: usize, max_age: Duration) -> SavedAnswers<String, Reply> {
+fn store(capacity: usize, max_age: Duration) -> SavedAnswers<String, Served> {
     SavedAnswers::new(capacity, max_age).expect("valid settings")
 }
 
-async fn ask(service: &mut Stack, prompt: &str) -> Result<Answer<Reply>, BoxError> {
+async fn ask(service: &mut Stack, prompt: &str) -> Result<Answer<Served>, BoxError> {
     service.ready().await?.call(prompt.to_string()).await
 }
 
@@ -221,7 +222,7 @@ async fn ask_model(service: &mut Stack, prompt: &str) -> String {
     let answer = ask(service, prompt).await.expect("an answer");
     assert!(answer.source().is_service(), "{answer:?}");
     match answer.into_inner() {
-        Reply::Model(text) => text,
+        Served::Model(text) => text,
         other => panic!("expected the model's answer, got {other:?}"),
     }
 }
@@ -231,8 +232,8 @@ async fn ask_stale(service: &mut Stack, prompt: &str) -> (String, Duration) {
     let answer = ask(service, prompt).await.expect("an answer");
     assert!(answer.is_fallback(), "{answer:?}");
     match answer.into_inner() {
-        Reply::Stale { answer, age } => match *answer {
-            Reply::Model(text) => (text, age),
+        Served::Stale { answer, age } => match *answer {
+            Served::Model(text) => (text, age),
             other => panic!("a saved answer that is not the model's: {other:?}"),
         },
         other => panic!("expected a saved answer, got {other:?}"),
@@ -244,7 +245,7 @@ async fn ask_unavailable(service: &mut Stack, prompt: &str) -> Unavailable {
     let answer = ask(service, prompt).await.expect("an answer");
     assert!(answer.is_fallback(), "{answer:?}");
     match answer.into_inner() {
-        Reply::Unavailable(unavailable) => unavailable,
+        Served::Unavailable(unavailable) => unavailable,
         other => panic!("expected an unavailable answer, got {other:?}"),
     }
 }
@@ -263,8 +264,8 @@ async fn a_saved_answer_is_served_labeled_with_its_real_age_while_open() {
     assert_eq!(answer.source(), Source::Fallback(Reason::ForcedOpen));
     assert_eq!(
         answer.into_inner(),
-        Reply::Stale {
-            answer: Box::new(Reply::Model(real.clone())),
+        Served::Stale {
+            answer: Box::new(Served::Model(real.clone())),
             age: secs(90)
         }
     );
@@ -758,17 +759,17 @@ async fn the_fallback_never_serves_content_that_was_not_a_real_answer() {
             };
             let source = answer.source();
             match answer.into_inner() {
-                Reply::Model(text) => {
+                Served::Model(text) => {
                     assert!(source.is_service());
                     assert!(world.gave(&prompt, &text));
                     if !text.starts_with("ERROR") && key(&prompt).is_some() {
                         reference.store(&prompt, &text, now);
                     }
                 }
-                Reply::Stale { answer, age } => {
+                Served::Stale { answer, age } => {
                     fallbacks += 1;
                     assert!(source.is_fallback());
-                    let Reply::Model(text) = *answer else {
+                    let Served::Model(text) = *answer else {
                         panic!("a saved answer that is not the model's: {answer:?}");
                     };
                     assert!(
@@ -778,7 +779,7 @@ async fn the_fallback_never_serves_content_that_was_not_a_real_answer() {
                     assert!(age <= secs(50));
                     assert_eq!(reference.get(&prompt, now), Some((text, age)));
                 }
-                Reply::Unavailable(_) => {
+                Served::Unavailable(_) => {
                     fallbacks += 1;
                     assert!(source.is_fallback());
                     assert_eq!(reference.get(&prompt, now), None);
@@ -901,10 +902,11 @@ fn public_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<SavedAnswers<String, String>>();
     send_sync::<SaveLayer<String, String, Key>>();
-    send_sync::<Save<tower::util::ServiceFn<fn(String)>, String, Reply, Key, Good>>();
-    send_sync::<SaveFuture<std::future::Ready<Result<Reply, BoxError>>, String, Reply, EverySuccess>>(
-    );
-    send_sync::<SavedFallback<String, Reply, Key, Stale, Unav>>();
+    send_sync::<Save<tower::util::ServiceFn<fn(String)>, String, Served, Key, Good>>();
+    send_sync::<
+        SaveFuture<std::future::Ready<Result<Served, BoxError>>, String, Served, EverySuccess>,
+    >();
+    send_sync::<SavedFallback<String, Served, Key, Stale, Unav>>();
     send_sync::<Unavailable>();
     send_sync::<SavedConfigError>();
 }
@@ -926,12 +928,12 @@ async fn concurrent_saves_and_serves_keep_the_store_bounded_and_honest() {
                     }
                     let prompt = format!("q{}", rng.below(20));
                     match ask(&mut model, &prompt).await.unwrap().into_inner() {
-                        Reply::Model(text) => assert!(world.gave(&prompt, &text)),
-                        Reply::Stale { answer, .. } => match *answer {
-                            Reply::Model(text) => assert!(world.gave(&prompt, &text)),
+                        Served::Model(text) => assert!(world.gave(&prompt, &text)),
+                        Served::Stale { answer, .. } => match *answer {
+                            Served::Model(text) => assert!(world.gave(&prompt, &text)),
                             other => panic!("not the model's: {other:?}"),
                         },
-                        Reply::Unavailable(_) => {}
+                        Served::Unavailable(_) => {}
                     }
                 }
             })

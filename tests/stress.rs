@@ -67,6 +67,7 @@ use tower_circuit_breaker::{
 
 mod common;
 use common::counts::assert_counts_add_up;
+use common::reply::Reply;
 
 use common::{yields, Rng};
 
@@ -185,15 +186,6 @@ struct Req {
     plan: Plan,
     /// How many times the service's future yields before it answers: its latency.
     yields: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    Ok,
-    Failed,
-    Ignored,
-    ClassifierBomb,
-    Fallback,
 }
 
 #[derive(Debug, Default)]
@@ -340,6 +332,7 @@ impl Classify<Reply, BoxError> for Classifier {
                 panic!("{CLASSIFIER_PANIC}");
             }
             Ok(Reply::Failed | Reply::Fallback) => Outcome::failure_with("unhealthy"),
+            Ok(other) => unreachable!("never scripted here: {other:?}"),
             // The inner timeout cut a hang.
             Err(_) => Outcome::failure(),
         }
@@ -1225,28 +1218,18 @@ struct ToolReq {
     yields: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ToolReply {
-    Ok,
-    Ignored,
-    Fallback,
-}
-
 #[derive(Debug, Default)]
 struct ToolStats {
     calls: AtomicU64,
 }
 
 trait ToolService:
-    Service<ToolReq, Response = Answer<ToolReply>, Error = BoxError, Future: Send>
-    + Clone
-    + Send
-    + 'static
+    Service<ToolReq, Response = Answer<Reply>, Error = BoxError, Future: Send> + Clone + Send + 'static
 {
 }
 
 impl<S> ToolService for S where
-    S: Service<ToolReq, Response = Answer<ToolReply>, Error = BoxError, Future: Send>
+    S: Service<ToolReq, Response = Answer<Reply>, Error = BoxError, Future: Send>
         + Clone
         + Send
         + 'static
@@ -1261,20 +1244,20 @@ fn tool_service(layer: ToolLayer, stats: Arc<ToolStats>) -> impl ToolService {
         async move {
             yields(u64::from(req.yields)).await;
             match req.outcome {
-                ToolOutcome::Ok => Ok(ToolReply::Ok),
-                ToolOutcome::Ignore => Ok(ToolReply::Ignored),
+                ToolOutcome::Ok => Ok(Reply::Ok),
+                ToolOutcome::Ignore => Ok(Reply::Ignored),
                 ToolOutcome::Fail(message) => Err(io::Error::other(message)),
             }
         }
     });
     layer
-        .with_classifier(|result: &Result<ToolReply, io::Error>| match result {
-            Ok(ToolReply::Ignored) => Outcome::Ignored,
+        .with_classifier(|result: &Result<Reply, io::Error>| match result {
+            Ok(Reply::Ignored) => Outcome::Ignored,
             Ok(_) => Outcome::Success,
             Err(_) => Outcome::failure(),
         })
         .with_fallback(service_fn(|_: ToolReq| async {
-            Ok::<_, Infallible>(ToolReply::Fallback)
+            Ok::<_, Infallible>(Reply::Fallback)
         }))
         .layer(tool)
 }

@@ -1,8 +1,9 @@
-//! Shared by the test files: the seed's capability map (seed step 1, with Edit declared
-//! since Write names it), reproducible randomness, and yields.
+//! Shared by the test files: an agent's capability map of six tools (Grep, Bash, Read, Write, Edit,
+//! WebSearch; Edit declared since Write names it), reproducible randomness, and yields.
 #![allow(dead_code)] // each test file uses its own subset
 
 pub(crate) mod counts;
+pub(crate) mod reply;
 pub(crate) mod tool;
 
 use tower_circuit_breaker::expediter::{Alternative, ToolSpec};

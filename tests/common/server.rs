@@ -1,15 +1,13 @@
 //! A scripted HTTP/1 server on loopback, shared by the tests that go over real TCP
 //! (`tests/http_tcp.rs`, `tests/http_reqwest.rs`, `tests/async_openai.rs`,
-//! `tests/llm_stack.rs`), each of
-//! which includes it with `#[path = "common/server.rs"] mod server;` (it is not part of
-//! `tests/common/mod.rs`, whose users need no hyper).
+//! `tests/llm_stack.rs`, `tests/failover.rs`, `tests/retry.rs`, `tests/balance.rs`), each
+//! of which includes it with `#[path = "common/server.rs"] mod server;` (it is not part
+//! of `tests/common/mod.rs`, whose users need no hyper).
 //!
 //! A [`TestServer`] stands in for an OpenAI-compatible API on 127.0.0.1: it answers any
-//! path, with the next reply of its script and then with its default reply, counts
+//! path, with the next [`Reply`] of its script and then with its default reply, counts
 //! every request it receives (across restarts), can be stopped and restarted on the
-//! same port, and closes its listener and every connection when dropped. What a reply
-//! is, is up to each test file: its own type, turned into an [`Answer`] (a response or
-//! a hang) by [`ScriptedReply::answer`].
+//! same port, and closes its listener and every connection when dropped.
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::collections::VecDeque;
@@ -37,7 +35,7 @@ pub(crate) const RATE_LIMIT_BODY: &str =
 
 /// What the server does with one request.
 #[derive(Debug)]
-pub(crate) enum Answer {
+enum Answer {
     /// Answers with this response.
     Respond(Response<Full<Bytes>>),
     /// Never answers: the request stays in flight until the client gives up or the
@@ -47,25 +45,25 @@ pub(crate) enum Answer {
 
 impl Answer {
     /// `status` with `body`, and no header.
-    pub(crate) fn new(status: u16, body: &'static str) -> Self {
+    fn new(status: u16, body: &'static str) -> Self {
         let mut response = Response::new(Full::from(body));
         *response.status_mut() = StatusCode::from_u16(status).expect("a valid status code");
         Answer::Respond(response)
     }
 
     /// `status` with a JSON `body` (`content-type: application/json`).
-    pub(crate) fn json(status: u16, body: &'static str) -> Self {
+    fn json(status: u16, body: &'static str) -> Self {
         Answer::new(status, body).header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
     }
 
     /// The same answer with `Retry-After: <secs>`; a hang stays a hang.
-    pub(crate) fn retry_after(self, secs: u64) -> Self {
+    fn retry_after(self, secs: u64) -> Self {
         self.header(RETRY_AFTER, HeaderValue::from(secs))
     }
 
     /// The same answer with this header (`retry-after-ms: 1500`, say); a hang stays a
     /// hang.
-    pub(crate) fn with_header(self, name: &'static str, value: &'static str) -> Self {
+    fn with_header(self, name: &'static str, value: &'static str) -> Self {
         self.header(
             HeaderName::from_static(name),
             HeaderValue::from_static(value),
@@ -83,33 +81,98 @@ impl Answer {
     }
 }
 
-/// A reply a test file scripts for its server: its own type (status codes, bodies,
-/// hangs, whatever the tests need), answered as it says.
-pub(crate) trait ScriptedReply: Clone + Send + Sync + 'static {
+/// What the server answers one request with: the replies an OpenAI-compatible API
+/// gives, a response of the test's own, or none at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// 200 with a chat completion ([`CHAT_BODY`]).
+    Ok,
+    /// 503 Service Unavailable.
+    Unavailable,
+    /// 404: the model does not exist.
+    NotFound,
+    /// 400: the caller's mistake.
+    BadRequest,
+    /// 400: the context is too long for this model.
+    ContextTooLong,
+    /// 429 with `Retry-After: <secs>` and a rate-limit body ([`RATE_LIMIT_BODY`]).
+    RateLimited(u64),
+    /// 429 with `retry-after-ms: <ms>` and a rate-limit body.
+    RateLimitedMs(&'static str),
+    /// 429 with `Retry-After: <secs>` and a body of this many spaces (no content type).
+    RateLimitedOversized { retry_after: u64, len: usize },
+    /// 429 with an OpenAI `insufficient_quota` body ([`QUOTA_BODY`]).
+    QuotaExhausted,
+    /// 429 with an OpenAI `insufficient_quota` body and `Retry-After: <secs>` (which a
+    /// quota error does not honour).
+    QuotaExhaustedRetryAfter(u64),
+    /// This status with this JSON body (`content-type: application/json`).
+    Json(u16, &'static str),
+    /// This status with this body, and no header.
+    Plain(u16, &'static str),
+    /// Never answers: the request stays in flight until the client gives up or the
+    /// server stops.
+    Hang,
+}
+
+impl Reply {
     /// What the server does with the request this reply is for.
-    fn answer(&self) -> Answer;
+    fn answer(self) -> Answer {
+        match self {
+            Reply::Ok => Answer::json(200, CHAT_BODY),
+            Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
+            Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
+            Reply::BadRequest => Answer::json(400, r#"{"error":{"code":"invalid_request_error"}}"#),
+            Reply::ContextTooLong => {
+                Answer::json(400, r#"{"error":{"code":"context_length_exceeded"}}"#)
+            }
+            Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
+            Reply::RateLimitedMs(ms) => {
+                Answer::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
+            }
+            Reply::RateLimitedOversized { retry_after, len } => {
+                let mut response = Response::new(Full::from(vec![b' '; len]));
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                Answer::Respond(response).retry_after(retry_after)
+            }
+            Reply::QuotaExhausted => Answer::json(429, QUOTA_BODY),
+            Reply::QuotaExhaustedRetryAfter(wait) => {
+                Answer::json(429, QUOTA_BODY).retry_after(wait)
+            }
+            Reply::Json(status, body) => Answer::json(status, body),
+            Reply::Plain(status, body) => Answer::new(status, body),
+            Reply::Hang => Answer::Hang,
+        }
+    }
+}
+
+/// An address on loopback that nothing listens on (it was free a moment ago): a
+/// connection to it is refused.
+pub(crate) fn refused_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("local address")
 }
 
 /// What the server and its connections share, across restarts.
-struct ServerState<R> {
+struct ServerState {
     requests: AtomicUsize,
-    script: Mutex<VecDeque<R>>,
-    otherwise: R,
+    script: Mutex<VecDeque<Reply>>,
+    otherwise: Reply,
 }
 
 /// A hyper HTTP/1 server on 127.0.0.1 that answers each request with the next reply of
 /// its script (then with its default reply) and counts every request it receives,
 /// across restarts. Dropping it closes the listener and every open connection.
-pub(crate) struct TestServer<R> {
+pub(crate) struct TestServer {
     addr: SocketAddr,
-    state: Arc<ServerState<R>>,
+    state: Arc<ServerState>,
     /// The accept loop, which owns the connections; `None` while stopped.
     task: Option<JoinHandle<()>>,
 }
 
-impl<R: ScriptedReply> TestServer<R> {
+impl TestServer {
     /// Listens on a free port; answers with `script`, in order, then with `otherwise`.
-    pub(crate) async fn start(script: impl IntoIterator<Item = R>, otherwise: R) -> Self {
+    pub(crate) async fn start(script: impl IntoIterator<Item = Reply>, otherwise: Reply) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local address");
         let state = Arc::new(ServerState {
@@ -142,9 +205,7 @@ impl<R: ScriptedReply> TestServer<R> {
         let listener = TcpListener::bind(self.addr).await.expect("the same port");
         self.task = Some(tokio::spawn(serve(listener, self.state.clone())));
     }
-}
 
-impl<R> TestServer<R> {
     /// Requests received so far.
     pub(crate) fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
@@ -166,7 +227,7 @@ impl<R> TestServer<R> {
     }
 }
 
-impl<R> Drop for TestServer<R> {
+impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
@@ -176,7 +237,7 @@ impl<R> Drop for TestServer<R> {
 
 /// Accepts connections until aborted. The connections are tasks of a `JoinSet` owned
 /// here, so aborting this task closes them too, keep-alive or hanging.
-async fn serve<R: ScriptedReply>(listener: TcpListener, state: Arc<ServerState<R>>) {
+async fn serve(listener: TcpListener, state: Arc<ServerState>) {
     let mut connections = JoinSet::new();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -195,16 +256,14 @@ async fn serve<R: ScriptedReply>(listener: TcpListener, state: Arc<ServerState<R
 }
 
 /// Counts the request and answers it with the next reply.
-async fn answer<R: ScriptedReply>(
-    state: Arc<ServerState<R>>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infallible> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     let next = state
         .script
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .pop_front();
-    let reply = next.unwrap_or_else(|| state.otherwise.clone());
+    let reply = next.unwrap_or(state.otherwise);
     match reply.answer() {
         Answer::Respond(response) => Ok(response),
         Answer::Hang => std::future::pending().await,

@@ -1,0 +1,144 @@
+//! What the model is offered.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn offered_tools_withhold_open_and_killed_tools_with_one_honest_line() -> TestResult {
+    let expediter = example_expediter();
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.offered.len(), 6);
+    assert!(offer.withheld.is_empty());
+
+    let mut grep = Tool::new(&expediter, "Grep");
+    grep.fail_times(&expediter, 3, "grep: index corrupted")
+        .await;
+    let offer = expediter.offered_tools();
+    let offered: Vec<&str> = offer.offered.iter().map(|t| &**t).collect();
+    assert_eq!(offered, ["Bash", "Read", "Write", "Edit", "WebSearch"]);
+    assert_eq!(offer.withheld.len(), 1);
+    let line = &offer.withheld[0].line;
+    assert_eq!(&*offer.withheld[0].name, "Grep");
+    assert!(line.starts_with("Grep is not offered:"), "{line}");
+    assert!(line.contains("failed 3 times in a row"), "{line}");
+    assert!(line.contains("grep: index corrupted"), "{line}");
+    assert!(line.contains("it is tried again in 3 calls"), "{line}");
+    assert!(
+        line.contains("use Bash (rg or grep command) instead"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+    assert_no_invitation(line);
+    let text = offer.to_string();
+    assert!(
+        text.starts_with("tools offered: Bash, Read, Write, Edit, WebSearch\n"),
+        "{text}"
+    );
+
+    expediter.kill_switch().kill();
+    let offer = expediter.offered_tools();
+    assert!(offer.offered.is_empty());
+    assert_eq!(offer.withheld.len(), 6, "one line per tool");
+    for withheld in &offer.withheld {
+        assert_eq!(withheld.line.lines().count(), 1);
+        assert!(withheld.line.contains("operator"), "{}", withheld.line);
+        assert!(withheld.line.contains("revive"), "{}", withheld.line);
+        assert_no_invitation(&withheld.line);
+    }
+    assert!(offer.to_string().starts_with("tools offered: (none)"));
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn killed_tool_line_says_it_is_tried_again_once_revived() -> TestResult {
+    let expediter = example_expediter();
+    expediter.kill_switch().kill();
+    let offer = expediter.offered_tools();
+    let line = &offer.withheld[0].line;
+    // "it will not be called when an operator revives it" says the opposite of when
+    // the tool will be used again.
+    assert!(
+        !line.contains("will not be called when an operator revives it"),
+        "{line}"
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_opened_tool_line_does_not_claim_it_failed() -> TestResult {
+    let expediter = example_expediter();
+    expediter.handle("Bash")?.force_open();
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.withheld.len(), 1);
+    let line = &offer.withheld[0].line;
+    assert!(line.contains("only once an operator resets it"), "{line}");
+    assert_no_invitation(line);
+    assert!(!line.contains("failed 0 times"), "{line}");
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_withheld_line_says_when_the_tool_is_tried_again() -> TestResult {
+    // `Expediter::offered_tools` promises, for each tool withheld (open, killed,
+    // unavailable, paused), one line saying why and when it will be tried again.
+    let says_when = |line: &str| {
+        [
+            "tried again",
+            "revive",
+            "recovery",
+            "confirmed",
+            "new cycle",
+            "checked again",
+        ]
+        .iter()
+        .any(|w| line.contains(w))
+    };
+    let mut missing = Vec::new();
+
+    let expediter = Expediter::builder()
+        .tool(grep_spec())
+        .tool(bash_spec().precheck(|| async { Availability::Unavailable }))
+        .tool(read_spec())
+        .build()?;
+    assert!(!expediter.decide("Bash").await?.should_call());
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.withheld.len(), 1);
+    missing.extend(
+        offer
+            .withheld
+            .iter()
+            .filter(|w| !says_when(&w.line))
+            .map(|w| format!("unavailable: {}", w.line)),
+    );
+
+    network_outage_on(&expediter, "Grep", "Read").await;
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.withheld.len(), 3);
+    missing.extend(
+        offer
+            .withheld
+            .iter()
+            .filter(|w| !says_when(&w.line))
+            .map(|w| format!("systemic pause: {}", w.line)),
+    );
+
+    let expediter = example_map().failure_budget(1).build()?;
+    Tool::new(&expediter, "Edit")
+        .fail_times(&expediter, 1, "edit: merge conflict")
+        .await;
+    let offer = expediter.offered_tools();
+    assert_eq!(offer.withheld.len(), 6);
+    missing.extend(
+        offer
+            .withheld
+            .iter()
+            .filter(|w| !says_when(&w.line))
+            .take(1)
+            .map(|w| format!("budget pause: {}", w.line)),
+    );
+    assert!(
+        missing.is_empty(),
+        "lines that do not say when:\n{}",
+        missing.join("\n")
+    );
+    Ok(())
+}
