@@ -779,7 +779,7 @@ fn lines(text: &str) -> Vec<String> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn lesson_trace_without_kill() {
+async fn known_twenty_call_trace_without_a_kill() {
     let want = lines(
         "1 closed:model
          2 closed:model
@@ -823,7 +823,7 @@ async fn lesson_trace_without_kill() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn lesson_trace_with_kill_at_steps_9_and_10() {
+async fn known_twenty_call_trace_with_a_kill_at_steps_9_and_10() {
     let want = lines(
         "1 closed:model
          2 closed:model

@@ -3,7 +3,7 @@
 use super::*;
 
 #[test]
-fn seed_capability_map_builds_and_lists_tools_in_order() {
+fn example_capability_map_builds_and_lists_tools_in_order() {
     let expediter = example_expediter();
     let names: Vec<String> = expediter.tools().iter().map(|t| t.to_string()).collect();
     assert_eq!(names, EXAMPLE_TOOLS);

@@ -3,7 +3,7 @@
 use super::*;
 
 #[test]
-fn freshness_labels_follow_the_seed_and_fresh_data_has_none() {
+fn freshness_labels_follow_the_example_and_fresh_data_has_none() {
     let stale = Freshness::stale(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     assert_eq!(
         stale.label().as_deref(),

@@ -3,7 +3,7 @@
 use super::*;
 
 #[tokio::test(start_paused = true)]
-async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction() -> TestResult {
+async fn routing_example_goes_bash_then_read_then_user_then_scope_reduction() -> TestResult {
     // Grep keeps the example's threshold but probes late, so that no half-open probe
     // comes between the routing decisions of this example.
     let expediter = Expediter::builder()

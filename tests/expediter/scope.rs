@@ -3,7 +3,7 @@
 use super::*;
 
 #[tokio::test(start_paused = true)]
-async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult {
+async fn example_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult {
     let expediter = example_expediter();
     let mut bash = Tool::new(&expediter, "Bash");
     let mut read = Tool::new(&expediter, "Read");

@@ -105,9 +105,7 @@ async fn one_kill_switch_stops_and_revives_every_breaker_that_shares_it() {
     kill.kill();
     assert_eq!(got(&mut model, Req::Ok).await, skipped(Reason::Killed));
     assert_eq!(got(&mut search, Req::Ok).await, skipped(Reason::Killed));
-    assert!(model_handle
-        .kill_switch()
-        .same_as(search_handle.kill_switch()));
+    assert_eq!(model_handle.kill_switch(), search_handle.kill_switch());
     kill.revive();
     assert_eq!(got(&mut model, Req::Ok).await, Ok(Source::Service));
     assert_eq!(got(&mut search, Req::Ok).await, Ok(Source::Service));

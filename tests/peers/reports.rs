@@ -400,8 +400,8 @@ async fn a_registry_gives_one_breaker_per_key_each_with_the_shared_settings() {
         (Source::Service, "up")
     );
     let (down, up) = (registry.get(&"down").unwrap(), registry.get(&"up").unwrap());
-    assert!(down.same_as(&registry.get(&"down").unwrap()));
-    assert!(!down.same_as(&up));
+    assert_eq!(down, registry.get(&"down").unwrap());
+    assert_ne!(down, up);
     assert_eq!((down.name(), up.name()), ("fetch[down]", "fetch[up]"));
     assert_eq!((down.state(), up.state()), (State::Open, State::Closed));
     assert_eq!(down.snapshot().retry_after(), Some(secs(30)));
