@@ -165,7 +165,7 @@ fn assert_chain(ts: &[Transition]) {
 // ---------------------------------------------------------------------------------------
 
 /// A probe reserved in `poll_ready` and used after its half-open's dwell limit: the
-/// breaker re-opened at the deadline "even when nobody looks" (README), so the stale
+/// breaker re-opened at the deadline "even when nobody looks" (docs/guarantees.md), so the stale
 /// reservation must be turned away whether or not anyone looked in between, as it is when
 /// someone did (`tests/timing.rs`, `a_probe_reservation_never_used_is_reclaimed_*`).
 #[tokio::test(start_paused = true)]
@@ -329,7 +329,7 @@ async fn a_hold_set_during_a_hung_probe_ends_in_a_new_probe() {
     assert_eq!(r.handle.snapshot().state, State::Closed);
 }
 
-/// Kill and revive while a probe hangs: the probe's answer is still recorded (README:
+/// Kill and revive while a probe hangs: the probe's answer is still recorded (docs/guarantees.md:
 /// "a probe that completes while the kill switch flips is recorded").
 #[tokio::test(start_paused = true)]
 async fn a_probe_answering_while_killed_is_recorded() {

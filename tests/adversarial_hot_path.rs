@@ -647,8 +647,8 @@ fn skips_from_short_lived_threads_are_all_counted() {
 fn _outcome(_: Outcome) {}
 
 /// A timed call (slow-call rule) on a paused clock moved on past the 292 years a
-/// one-word instant keeps: a call that takes no time at all is not a slow call. (The
-/// README: settings work "at any time a clock can show (a paused clock moved on by
+/// one-word instant keeps: a call that takes no time at all is not a slow call. (docs/guarantees.md:
+/// settings work "at any time a clock can show (a paused clock moved on by
 /// centuries included)".)
 #[tokio::test(start_paused = true)]
 async fn a_call_that_takes_no_time_is_not_slow_on_a_clock_moved_on_by_centuries() {

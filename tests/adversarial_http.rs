@@ -736,7 +736,7 @@ async fn reqwest_through_the_error_body_layer_keeps_the_quota_marker_and_the_url
         .contains("the quota is exhausted"));
 }
 
-/// The README's tables and the snapshot name a failure by its cause ("connect ...:
+/// The snapshot and the reports name a failure by its cause ("connect ...:
 /// Connection refused"); through `Classify<http::Response<B>, E>` a transport error is
 /// named by its top-level text only.
 #[tokio::test]
@@ -798,7 +798,7 @@ fn unavailable_response(unavailable: Unavailable) -> BufferedResponse {
     Response::builder().status(503).body(body).unwrap().into()
 }
 
-/// The README's LLM stack, minus provenance: recover, save, breaker (threshold 2,
+/// The LLM stack of docs/llm-stack.md, minus provenance: recover, save, breaker (threshold 2,
 /// cooldown of one call, saved fallback), buffer, hyper's client.
 fn saved_stack() -> (
     impl Service<Request<Empty<Bytes>>, Response = Recovered, Error = BoxError>,

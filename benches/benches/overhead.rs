@@ -9,7 +9,7 @@
 //! ```
 //!
 //! It prints one markdown table per runtime flavour (current-thread, and multi-thread with 2
-//! workers), ready to paste into the README. Each figure is the median of 9 runs (each run
+//! workers), ready to paste into docs/performance.md. Each figure is the median of 9 runs (each run
 //! measures every entrant once, in turn, so a slow moment of the machine spreads over all of
 //! them), in nanoseconds per call; memory in heap bytes per key. `TCB_BENCH_RUNS=N` sets the
 //! number of runs; `TCB_BENCH_QUICK=1`, or a run without `--bench` (as `cargo test --benches`

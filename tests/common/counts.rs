@@ -2,7 +2,7 @@
 
 use tower_circuit_breaker::snapshot::Counts;
 
-/// The snapshot's totals add up as the README says: `arrived = made + skipped +
+/// The snapshot's totals add up as docs/guarantees.md says: `arrived = made + skipped +
 /// abandoned`, `made = successes + failures + ignored + cancelled + late`.
 #[track_caller]
 pub(crate) fn assert_counts_add_up(counts: &Counts) {

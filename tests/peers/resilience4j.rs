@@ -700,7 +700,7 @@ async fn forced_open_and_reset_from_every_state_are_one_transition_each() {
 // resilience4j shouldResetClosedState while a call is in flight (and gobreaker
 // TestGeneration, where a request of an earlier generation is discarded). Ours differs
 // on purpose: a reset of a closed breaker is no change of state and starts no epoch (the
-// README's guarantee: "calls in flight across a change of state or of mode are not
+// guarantee in docs/guarantees.md: "calls in flight across a change of state or of mode are not
 // counted"), so, as in resilience4j, whose in-flight outcome goes to the state current
 // when it ends, the failure in flight counts after the reset: one failure since it.
 #[tokio::test(start_paused = true)]
