@@ -149,13 +149,13 @@ pub enum FailoverConfigError {
 }
 
 /// The fallback's service, boxed: it answers [`Unanswered`] requests.
-type FallbackService<Request, R> = BoxCloneSyncService<Unanswered<Request>, R, BoxError>;
+type BoxedFallback<Request, R> = BoxCloneSyncService<Unanswered<Request>, R, BoxError>;
 
 /// Sets up a [`Failover`]: providers in order, the policy, the fallback.
 pub struct FailoverBuilder<S, Request, P = OnFailure, R = ()> {
     providers: Vec<Provider<S, Request>>,
     policy: P,
-    fallback: Option<FallbackService<Request, R>>,
+    fallback: Option<BoxedFallback<Request, R>>,
 }
 
 impl<S, Request, P: fmt::Debug, R> fmt::Debug for FailoverBuilder<S, Request, P, R> {
@@ -282,7 +282,7 @@ impl<S, Request, P, R> FailoverBuilder<S, Request, P, R> {
 pub struct Failover<S, Request, P = OnFailure, R = ()> {
     providers: Arc<[Provider<S, Request>]>,
     policy: Arc<P>,
-    fallback: Option<FallbackService<Request, R>>,
+    fallback: Option<BoxedFallback<Request, R>>,
 }
 
 impl Failover<(), (), OnFailure, ()> {
