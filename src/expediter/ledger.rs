@@ -15,18 +15,18 @@ use tokio::time::Instant;
 use crate::machine::{Cause, State};
 use crate::settings::Mode;
 
-use super::budget::{Budget, Entry, EventId};
+use super::budget::{Budget, ChargedFailure, EventId};
 use super::capability::{Degradation, ToolSpec};
 use super::cascade::{Cascade, CascadeWindow, SystemicEvent, Trigger};
 use super::category::FailureCategory;
 use super::decision::{PauseReason, Route, SkipReason};
 use super::events::{Change, ToolEvent};
 use super::precheck::Availability;
-use super::recovery::{Recovery, RecoveryBackoff};
-use super::registry::Registry;
+use super::recovery::{RecoveryBackoff, RecoverySchedule};
 use super::routing::{self, RouteSearch};
 use super::scope::{Assessment, Blocker, RunState, SubTask, ToolRoute, Work, WorkState};
 use super::standing::{self, Facts, Standing, ToolView, Views};
+use super::toolbox::Toolbox;
 
 /// A run's key: 0 is the expediter's own.
 pub(crate) type RunId = u64;
@@ -87,11 +87,11 @@ struct Reported {
 
 /// What the ledger keeps per tool.
 #[derive(Debug, Clone, Default)]
-struct Row {
+struct ToolRow {
     /// The generation of the last transition applied: an older one is stale.
     generation: u64,
     open: Option<Opened>,
-    recovery: Option<Recovery>,
+    recovery: Option<RecoverySchedule>,
     check: Check,
     reported: Option<Reported>,
     last_category: Option<FailureCategory>,
@@ -163,7 +163,7 @@ pub(crate) struct Ledger {
     backoff: RecoveryBackoff,
     /// Tools in the order they were added.
     order: Vec<Arc<str>>,
-    rows: HashMap<Arc<str>, Row>,
+    rows: HashMap<Arc<str>, ToolRow>,
     /// Grows whenever cached pre-call results are dropped, so a check that started
     /// before does not store its result.
     checks_epoch: u64,
@@ -212,14 +212,14 @@ impl Ledger {
         self.order.push(name);
     }
 
-    fn row(&self, tool: &str) -> &Row {
-        static NO_ROW: std::sync::OnceLock<Row> = std::sync::OnceLock::new();
+    fn row(&self, tool: &str) -> &ToolRow {
+        static NO_ROW: std::sync::OnceLock<ToolRow> = std::sync::OnceLock::new();
         self.rows
             .get(tool)
-            .unwrap_or_else(|| NO_ROW.get_or_init(Row::default))
+            .unwrap_or_else(|| NO_ROW.get_or_init(ToolRow::default))
     }
 
-    fn row_mut(&mut self, tool: &Arc<str>) -> &mut Row {
+    fn row_mut(&mut self, tool: &Arc<str>) -> &mut ToolRow {
         self.rows.entry(tool.clone()).or_default()
     }
 
@@ -405,12 +405,12 @@ impl Ledger {
         &self,
         tools: &[Arc<str>],
         limit: Degradation,
-        registry: &Registry,
+        toolbox: &Toolbox,
         views: &(impl Views + ?Sized),
     ) -> Assessment {
         let mut assessment = Assessment::default();
         for name in tools {
-            let (Some(tool), Some(view)) = (registry.get(name), views.view(name)) else {
+            let (Some(tool), Some(view)) = (toolbox.get(name), views.view(name)) else {
                 continue;
             };
             let spec = &tool.spec;
@@ -499,7 +499,7 @@ impl Ledger {
         let row = self.row_mut(&tool);
         row.last_failure_step = Some(step);
         row.last_category = category.clone();
-        let mut entry = Entry {
+        let mut entry = ChargedFailure {
             tool: tool.clone(),
             message,
             category: category.clone(),
@@ -699,7 +699,7 @@ impl Ledger {
     /// that opened its breaker.
     fn absorb(&mut self, id: EventId, tool: &Arc<str>) {
         match self.cascade.event(id).signature.clone() {
-            Some(signature) => self.budget.absorb(id, |e: &Entry| {
+            Some(signature) => self.budget.absorb(id, |e: &ChargedFailure| {
                 e.tool == *tool && e.category.as_ref() == Some(&signature)
             }),
             None => {
@@ -825,7 +825,7 @@ impl Ledger {
         let (step, backoff) = (self.step, self.backoff);
         for row in self.rows.values_mut() {
             if row.open.is_some() && row.recovery.is_none() {
-                row.recovery = Some(Recovery::start(step, backoff));
+                row.recovery = Some(RecoverySchedule::start(step, backoff));
                 // The person's word frees a tool held after its failed probes too: the
                 // backoff decides its probes from now, each failed one charged again.
                 row.failed_probes = 0;

@@ -106,13 +106,13 @@ mod freshness;
 mod ledger;
 mod precheck;
 mod recovery;
-mod registry;
 mod report;
 mod routing;
 mod run;
 mod scope;
 mod standing;
 mod table;
+mod toolbox;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -130,21 +130,21 @@ pub use self::decision::{Action, Attempt, Decision, PauseReason, Route, SkipReas
 pub use self::error::ExpediterError;
 pub use self::freshness::{Freshness, FreshnessTracker, Labelled};
 pub use self::precheck::{Availability, BoxFuture, PreCheck};
-pub use self::registry::ToolLayer;
 pub use self::report::{StatusReport, SystemicReport, ToolHealth, ToolOffer, WithheldTool};
 pub use self::routing::{DegradationRecord, Refused, RefusedAlternative};
 pub use self::run::Run;
 pub use self::scope::{Blocker, SubTask, SubTaskPlan, ToolRoute, WorkItem, WorkStatus};
 pub use self::standing::{NextTry, Unusable};
+pub use self::toolbox::ToolLayer;
 
-use self::builder::Settings;
+use self::builder::ExpediterSettings;
 use self::category::Categorizer;
 use self::events::ToolEvent;
 use self::ledger::{CheckSlot, Gate, Ledger, RunId};
-use self::registry::{Registry, Tool};
-use self::report::Views;
+use self::report::Survey;
 use self::scope::{Assessment, WorkState};
 use self::standing::ToolView;
+use self::toolbox::{Tool, Toolbox};
 use crate::answer::Answer;
 use crate::builder::Builder;
 use crate::error::{BoxError, Rejected};
@@ -159,7 +159,7 @@ const FRESH_LOOKS: usize = 4;
 
 struct Inner {
     /// Replaced whole when a tool is added: readers clone the `Arc` and let go.
-    registry: RwLock<Arc<Registry>>,
+    toolbox: RwLock<Arc<Toolbox>>,
     ledger: Mutex<Ledger>,
     events: Sender<ToolEvent>,
     /// Every tool's breaker's events, counted together: whether the ledger can have
@@ -168,7 +168,7 @@ struct Inner {
     kill: KillSwitch,
     breaker: Builder,
     categorizer: Categorizer,
-    settings: Settings,
+    settings: ExpediterSettings,
 }
 
 /// Coordinates an agent's tools under one failure policy. See the [module docs](self).
@@ -182,7 +182,7 @@ pub struct Expediter {
 }
 
 /// What a decision found before its route.
-enum Verdict {
+enum Finding {
     Call,
     Probe,
     Skip(SkipReason),
@@ -214,7 +214,7 @@ impl Expediter {
             settings.user_available,
             settings.probe_allowance,
         );
-        let mut registry = Registry::default();
+        let mut toolbox = Toolbox::default();
         let delivery = Arc::new(DeliveryGroup::default());
         for spec in builder.tools {
             let tool = Tool::build(
@@ -226,11 +226,11 @@ impl Expediter {
                 &delivery,
             )?;
             ledger.add_tool(tool.spec.name.clone());
-            registry = registry.with(tool);
+            toolbox = toolbox.with(tool);
         }
         Ok(Expediter {
             inner: Arc::new(Inner {
-                registry: RwLock::new(Arc::new(registry)),
+                toolbox: RwLock::new(Arc::new(toolbox)),
                 ledger: Mutex::new(ledger),
                 events: tx,
                 delivery,
@@ -248,10 +248,9 @@ impl Expediter {
     ///
     /// As for [`ExpediterBuilder::build`], for the map with this tool added.
     pub fn add_tool(&self, spec: ToolSpec) -> Result<(), ExpediterError> {
-        let check = |registry: &Registry| {
-            capability::validate(registry.specs().chain(std::iter::once(&spec)))
-        };
-        check(&self.registry())?;
+        let check =
+            |toolbox: &Toolbox| capability::validate(toolbox.specs().chain(std::iter::once(&spec)));
+        check(&self.toolbox())?;
         // The breaker is built outside every lock; the map is checked again when it
         // goes in, in case another tool was added meanwhile.
         let tool = Tool::build(
@@ -262,15 +261,15 @@ impl Expediter {
             self.inner.events.clone(),
             &self.inner.delivery,
         )?;
-        let mut registry = self
+        let mut toolbox = self
             .inner
-            .registry
+            .toolbox
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        check(&registry)?;
+        check(&toolbox)?;
         let name = tool.spec.name.clone();
-        *registry = Arc::new(Registry::clone(&registry).with(tool));
-        drop(registry);
+        *toolbox = Arc::new(Toolbox::clone(&toolbox).with(tool));
+        drop(toolbox);
         self.lock().add_tool(name);
         Ok(())
     }
@@ -301,7 +300,7 @@ impl Expediter {
 
     /// The tools' names, in the order they were added.
     pub fn tools(&self) -> Vec<Arc<str>> {
-        self.registry()
+        self.toolbox()
             .tools()
             .iter()
             .map(|t| t.spec.name.clone())
@@ -447,8 +446,8 @@ impl Expediter {
     ///
     /// [`ExpediterError::UnknownTool`].
     pub fn peek_within(&self, tool: &str, limit: Degradation) -> Result<Action, ExpediterError> {
-        let registry = self.registry();
-        let tool = registry
+        let toolbox = self.toolbox();
+        let tool = toolbox
             .get(tool)
             .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
         let gate = {
@@ -463,8 +462,8 @@ impl Expediter {
                 ledger.step().saturating_add(1),
             )
         };
-        let verdict = self.verdict(tool, gate, false);
-        Ok(self.action(&registry, tool, limit, verdict, None))
+        let finding = self.finding(tool, gate, false);
+        Ok(self.action(&toolbox, tool, limit, finding, None))
     }
 
     /// Decides, then makes the call only if the decision says so. Never retries: a
@@ -658,16 +657,16 @@ impl Expediter {
     // The plumbing: look outside the lock, decide under it, act outside it.
     // -------------------------------------------------------------------------
 
-    fn registry(&self) -> Arc<Registry> {
+    fn toolbox(&self) -> Arc<Toolbox> {
         self.inner
-            .registry
+            .toolbox
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
     fn tool(&self, name: &str) -> Result<Arc<Tool>, ExpediterError> {
-        self.registry()
+        self.toolbox()
             .get(name)
             .cloned()
             .ok_or_else(|| ExpediterError::UnknownTool(name.to_string()))
@@ -690,8 +689,8 @@ impl Expediter {
         tool: &str,
         limit: Degradation,
     ) -> Result<Decision, ExpediterError> {
-        let registry = self.registry();
-        let tool = registry
+        let toolbox = self.toolbox();
+        let tool = toolbox
             .get(tool)
             .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
         let availability = self.availability(tool).await;
@@ -700,7 +699,7 @@ impl Expediter {
         // is waited for). The tools as they are now: one added while the pre-call check
         // ran may have failed since.
         if !self.inner.delivery.settled() {
-            for each in self.registry().tools() {
+            for each in self.toolbox().tools() {
                 each.handle.events_delivered().await;
             }
         }
@@ -709,8 +708,8 @@ impl Expediter {
             ledger.drain();
             ledger.begin_decision(&tool.spec.name, availability)
         };
-        let verdict = self.verdict(tool, gate, true);
-        let action = self.action(&registry, tool, limit, verdict, Some((run, step)));
+        let finding = self.finding(tool, gate, true);
+        let action = self.action(&toolbox, tool, limit, finding, Some((run, step)));
         Ok(Decision {
             tool: tool.spec.name.clone(),
             step,
@@ -718,29 +717,29 @@ impl Expediter {
         })
     }
 
-    /// A verdict as an action. A skip's route is found under the lock with the
+    /// A finding as an action. A skip's route is found under the lock with the
     /// alternatives looked at before it; a decision's (`taken`: its run and step) is
     /// recorded as a degradation.
     fn action(
         &self,
-        registry: &Registry,
+        toolbox: &Toolbox,
         tool: &Tool,
         limit: Degradation,
-        verdict: Verdict,
+        finding: Finding,
         taken: Option<(Option<&str>, u64)>,
     ) -> Action {
-        let reason = match verdict {
-            Verdict::Call => return Action::Call,
-            Verdict::Probe => return Action::Probe,
-            Verdict::Pause(pause) => {
+        let reason = match finding {
+            Finding::Call => return Action::Call,
+            Finding::Probe => return Action::Probe,
+            Finding::Pause(pause) => {
                 return Action::Pause {
                     reason: pause.reason,
                     detail: pause.detail,
                 }
             }
-            Verdict::Skip(reason) => reason,
+            Finding::Skip(reason) => reason,
         };
-        let views = self.views_of_alternatives(registry, tool);
+        let views = self.views_of_alternatives(toolbox, tool);
         let mut ledger = self.lock();
         ledger.drain();
         let route = ledger.route(&tool.spec, limit, &views[..]).route;
@@ -753,13 +752,13 @@ impl Expediter {
 
     /// Carries out a gate outside the lock: asks the tool's breaker, counting the
     /// attempt (`count`) or only looking.
-    fn verdict(&self, tool: &Tool, gate: Gate, count: bool) -> Verdict {
+    fn finding(&self, tool: &Tool, gate: Gate, count: bool) -> Finding {
         let release = match gate {
-            Gate::Pause(pause) => return Verdict::Pause(pause),
-            Gate::Skip(reason) => return Verdict::Skip(reason),
+            Gate::Pause(pause) => return Finding::Pause(pause),
+            Gate::Skip(reason) => return Finding::Skip(reason),
             // Only looked at: no call of a held tool reaches its breaker.
             Gate::Held => {
-                return Verdict::Skip(match tool.handle.peek() {
+                return Finding::Skip(match tool.handle.peek() {
                     Advice::Skip(skip)
                         if matches!(skip.reason(), Reason::Killed | Reason::ForcedOpen) =>
                     {
@@ -792,20 +791,20 @@ impl Expediter {
             }
         };
         match advice {
-            Advice::Call => Verdict::Call,
-            Advice::Probe => Verdict::Probe,
-            Advice::Skip(skip) => Verdict::Skip(SkipReason::Breaker(skip.reason())),
+            Advice::Call => Finding::Call,
+            Advice::Probe => Finding::Probe,
+            Advice::Skip(skip) => Finding::Skip(SkipReason::Breaker(skip.reason())),
         }
     }
 
     /// How a tool's alternatives look now: a closed one at the cost of one load, the
     /// others from a snapshot.
-    fn views_of_alternatives(&self, registry: &Registry, tool: &Tool) -> Vec<(Arc<str>, ToolView)> {
+    fn views_of_alternatives(&self, toolbox: &Toolbox, tool: &Tool) -> Vec<(Arc<str>, ToolView)> {
         let killed = self.inner.kill.is_killed();
         tool.spec
             .alternatives
             .iter()
-            .filter_map(|alt| registry.get(&alt.tool))
+            .filter_map(|alt| toolbox.get(&alt.tool))
             .map(|alt| {
                 let view = if alt.handle.is_closed() {
                     ToolView::closed(killed)
@@ -883,8 +882,8 @@ impl Expediter {
             Ok(ready) => ready.call(request).await,
             Err(error) => Err(error),
         };
-        let registry = self.registry();
-        let Some(tool) = registry.get(&decision.tool) else {
+        let toolbox = self.toolbox();
+        let Some(tool) = toolbox.get(&decision.tool) else {
             return Ok(Attempt::Made { decision, result });
         };
         let Some(reason) = refused_by(&tool.handle, &result) else {
@@ -893,8 +892,8 @@ impl Expediter {
         // The tool's breaker refused the call it was told to make (a person acted, or
         // another agent's probe took the slot since): it was not made, and is routed as
         // the decision would have been.
-        let verdict = Verdict::Skip(SkipReason::Breaker(reason));
-        let action = self.action(&registry, tool, limit, verdict, Some((run, decision.step)));
+        let finding = Finding::Skip(SkipReason::Breaker(reason));
+        let action = self.action(&toolbox, tool, limit, finding, Some((run, decision.step)));
         let Action::Skip { reason, route } = &action else {
             unreachable!("a skip's action is a skip");
         };
@@ -911,10 +910,10 @@ impl Expediter {
         run: Option<&str>,
         task: SubTask,
     ) -> Result<SubTaskPlan, ExpediterError> {
-        let registry = self.registry();
+        let toolbox = self.toolbox();
         let mut involved: Vec<&Arc<Tool>> = Vec::new();
         for name in &task.tools {
-            let tool = registry
+            let tool = toolbox
                 .get(name)
                 .ok_or_else(|| ExpediterError::UnknownTool(name.to_string()))?;
             involved.push(tool);
@@ -922,7 +921,7 @@ impl Expediter {
                 tool.spec
                     .alternatives
                     .iter()
-                    .filter_map(|alt| registry.get(&alt.tool)),
+                    .filter_map(|alt| toolbox.get(&alt.tool)),
             );
         }
         let views: HashMap<Arc<str>, ToolView> = involved
@@ -932,7 +931,7 @@ impl Expediter {
         let mut ledger = self.lock();
         ledger.drain();
         let Assessment { routes, blocked } =
-            ledger.assess(&task.tools, task.max_degradation, &registry, &views);
+            ledger.assess(&task.tools, task.max_degradation, &toolbox, &views);
         let (state, status) = if let Some(reason) = ledger.pause_reason() {
             (
                 WorkState::NotAttempted,
@@ -987,26 +986,26 @@ impl Expediter {
     /// Takes every breaker's snapshot outside the lock, then runs `f` under it; takes
     /// them again (a few times at most) when the ledger has applied a transition newer
     /// than a snapshot shows, so that what `f` makes agrees with itself.
-    fn with_views<R>(&self, f: impl FnOnce(&Ledger, &Registry, &Views<'_>) -> R) -> R {
-        let registry = self.registry();
+    fn with_views<R>(&self, f: impl FnOnce(&Ledger, &Toolbox, &Survey<'_>) -> R) -> R {
+        let toolbox = self.toolbox();
         let mut attempt = 1;
         loop {
-            let snapshots: Vec<_> = registry
+            let snapshots: Vec<_> = toolbox
                 .tools()
                 .iter()
                 .map(|t| t.handle.snapshot())
                 .collect();
             let mut ledger = self.lock();
             ledger.drain();
-            let views = Views::new(&registry, &snapshots);
-            let behind = registry.tools().iter().any(|t| {
+            let views = Survey::new(&toolbox, &snapshots);
+            let behind = toolbox.tools().iter().any(|t| {
                 views
                     .by_name
                     .get(&t.spec.name)
                     .is_some_and(|v| ledger.is_ahead_of(&t.spec.name, v))
             });
             if !behind || attempt == FRESH_LOOKS {
-                return f(&ledger, &registry, &views);
+                return f(&ledger, &toolbox, &views);
             }
             drop(ledger);
             attempt += 1;
@@ -1015,7 +1014,7 @@ impl Expediter {
 
     /// The report of one run (`all`: of every run).
     fn report_in(&self, run: Option<&str>, all: bool) -> StatusReport {
-        self.with_views(|ledger, registry, views| {
+        self.with_views(|ledger, toolbox, views| {
             let runs: Vec<_> = if all {
                 ledger.runs().collect()
             } else {
@@ -1023,7 +1022,7 @@ impl Expediter {
                 id.and_then(|id| ledger.run(id)).into_iter().collect()
             };
             let name = if all { None } else { run.map(Arc::from) };
-            report::build(ledger, registry, views, name, &runs)
+            report::build(ledger, toolbox, views, name, &runs)
         })
     }
 

@@ -14,11 +14,11 @@ use super::capability::Degradation;
 use super::decision::{PauseReason, Route};
 use super::ledger::{Ledger, Pause};
 use super::precheck::Availability;
-use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
 use super::standing::{NextTry, ToolView, Unusable};
 use super::table::table;
+use super::toolbox::Toolbox;
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,20 +167,20 @@ pub struct ToolOffer {
 
 /// The tools as the report sees them: one snapshot each, taken before the ledger's
 /// lock.
-pub(crate) struct Views<'a> {
+pub(crate) struct Survey<'a> {
     pub(crate) snapshots: &'a [Snapshot],
     pub(crate) by_name: HashMap<Arc<str>, ToolView>,
 }
 
-impl<'a> Views<'a> {
-    pub(crate) fn new(registry: &Registry, snapshots: &'a [Snapshot]) -> Self {
-        let by_name = registry
+impl<'a> Survey<'a> {
+    pub(crate) fn new(toolbox: &Toolbox, snapshots: &'a [Snapshot]) -> Self {
+        let by_name = toolbox
             .tools()
             .iter()
             .zip(snapshots)
             .map(|(tool, snapshot)| (tool.spec.name.clone(), ToolView::of(snapshot)))
             .collect();
-        Views { snapshots, by_name }
+        Survey { snapshots, by_name }
     }
 }
 
@@ -194,7 +194,7 @@ pub(crate) fn paused_words(reason: PauseReason) -> &'static str {
 /// Where a sub-task stands now.
 pub(crate) fn work_status(
     ledger: &Ledger,
-    registry: &Registry,
+    toolbox: &Toolbox,
     views: &HashMap<Arc<str>, ToolView>,
     pause: Option<&Pause>,
     work: &Work,
@@ -213,7 +213,7 @@ pub(crate) fn work_status(
         },
         (WorkState::Deferred, _) => WorkStatus::Deferred {
             blocked_by: ledger
-                .assess(&work.tools, work.limit, registry, views)
+                .assess(&work.tools, work.limit, toolbox, views)
                 .blocked,
         },
     }
@@ -253,8 +253,8 @@ fn health(ledger: &Ledger, name: &Arc<str>, snapshot: &Snapshot) -> ToolHealth {
 /// The report of `runs` (all of them, or one).
 pub(crate) fn build(
     ledger: &Ledger,
-    registry: &Registry,
-    views: &Views<'_>,
+    toolbox: &Toolbox,
+    views: &Survey<'_>,
     run: Option<Arc<str>>,
     runs: &[&RunState],
 ) -> StatusReport {
@@ -273,7 +273,7 @@ pub(crate) fn build(
     let mut incomplete = Vec::new();
     for state in runs {
         for work in &state.work {
-            let status = work_status(ledger, registry, &views.by_name, pause.as_ref(), work);
+            let status = work_status(ledger, toolbox, &views.by_name, pause.as_ref(), work);
             let item = work_item(state, work, status);
             if item.status == WorkStatus::Done {
                 completed.push(item);
@@ -282,7 +282,7 @@ pub(crate) fn build(
             }
         }
     }
-    let tools: Vec<ToolHealth> = registry
+    let tools: Vec<ToolHealth> = toolbox
         .tools()
         .iter()
         .zip(views.snapshots)
@@ -472,13 +472,13 @@ fn stays_down(row: &ToolHealth) -> String {
 }
 
 /// What to offer the model now.
-pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> ToolOffer {
+pub(crate) fn offer(ledger: &Ledger, toolbox: &Toolbox, views: &Survey<'_>) -> ToolOffer {
     let mut offer = ToolOffer {
         offered: Vec::new(),
         withheld: Vec::new(),
     };
     let pause = ledger.pause();
-    for (tool, snapshot) in registry.tools().iter().zip(views.snapshots) {
+    for (tool, snapshot) in toolbox.tools().iter().zip(views.snapshots) {
         let name = tool.spec.name.clone();
         let standing = ledger.standing(&name, &ToolView::of(snapshot));
         let unusable = match (&pause, standing.unusable) {

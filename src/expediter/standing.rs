@@ -9,7 +9,7 @@ use crate::snapshot::Snapshot;
 
 use super::decision::PauseReason;
 use super::precheck::Availability;
-use super::recovery::Recovery;
+use super::recovery::RecoverySchedule;
 
 /// Why a tool cannot be called now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -305,7 +305,7 @@ pub(crate) struct Facts<'a> {
     /// Whether `availability` was reported from outside, not found by a check.
     pub(crate) reported: bool,
     /// Its recovery schedule.
-    pub(crate) recovery: Option<&'a Recovery>,
+    pub(crate) recovery: Option<&'a RecoverySchedule>,
     /// Held open after its failed probes used up their allowance.
     pub(crate) probes_stopped: bool,
     /// Its breaker opened on failures and has not closed since.
