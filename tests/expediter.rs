@@ -266,21 +266,24 @@ async fn a_ring_of_three_alternatives_routes_only_to_each_tools_own_alternative_
         other => panic!("expected a skip, got {other:?}"),
     };
     assert_eq!(
-        route_of(expediter.decide("A").await.unwrap().action),
+        route_of(expediter.default_run().decide("A").await.unwrap().action),
         alternative("B", "stand in", "some", Degradation::Low)
     );
     expediter.new_cycle();
     b.fail_times(&expediter, 3, "B broke").await;
     // A's only alternative is down: A asks the user; B goes on to C, never back to A.
     assert_eq!(
-        route_of(expediter.decide("A").await.unwrap().action),
+        route_of(expediter.default_run().decide("A").await.unwrap().action),
         manual("ask the user")
     );
     assert_eq!(
-        route_of(expediter.decide("B").await.unwrap().action),
+        route_of(expediter.default_run().decide("B").await.unwrap().action),
         alternative("C", "stand in", "some", Degradation::Low)
     );
-    assert_eq!(expediter.decide("C").await.unwrap().action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("C").await.unwrap().action,
+        Action::Call
+    );
 }
 
 #[test]
@@ -441,7 +444,7 @@ async fn add_tool_at_runtime_validates_like_build() {
     ));
     assert_eq!(expediter.tools().len(), 6, "no rejected tool was added");
     assert!(matches!(
-        expediter.decide("Glob").await,
+        expediter.default_run().decide("Glob").await,
         Err(ExpediterError::UnknownTool(name)) if name == "Glob"
     ));
 }
@@ -537,7 +540,10 @@ async fn three_consecutive_failures_open_the_tool() -> TestResult {
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 2, "bash: exit status 2").await;
     assert_eq!(expediter.handle("Bash")?.state(), State::Closed);
-    assert_eq!(expediter.decide("Bash").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Bash").await?.action,
+        Action::Call
+    );
     assert!(bash.call().await.is_err());
     assert_eq!(expediter.handle("Bash")?.state(), State::Open);
 
@@ -639,12 +645,12 @@ async fn failed_probe_reopens_and_consumes_budget() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn decisions_are_numbered_steps_and_unknown_tools_are_errors() {
     let expediter = seed_expediter();
-    let first = expediter.decide("Read").await.unwrap();
-    let second = expediter.decide("Grep").await.unwrap();
+    let first = expediter.default_run().decide("Read").await.unwrap();
+    let second = expediter.default_run().decide("Grep").await.unwrap();
     assert_eq!((first.step, second.step), (1, 2));
     assert_eq!(first.to_string(), "step 1: CALL Read");
     assert_eq!(
-        expediter.decide("Glob").await.unwrap_err(),
+        expediter.default_run().decide("Glob").await.unwrap_err(),
         ExpediterError::UnknownTool("Glob".into())
     );
     assert!(matches!(
@@ -701,7 +707,7 @@ async fn seed_routing_example_goes_bash_then_read_then_user_then_scope_reduction
     let_time_pass(&expediter, &mut websearch).await;
     expediter.handle("Bash")?.force_open();
     assert_eq!(
-        expediter.decide("Bash").await?.action,
+        expediter.default_run().decide("Bash").await?.action,
         Action::Skip {
             reason: SkipReason::Breaker(Reason::ForcedOpen),
             route: manual("report commands that need to be run manually")
@@ -809,12 +815,12 @@ async fn low_degradation_alternatives_are_tried_before_high_ones() -> TestResult
     let expediter = seed_expediter();
     expediter.handle("Write")?.force_open();
     assert!(matches!(
-        expediter.decide("Write").await?.action,
+        expediter.default_run().decide("Write").await?.action,
         Action::Skip { reason: SkipReason::Breaker(Reason::ForcedOpen), route: Route::Alternative { ref tool, level: Degradation::Low, .. } } if &**tool == "Edit"
     ));
     expediter.handle("Edit")?.force_open();
     assert!(matches!(
-        expediter.decide("Write").await?.action,
+        expediter.default_run().decide("Write").await?.action,
         Action::Skip { route: Route::Alternative { ref tool, level: Degradation::High, .. }, .. } if &**tool == "Bash"
     ));
     Ok(())
@@ -829,7 +835,10 @@ async fn operator_force_opening_three_tools_is_not_a_systemic_failure() -> TestR
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
     expediter.handle("Read")?.force_open();
-    assert_eq!(expediter.decide("Write").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Write").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None, "{report}");
     assert_eq!(report.budget.used, 0, "no failure happened");
@@ -842,13 +851,16 @@ async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> Te
     let expediter = seed_expediter();
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
-    let any = expediter.decide("Grep").await?;
+    let any = expediter.default_run().decide("Grep").await?;
     assert!(
         matches!(&any.action, Action::Skip { route: Route::Alternative { tool, .. }, .. } if &**tool == "Read"),
         "{any}"
     );
     // Work that needs low degradation at most is not offered Read: it goes to the user.
-    let strict = expediter.decide_within("Grep", Degradation::Low).await?;
+    let strict = expediter
+        .default_run()
+        .decide_within("Grep", Degradation::Low)
+        .await?;
     assert_eq!(
         strict.action,
         Action::Skip {
@@ -895,7 +907,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
     bash.fail_times(&expediter, 3, "bash: permission denied")
         .await;
 
-    let plans = expediter.plan(seed_subtasks())?;
+    let plans = expediter.default_run().plan(seed_subtasks())?;
     let statuses: Vec<(&str, bool)> = plans.iter().map(|p| (&*p.name, p.can_run())).collect();
     assert_eq!(
         statuses,
@@ -949,7 +961,7 @@ async fn seed_scope_report_defers_bash_subtasks_at_decision_time() -> TestResult
         (&mut edit, "Update documentation"),
     ] {
         assert_eq!(tool.attempt(&expediter).await.action, Action::Call);
-        expediter.complete_subtask(task)?;
+        expediter.default_run().complete_subtask(task)?;
     }
     assert_eq!(bash.calls(), 3, "deferred sub-tasks are not attempted");
 
@@ -1007,7 +1019,9 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
     let mut grep = Tool::new(&expediter, "Grep");
     grep.fail_times(&expediter, 3, "grep: index corrupted")
         .await;
-    let plan = expediter.start_subtask(SubTask::new("Find API_KEY references", ["Grep"]))?;
+    let plan = expediter
+        .default_run()
+        .start_subtask(SubTask::new("Find API_KEY references", ["Grep"]))?;
     assert!(plan.can_run());
     assert_eq!(
         plan.routes,
@@ -1016,7 +1030,9 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
             route: bash_for_grep()
         }]
     );
-    expediter.complete_subtask("Find API_KEY references")?;
+    expediter
+        .default_run()
+        .complete_subtask("Find API_KEY references")?;
     let report = expediter.report();
     assert_eq!(report.completed[0].degradations.len(), 1);
     let text = report.to_string();
@@ -1032,16 +1048,23 @@ async fn subtask_errors_name_the_unknown_tool_or_subtask() {
     let expediter = seed_expediter();
     assert_eq!(
         expediter
+            .default_run()
             .start_subtask(SubTask::new("Lint", ["Clippy"]))
             .unwrap_err(),
         ExpediterError::UnknownTool("Clippy".into())
     );
     assert_eq!(
-        expediter.complete_subtask("Lint").unwrap_err(),
+        expediter
+            .default_run()
+            .complete_subtask("Lint")
+            .unwrap_err(),
         ExpediterError::UnknownSubTask("Lint".into())
     );
     assert_eq!(
-        expediter.fail_subtask("Lint", "no reason").unwrap_err(),
+        expediter
+            .default_run()
+            .fail_subtask("Lint", "no reason")
+            .unwrap_err(),
         ExpediterError::UnknownSubTask("Lint".into())
     );
 }
@@ -1152,15 +1175,28 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     let mut websearch = Tool::new(&expediter, "WebSearch");
     let tasks = seed_subtasks();
 
-    assert!(expediter.start_subtask(tasks[0].clone())?.can_run());
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[0].clone())?
+        .can_run());
     assert_eq!(read.attempt(&expediter).await.action, Action::Call);
-    expediter.complete_subtask("Read configuration files")?;
-    assert!(expediter.start_subtask(tasks[1].clone())?.can_run());
+    expediter
+        .default_run()
+        .complete_subtask("Read configuration files")?;
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[1].clone())?
+        .can_run());
     assert_eq!(grep.attempt(&expediter).await.action, Action::Call);
-    expediter.complete_subtask("Search for deprecated patterns")?;
+    expediter
+        .default_run()
+        .complete_subtask("Search for deprecated patterns")?;
 
     // Sub-task 3: Bash fails three ways and opens.
-    assert!(expediter.start_subtask(tasks[2].clone())?.can_run());
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[2].clone())?
+        .can_run());
     for message in [
         "permission denied",
         "command not found",
@@ -1168,7 +1204,9 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     ] {
         bash.fail_times(&expediter, 1, message).await;
     }
-    expediter.fail_subtask("Run test suite", "Bash circuit OPEN")?;
+    expediter
+        .default_run()
+        .fail_subtask("Run test suite", "Bash circuit OPEN")?;
     // Failure 4: WebSearch, connection refused.
     websearch
         .fail_times(&expediter, 1, "connection refused")
@@ -1194,7 +1232,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     );
     assert!(report.to_string().contains("Failures: 4 / 5"));
     // One failure remains: the next call still proceeds.
-    let decision = expediter.decide("WebSearch").await?;
+    let decision = expediter.default_run().decide("WebSearch").await?;
     assert_eq!(decision.action, Action::Call);
     assert!(websearch.call().await.is_err());
 
@@ -1203,7 +1241,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     assert_eq!(report.budget.used, 5);
     assert!(report.budget.exhausted());
     for name in SEED_TOOLS {
-        let decision = expediter.decide(name).await?;
+        let decision = expediter.default_run().decide(name).await?;
         assert!(
             is_pause(&decision, PauseReason::BudgetExhausted),
             "{decision}"
@@ -1241,7 +1279,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
 
     // Sub-tasks 4 and 5 are not attempted.
     for task in &tasks[3..] {
-        let plan = expediter.start_subtask(task.clone())?;
+        let plan = expediter.default_run().start_subtask(task.clone())?;
         assert_eq!(
             plan.status,
             WorkStatus::NotAttempted {
@@ -1340,7 +1378,7 @@ async fn seed_budget_example_pauses_at_five_of_five_and_reports() -> TestResult 
     assert_eq!(edit.attempt(&expediter).await.action, Action::Call);
     assert_eq!(expediter.handle("Bash")?.state(), State::Open);
     assert!(matches!(
-        expediter.decide("Bash").await?.action,
+        expediter.default_run().decide("Bash").await?.action,
         Action::Skip {
             reason: SkipReason::Breaker(Reason::Open),
             ..
@@ -1435,7 +1473,7 @@ async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
     assert_eq!(expediter.report().budget.used, 1);
     edit.fail_times(&expediter, 1, "edit: merge conflict").await;
     assert!(is_pause(
-        &expediter.decide("Grep").await?,
+        &expediter.default_run().decide("Grep").await?,
         PauseReason::BudgetExhausted
     ));
     assert_eq!(expediter.report().budget.limit, 2);
@@ -1452,7 +1490,7 @@ async fn killed_tools_are_never_called_and_skip_with_reason_killed() -> TestResu
     let mut grep = Tool::new(&expediter, "Grep");
     expediter.kill_switch().kill();
     for name in SEED_TOOLS {
-        let decision = expediter.decide(name).await?;
+        let decision = expediter.default_run().decide(name).await?;
         assert!(
             matches!(
                 decision.action,
@@ -1694,7 +1732,7 @@ async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> Tes
     // Every call pauses, healthy tools too, and no probe runs however long we wait.
     for _ in 0..10 {
         for name in SEED_TOOLS {
-            let decision = expediter.decide(name).await?;
+            let decision = expediter.default_run().decide(name).await?;
             assert!(
                 is_pause(&decision, PauseReason::SystemicPause),
                 "{decision}"
@@ -1829,7 +1867,7 @@ async fn failed_probe_after_recovery_backs_off_instead_of_pausing_again() -> Tes
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     decisions_until_probe(&expediter, &mut grep, 10).await;
-    let next = expediter.decide("Read").await?;
+    let next = expediter.default_run().decide("Read").await?;
     assert!(
         !matches!(next.action, Action::Pause { .. }),
         "a failed recovery probe started a new systemic pause: {next}\n{}",
@@ -1903,7 +1941,7 @@ async fn three_tools_opening_in_the_window_with_different_messages_are_systemic(
     );
     for name in SEED_TOOLS {
         assert!(is_pause(
-            &expediter.decide(name).await?,
+            &expediter.default_run().decide(name).await?,
             PauseReason::SystemicPause
         ));
     }
@@ -1930,7 +1968,10 @@ async fn three_tools_opening_far_apart_are_not_systemic() -> TestResult {
     let_time_pass(&expediter, &mut websearch).await;
     read.fail_times(&expediter, 3, "read: unexpected end of input")
         .await;
-    assert_eq!(expediter.decide("WebSearch").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("WebSearch").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None);
     assert_eq!(report.budget.used, 9, "independent failures each count");
@@ -1974,7 +2015,10 @@ async fn different_signatures_on_two_tools_are_independent_failures() -> TestRes
     let mut bash = Tool::new(&expediter, "Bash");
     grep.fail_times(&expediter, 3, "connection refused").await;
     bash.fail_times(&expediter, 3, "permission denied").await;
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None);
     assert_eq!(report.budget.used, 6);
@@ -2026,7 +2070,10 @@ async fn async_closure_precheck_is_accepted() -> TestResult {
     let expediter = Expediter::builder()
         .tool(bash_spec().precheck(|| async { Availability::Available }))
         .build()?;
-    assert_eq!(expediter.decide("Bash").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Bash").await?.action,
+        Action::Call
+    );
     Ok(())
 }
 
@@ -2092,7 +2139,7 @@ async fn unavailable_precheck_routes_away_without_budget_or_call() -> TestResult
     // An unavailable tool is not an alternative either: Grep goes to Read.
     expediter.handle("Grep")?.force_open();
     assert!(matches!(
-        expediter.decide("Grep").await?.action,
+        expediter.default_run().decide("Grep").await?.action,
         Action::Skip { route, .. } if route == read_for_grep()
     ));
 
@@ -2112,14 +2159,20 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
         .tool(bash_spec())
         .tool(read_spec().precheck(read_check))
         .build()?;
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     assert_eq!(runs.load(SeqCst), 1);
 
     network_outage(&expediter).await;
     assert!(expediter.report().systemic.is_some());
     assert!(is_pause(
-        &expediter.decide("Read").await?,
+        &expediter.default_run().decide("Read").await?,
         PauseReason::SystemicPause
     ));
     assert_eq!(
@@ -2128,13 +2181,16 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
         "the systemic event invalidated the check"
     );
     assert!(is_pause(
-        &expediter.decide("Read").await?,
+        &expediter.default_run().decide("Read").await?,
         PauseReason::SystemicPause
     ));
     assert_eq!(runs.load(SeqCst), 2, "then cached again");
 
     expediter.confirm_recovery();
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     assert_eq!(runs.load(SeqCst), 3, "recovery invalidated it too");
     Ok(())
 }
@@ -2242,7 +2298,7 @@ async fn a_reported_availability_stands_over_cycles_and_systemic_events_until_re
     // A tool without a check of its own is routed away the same way.
     expediter.set_availability("Read", Availability::Unavailable, "its disk is gone")?;
     assert!(matches!(
-        expediter.decide("Read").await?.action,
+        expediter.default_run().decide("Read").await?.action,
         Action::Skip {
             reason: SkipReason::Unavailable,
             ..
@@ -2362,7 +2418,7 @@ async fn every_withheld_line_says_when_the_tool_is_tried_again() -> TestResult {
         .tool(bash_spec().precheck(|| async { Availability::Unavailable }))
         .tool(read_spec())
         .build()?;
-    assert!(!expediter.decide("Bash").await?.should_call());
+    assert!(!expediter.default_run().decide("Bash").await?.should_call());
     let offer = expediter.offered_tools();
     assert_eq!(offer.withheld.len(), 1);
     missing.extend(

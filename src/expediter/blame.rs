@@ -31,7 +31,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::classify::Classify;
-use crate::outcome::Outcome;
+use crate::Outcome;
 
 /// Whose fault an error of a tool is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

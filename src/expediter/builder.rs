@@ -5,9 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::Builder;
-use crate::kill::KillSwitch;
-use crate::settings::Cooldown;
+use crate::{Builder, Cooldown, KillSwitch};
 
 use super::capability::{self, ToolSpec};
 use super::cascade::CascadeWindow;

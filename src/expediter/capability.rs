@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::builder::Builder;
+use crate::Builder;
 
 use super::blame::{Blame, BlameRule};
 use super::error::ExpediterError;

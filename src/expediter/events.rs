@@ -6,10 +6,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::event::Event;
-use crate::machine::{Cause, State};
-use crate::outcome::Outcome;
-use crate::settings::Mode;
+use crate::{Cause, Event, Mode, Outcome, State};
 
 use super::category::{Categorizer, FailureCategory};
 

@@ -4,12 +4,9 @@ use std::collections::HashMap;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use crate::builder::Builder;
 use crate::fallback::NoFallback;
-use crate::handle::CircuitBreakerHandle;
-use crate::kill::KillSwitch;
-use crate::layer::CircuitBreakerLayer;
 use crate::shared::DeliveryGroup;
+use crate::{Builder, CircuitBreakerHandle, CircuitBreakerLayer, KillSwitch};
 
 use super::blame::ToolClassifier;
 use super::capability::ToolSpec;
