@@ -723,15 +723,25 @@ async fn a_failure_urls_key_and_password_never_show_in_admin_or_snapshot_json_th
             Err::<(), _>(std::io::Error::other(LEAKY))
         }));
     for _ in 0..3 {
-        if expediter.decide("Fetch").await.unwrap().should_call() {
+        if expediter
+            .default_run()
+            .decide("Fetch")
+            .await
+            .unwrap()
+            .should_call()
+        {
             let _ = fetch.ready().await.unwrap().call(()).await;
         }
     }
     // A sub-task failed by the application with the transport error's text.
     expediter
+        .default_run()
         .plan([SubTask::new("Fetch the page", ["Fetch"])])
         .unwrap();
-    expediter.fail_subtask("Fetch the page", LEAKY).unwrap();
+    expediter
+        .default_run()
+        .fail_subtask("Fetch the page", LEAKY)
+        .unwrap();
     let report = expediter.report();
     let text = report.to_string();
     assert!(text.contains("FAILED — error sending request"), "{text}");

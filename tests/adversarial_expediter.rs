@@ -148,7 +148,7 @@ async fn racing_callers_at_the_budget_limit_lose_no_failure_and_all_end_paused()
         made
     );
     assert!(matches!(
-        expediter.decide("T").await?.action,
+        expediter.default_run().decide("T").await?.action,
         Action::Pause {
             reason: PauseReason::BudgetExhausted,
             ..
@@ -198,7 +198,7 @@ async fn a_budget_of_one_pauses_after_the_first_failure_and_the_largest_budget_c
     let mut tool = Tool::new(&expediter, "T");
     tool.fail_times(&expediter, 1, "tool exploded").await;
     assert!(matches!(
-        expediter.decide("T").await?.action,
+        expediter.default_run().decide("T").await?.action,
         Action::Pause { .. }
     ));
 
@@ -239,11 +239,12 @@ async fn two_agents_executing_a_due_probe_at_once_reach_the_tool_once_and_the_ot
     };
     let (mut first, mut second) = (slow(), slow());
     // Decide (each one a step, skipped) until the probe is due.
-    while expediter.decide("T").await?.action != Action::Probe {}
+    while expediter.default_run().decide("T").await?.action != Action::Probe {}
     assert_eq!(expediter.peek("T")?, Action::Probe, "the probe is due");
+    let run = expediter.default_run();
     let (a, b) = tokio::join!(
-        expediter.execute("T", &mut first, "first".to_string()),
-        expediter.execute("T", &mut second, "second".to_string()),
+        run.execute("T", &mut first, "first".to_string()),
+        run.execute("T", &mut second, "second".to_string()),
     );
     let (a, b) = (a?, b?);
     assert_eq!(reached.load(SeqCst), 1, "one probe reached the tool");
@@ -290,7 +291,10 @@ async fn execute_never_reports_a_call_made_that_the_breaker_refused() -> TestRes
         handle: handle.clone(),
         armed: true,
     };
-    let attempt = expediter.execute("T", &mut svc, "q".to_string()).await?;
+    let attempt = expediter
+        .default_run()
+        .execute("T", &mut svc, "q".to_string())
+        .await?;
     assert_eq!(reached.load(SeqCst), 0, "the tool was not called");
     match attempt {
         Attempt::Made { result, .. } => {
@@ -480,7 +484,10 @@ async fn unknown_and_empty_names_are_typed_errors_and_take_no_step() -> TestResu
     let expediter = Expediter::builder().tool(spec("T")).build()?;
     for name in ["", "t", "T ", "nope", &"x".repeat(100_000)] {
         let unknown = ExpediterError::UnknownTool(name.to_string());
-        assert_eq!(expediter.decide(name).await.unwrap_err(), unknown);
+        assert_eq!(
+            expediter.default_run().decide(name).await.unwrap_err(),
+            unknown
+        );
         assert_eq!(expediter.peek(name).unwrap_err(), unknown);
         assert_eq!(expediter.layer(name).unwrap_err(), unknown);
         assert_eq!(expediter.handle(name).unwrap_err(), unknown);
@@ -493,13 +500,17 @@ async fn unknown_and_empty_names_are_typed_errors_and_take_no_step() -> TestResu
         assert_eq!(expediter.clear_availability(name).unwrap_err(), unknown);
         assert_eq!(
             expediter
+                .default_run()
                 .start_subtask(SubTask::new("s", [name]))
                 .unwrap_err(),
             unknown
         );
     }
     assert_eq!(
-        expediter.complete_subtask("never planned").unwrap_err(),
+        expediter
+            .default_run()
+            .complete_subtask("never planned")
+            .unwrap_err(),
         ExpediterError::UnknownSubTask("never planned".into())
     );
     let report = expediter.report();
@@ -515,11 +526,13 @@ async fn an_expediter_with_no_tools_builds_reports_and_refuses_every_name() -> T
     assert!(expediter.offered_tools().offered.is_empty());
     let _ = expediter.report().to_string();
     assert!(matches!(
-        expediter.decide("anything").await,
+        expediter.default_run().decide("anything").await,
         Err(ExpediterError::UnknownTool(_))
     ));
     // A sub-task needing no tool can run.
-    let plan = expediter.start_subtask(SubTask::new("think", []))?;
+    let plan = expediter
+        .default_run()
+        .start_subtask(SubTask::new("think", []))?;
     assert!(plan.can_run());
     Ok(())
 }
@@ -806,7 +819,8 @@ async fn a_probe_whose_execute_future_is_dropped_frees_the_probe_and_spends_noth
         }));
     let mut dropped = false;
     for _ in 0..10 {
-        let execute = expediter.execute("T", &mut hanging, "q".to_string());
+        let run = expediter.default_run();
+        let execute = run.execute("T", &mut hanging, "q".to_string());
         match tokio::time::timeout(Duration::from_secs(5), execute).await {
             Err(_) => {
                 dropped = true;
@@ -879,11 +893,11 @@ async fn a_tool_reset_during_its_recovery_backoff_is_called_at_once() -> TestRes
     let (mut a, mut b) = (Tool::new(&expediter, "A"), Tool::new(&expediter, "B"));
     a.fail_times(&expediter, 3, "connection refused").await;
     b.fail_times(&expediter, 3, "connection refused").await;
-    let _ = expediter.decide("H").await?;
+    let _ = expediter.default_run().decide("H").await?;
     assert!(expediter.report().systemic.is_some());
     expediter.confirm_recovery();
     assert!(matches!(
-        expediter.decide("A").await?.action,
+        expediter.default_run().decide("A").await?.action,
         Action::Skip {
             reason: SkipReason::RecoveryBackoff,
             ..
@@ -903,7 +917,10 @@ async fn a_poll_ready_error_through_execute_is_one_failure() -> TestResult {
     let mut svc = ServiceBuilder::new()
         .layer(expediter.layer("T")?)
         .service(NeverReady);
-    let attempt = expediter.execute("T", &mut svc, "q".to_string()).await?;
+    let attempt = expediter
+        .default_run()
+        .execute("T", &mut svc, "q".to_string())
+        .await?;
     assert!(matches!(attempt, Attempt::Made { result: Err(_), .. }));
     let report = expediter.report();
     assert_eq!(report.budget.used, 1, "{report}");
@@ -1001,7 +1018,10 @@ async fn a_late_failure_after_a_reset_is_not_charged_when_the_breaker_does_not_c
             tokio::time::sleep(Duration::from_secs(10)).await;
             Err::<String, _>(std::io::Error::other("tool exploded"))
         }));
-    assert_eq!(expediter.decide("T").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("T").await?.action,
+        Action::Call
+    );
     let call = slow.ready().await?.call("q".to_string());
     let (result, ()) = tokio::join!(call, async {
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -736,7 +736,10 @@ async fn report_and_offer_agree_with_every_tools_handle() -> TestResult {
         Err::<(), _>(std::io::Error::other("refused"))
     }));
     for _ in 0..2 {
-        let _ = expediter.execute("open", &mut open, ()).await?;
+        let _ = expediter
+            .default_run()
+            .execute("open", &mut open, ())
+            .await?;
     }
     expediter
         .handle("forced")?
@@ -834,12 +837,18 @@ async fn a_tool_with_its_probe_under_way_is_not_offered() -> TestResult {
         }
     }));
     let mut first = svc.clone();
-    let _ = expediter.execute("t", &mut first, ()).await?;
+    let _ = expediter.default_run().execute("t", &mut first, ()).await?;
     advance(Duration::from_secs(2)).await;
     let probe = {
         let expediter = expediter.clone();
         let mut svc = svc.clone();
-        tokio::spawn(async move { expediter.execute("t", &mut svc, ()).await.map(|_| ()) })
+        tokio::spawn(async move {
+            expediter
+                .default_run()
+                .execute("t", &mut svc, ())
+                .await
+                .map(|_| ())
+        })
     };
     tokio::task::yield_now().await;
     assert_eq!(expediter.handle("t")?.state(), State::HalfOpen);

@@ -70,7 +70,10 @@ async fn a_failure_sharing_an_open_tools_signature_counts_when_that_tool_recover
     let report = expediter.report();
     assert_eq!((report.budget.used, report.budget.failures.len()), (5, 5));
     assert_budget_agrees(&report);
-    assert_eq!(expediter.decide("B").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("B").await?.action,
+        Action::Call
+    );
     assert!(b.call().await.is_err());
 
     // B opens alone: its own third failure, no systemic event.
@@ -121,7 +124,7 @@ async fn a_failure_that_would_use_up_the_budget_with_an_open_tools_signature_is_
         systemic.cause
     );
     for tool in ["A", "B", "C"] {
-        let decision = expediter.decide(tool).await?;
+        let decision = expediter.default_run().decide(tool).await?;
         assert!(
             matches!(
                 decision.action,
@@ -230,7 +233,7 @@ async fn search_down() -> Result<(Expediter, Tool), BoxError> {
 #[tokio::test(start_paused = true)]
 async fn a_deferred_sub_tasks_next_try_is_the_tool_healths_at_report_time() -> TestResult {
     let (expediter, mut search) = search_down().await?;
-    let plan = expediter.start_subtask(
+    let plan = expediter.default_run().start_subtask(
         SubTask::new("Check advisories", ["web_search"]).max_degradation(Degradation::Low),
     )?;
     let WorkStatus::Deferred { blocked_by } = &plan.status else {
@@ -282,6 +285,7 @@ async fn scope_reduction_names_the_alternative_it_refused_instead_of_saying_no_t
 {
     let (expediter, _search) = search_down().await?;
     let decision = expediter
+        .default_run()
         .decide_within("web_search", Degradation::Low)
         .await?;
     assert_eq!(
@@ -324,7 +328,7 @@ async fn the_report_says_what_its_next_try_counts() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn peeking_at_a_deferred_sub_tasks_tool_counts_nothing() -> TestResult {
     let (expediter, mut search) = search_down().await?;
-    let plan = expediter.start_subtask(
+    let plan = expediter.default_run().start_subtask(
         SubTask::new("Check advisories", ["web_search"]).max_degradation(Degradation::Low),
     )?;
     assert!(!plan.can_run());
@@ -342,7 +346,7 @@ async fn peeking_at_a_deferred_sub_tasks_tool_counts_nothing() -> TestResult {
             ),
             "{action:?}"
         );
-        expediter.start_subtask(
+        expediter.default_run().start_subtask(
             SubTask::new("Check advisories", ["web_search"]).max_degradation(Degradation::Low),
         )?;
         expediter.offered_tools();
@@ -359,7 +363,10 @@ async fn peeking_at_a_deferred_sub_tasks_tool_counts_nothing() -> TestResult {
     search.attempt(&expediter).await;
     assert_eq!(expediter.peek("web_search")?, Action::Probe);
     assert_eq!(expediter.peek("web_search")?, Action::Probe);
-    assert_eq!(expediter.decide("web_search").await?.action, Action::Probe);
+    assert_eq!(
+        expediter.default_run().decide("web_search").await?.action,
+        Action::Probe
+    );
     Ok(())
 }
 
@@ -411,12 +418,16 @@ async fn a_callers_missing_path_spends_no_budget_and_the_report_does_not_blame_t
         .failure_budget(1)
         .build()?;
     let mut read = Tool::new(&expediter, "read_file");
-    expediter.start_subtask(SubTask::new("Read the notes", ["read_file"]))?;
+    expediter
+        .default_run()
+        .start_subtask(SubTask::new("Read the notes", ["read_file"]))?;
     read.fail_with("read notes.md: No such file or directory (os error 2)");
     for _ in 0..5 {
         assert_eq!(read.attempt(&expediter).await.action, Action::Call);
     }
-    expediter.fail_subtask("Read the notes", "read notes.md: No such file or directory")?;
+    expediter
+        .default_run()
+        .fail_subtask("Read the notes", "read notes.md: No such file or directory")?;
     let report = expediter.report();
     assert_eq!(report.budget.used, 0, "{report}");
     assert!(report.headline.starts_with("STATUS"), "{report}");
@@ -451,7 +462,7 @@ async fn a_tool_whose_blame_rule_owns_every_error_counts_not_found() -> TestResu
     let report = expediter.report();
     assert_eq!(report.budget.used, 1);
     assert!(matches!(
-        expediter.decide("web_search").await?.action,
+        expediter.default_run().decide("web_search").await?.action,
         Action::Pause {
             reason: PauseReason::BudgetExhausted,
             ..
@@ -560,15 +571,16 @@ async fn a_pre_call_check_that_is_cancelled_or_panics_is_run_again_by_the_next_d
             }
         }))
         .build()?;
-    let hung = tokio::time::timeout(Duration::from_secs(1), expediter.decide("A")).await;
+    let hung =
+        tokio::time::timeout(Duration::from_secs(1), expediter.default_run().decide("A")).await;
     assert!(hung.is_err(), "the first check hangs");
     let panicked = tokio::spawn({
         let expediter = expediter.clone();
-        async move { expediter.decide("A").await }
+        async move { expediter.default_run().decide("A").await }
     })
     .await;
     assert!(panicked.is_err_and(|e| e.is_panic()));
-    let decision = expediter.decide("A").await?;
+    let decision = expediter.default_run().decide("A").await?;
     assert!(
         matches!(
             decision.action,
@@ -581,7 +593,7 @@ async fn a_pre_call_check_that_is_cancelled_or_panics_is_run_again_by_the_next_d
     );
     assert_eq!(runs.load(SeqCst), 3);
     // Cached now: no fourth run.
-    expediter.decide("A").await?;
+    expediter.default_run().decide("A").await?;
     assert_eq!(runs.load(SeqCst), 3);
     Ok(())
 }
@@ -602,7 +614,7 @@ async fn tools_held_open_on_hints_spend_no_budget_and_make_no_systemic_event() -
         assert!(expediter.handle(tool)?.hold_open_until(until));
     }
     // The observer's events are applied on the next look.
-    let decision = expediter.decide("A").await?;
+    let decision = expediter.default_run().decide("A").await?;
     assert!(
         matches!(decision.action, Action::Skip { .. }),
         "held open: skipped and routed, not paused: {:?}",
@@ -630,7 +642,10 @@ async fn tools_held_open_on_hints_spend_no_budget_and_make_no_systemic_event() -
 
     // When the hold ends, the probe decides as for any opening.
     advance(Duration::from_secs(60)).await;
-    assert_eq!(expediter.decide("A").await?.action, Action::Probe);
+    assert_eq!(
+        expediter.default_run().decide("A").await?.action,
+        Action::Probe
+    );
     Ok(())
 }
 
@@ -741,7 +756,8 @@ async fn a_decision_after_a_failure_counts_it_even_while_another_thread_delivers
     // The second failure is queued behind the first's delivery.
     assert!(search.ready().await?.call("b").await.is_err());
 
-    let decision = expediter.decide("search");
+    let run = expediter.default_run();
+    let decision = run.decide("search");
     let mut decision = std::pin::pin!(decision);
     assert!(
         futures::poll!(decision.as_mut()).is_pending(),
@@ -779,7 +795,8 @@ async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_ch
             }
         }))
         .build()?;
-    let decision = expediter.decide("search");
+    let run = expediter.default_run();
+    let decision = run.decide("search");
     let mut decision = std::pin::pin!(decision);
     assert!(
         futures::poll!(decision.as_mut()).is_pending(),

@@ -56,7 +56,11 @@ fn tool(expediter: &Expediter, name: &'static str, failing: Option<&'static str>
 async fn run(expediter: &Expediter, name: &str, svc: &mut Svc, n: usize) -> Vec<Decision> {
     let mut decisions = Vec::new();
     for i in 0..n {
-        let decision = expediter.decide(name).await.expect("a known tool");
+        let decision = expediter
+            .default_run()
+            .decide(name)
+            .await
+            .expect("a known tool");
         if decision.should_call() {
             let _ = svc.ready().await.unwrap().call(format!("{name}-{i}")).await;
         }
@@ -93,6 +97,7 @@ async fn busy_report(expediter: &Expediter) -> StatusReport {
     run(expediter, "Bash", &mut bash, 4).await;
     expediter.handle("Grep").unwrap().force_open();
     expediter
+        .default_run()
         .plan([
             SubTask::new("Read configuration files", ["Read"]),
             SubTask::new("Search for deprecated patterns", ["Grep"]),
@@ -101,14 +106,16 @@ async fn busy_report(expediter: &Expediter) -> StatusReport {
         ])
         .unwrap();
     expediter
+        .default_run()
         .complete_subtask("Read configuration files")
         .unwrap();
     expediter
+        .default_run()
         .fail_subtask("Update documentation", "edit: merge conflict")
         .unwrap();
-    expediter.decide("Grep").await.unwrap();
+    expediter.default_run().decide("Grep").await.unwrap();
     expediter.set_user_available(false);
-    expediter.decide("Bash").await.unwrap();
+    expediter.default_run().decide("Bash").await.unwrap();
     expediter.set_user_available(true);
     expediter.report()
 }
@@ -180,7 +187,9 @@ async fn paused_reports_round_trip_through_json() -> TestResult {
         .build()?;
     let mut bash = tool(&expediter, "Bash", Some("bash: exit status 2"));
     run(&expediter, "Bash", &mut bash, 1).await;
-    expediter.start_subtask(SubTask::new("Deploy to staging", ["Bash"]))?;
+    expediter
+        .default_run()
+        .start_subtask(SubTask::new("Deploy to staging", ["Bash"]))?;
     let report = expediter.report();
     assert_eq!(report.headline, "FAILURE BUDGET EXHAUSTED — PAUSING");
     assert_eq!(round_trip(&report), report);
@@ -303,9 +312,9 @@ async fn decisions_round_trip_through_json() -> TestResult {
     let mut bash = tool(&expediter, "Bash", Some("bash: exit status 2"));
     let mut decisions = run(&expediter, "Bash", &mut bash, 6).await;
     expediter.handle("Grep")?.force_open();
-    decisions.push(expediter.decide("Grep").await?);
+    decisions.push(expediter.default_run().decide("Grep").await?);
     expediter.set_user_available(false);
-    decisions.push(expediter.decide("Bash").await?);
+    decisions.push(expediter.default_run().decide("Bash").await?);
     let actions: Vec<&str> = decisions.iter().map(|d| d.action.as_str()).collect();
     assert_eq!(
         actions,
@@ -329,7 +338,7 @@ async fn decisions_round_trip_through_json() -> TestResult {
 async fn decision_json_names_its_action_reason_and_route() -> TestResult {
     let expediter = expediter();
     expediter.handle("Grep")?.force_open();
-    let decision = expediter.decide("Grep").await?;
+    let decision = expediter.default_run().decide("Grep").await?;
     let json = serde_json::to_value(&decision)?;
     assert_eq!(keys(&json), BTreeSet::from(["tool", "step", "action"]));
     assert_eq!(json["tool"], "Grep");
@@ -346,7 +355,7 @@ async fn decision_json_names_its_action_reason_and_route() -> TestResult {
             "level": "low",
         })
     );
-    let call = serde_json::to_value(expediter.decide("Read").await?)?;
+    let call = serde_json::to_value(expediter.default_run().decide("Read").await?)?;
     assert_eq!(call["action"], serde_json::json!({ "action": "call" }));
 
     let pause = Decision {

@@ -705,7 +705,12 @@ impl World {
     /// is logged before the next await.
     async fn attempt(&self, i: usize, out: Out, yield_between: bool) {
         let check = CHECKED.contains(&i).then(|| self.checks.lock().unwrap()[i]);
-        let decision = self.expediter.decide(TOOLS[i]).await.expect("a known tool");
+        let decision = self
+            .expediter
+            .default_run()
+            .decide(TOOLS[i])
+            .await
+            .expect("a known tool");
         self.log.lock().unwrap().push(Log::Decision {
             tool: i,
             check,
@@ -1217,7 +1222,10 @@ async fn bring_down(expediter: &Expediter, case: &RouteCase) {
                 assert_eq!(expediter.handle(name).unwrap().state(), State::Open);
                 // Openings steps apart are not "together": no systemic event.
                 for _ in 0..3 {
-                    assert_eq!(expediter.decide("pace").await.unwrap().action, Action::Call);
+                    assert_eq!(
+                        expediter.default_run().decide("pace").await.unwrap().action,
+                        Action::Call
+                    );
                 }
             }
             Outage::ForcedOpen => expediter.handle(name).unwrap().force_open(),
@@ -1278,6 +1286,7 @@ fn run_route_case(case: &RouteCase) -> Result<usize, TestCaseError> {
                 );
                 visited.push(t);
                 let decision = expediter
+                    .default_run()
                     .decide_within(ROUTED_TOOLS[t], limit)
                     .await
                     .unwrap();

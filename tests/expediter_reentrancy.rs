@@ -154,7 +154,9 @@ fn calling_back(cell: &Cell2, callbacks: &Arc<AtomicU64>) -> Expediter {
                 match event {
                     Event::Transition(t) if t.to == tower_circuit_breaker::State::Open => {
                         // A decision made from inside a breaker's observer.
-                        let _ = futures::executor::block_on(e.decide(TOOLS[(i + 3) % TOOLS.len()]));
+                        let _ = futures::executor::block_on(
+                            e.default_run().decide(TOOLS[(i + 3) % TOOLS.len()]),
+                        );
                         e.confirm_recovery();
                     }
                     Event::Transition(_) => e.new_cycle(),
@@ -186,8 +188,8 @@ fn calling_back(cell: &Cell2, callbacks: &Arc<AtomicU64>) -> Expediter {
                         let _ = e.report();
                         let _ = e.peek(name);
                         // Its own decision, from inside its own check, and another's.
-                        let _ = e.decide(name).await;
-                        let _ = e.decide_within("T0", Degradation::Low).await;
+                        let _ = e.default_run().decide(name).await;
+                        let _ = e.default_run().decide_within("T0", Degradation::Low).await;
                     }
                     if i == 3 {
                         Availability::Degraded

@@ -163,6 +163,6 @@ fn the_expediters_public_types_can_be_shared_across_tasks() {
     shared::<NextTry>();
     shared::<Unusable>();
     let expediter = expediter();
-    sent(&expediter.decide("Read"));
+    sent(&expediter.default_run().decide("Read"));
     sent(&expediter.run("a").decide("Read"));
 }

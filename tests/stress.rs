@@ -1462,6 +1462,7 @@ async fn sixty_four_tasks_sharing_one_expediter_keep_its_budget_and_call_tools_o
                         yields: rng.below(4) as u32,
                     };
                     let attempt = expediter
+                        .default_run()
                         .execute(&names[i], &mut services[i], req)
                         .await
                         .expect("a known tool");

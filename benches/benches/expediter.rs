@@ -11,7 +11,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use tower_circuit_breaker::expediter::{Alternative, Expediter, ToolSpec};
+use tower_circuit_breaker::expediter::{Alternative, Expediter, Run, ToolSpec};
 
 fn expediter(tools: usize) -> Expediter {
     let specs = (0..tools).map(|i| {
@@ -33,9 +33,9 @@ fn expediter(tools: usize) -> Expediter {
 }
 
 /// One decision, polled by hand: with no pre-call check it is ready at once.
-fn decide(expediter: &Expediter, tool: &str) -> bool {
+fn decide(run: &Run, tool: &str) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
-    let future = pin!(expediter.decide(tool));
+    let future = pin!(run.decide(tool));
     match future.poll(&mut cx) {
         Poll::Ready(decision) => decision.expect("known tool").should_call(),
         Poll::Pending => unreachable!("no pre-call check, so no waiting"),
@@ -46,16 +46,17 @@ fn decisions(c: &mut Criterion) {
     let mut group = c.benchmark_group("expediter_decide");
     for tools in [5, 1_000] {
         let expediter = expediter(tools);
+        let run = expediter.default_run();
         let name = format!("tool-{}", tools / 2);
         group.bench_with_input(BenchmarkId::new("closed_tool", tools), &name, |b, name| {
-            b.iter(|| black_box(decide(&expediter, black_box(name))))
+            b.iter(|| black_box(decide(&run, black_box(name))))
         });
         let open = format!("tool-{}", tools - 1);
         expediter.handle(&open).expect("known").force_open();
         group.bench_with_input(
             BenchmarkId::new("open_tool_routed", tools),
             &open,
-            |b, name| b.iter(|| black_box(decide(&expediter, black_box(name)))),
+            |b, name| b.iter(|| black_box(decide(&run, black_box(name)))),
         );
     }
     group.finish();

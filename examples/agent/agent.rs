@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use tower_circuit_breaker::error::BoxError;
 use tower_circuit_breaker::expediter::{
-    Action, Alternative, Attempt, Blame, Degradation, Expediter, ExpediterError, Route,
+    Action, Alternative, Attempt, Blame, Degradation, Expediter, ExpediterError, Route, Run,
     StatusReport, SubTask, ToolSpec, WorkStatus,
 };
 use tower_circuit_breaker::{Answer, State};
@@ -186,6 +186,9 @@ enum Reply {
 
 struct Agent {
     expediter: Expediter,
+    /// Where its calls are decided and its sub-tasks planned: the agent has the
+    /// expediter to itself, so its run is the expediter's default run.
+    run: Run,
     tools: Toolbox,
     /// The deprecated symbols found so far.
     found: Vec<String>,
@@ -206,7 +209,7 @@ impl Agent {
                 Progress::Paused => {
                     // The jobs not reached are declared anyway: the report lists them.
                     for &rest in &jobs[n + 1..] {
-                        self.expediter.start_subtask(PLAN[rest].subtask())?;
+                        self.run.start_subtask(PLAN[rest].subtask())?;
                     }
                     left.extend_from_slice(&jobs[n..]);
                     break;
@@ -221,7 +224,7 @@ impl Agent {
     /// each request goes through the expediter's decision.
     async fn work_on(&mut self, job: &Job) -> Result<Progress, ExpediterError> {
         println!("\n> {}  [needs {}]", job.name, job.tool);
-        let plan = self.expediter.start_subtask(job.subtask())?;
+        let plan = self.run.start_subtask(job.subtask())?;
         println!("  plan: {}", plan.status);
         match &plan.status {
             WorkStatus::NotAttempted { .. } => return Ok(Progress::Paused),
@@ -256,10 +259,7 @@ impl Agent {
                     if progress == Progress::Deferred {
                         // Its tool opened on the way: plan again, so it is recorded as
                         // deferred, with what is in the way.
-                        println!(
-                            "  plan: {}",
-                            self.expediter.start_subtask(job.subtask())?.status
-                        );
+                        println!("  plan: {}", self.run.start_subtask(job.subtask())?.status);
                     }
                     return Ok(progress);
                 }
@@ -270,7 +270,7 @@ impl Agent {
                 1 => first.clone(),
                 n => format!("{} of {n} requests failed (first: {first})", failed.len()),
             };
-            self.expediter.fail_subtask(job.name, &why)?;
+            self.run.fail_subtask(job.name, &why)?;
             println!("  = failed: {why}");
             // The cause of a failure while the tool itself is down may pass; a failure
             // while it stayed usable is in the request, and is not tried again.
@@ -287,7 +287,7 @@ impl Agent {
                 .filter_map(deprecated_symbol)
                 .collect();
         }
-        self.expediter.complete_subtask(job.name)?;
+        self.run.complete_subtask(job.name)?;
         println!("  = done");
         Ok(Progress::Done)
     }
@@ -307,7 +307,7 @@ impl Agent {
         loop {
             let service = self.tools.get(&tool)?;
             let attempt = self
-                .expediter
+                .run
                 .execute_within(&tool, accepts, service, request.clone())
                 .await?;
             let route = match attempt {
@@ -409,6 +409,7 @@ pub(crate) async fn run(
     let tools = Toolbox::new(&expediter, workspace.root(), docs_addr, search_addr)?;
     let mut agent = Agent {
         expediter: expediter.clone(),
+        run: expediter.default_run(),
         tools,
         found: Vec::new(),
         seen: HashMap::new(),
@@ -423,7 +424,7 @@ pub(crate) async fn run(
             "\n== Paused: the model keeps asking for tools; each request gets the same answer =="
         );
         for tool in expediter.tools() {
-            println!("  {}", expediter.decide(&tool).await?);
+            println!("  {}", agent.run.decide(&tool).await?);
         }
         println!("\n== The network is back: both servers restart on their old ports ==");
         let docs = Server::start(docs_addr, docs_site).await?;

@@ -90,6 +90,9 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
     let mut memory_breaker = memory.breaker().subscribe();
 
     let expediter = Expediter::builder().build()?;
+    // The agent has the expediter to itself: its sub-tasks are the default run's, the
+    // run the MCP tools' calls are decided in.
+    let run = expediter.default_run();
     let tools = McpTools::new(&expediter);
     tools.add_server(&files)?;
     tools.add_server(&memory)?;
@@ -112,7 +115,7 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
             ["memory__create_entities", "memory__add_observations"],
         )
     };
-    expediter.plan([survey(), remember()])?;
+    run.plan([survey(), remember()])?;
 
     let at = |file: &str| project.join(file).display().to_string();
     let plan = vec![
@@ -176,8 +179,8 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
     .await?;
 
     // The survey is done; remembering is not, and planning it again says why.
-    expediter.complete_subtask("Survey the project")?;
-    let plan = expediter.start_subtask(remember())?;
+    run.complete_subtask("Survey the project")?;
+    let plan = run.start_subtask(remember())?;
     println!("\nplan: {} — {}", plan.name, plan.status);
     let deferred = matches!(plan.status, WorkStatus::Deferred { .. });
 
@@ -228,7 +231,7 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
             .build()?
             .into(),
     );
-    let plan = expediter.start_subtask(remember())?;
+    let plan = run.start_subtask(remember())?;
     println!("plan: {} — {}", plan.name, plan.status);
     if plan.status != WorkStatus::InProgress {
         return Err("the memory tools were not usable again after the restart".into());
@@ -237,7 +240,7 @@ async fn run(installed: &servers::Installed) -> Result<(), BoxError> {
     if answer.contains("Not done") {
         return Err(format!("the model could not finish: {answer}").into());
     }
-    expediter.complete_subtask("Remember the findings")?;
+    run.complete_subtask("Remember the findings")?;
     let report = expediter.report();
     println!("\n{}", report.headline);
     for item in report.completed.iter().chain(&report.incomplete) {

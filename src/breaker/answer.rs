@@ -276,7 +276,7 @@ impl Origin {
 /// # Tool adapters
 ///
 /// A tool's service that answers `Answer<reqwest::Response>` becomes one that answers
-/// `Answer<String>` (what [`Expediter::execute`](crate::expediter::Expediter::execute)
+/// `Answer<String>` (what [`Run::execute`](crate::expediter::Run::execute)
 /// and a model's tool call want) with [`try_map_async`](Self::try_map_async), which
 /// keeps the provenance across the body read:
 ///

@@ -12,7 +12,7 @@ pub(crate) type EventId = usize;
 
 /// One failure charged this cycle.
 #[derive(Debug, Clone)]
-pub(crate) struct Entry {
+pub(crate) struct ChargedFailure {
     pub(crate) tool: Arc<str>,
     pub(crate) message: String,
     pub(crate) category: Option<FailureCategory>,
@@ -26,7 +26,7 @@ pub(crate) struct Entry {
 pub(crate) struct Budget {
     limit: u32,
     cycle: u32,
-    entries: Vec<Entry>,
+    entries: Vec<ChargedFailure>,
 }
 
 impl Budget {
@@ -46,7 +46,7 @@ impl Budget {
         self.cycle
     }
 
-    pub(crate) fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[ChargedFailure] {
         &self.entries
     }
 
@@ -59,13 +59,13 @@ impl Budget {
             .saturating_add(systemic_events)
     }
 
-    pub(crate) fn charge(&mut self, entry: Entry) {
+    pub(crate) fn charge(&mut self, entry: ChargedFailure) {
         self.entries.push(entry);
     }
 
     /// Folds into `event` every failure of this cycle that `belongs` says is part of
     /// it and no other event has.
-    pub(crate) fn absorb(&mut self, event: EventId, belongs: impl Fn(&Entry) -> bool) {
+    pub(crate) fn absorb(&mut self, event: EventId, belongs: impl Fn(&ChargedFailure) -> bool) {
         for entry in self.entries.iter_mut().filter(|e| e.event.is_none()) {
             if belongs(entry) {
                 entry.event = Some(event);
@@ -190,8 +190,8 @@ impl BudgetReport {
 mod tests {
     use super::*;
 
-    fn entry(tool: &str) -> Entry {
-        Entry {
+    fn entry(tool: &str) -> ChargedFailure {
+        ChargedFailure {
             tool: tool.into(),
             message: "boom".into(),
             category: None,

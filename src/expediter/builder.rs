@@ -5,9 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Builder;
-use crate::Cooldown;
-use crate::KillSwitch;
+use crate::{Builder, Cooldown, KillSwitch};
 
 use super::capability::{self, ToolSpec};
 use super::cascade::CascadeWindow;
@@ -18,7 +16,7 @@ use super::Expediter;
 
 /// Settings shared by the whole expediter, checked when it is built.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
+pub(crate) struct ExpediterSettings {
     pub(crate) budget: u32,
     pub(crate) cascade: CascadeWindow,
     pub(crate) recovery: RecoveryBackoff,
@@ -27,12 +25,12 @@ pub(crate) struct Settings {
     pub(crate) probe_allowance: u32,
 }
 
-impl Settings {
+impl ExpediterSettings {
     /// The defaults: budget 5, three openings within 3 steps (or 30 s) are together,
     /// recovery probes after 3, 6, 12 ... steps capped at 20, one failed probe per tool
     /// and outage.
     fn defaults() -> Self {
-        Settings {
+        ExpediterSettings {
             budget: 5,
             cascade: CascadeWindow {
                 steps: 3,
@@ -62,7 +60,7 @@ impl Settings {
 /// Builds an [`Expediter`] and checks its capability map.
 pub struct ExpediterBuilder {
     pub(crate) tools: Vec<ToolSpec>,
-    pub(crate) settings: Settings,
+    pub(crate) settings: ExpediterSettings,
     pub(crate) kill: KillSwitch,
     pub(crate) breaker: Builder,
     pub(crate) categorizer: Categorizer,
@@ -72,7 +70,7 @@ impl ExpediterBuilder {
     pub(crate) fn new() -> Self {
         ExpediterBuilder {
             tools: Vec::new(),
-            settings: Settings::defaults(),
+            settings: ExpediterSettings::defaults(),
             kill: KillSwitch::new(),
             breaker: Builder::new()
                 .failure_threshold(3)

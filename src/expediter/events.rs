@@ -6,11 +6,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::Cause;
-use crate::Event;
-use crate::Mode;
-use crate::Outcome;
-use crate::State;
+use crate::{Cause, Event, Mode, Outcome, State};
 
 use super::category::{Categorizer, FailureCategory};
 

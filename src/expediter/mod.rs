@@ -1,9 +1,9 @@
 //! The expediter: an agent's tools under one failure policy.
 //!
 //! An agent calls several tools; when one breaks, the run must not fail. The expediter
-//! decides *whether* to attempt each call — [`Action::Call`], [`Action::Probe`],
-//! [`Action::Skip`] with a [`Route`], or [`Action::Pause`] — while the tools' own tower
-//! services decide *how*. It never makes a tool call itself and never retries a failed
+//! decides, in the agent's [`Run`], *whether* to attempt each call — [`Action::Call`],
+//! [`Action::Probe`], [`Action::Skip`] with a [`Route`], or [`Action::Pause`] — while the
+//! tools' own tower services decide *how*. It never makes a tool call itself and never retries a failed
 //! one: retries happen only through the half-open probe of a later step.
 //!
 //! What it keeps:
@@ -32,7 +32,7 @@
 //!   budget, is one systemic event: it pauses every call and runs no probe until
 //!   [`Expediter::confirm_recovery`]; then probes back off 3, 6, 12... steps, capped at
 //!   20;
-//! - sub-tasks and scope reduction: [`Expediter::start_subtask`] defers work whose tool
+//! - sub-tasks and scope reduction: [`Run::start_subtask`] defers work whose tool
 //!   cannot be used with no alternative it accepts;
 //! - optional [pre-call checks](PreCheck), [freshness labels](Freshness), and the
 //!   [status report](StatusReport), whose every statement of when a tool is tried next
@@ -44,10 +44,11 @@
 //! the tools and their breakers, the kill switch, the step count, the failure budget of
 //! the cycle, the cascade and recovery state and the pre-call results are the
 //! expediter's, so one agent's failures spend the budget of all. What is each agent's
-//! own is its [`Run`] ([`Expediter::run`]): its sub-tasks (names need only be unique
-//! within a run) and the degradations its decisions took, reported by
-//! [`Run::report`]. The expediter's own methods (`start_subtask`, `decide`...) work on
-//! its default run, and [`Expediter::report`] covers every run.
+//! own is its [`Run`] ([`Expediter::run`]), where it decides and makes its calls and
+//! plans its sub-tasks: its sub-tasks (names need only be unique within a run) and the
+//! degradations its decisions took, reported by [`Run::report`]. An agent that has the
+//! expediter to itself uses the expediter's [default run](Expediter::default_run), and
+//! [`Expediter::report`] covers every run.
 //!
 //! # Calling back in
 //!
@@ -74,18 +75,19 @@
 //!     .tool(ToolSpec::new("Bash").provides("command execution")
 //!         .fallback("report commands that need to be run manually"))
 //!     .build()?;
+//! let run = expediter.default_run(); // one agent, with the expediter to itself
 //!
 //! // Grep is broken: every call fails.
 //! let mut grep = ServiceBuilder::new().layer(expediter.layer("Grep")?).service(service_fn(|_: &str| async {
 //!     Err::<String, _>(std::io::Error::other("grep: index corrupted"))
 //! }));
 //! for _ in 0..3 {
-//!     let decision = expediter.decide("Grep").await?;
+//!     let decision = run.decide("Grep").await?;
 //!     assert_eq!(decision.action, Action::Call);
 //!     assert!(grep.ready().await?.call("API_KEY").await.is_err());
 //! }
 //! // Its breaker is open: the expediter routes to Bash and records the degradation.
-//! let decision = expediter.decide("Grep").await?;
+//! let decision = run.decide("Grep").await?;
 //! assert!(matches!(decision.action, Action::Skip { route: Route::Alternative { .. }, .. }));
 //! let report = expediter.report();
 //! assert_eq!(report.budget.used, 3);
@@ -104,22 +106,22 @@ mod error;
 mod events;
 mod freshness;
 mod ledger;
+mod next_try;
+mod offer;
 mod precheck;
 mod recovery;
-mod registry;
 mod report;
 mod routing;
 mod run;
 mod scope;
 mod standing;
 mod table;
+mod toolbox;
+mod views;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-
-use tower::{Service, ServiceExt};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
 
 pub use self::blame::{Blame, ToolClassifier};
 pub use self::budget::{BudgetLine, BudgetReport};
@@ -129,31 +131,24 @@ pub use self::category::FailureCategory;
 pub use self::decision::{Action, Attempt, Decision, PauseReason, Route, SkipReason};
 pub use self::error::ExpediterError;
 pub use self::freshness::{Freshness, FreshnessTracker, Labelled};
+pub use self::next_try::NextTry;
+pub use self::offer::{ToolOffer, WithheldTool};
 pub use self::precheck::{Availability, BoxFuture, PreCheck};
-pub use self::registry::ToolLayer;
-pub use self::report::{StatusReport, SystemicReport, ToolHealth, ToolOffer, WithheldTool};
+pub use self::report::{StatusReport, SystemicReport, ToolHealth};
 pub use self::routing::{DegradationRecord, Refused, RefusedAlternative};
 pub use self::run::Run;
 pub use self::scope::{Blocker, SubTask, SubTaskPlan, ToolRoute, WorkItem, WorkStatus};
-pub use self::standing::{NextTry, Unusable};
+pub use self::standing::Unusable;
+pub use self::toolbox::ToolLayer;
 
-use self::builder::Settings;
+use self::builder::ExpediterSettings;
 use self::category::Categorizer;
 use self::events::ToolEvent;
-use self::ledger::{CheckSlot, Gate, Ledger, RunId};
-use self::registry::{Registry, Tool};
-use self::report::Views;
-use self::scope::{Assessment, WorkState};
-use self::standing::ToolView;
-use crate::error::{BoxError, Rejected};
-use crate::Advice;
-use crate::Answer;
-use crate::Builder;
-use crate::CircuitBreakerHandle;
+use self::ledger::{Ledger, LedgerGuard};
+use self::toolbox::{Tool, Toolbox};
+use self::views::Survey;
 use crate::DeliveryGroup;
-use crate::KillSwitch;
-use crate::NextProbe;
-use crate::Reason;
+use crate::{Builder, CircuitBreakerHandle, KillSwitch};
 
 /// How many times a report or an offer takes the breakers' snapshots again when the
 /// ledger has seen a newer transition than a snapshot shows.
@@ -161,16 +156,16 @@ const FRESH_LOOKS: usize = 4;
 
 struct Inner {
     /// Replaced whole when a tool is added: readers clone the `Arc` and let go.
-    registry: RwLock<Arc<Registry>>,
+    toolbox: RwLock<Arc<Toolbox>>,
     ledger: Mutex<Ledger>,
-    events: Sender<ToolEvent>,
+    events: mpsc::Sender<ToolEvent>,
     /// Every tool's breaker's events, counted together: whether the ledger can have
     /// heard of every outcome recorded so far.
     delivery: Arc<DeliveryGroup>,
     kill: KillSwitch,
     breaker: Builder,
     categorizer: Categorizer,
-    settings: Settings,
+    settings: ExpediterSettings,
 }
 
 /// Coordinates an agent's tools under one failure policy. See the [module docs](self).
@@ -181,21 +176,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct Expediter {
     inner: Arc<Inner>,
-}
-
-/// What a decision found before its route.
-enum Verdict {
-    Call,
-    Probe,
-    Skip(SkipReason),
-    Pause(ledger::Pause),
-}
-
-/// Why `breaker` refused the call whose result this is, if it did: the call was not
-/// made. A refusal by another breaker, further inside the service, is the tool's answer.
-fn refused_by<T>(breaker: &CircuitBreakerHandle, result: &Result<T, BoxError>) -> Option<Reason> {
-    let rejected = result.as_ref().err()?.downcast_ref::<Rejected>()?;
-    (rejected.name() == breaker.name()).then(|| rejected.reason())
 }
 
 impl Expediter {
@@ -216,7 +196,7 @@ impl Expediter {
             settings.user_available,
             settings.probe_allowance,
         );
-        let mut registry = Registry::default();
+        let mut toolbox = Toolbox::default();
         let delivery = Arc::new(DeliveryGroup::default());
         for spec in builder.tools {
             let tool = Tool::build(
@@ -228,11 +208,11 @@ impl Expediter {
                 &delivery,
             )?;
             ledger.add_tool(tool.spec.name.clone());
-            registry = registry.with(tool);
+            toolbox = toolbox.with(tool);
         }
         Ok(Expediter {
             inner: Arc::new(Inner {
-                registry: RwLock::new(Arc::new(registry)),
+                toolbox: RwLock::new(Arc::new(toolbox)),
                 ledger: Mutex::new(ledger),
                 events: tx,
                 delivery,
@@ -250,10 +230,9 @@ impl Expediter {
     ///
     /// As for [`ExpediterBuilder::build`], for the map with this tool added.
     pub fn add_tool(&self, spec: ToolSpec) -> Result<(), ExpediterError> {
-        let check = |registry: &Registry| {
-            capability::validate(registry.specs().chain(std::iter::once(&spec)))
-        };
-        check(&self.registry())?;
+        let check =
+            |toolbox: &Toolbox| capability::validate(toolbox.specs().chain(std::iter::once(&spec)));
+        check(&self.toolbox())?;
         // The breaker is built outside every lock; the map is checked again when it
         // goes in, in case another tool was added meanwhile.
         let tool = Tool::build(
@@ -264,15 +243,15 @@ impl Expediter {
             self.inner.events.clone(),
             &self.inner.delivery,
         )?;
-        let mut registry = self
+        let mut toolbox = self
             .inner
-            .registry
+            .toolbox
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        check(&registry)?;
+        check(&toolbox)?;
         let name = tool.spec.name.clone();
-        *registry = Arc::new(Registry::clone(&registry).with(tool));
-        drop(registry);
+        *toolbox = Arc::new(Toolbox::clone(&toolbox).with(tool));
+        drop(toolbox);
         self.lock().add_tool(name);
         Ok(())
     }
@@ -303,7 +282,7 @@ impl Expediter {
 
     /// The tools' names, in the order they were added.
     pub fn tools(&self) -> Vec<Arc<str>> {
-        self.registry()
+        self.toolbox()
             .tools()
             .iter()
             .map(|t| t.spec.name.clone())
@@ -335,14 +314,15 @@ impl Expediter {
     /// let expediter = Expediter::builder()
     ///     .tool(ToolSpec::new("search").fallback("ask the user"))
     ///     .build()?;
+    /// let run = expediter.default_run();
     /// expediter.set_availability("search", Availability::Unavailable, "its server is restarting")?;
-    /// assert!(matches!(expediter.decide("search").await?.action, Action::Skip { .. }));
+    /// assert!(matches!(run.decide("search").await?.action, Action::Skip { .. }));
     /// let offer = expediter.offered_tools();
     /// assert!(offer.withheld[0].line.contains("its server is restarting"));
     /// assert_eq!(expediter.report().budget.used, 0, "routing away spends nothing");
     ///
     /// expediter.set_availability("search", Availability::Available, "its server is back")?;
-    /// assert_eq!(expediter.decide("search").await?.action, Action::Call);
+    /// assert_eq!(run.decide("search").await?.action, Action::Call);
     /// # Ok(()) }
     /// ```
     ///
@@ -376,43 +356,18 @@ impl Expediter {
         Ok(())
     }
 
-    /// The run named `name`: an agent's own sub-tasks and degradations, sharing this
-    /// expediter's tools and budget (see [Sharing](self#sharing)). The same name gives
-    /// the same run until it is [closed](Run::close).
+    /// The run named `name`: where an agent decides and makes its calls and plans its
+    /// sub-tasks, with its own sub-tasks and degradations, sharing this expediter's
+    /// tools and budget (see [Sharing](self#sharing)). The same name gives the same run
+    /// until it is [closed](Run::close).
     pub fn run(&self, name: &str) -> Run {
         Run::new(self.clone(), Some(name.into()))
     }
 
-    /// Decides one attempted call of `tool` (one step). Runs the tool's pre-call check
-    /// first if it has one and no result is cached.
-    ///
-    /// A decision reserves nothing: two agents deciding about a tool whose probe is due
-    /// may both be told PROBE, and its breaker then lets one probe through and refuses
-    /// the other (`Rejected`, for `half_open_full`), as it would refuse a call after a
-    /// person forced it open. [`execute`](Self::execute) decides and calls in one: it
-    /// reports a call its breaker refused as skipped, with the route, never as made.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub async fn decide(&self, tool: &str) -> Result<Decision, ExpediterError> {
-        self.decide_in(None, tool, Degradation::High).await
-    }
-
-    /// [`decide`](Self::decide) for work that cannot live with more than `limit` of
-    /// degradation ([`SubTask::max_degradation`]): an alternative that loses more is not
-    /// offered as the route, so the degradation report lists only routes the work could
-    /// take.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub async fn decide_within(
-        &self,
-        tool: &str,
-        limit: Degradation,
-    ) -> Result<Decision, ExpediterError> {
-        self.decide_in(None, tool, limit).await
+    /// The expediter's own run, for an agent that has the expediter to itself: its
+    /// report names no run, and it cannot be closed. Every call gives the same run.
+    pub fn default_run(&self) -> Run {
+        Run::new(self.clone(), None)
     }
 
     /// What a decision about `tool` would be now, with nothing counted: no step is
@@ -443,75 +398,13 @@ impl Expediter {
         self.peek_within(tool, Degradation::High)
     }
 
-    /// [`peek`](Self::peek) with [`decide_within`](Self::decide_within)'s limit.
+    /// [`peek`](Self::peek) with [`Run::decide_within`]'s limit.
     ///
     /// # Errors
     ///
     /// [`ExpediterError::UnknownTool`].
     pub fn peek_within(&self, tool: &str, limit: Degradation) -> Result<Action, ExpediterError> {
-        let registry = self.registry();
-        let tool = registry
-            .get(tool)
-            .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
-        let gate = {
-            let mut ledger = self.lock();
-            ledger.drain();
-            let availability = ledger
-                .availability(&tool.spec.name)
-                .unwrap_or(Availability::Available);
-            ledger.gate(
-                &tool.spec.name,
-                availability,
-                ledger.step().saturating_add(1),
-            )
-        };
-        let verdict = self.verdict(tool, gate, false);
-        Ok(self.action(&registry, tool, limit, verdict, None))
-    }
-
-    /// Decides, then makes the call only if the decision says so. Never retries: a
-    /// failed call is returned as it is and counted once. A call the tool's breaker
-    /// refuses after the decision (forced open or killed meanwhile, or its probe slot
-    /// taken by another agent) is [`Attempt::Skipped`], with the route a skip would have
-    /// had, and the decision in it says SKIP.
-    ///
-    /// `service` must be wrapped in this expediter's [`layer`](Self::layer) for the same
-    /// `tool`: the expediter learns of outcomes through that tool's breaker. A service
-    /// under another tool's layer has its outcomes counted against that other tool, and
-    /// one under a breaker of its own is not counted at all.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub async fn execute<S, Request, T>(
-        &self,
-        tool: &str,
-        service: &mut S,
-        request: Request,
-    ) -> Result<Attempt<T>, ExpediterError>
-    where
-        S: Service<Request, Response = Answer<T>, Error = BoxError>,
-    {
-        self.execute_in(None, tool, Degradation::High, service, request)
-            .await
-    }
-
-    /// [`execute`](Self::execute) with [`decide_within`](Self::decide_within)'s limit.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub async fn execute_within<S, Request, T>(
-        &self,
-        tool: &str,
-        limit: Degradation,
-        service: &mut S,
-        request: Request,
-    ) -> Result<Attempt<T>, ExpediterError>
-    where
-        S: Service<Request, Response = Answer<T>, Error = BoxError>,
-    {
-        self.execute_in(None, tool, limit, service, request).await
+        self.peek_in(tool, limit)
     }
 
     /// The user confirmed that the shared cause of a systemic failure is fixed: calls
@@ -552,22 +445,23 @@ impl Expediter {
     /// let mut search = ServiceBuilder::new().layer(expediter.layer("search")?).service(
     ///     service_fn(|_: ()| async { Err::<(), _>(std::io::Error::other("connection refused")) }),
     /// );
+    /// let run = expediter.default_run();
     /// // Three failures open its breaker; its probe fails too: 4 of 5 spent.
     /// for _ in 0..6 {
-    ///     if expediter.decide("search").await?.should_call() {
+    ///     if run.decide("search").await?.should_call() {
     ///         let _ = search.ready().await?.call(()).await;
     ///     }
     /// }
     /// assert_eq!(expediter.report().budget.used, 4);
     /// // Held open: no more probes, and the last failure is kept for the other tools.
     /// for _ in 0..10 {
-    ///     let action = expediter.decide("search").await?.action;
+    ///     let action = run.decide("search").await?.action;
     ///     assert!(matches!(action, Action::Skip { reason: SkipReason::ProbesStopped, .. }));
     /// }
     /// assert_eq!(expediter.report().budget.used, 4);
     ///
     /// assert!(expediter.resume_probes("search")?);
-    /// assert_eq!(expediter.decide("search").await?.action, Action::Probe);
+    /// assert_eq!(run.decide("search").await?.action, Action::Probe);
     /// # Ok(()) }
     /// ```
     ///
@@ -587,498 +481,74 @@ impl Expediter {
         Ok(held)
     }
 
-    /// Declares a sub-task of the default run and decides at once whether it can run
-    /// now: if every tool it needs can be used or has an alternative it
-    /// accepts, it is in progress (with the degradations it will carry); otherwise it is
-    /// deferred, with the tools in the way, and the report says so from this moment.
-    /// Planning looks and counts nothing. Planning a sub-task of the same name again
-    /// replaces it.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub fn start_subtask(&self, task: SubTask) -> Result<SubTaskPlan, ExpediterError> {
-        self.start_subtask_in(None, task)
-    }
-
-    /// Plans several sub-tasks of the default run at once, as
-    /// [`start_subtask`](Self::start_subtask) does.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownTool`].
-    pub fn plan(
-        &self,
-        tasks: impl IntoIterator<Item = SubTask>,
-    ) -> Result<Vec<SubTaskPlan>, ExpediterError> {
-        tasks
-            .into_iter()
-            .map(|t| self.start_subtask_in(None, t))
-            .collect()
-    }
-
-    /// Marks a sub-task of the default run done.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownSubTask`].
-    pub fn complete_subtask(&self, name: &str) -> Result<(), ExpediterError> {
-        self.finish_in(None, name, WorkState::Done)
-    }
-
-    /// Marks a sub-task of the default run failed, with why.
-    /// `why` is shown in the report [redacted](crate::redact): a URL's user information
-    /// and query string, bearer tokens and `key=` values are taken out.
-    ///
-    /// # Errors
-    ///
-    /// [`ExpediterError::UnknownSubTask`].
-    pub fn fail_subtask(&self, name: &str, why: &str) -> Result<(), ExpediterError> {
-        self.finish_in(
-            None,
-            name,
-            WorkState::Failed {
-                why: why.to_string(),
-            },
-        )
-    }
-
     /// The tools worth offering to the model now, and for each one withheld (open,
     /// killed, unavailable, paused) one honest line saying why and when it is tried
     /// again — never an invitation to retry.
     pub fn offered_tools(&self) -> ToolOffer {
-        self.with_views(report::offer)
+        self.with_survey(offer::offer)
     }
 
     /// The status report of every run: completed and incomplete work,
     /// tool health, budget, degradations, a suspected systemic cause, next steps.
+    /// [`Run::report`] covers one run.
     pub fn report(&self) -> StatusReport {
-        self.report_in(None, true)
+        self.with_survey(|ledger, toolbox, survey| {
+            let runs: Vec<_> = ledger.runs().collect();
+            report::build(ledger, toolbox, survey, None, &runs)
+        })
     }
 
     // -------------------------------------------------------------------------
-    // The plumbing: look outside the lock, decide under it, act outside it.
+    // The façade's access to what its clones share: the tools, read without a lock
+    // held, and the ledger, under its lock.
     // -------------------------------------------------------------------------
 
-    fn registry(&self) -> Arc<Registry> {
+    fn toolbox(&self) -> Arc<Toolbox> {
         self.inner
-            .registry
+            .toolbox
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
     fn tool(&self, name: &str) -> Result<Arc<Tool>, ExpediterError> {
-        self.registry()
+        self.toolbox()
             .get(name)
             .cloned()
             .ok_or_else(|| ExpediterError::UnknownTool(name.to_string()))
     }
 
     fn lock(&self) -> LedgerGuard<'_> {
-        LedgerGuard(Some(
-            self.inner.ledger.lock().unwrap_or_else(|p| p.into_inner()),
-        ))
-    }
-
-    /// Resolves a run's name to its key (the default run: `None`).
-    fn run_id(ledger: &mut Ledger, run: Option<&str>) -> RunId {
-        run.map_or(0, |name| ledger.run_named(name))
-    }
-
-    async fn decide_in(
-        &self,
-        run: Option<&str>,
-        tool: &str,
-        limit: Degradation,
-    ) -> Result<Decision, ExpediterError> {
-        let registry = self.registry();
-        let tool = registry
-            .get(tool)
-            .ok_or_else(|| ExpediterError::UnknownTool(tool.to_string()))?;
-        let availability = self.availability(tool).await;
-        // Every failure a breaker recorded before this decision counts in it, even one
-        // whose event another task is still delivering (rare: then each tool's breaker
-        // is waited for). The tools as they are now: one added while the pre-call check
-        // ran may have failed since.
-        if !self.inner.delivery.all_delivered() {
-            for each in self.registry().tools() {
-                each.handle.events_delivered().await;
-            }
-        }
-        let (step, gate) = {
-            let mut ledger = self.lock();
-            ledger.drain();
-            ledger.begin_decision(&tool.spec.name, availability)
-        };
-        let verdict = self.verdict(tool, gate, true);
-        let action = self.action(&registry, tool, limit, verdict, Some((run, step)));
-        Ok(Decision {
-            tool: tool.spec.name.clone(),
-            step,
-            action,
-        })
-    }
-
-    /// A verdict as an action. A skip's route is found under the lock with the
-    /// alternatives looked at before it; a decision's (`taken`: its run and step) is
-    /// recorded as a degradation.
-    fn action(
-        &self,
-        registry: &Registry,
-        tool: &Tool,
-        limit: Degradation,
-        verdict: Verdict,
-        taken: Option<(Option<&str>, u64)>,
-    ) -> Action {
-        let reason = match verdict {
-            Verdict::Call => return Action::Call,
-            Verdict::Probe => return Action::Probe,
-            Verdict::Pause(pause) => {
-                return Action::Pause {
-                    reason: pause.reason,
-                    detail: pause.detail,
-                }
-            }
-            Verdict::Skip(reason) => reason,
-        };
-        let views = self.views_of_alternatives(registry, tool);
-        let mut ledger = self.lock();
-        ledger.drain();
-        let route = ledger.route(&tool.spec, limit, &views[..]).route;
-        if let Some((run, step)) = taken {
-            let id = Self::run_id(&mut ledger, run);
-            ledger.record_route(id, &tool.spec.name, &route, step);
-        }
-        Action::Skip { reason, route }
-    }
-
-    /// Carries out a gate outside the lock: asks the tool's breaker, counting the
-    /// attempt (`count`) or only looking.
-    fn verdict(&self, tool: &Tool, gate: Gate, count: bool) -> Verdict {
-        let release = match gate {
-            Gate::Pause(pause) => return Verdict::Pause(pause),
-            Gate::Skip(reason) => return Verdict::Skip(reason),
-            // Only looked at: no call of a held tool reaches its breaker.
-            Gate::Held => {
-                return Verdict::Skip(match tool.handle.peek() {
-                    Advice::Skip(skip)
-                        if matches!(skip.reason(), Reason::Killed | Reason::ForcedOpen) =>
-                    {
-                        SkipReason::Breaker(skip.reason())
-                    }
-                    _ => SkipReason::ProbesStopped,
-                })
-            }
-            Gate::Breaker { release } => release,
-        };
-        let advice = if count {
-            // After a confirmed recovery the backoff decides when to probe, not the
-            // breaker's own cooldown: the two must not add up.
-            if release {
-                tool.handle.allow_probe();
-            }
-            tool.handle.advise()
-        } else {
-            match tool.handle.peek() {
-                // What `allow_probe` would do: an open breaker lets the next call
-                // through as the probe, unless only a person can end its wait.
-                Advice::Skip(skip)
-                    if release
-                        && skip.reason() == Reason::Open
-                        && skip.next_probe() != NextProbe::Manual =>
-                {
-                    Advice::Probe
-                }
-                advice => advice,
-            }
-        };
-        match advice {
-            Advice::Call => Verdict::Call,
-            Advice::Probe => Verdict::Probe,
-            Advice::Skip(skip) => Verdict::Skip(SkipReason::Breaker(skip.reason())),
-        }
-    }
-
-    /// How a tool's alternatives look now: a closed one at the cost of one load, the
-    /// others from a snapshot.
-    fn views_of_alternatives(&self, registry: &Registry, tool: &Tool) -> Vec<(Arc<str>, ToolView)> {
-        let killed = self.inner.kill.is_killed();
-        tool.spec
-            .alternatives
-            .iter()
-            .filter_map(|alt| registry.get(&alt.tool))
-            .map(|alt| {
-                let view = if alt.handle.is_closed() {
-                    ToolView::closed(killed)
-                } else {
-                    ToolView::of(&alt.handle.snapshot())
-                };
-                (alt.spec.name.clone(), view)
-            })
-            .collect()
-    }
-
-    /// The tool's pre-call check result: cached, or run now, outside every lock. While
-    /// one decision runs a tool's check, others (a check calling back in included) use
-    /// what was found before, or go to the breaker.
-    async fn availability(&self, tool: &Tool) -> Availability {
-        let Some(check) = tool.spec.precheck.clone() else {
-            return Availability::Available;
-        };
-        let slot = {
-            let mut ledger = self.lock();
-            // What the breakers did first: a systemic event drops cached results.
-            ledger.drain();
-            ledger.check_slot(&tool.spec.name)
-        };
-        let epoch = match slot {
-            CheckSlot::Use(found) => return found,
-            CheckSlot::Run(epoch) => epoch,
-        };
-        let mut running = RunningCheck {
-            expediter: self,
-            tool: &tool.spec.name,
-            epoch,
-            found: None,
-        };
-        let found = check.check().await;
-        running.found = Some(found);
-        drop(running);
-        tool.handle
-            .set_threshold_relief(u32::from(found == Availability::Degraded));
-        found
-    }
-
-    async fn execute_in<S, Request, T>(
-        &self,
-        run: Option<&str>,
-        tool: &str,
-        limit: Degradation,
-        service: &mut S,
-        request: Request,
-    ) -> Result<Attempt<T>, ExpediterError>
-    where
-        S: Service<Request, Response = Answer<T>, Error = BoxError>,
-    {
-        let decision = self.decide_in(run, tool, limit).await?;
-        match &decision.action {
-            Action::Call | Action::Probe => {}
-            Action::Skip { reason, route } => {
-                let (reason, route) = (*reason, route.clone());
-                return Ok(Attempt::Skipped {
-                    decision,
-                    reason,
-                    route,
-                });
-            }
-            Action::Pause { reason, detail } => {
-                let (reason, detail) = (*reason, detail.clone());
-                return Ok(Attempt::Paused {
-                    decision,
-                    reason,
-                    detail,
-                });
-            }
-        }
-        let result = match service.ready().await {
-            Ok(ready) => ready.call(request).await,
-            Err(error) => Err(error),
-        };
-        let registry = self.registry();
-        let Some(tool) = registry.get(&decision.tool) else {
-            return Ok(Attempt::Made { decision, result });
-        };
-        let Some(reason) = refused_by(&tool.handle, &result) else {
-            return Ok(Attempt::Made { decision, result });
-        };
-        // The tool's breaker refused the call it was told to make (a person acted, or
-        // another agent's probe took the slot since): it was not made, and is routed as
-        // the decision would have been.
-        let verdict = Verdict::Skip(SkipReason::Breaker(reason));
-        let action = self.action(&registry, tool, limit, verdict, Some((run, decision.step)));
-        let Action::Skip { reason, route } = &action else {
-            unreachable!("a skip's action is a skip");
-        };
-        let (reason, route) = (*reason, route.clone());
-        Ok(Attempt::Skipped {
-            decision: Decision { action, ..decision },
-            reason,
-            route,
-        })
-    }
-
-    fn start_subtask_in(
-        &self,
-        run: Option<&str>,
-        task: SubTask,
-    ) -> Result<SubTaskPlan, ExpediterError> {
-        let registry = self.registry();
-        let mut involved: Vec<&Arc<Tool>> = Vec::new();
-        for name in &task.tools {
-            let tool = registry
-                .get(name)
-                .ok_or_else(|| ExpediterError::UnknownTool(name.to_string()))?;
-            involved.push(tool);
-            involved.extend(
-                tool.spec
-                    .alternatives
-                    .iter()
-                    .filter_map(|alt| registry.get(&alt.tool)),
-            );
-        }
-        let views: HashMap<Arc<str>, ToolView> = involved
-            .into_iter()
-            .map(|t| (t.spec.name.clone(), ToolView::of(&t.handle.snapshot())))
-            .collect();
-        let mut ledger = self.lock();
-        ledger.drain();
-        let Assessment { routes, blocked } =
-            ledger.assess(&task.tools, task.max_degradation, &registry, &views);
-        let (state, status) = if let Some(reason) = ledger.pause_reason() {
-            (
-                WorkState::NotAttempted,
-                WorkStatus::NotAttempted {
-                    why: report::paused_words(reason).to_string(),
-                },
-            )
-        } else if blocked.is_empty() {
-            (WorkState::InProgress, WorkStatus::InProgress)
-        } else {
-            (
-                WorkState::Deferred,
-                WorkStatus::Deferred {
-                    blocked_by: blocked,
-                },
-            )
-        };
-        let id = Self::run_id(&mut ledger, run);
-        let lines = routes.iter().map(|r| r.route.to_string()).collect();
-        ledger.plan(id, &task, state, lines);
-        Ok(SubTaskPlan {
-            name: task.name,
-            status,
-            routes,
-        })
-    }
-
-    fn finish_in(
-        &self,
-        run: Option<&str>,
-        name: &str,
-        state: WorkState,
-    ) -> Result<(), ExpediterError> {
-        // The one place a sub-task's failure reason enters the ledger, from which the
-        // report shows it: what looks like a credential is taken out here, as a tool's
-        // failure message is where it is made (`Failure::new`).
-        let state = match state {
-            WorkState::Failed { why } => WorkState::Failed {
-                why: crate::redact(&why).into_owned(),
-            },
-            state => state,
-        };
-        let mut ledger = self.lock();
-        let id = Self::run_id(&mut ledger, run);
-        if ledger.finish(id, name, state) {
-            Ok(())
-        } else {
-            Err(ExpediterError::UnknownSubTask(name.to_string()))
-        }
+        LedgerGuard::lock(&self.inner.ledger)
     }
 
     /// Takes every breaker's snapshot outside the lock, then runs `f` under it; takes
     /// them again (a few times at most) when the ledger has applied a transition newer
     /// than a snapshot shows, so that what `f` makes agrees with itself.
-    fn with_views<R>(&self, f: impl FnOnce(&Ledger, &Registry, &Views<'_>) -> R) -> R {
-        let registry = self.registry();
+    fn with_survey<R>(&self, f: impl FnOnce(&Ledger, &Toolbox, &Survey<'_>) -> R) -> R {
+        let toolbox = self.toolbox();
         let mut attempt = 1;
         loop {
-            let snapshots: Vec<_> = registry
+            let snapshots: Vec<_> = toolbox
                 .tools()
                 .iter()
                 .map(|t| t.handle.snapshot())
                 .collect();
             let mut ledger = self.lock();
             ledger.drain();
-            let views = Views::new(&registry, &snapshots);
-            let behind = registry.tools().iter().any(|t| {
-                views
+            let survey = Survey::new(&toolbox, &snapshots);
+            let behind = toolbox.tools().iter().any(|t| {
+                survey
                     .by_name
                     .get(&t.spec.name)
                     .is_some_and(|v| ledger.is_ahead_of(&t.spec.name, v))
             });
             if !behind || attempt == FRESH_LOOKS {
-                return f(&ledger, &registry, &views);
+                return f(&ledger, &toolbox, &survey);
             }
             drop(ledger);
             attempt += 1;
         }
-    }
-
-    /// The report of one run (`all`: of every run).
-    fn report_in(&self, run: Option<&str>, all: bool) -> StatusReport {
-        self.with_views(|ledger, registry, views| {
-            let runs: Vec<_> = if all {
-                ledger.runs().collect()
-            } else {
-                let id = run.map_or(Some(0), |name| ledger.run_id_of(name));
-                id.and_then(|id| ledger.run(id)).into_iter().collect()
-            };
-            let name = if all { None } else { run.map(Arc::from) };
-            report::build(ledger, registry, views, name, &runs)
-        })
-    }
-
-    fn close_run(&self, run: &str) {
-        let mut ledger = self.lock();
-        if let Some(id) = ledger.run_id_of(run) {
-            ledger.close_run(id);
-        }
-    }
-}
-
-/// The ledger's lock. Letting it go emits the log lines the ledger kept meanwhile, so
-/// that no tracing subscriber runs under the lock.
-struct LedgerGuard<'a>(Option<MutexGuard<'a, Ledger>>);
-
-impl std::ops::Deref for LedgerGuard<'_> {
-    type Target = Ledger;
-
-    fn deref(&self) -> &Ledger {
-        self.0.as_ref().expect("held until dropped")
-    }
-}
-
-impl std::ops::DerefMut for LedgerGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Ledger {
-        self.0.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for LedgerGuard<'_> {
-    fn drop(&mut self) {
-        let notes = self.0.as_mut().map(|ledger| ledger.take_notes());
-        drop(self.0.take());
-        for note in notes.into_iter().flatten() {
-            note.emit();
-        }
-    }
-}
-
-/// A pre-call check under way: when dropped (done, cancelled, or its future panicked)
-/// it tells the ledger, so a check is never left marked as running.
-struct RunningCheck<'a> {
-    expediter: &'a Expediter,
-    tool: &'a Arc<str>,
-    epoch: u64,
-    found: Option<Availability>,
-}
-
-impl Drop for RunningCheck<'_> {
-    fn drop(&mut self) {
-        self.expediter
-            .lock()
-            .check_done(self.tool, self.epoch, self.found);
     }
 }
 

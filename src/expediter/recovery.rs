@@ -14,7 +14,7 @@ pub(crate) struct RecoveryBackoff {
 
 /// One tool's place in the backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Recovery {
+pub(crate) struct RecoverySchedule {
     /// The first step whose decision may let the probe go.
     from: u64,
     /// The steps from the last probe (or the confirmation) to the next.
@@ -23,10 +23,10 @@ pub(crate) struct Recovery {
     released: bool,
 }
 
-impl Recovery {
+impl RecoverySchedule {
     /// The schedule of a tool still open when recovery is confirmed at `step`.
     pub(crate) fn start(step: u64, backoff: RecoveryBackoff) -> Self {
-        Recovery {
+        RecoverySchedule {
             from: step.saturating_add(backoff.start),
             interval: backoff.start,
             released: false,
@@ -36,7 +36,7 @@ impl Recovery {
     /// The probe failed at `step`: the wait doubles, up to the cap.
     pub(crate) fn failed_probe(self, step: u64, backoff: RecoveryBackoff) -> Self {
         let interval = self.interval.saturating_mul(2).min(backoff.cap);
-        Recovery {
+        RecoverySchedule {
             from: step.saturating_add(interval),
             interval,
             released: false,
@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn the_backoff_doubles_to_its_cap_and_saturates() {
         let backoff = RecoveryBackoff { start: 3, cap: 20 };
-        let mut r = Recovery::start(10, backoff);
+        let mut r = RecoverySchedule::start(10, backoff);
         assert!(!r.due(12) && r.due(13));
         assert_eq!(r.decisions_left(10), 3);
         let mut gaps = Vec::new();
@@ -84,7 +84,7 @@ mod tests {
             start: u64::MAX,
             cap: u64::MAX,
         };
-        let r = Recovery::start(5, huge);
+        let r = RecoverySchedule::start(5, huge);
         assert!(!r.due(u64::MAX - 1) && r.due(u64::MAX));
         let r = r.failed_probe(u64::MAX, huge);
         assert_eq!(r.decisions_left(u64::MAX), 0);

@@ -1,6 +1,6 @@
-//! The status report and what the model is offered, made from the ledger
-//! and from the breakers as they are when the report is made: every statement of
-//! when a tool is tried next comes from one place, [`NextTry`].
+//! The status report, made from the ledger and from the breakers as they are when the
+//! report is made: every statement of when a tool is tried next comes from one place,
+//! [`NextTry`].
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
@@ -10,15 +10,16 @@ use crate::snapshot::Snapshot;
 use crate::State;
 
 use super::budget::{BudgetLine, BudgetReport};
-use super::capability::Degradation;
-use super::decision::{PauseReason, Route};
+use super::decision::PauseReason;
 use super::ledger::{Ledger, Pause};
+use super::next_try::NextTry;
 use super::precheck::Availability;
-use super::registry::Registry;
 use super::routing::DegradationRecord;
 use super::scope::{RunState, Work, WorkItem, WorkState, WorkStatus};
-use super::standing::{NextTry, ToolView, Unusable};
+use super::standing::Unusable;
 use super::table::table;
+use super::toolbox::Toolbox;
+use super::views::{Survey, ToolView};
 
 /// One row of the tool health table.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +87,7 @@ impl fmt::Display for ToolHealth {
             }
         }
         if self.failed_probes > 0 {
-            write!(f, ", {}", probes(self.failed_probes))?;
+            write!(f, ", {}", failed_probes_phrase(self.failed_probes))?;
         }
         match self.next_try {
             NextTry::Now => Ok(()),
@@ -104,13 +105,6 @@ impl fmt::Display for SystemicReport {
             "Suspected systemic cause ({state}, step {}): {}",
             self.step, self.cause
         )
-    }
-}
-
-/// Its line: why it is withheld and when it is tried again.
-impl fmt::Display for WithheldTool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.line)
     }
 }
 
@@ -141,49 +135,6 @@ pub struct StatusReport {
     pub next_steps: Vec<String>,
 }
 
-/// A tool withheld from the model, and the honest line that says why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct WithheldTool {
-    /// The tool.
-    pub name: Arc<str>,
-    /// Why it cannot be used.
-    pub unusable: Unusable,
-    /// When it is tried next.
-    pub next_try: NextTry,
-    /// Why it is withheld and when it is tried again, in one line.
-    pub line: String,
-}
-
-/// What to offer the model: the tools worth calling, and a line for each one withheld.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct ToolOffer {
-    /// Tools to offer.
-    pub offered: Vec<Arc<str>>,
-    /// Tools removed, with why.
-    pub withheld: Vec<WithheldTool>,
-}
-
-/// The tools as the report sees them: one snapshot each, taken before the ledger's
-/// lock.
-pub(crate) struct Views<'a> {
-    pub(crate) snapshots: &'a [Snapshot],
-    pub(crate) by_name: HashMap<Arc<str>, ToolView>,
-}
-
-impl<'a> Views<'a> {
-    pub(crate) fn new(registry: &Registry, snapshots: &'a [Snapshot]) -> Self {
-        let by_name = registry
-            .tools()
-            .iter()
-            .zip(snapshots)
-            .map(|(tool, snapshot)| (tool.spec.name.clone(), ToolView::of(snapshot)))
-            .collect();
-        Views { snapshots, by_name }
-    }
-}
-
 pub(crate) fn paused_words(reason: PauseReason) -> &'static str {
     match reason {
         PauseReason::SystemicPause => "paused: a systemic failure waits for recovery",
@@ -192,9 +143,9 @@ pub(crate) fn paused_words(reason: PauseReason) -> &'static str {
 }
 
 /// Where a sub-task stands now.
-pub(crate) fn work_status(
+fn work_status(
     ledger: &Ledger,
-    registry: &Registry,
+    toolbox: &Toolbox,
     views: &HashMap<Arc<str>, ToolView>,
     pause: Option<&Pause>,
     work: &Work,
@@ -213,13 +164,13 @@ pub(crate) fn work_status(
         },
         (WorkState::Deferred, _) => WorkStatus::Deferred {
             blocked_by: ledger
-                .assess(&work.tools, work.limit, registry, views)
+                .assess(&work.tools, work.limit, toolbox, views)
                 .blocked,
         },
     }
 }
 
-pub(crate) fn work_item(run: &RunState, work: &Work, status: WorkStatus) -> WorkItem {
+fn work_item(run: &RunState, work: &Work, status: WorkStatus) -> WorkItem {
     WorkItem {
         run: run.name.clone(),
         name: work.name.clone(),
@@ -253,8 +204,8 @@ fn health(ledger: &Ledger, name: &Arc<str>, snapshot: &Snapshot) -> ToolHealth {
 /// The report of `runs` (all of them, or one).
 pub(crate) fn build(
     ledger: &Ledger,
-    registry: &Registry,
-    views: &Views<'_>,
+    toolbox: &Toolbox,
+    views: &Survey<'_>,
     run: Option<Arc<str>>,
     runs: &[&RunState],
 ) -> StatusReport {
@@ -273,7 +224,7 @@ pub(crate) fn build(
     let mut incomplete = Vec::new();
     for state in runs {
         for work in &state.work {
-            let status = work_status(ledger, registry, &views.by_name, pause.as_ref(), work);
+            let status = work_status(ledger, toolbox, &views.by_name, pause.as_ref(), work);
             let item = work_item(state, work, status);
             if item.status == WorkStatus::Done {
                 completed.push(item);
@@ -282,7 +233,7 @@ pub(crate) fn build(
             }
         }
     }
-    let tools: Vec<ToolHealth> = registry
+    let tools: Vec<ToolHealth> = toolbox
         .tools()
         .iter()
         .zip(views.snapshots)
@@ -456,7 +407,7 @@ fn next_steps(
 }
 
 /// `1 failed probe`, `2 failed probes`.
-fn probes(n: u32) -> String {
+pub(crate) fn failed_probes_phrase(n: u32) -> String {
     match n {
         1 => "1 failed probe".to_string(),
         n => format!("{n} failed probes"),
@@ -466,92 +417,16 @@ fn probes(n: u32) -> String {
 /// How a tool held after its failed probes got there, in a few words.
 fn stays_down(row: &ToolHealth) -> String {
     match &row.last_failure {
-        Some(message) => format!("{}; last failure: {message}", probes(row.failed_probes)),
-        None => probes(row.failed_probes),
+        Some(message) => format!(
+            "{}; last failure: {message}",
+            failed_probes_phrase(row.failed_probes)
+        ),
+        None => failed_probes_phrase(row.failed_probes),
     }
-}
-
-/// What to offer the model now.
-pub(crate) fn offer(ledger: &Ledger, registry: &Registry, views: &Views<'_>) -> ToolOffer {
-    let mut offer = ToolOffer {
-        offered: Vec::new(),
-        withheld: Vec::new(),
-    };
-    let pause = ledger.pause();
-    for (tool, snapshot) in registry.tools().iter().zip(views.snapshots) {
-        let name = tool.spec.name.clone();
-        let standing = ledger.standing(&name, &ToolView::of(snapshot));
-        let unusable = match (&pause, standing.unusable) {
-            (Some(pause), _) => Unusable::Paused {
-                reason: pause.reason,
-            },
-            (None, Some(unusable)) => unusable,
-            (None, None) => {
-                offer.offered.push(name);
-                continue;
-            }
-        };
-        let next = &standing.next_try;
-        let line = if let (Unusable::Paused { .. }, Some(pause)) = (unusable, &pause) {
-            format!(
-                "{name} is not offered: all tools are paused ({}); it is tried again {next}; the status report says what remains",
-                pause.detail
-            )
-        } else {
-            let instead = match ledger
-                .route(&tool.spec, Degradation::High, &views.by_name)
-                .route
-            {
-                Route::Alternative { tool, method, .. } => format!("use {tool} ({method}) instead"),
-                Route::Manual { ask } => format!("instead, {ask}"),
-                Route::ReduceScope { .. } => "work that needs it is deferred".to_string(),
-            };
-            let why = match unusable {
-                Unusable::Killed => "an operator switched it off".to_string(),
-                Unusable::ForcedOpen => "an operator forced it open".to_string(),
-                Unusable::Unavailable => match ledger.reported_why(&name) {
-                    Some(why) => why.to_string(),
-                    None => "its pre-call check says it is unavailable".to_string(),
-                },
-                Unusable::Held => {
-                    "it is held open on a hint from outside (another replica saw it fail)"
-                        .to_string()
-                }
-                Unusable::ProbesStopped => format!(
-                    "it stays down ({}{})",
-                    probes(ledger.failed_probes(&name)),
-                    snapshot
-                        .last_failure
-                        .as_ref()
-                        .map(|f| format!("; last: {}", f.message))
-                        .unwrap_or_default()
-                ),
-                _ => {
-                    let last = snapshot
-                        .last_failure
-                        .as_ref()
-                        .map(|f| format!(" (last: {})", f.message))
-                        .unwrap_or_default();
-                    format!(
-                        "it failed {} times in a row{last}",
-                        snapshot.consecutive_failures
-                    )
-                }
-            };
-            format!("{name} is not offered: {why}; it is tried again {next}; {instead}")
-        };
-        offer.withheld.push(WithheldTool {
-            name,
-            unusable,
-            next_try: standing.next_try,
-            line,
-        });
-    }
-    offer
 }
 
 /// What the Next Try column counts.
-pub(crate) const NEXT_TRY_LEGEND: &str = "Next Try counts calls of the tool, skipped ones too (of any tool after a systemic failure); peeks, plans and reports count nothing.";
+const NEXT_TRY_LEGEND: &str = "Next Try counts calls of the tool, skipped ones too (of any tool after a systemic failure); peeks, plans and reports count nothing.";
 
 impl fmt::Display for StatusReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -633,7 +508,7 @@ impl fmt::Display for StatusReport {
                 out,
                 "  {}: held open, no more probes: {} used up its allowance ({}); it is tried again {}",
                 t.name,
-                probes(t.failed_probes),
+                failed_probes_phrase(t.failed_probes),
                 self.budget.probe_allowance,
                 t.next_try
             );
@@ -659,24 +534,5 @@ impl fmt::Display for StatusReport {
             }
         }
         f.write_str(out.trim_end())
-    }
-}
-
-impl fmt::Display for ToolOffer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.offered.iter().map(|n| n.as_ref()).collect();
-        write!(
-            f,
-            "tools offered: {}",
-            if names.is_empty() {
-                "(none)".to_string()
-            } else {
-                names.join(", ")
-            }
-        )?;
-        for w in &self.withheld {
-            write!(f, "\n{}", w.line)?;
-        }
-        Ok(())
     }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::capability::Degradation;
 use super::decision::Route;
+use super::next_try::NextTry;
 use super::routing::{DegradationRecord, RefusedAlternative};
-use super::standing::{NextTry, Unusable};
+use super::standing::Unusable;
 
 /// A piece of the agent's task and the tools it needs.
 ///
@@ -188,7 +189,7 @@ impl fmt::Display for WorkItem {
     }
 }
 
-/// What [`Expediter::start_subtask`](super::Expediter::start_subtask) decided.
+/// What [`Run::start_subtask`](super::Run::start_subtask) decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubTaskPlan {
     /// The sub-task.

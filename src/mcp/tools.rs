@@ -485,7 +485,8 @@ impl McpTools {
     }
 
     /// Decides one call of the MCP tool `name` and makes it only if the decision says
-    /// so ([`Expediter::execute`]): never retried. The tool's availability is brought up
+    /// so ([`Run::execute`](crate::expediter::Run::execute), on the expediter's
+    /// [default run](Expediter::default_run)): never retried. The tool's availability is brought up
     /// to date with its server first, so a server seen down is never called.
     ///
     /// # Errors
@@ -503,6 +504,7 @@ impl McpTools {
         }
         self.inner
             .expediter
+            .default_run()
             .execute(name, &mut service, arguments)
             .await
     }

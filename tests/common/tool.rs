@@ -104,17 +104,22 @@ impl Tool {
 
     /// One agent step for this tool: decide, and call only if the decision says so.
     pub(crate) async fn attempt(&mut self, expediter: &Expediter) -> Decision {
-        let decision = expediter.decide(self.name).await.expect("a known tool");
+        let decision = expediter
+            .default_run()
+            .decide(self.name)
+            .await
+            .expect("a known tool");
         if decision.should_call() {
             let _ = self.call().await;
         }
         decision
     }
 
-    /// One agent step through `Expediter::execute`.
+    /// One agent step through `Run::execute`, in the expediter's default run.
     pub(crate) async fn execute(&mut self, expediter: &Expediter) -> Attempt<String> {
         let request = self.next_request();
         expediter
+            .default_run()
             .execute(self.name, &mut self.svc, request)
             .await
             .expect("a known tool")
@@ -129,7 +134,11 @@ impl Tool {
     ) -> usize {
         self.fail_with(message);
         for n in 1..=3 {
-            let decision = expediter.decide(self.name).await.expect("a known tool");
+            let decision = expediter
+                .default_run()
+                .decide(self.name)
+                .await
+                .expect("a known tool");
             assert_eq!(
                 decision.action,
                 Action::Call,
@@ -148,7 +157,11 @@ impl Tool {
     pub(crate) async fn fail_times(&mut self, expediter: &Expediter, n: usize, message: &str) {
         self.fail_with(message);
         for i in 0..n {
-            let decision = expediter.decide(self.name).await.expect("a known tool");
+            let decision = expediter
+                .default_run()
+                .decide(self.name)
+                .await
+                .expect("a known tool");
             assert_eq!(
                 decision.action,
                 Action::Call,

@@ -13,15 +13,28 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
     let mut websearch = Tool::new(&expediter, "WebSearch");
     let tasks = example_subtasks();
 
-    assert!(expediter.start_subtask(tasks[0].clone())?.can_run());
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[0].clone())?
+        .can_run());
     assert_eq!(read.attempt(&expediter).await.action, Action::Call);
-    expediter.complete_subtask("Read configuration files")?;
-    assert!(expediter.start_subtask(tasks[1].clone())?.can_run());
+    expediter
+        .default_run()
+        .complete_subtask("Read configuration files")?;
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[1].clone())?
+        .can_run());
     assert_eq!(grep.attempt(&expediter).await.action, Action::Call);
-    expediter.complete_subtask("Search for deprecated patterns")?;
+    expediter
+        .default_run()
+        .complete_subtask("Search for deprecated patterns")?;
 
     // Sub-task 3: Bash fails three ways and opens.
-    assert!(expediter.start_subtask(tasks[2].clone())?.can_run());
+    assert!(expediter
+        .default_run()
+        .start_subtask(tasks[2].clone())?
+        .can_run());
     for message in [
         "permission denied",
         "command not found",
@@ -29,7 +42,9 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
     ] {
         bash.fail_times(&expediter, 1, message).await;
     }
-    expediter.fail_subtask("Run test suite", "Bash circuit OPEN")?;
+    expediter
+        .default_run()
+        .fail_subtask("Run test suite", "Bash circuit OPEN")?;
     // Failure 4: WebSearch, connection refused.
     websearch
         .fail_times(&expediter, 1, "connection refused")
@@ -55,7 +70,7 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
     );
     assert!(report.to_string().contains("Failures: 4 / 5"));
     // One failure remains: the next call still proceeds.
-    let decision = expediter.decide("WebSearch").await?;
+    let decision = expediter.default_run().decide("WebSearch").await?;
     assert_eq!(decision.action, Action::Call);
     assert!(websearch.call().await.is_err());
 
@@ -64,7 +79,7 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
     assert_eq!(report.budget.used, 5);
     assert!(report.budget.exhausted());
     for name in EXAMPLE_TOOLS {
-        let decision = expediter.decide(name).await?;
+        let decision = expediter.default_run().decide(name).await?;
         assert!(
             is_pause(&decision, PauseReason::BudgetExhausted),
             "{decision}"
@@ -102,7 +117,7 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
 
     // Sub-tasks 4 and 5 are not attempted.
     for task in &tasks[3..] {
-        let plan = expediter.start_subtask(task.clone())?;
+        let plan = expediter.default_run().start_subtask(task.clone())?;
         assert_eq!(
             plan.status,
             WorkStatus::NotAttempted {
@@ -201,7 +216,7 @@ async fn budget_example_pauses_at_five_of_five_and_reports() -> TestResult {
     assert_eq!(edit.attempt(&expediter).await.action, Action::Call);
     assert_eq!(expediter.handle("Bash")?.state(), State::Open);
     assert!(matches!(
-        expediter.decide("Bash").await?.action,
+        expediter.default_run().decide("Bash").await?.action,
         Action::Skip {
             reason: SkipReason::Breaker(Reason::Open),
             ..
@@ -296,7 +311,7 @@ async fn budget_is_shared_across_tools_and_configurable() -> TestResult {
     assert_eq!(expediter.report().budget.used, 1);
     edit.fail_times(&expediter, 1, "edit: merge conflict").await;
     assert!(is_pause(
-        &expediter.decide("Grep").await?,
+        &expediter.default_run().decide("Grep").await?,
         PauseReason::BudgetExhausted
     ));
     assert_eq!(expediter.report().budget.limit, 2);

@@ -168,21 +168,24 @@ async fn a_ring_of_three_alternatives_routes_only_to_each_tools_own_alternative_
         other => panic!("expected a skip, got {other:?}"),
     };
     assert_eq!(
-        route_of(expediter.decide("A").await.unwrap().action),
+        route_of(expediter.default_run().decide("A").await.unwrap().action),
         alternative("B", "stand in", "some", Degradation::Low)
     );
     expediter.new_cycle();
     b.fail_times(&expediter, 3, "B broke").await;
     // A's only alternative is down: A asks the user; B goes on to C, never back to A.
     assert_eq!(
-        route_of(expediter.decide("A").await.unwrap().action),
+        route_of(expediter.default_run().decide("A").await.unwrap().action),
         manual("ask the user")
     );
     assert_eq!(
-        route_of(expediter.decide("B").await.unwrap().action),
+        route_of(expediter.default_run().decide("B").await.unwrap().action),
         alternative("C", "stand in", "some", Degradation::Low)
     );
-    assert_eq!(expediter.decide("C").await.unwrap().action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("C").await.unwrap().action,
+        Action::Call
+    );
 }
 
 #[test]
@@ -343,7 +346,7 @@ async fn add_tool_at_runtime_validates_like_build() {
     ));
     assert_eq!(expediter.tools().len(), 6, "no rejected tool was added");
     assert!(matches!(
-        expediter.decide("Glob").await,
+        expediter.default_run().decide("Glob").await,
         Err(ExpediterError::UnknownTool(name)) if name == "Glob"
     ));
 }

@@ -38,7 +38,7 @@ async fn two_tools_opening_on_connection_refused_are_one_systemic_event() -> Tes
     // Every call pauses, healthy tools too, and no probe runs however long we wait.
     for _ in 0..10 {
         for name in EXAMPLE_TOOLS {
-            let decision = expediter.decide(name).await?;
+            let decision = expediter.default_run().decide(name).await?;
             assert!(
                 is_pause(&decision, PauseReason::SystemicPause),
                 "{decision}"
@@ -173,7 +173,7 @@ async fn failed_probe_after_recovery_backs_off_instead_of_pausing_again() -> Tes
     let (mut grep, _bash) = network_outage(&expediter).await;
     expediter.confirm_recovery();
     decisions_until_probe(&expediter, &mut grep, 10).await;
-    let next = expediter.decide("Read").await?;
+    let next = expediter.default_run().decide("Read").await?;
     assert!(
         !matches!(next.action, Action::Pause { .. }),
         "a failed recovery probe started a new systemic pause: {next}\n{}",
@@ -247,7 +247,7 @@ async fn three_tools_opening_in_the_window_with_different_messages_are_systemic(
     );
     for name in EXAMPLE_TOOLS {
         assert!(is_pause(
-            &expediter.decide(name).await?,
+            &expediter.default_run().decide(name).await?,
             PauseReason::SystemicPause
         ));
     }
@@ -274,7 +274,10 @@ async fn three_tools_opening_far_apart_are_not_systemic() -> TestResult {
     let_time_pass(&expediter, &mut websearch).await;
     read.fail_times(&expediter, 3, "read: unexpected end of input")
         .await;
-    assert_eq!(expediter.decide("WebSearch").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("WebSearch").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None);
     assert_eq!(report.budget.used, 9, "independent failures each count");
@@ -318,7 +321,10 @@ async fn different_signatures_on_two_tools_are_independent_failures() -> TestRes
     let mut bash = Tool::new(&expediter, "Bash");
     grep.fail_times(&expediter, 3, "connection refused").await;
     bash.fail_times(&expediter, 3, "permission denied").await;
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None);
     assert_eq!(report.budget.used, 6);

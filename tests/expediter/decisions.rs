@@ -8,7 +8,7 @@ async fn killed_tools_are_never_called_and_skip_with_reason_killed() -> TestResu
     let mut grep = Tool::new(&expediter, "Grep");
     expediter.kill_switch().kill();
     for name in EXAMPLE_TOOLS {
-        let decision = expediter.decide(name).await?;
+        let decision = expediter.default_run().decide(name).await?;
         assert!(
             matches!(
                 decision.action,

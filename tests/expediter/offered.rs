@@ -99,7 +99,7 @@ async fn every_withheld_line_says_when_the_tool_is_tried_again() -> TestResult {
         .tool(bash_spec().precheck(|| async { Availability::Unavailable }))
         .tool(read_spec())
         .build()?;
-    assert!(!expediter.decide("Bash").await?.should_call());
+    assert!(!expediter.default_run().decide("Bash").await?.should_call());
     let offer = expediter.offered_tools();
     assert_eq!(offer.withheld.len(), 1);
     missing.extend(

@@ -43,7 +43,10 @@ async fn async_closure_precheck_is_accepted() -> TestResult {
     let expediter = Expediter::builder()
         .tool(bash_spec().precheck(|| async { Availability::Available }))
         .build()?;
-    assert_eq!(expediter.decide("Bash").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Bash").await?.action,
+        Action::Call
+    );
     Ok(())
 }
 
@@ -109,7 +112,7 @@ async fn unavailable_precheck_routes_away_without_budget_or_call() -> TestResult
     // An unavailable tool is not an alternative either: Grep goes to Read.
     expediter.handle("Grep")?.force_open();
     assert!(matches!(
-        expediter.decide("Grep").await?.action,
+        expediter.default_run().decide("Grep").await?.action,
         Action::Skip { route, .. } if route == read_for_grep()
     ));
 
@@ -129,14 +132,20 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
         .tool(bash_spec())
         .tool(read_spec().precheck(read_check))
         .build()?;
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     assert_eq!(runs.load(SeqCst), 1);
 
     network_outage(&expediter).await;
     assert!(expediter.report().systemic.is_some());
     assert!(is_pause(
-        &expediter.decide("Read").await?,
+        &expediter.default_run().decide("Read").await?,
         PauseReason::SystemicPause
     ));
     assert_eq!(
@@ -145,13 +154,16 @@ async fn prechecks_are_run_again_after_a_systemic_event_and_after_recovery() -> 
         "the systemic event invalidated the check"
     );
     assert!(is_pause(
-        &expediter.decide("Read").await?,
+        &expediter.default_run().decide("Read").await?,
         PauseReason::SystemicPause
     ));
     assert_eq!(runs.load(SeqCst), 2, "then cached again");
 
     expediter.confirm_recovery();
-    assert_eq!(expediter.decide("Read").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Read").await?.action,
+        Action::Call
+    );
     assert_eq!(runs.load(SeqCst), 3, "recovery invalidated it too");
     Ok(())
 }
@@ -259,7 +271,7 @@ async fn a_reported_availability_stands_over_cycles_and_systemic_events_until_re
     // A tool without a check of its own is routed away the same way.
     expediter.set_availability("Read", Availability::Unavailable, "its disk is gone")?;
     assert!(matches!(
-        expediter.decide("Read").await?.action,
+        expediter.default_run().decide("Read").await?.action,
         Action::Skip {
             reason: SkipReason::Unavailable,
             ..

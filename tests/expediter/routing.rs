@@ -42,7 +42,7 @@ async fn routing_example_goes_bash_then_read_then_user_then_scope_reduction() ->
     let_time_pass(&expediter, &mut websearch).await;
     expediter.handle("Bash")?.force_open();
     assert_eq!(
-        expediter.decide("Bash").await?.action,
+        expediter.default_run().decide("Bash").await?.action,
         Action::Skip {
             reason: SkipReason::Breaker(Reason::ForcedOpen),
             route: manual("report commands that need to be run manually")
@@ -150,12 +150,12 @@ async fn low_degradation_alternatives_are_tried_before_high_ones() -> TestResult
     let expediter = example_expediter();
     expediter.handle("Write")?.force_open();
     assert!(matches!(
-        expediter.decide("Write").await?.action,
+        expediter.default_run().decide("Write").await?.action,
         Action::Skip { reason: SkipReason::Breaker(Reason::ForcedOpen), route: Route::Alternative { ref tool, level: Degradation::Low, .. } } if &**tool == "Edit"
     ));
     expediter.handle("Edit")?.force_open();
     assert!(matches!(
-        expediter.decide("Write").await?.action,
+        expediter.default_run().decide("Write").await?.action,
         Action::Skip { route: Route::Alternative { ref tool, level: Degradation::High, .. }, .. } if &**tool == "Bash"
     ));
     Ok(())
@@ -170,7 +170,10 @@ async fn operator_force_opening_three_tools_is_not_a_systemic_failure() -> TestR
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
     expediter.handle("Read")?.force_open();
-    assert_eq!(expediter.decide("Write").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Write").await?.action,
+        Action::Call
+    );
     let report = expediter.report();
     assert_eq!(report.systemic, None, "{report}");
     assert_eq!(report.budget.used, 0, "no failure happened");
@@ -183,13 +186,16 @@ async fn work_that_cannot_live_with_high_degradation_is_not_routed_to_it() -> Te
     let expediter = example_expediter();
     expediter.handle("Grep")?.force_open();
     expediter.handle("Bash")?.force_open();
-    let any = expediter.decide("Grep").await?;
+    let any = expediter.default_run().decide("Grep").await?;
     assert!(
         matches!(&any.action, Action::Skip { route: Route::Alternative { tool, .. }, .. } if &**tool == "Read"),
         "{any}"
     );
     // Work that needs low degradation at most is not offered Read: it goes to the user.
-    let strict = expediter.decide_within("Grep", Degradation::Low).await?;
+    let strict = expediter
+        .default_run()
+        .decide_within("Grep", Degradation::Low)
+        .await?;
     assert_eq!(
         strict.action,
         Action::Skip {

@@ -12,7 +12,7 @@ async fn example_scope_report_defers_bash_subtasks_at_decision_time() -> TestRes
     bash.fail_times(&expediter, 3, "bash: permission denied")
         .await;
 
-    let plans = expediter.plan(example_subtasks())?;
+    let plans = expediter.default_run().plan(example_subtasks())?;
     let statuses: Vec<(&str, bool)> = plans.iter().map(|p| (&*p.name, p.can_run())).collect();
     assert_eq!(
         statuses,
@@ -66,7 +66,7 @@ async fn example_scope_report_defers_bash_subtasks_at_decision_time() -> TestRes
         (&mut edit, "Update documentation"),
     ] {
         assert_eq!(tool.attempt(&expediter).await.action, Action::Call);
-        expediter.complete_subtask(task)?;
+        expediter.default_run().complete_subtask(task)?;
     }
     assert_eq!(bash.calls(), 3, "deferred sub-tasks are not attempted");
 
@@ -124,7 +124,9 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
     let mut grep = Tool::new(&expediter, "Grep");
     grep.fail_times(&expediter, 3, "grep: index corrupted")
         .await;
-    let plan = expediter.start_subtask(SubTask::new("Find API_KEY references", ["Grep"]))?;
+    let plan = expediter
+        .default_run()
+        .start_subtask(SubTask::new("Find API_KEY references", ["Grep"]))?;
     assert!(plan.can_run());
     assert_eq!(
         plan.routes,
@@ -133,7 +135,9 @@ async fn subtask_whose_tool_has_a_closed_alternative_runs_degraded() -> TestResu
             route: bash_for_grep()
         }]
     );
-    expediter.complete_subtask("Find API_KEY references")?;
+    expediter
+        .default_run()
+        .complete_subtask("Find API_KEY references")?;
     let report = expediter.report();
     assert_eq!(report.completed[0].degradations.len(), 1);
     let text = report.to_string();
@@ -149,16 +153,23 @@ async fn subtask_errors_name_the_unknown_tool_or_subtask() {
     let expediter = example_expediter();
     assert_eq!(
         expediter
+            .default_run()
             .start_subtask(SubTask::new("Lint", ["Clippy"]))
             .unwrap_err(),
         ExpediterError::UnknownTool("Clippy".into())
     );
     assert_eq!(
-        expediter.complete_subtask("Lint").unwrap_err(),
+        expediter
+            .default_run()
+            .complete_subtask("Lint")
+            .unwrap_err(),
         ExpediterError::UnknownSubTask("Lint".into())
     );
     assert_eq!(
-        expediter.fail_subtask("Lint", "no reason").unwrap_err(),
+        expediter
+            .default_run()
+            .fail_subtask("Lint", "no reason")
+            .unwrap_err(),
         ExpediterError::UnknownSubTask("Lint".into())
     );
 }

@@ -50,7 +50,10 @@ async fn three_consecutive_failures_open_the_tool() -> TestResult {
     let mut bash = Tool::new(&expediter, "Bash");
     bash.fail_times(&expediter, 2, "bash: exit status 2").await;
     assert_eq!(expediter.handle("Bash")?.state(), State::Closed);
-    assert_eq!(expediter.decide("Bash").await?.action, Action::Call);
+    assert_eq!(
+        expediter.default_run().decide("Bash").await?.action,
+        Action::Call
+    );
     assert!(bash.call().await.is_err());
     assert_eq!(expediter.handle("Bash")?.state(), State::Open);
 
@@ -152,12 +155,12 @@ async fn failed_probe_reopens_and_consumes_budget() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn decisions_are_numbered_steps_and_unknown_tools_are_errors() {
     let expediter = example_expediter();
-    let first = expediter.decide("Read").await.unwrap();
-    let second = expediter.decide("Grep").await.unwrap();
+    let first = expediter.default_run().decide("Read").await.unwrap();
+    let second = expediter.default_run().decide("Grep").await.unwrap();
     assert_eq!((first.step, second.step), (1, 2));
     assert_eq!(first.to_string(), "step 1: CALL Read");
     assert_eq!(
-        expediter.decide("Glob").await.unwrap_err(),
+        expediter.default_run().decide("Glob").await.unwrap_err(),
         ExpediterError::UnknownTool("Glob".into())
     );
     assert!(matches!(

@@ -773,7 +773,7 @@ async fn agents(url: &str, prefix: &str) -> [(Fleet, Expediter); 2] {
 /// The expediter's decision for `tool`, which must skip it as open (held on a hint);
 /// where it routes.
 async fn skipped_as_open(expediter: &Expediter, tool: &str) -> Route {
-    let decision = expediter.decide(tool).await.unwrap();
+    let decision = expediter.default_run().decide(tool).await.unwrap();
     match decision.action {
         Action::Skip {
             reason: SkipReason::Breaker(Reason::Open),
@@ -796,7 +796,10 @@ async fn tool_health_learned_by_one_replica_reaches_the_others() {
     // Agent A's Grep fails three times: its breaker opens.
     let grep = a.1.layer("Grep").unwrap();
     for _ in 0..3 {
-        assert_eq!(a.1.decide("Grep").await.unwrap().action, Action::Call);
+        assert_eq!(
+            a.1.default_run().decide("Grep").await.unwrap().action,
+            Action::Call
+        );
         assert_eq!(call(&grep, false).await, Got::Failed);
     }
     event(&mut events, BOUND, "a hold", is_held).await;

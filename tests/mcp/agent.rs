@@ -199,7 +199,7 @@ async fn an_expected_tool_of_a_server_that_cannot_start_is_unavailable_and_spend
         "{line}"
     );
     for _ in 0..5 {
-        let decision = expediter.decide("ghost__lookup").await?;
+        let decision = expediter.default_run().decide("ghost__lookup").await?;
         assert!(
             matches!(
                 decision.action,

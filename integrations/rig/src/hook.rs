@@ -17,10 +17,12 @@ use tower_circuit_breaker::expediter::{Action, Decision, Expediter, ExpediterErr
 /// - **Each turn**, before the model is called, the tools the expediter withholds
 ///   ([`Expediter::offered_tools`]: open, killed, unavailable, paused) are left out of
 ///   the tools advertised to the model. The model is not told of a tool it cannot use.
-/// - **Each tool call** is decided before it is made ([`Expediter::decide`]): CALL and
-///   PROBE let it through (to the tool's breaker, see [`supervised`](crate::supervised));
-///   SKIP answers the model with an honest tool result instead, never a made-up one: why
-///   the tool was not called, what to use instead, and when it is tried again
+/// - **Each tool call** is decided before it is made
+///   ([`Run::decide`](tower_circuit_breaker::expediter::Run::decide), in the expediter's
+///   [default run](Expediter::default_run)): CALL and PROBE let it through (to the
+///   tool's breaker, see [`supervised`](crate::supervised)); SKIP answers the model
+///   with an honest tool result instead, never a made-up one: why the tool was not
+///   called, what to use instead, and when it is tried again
 ///   ([`skip_text`](ExpediterHook::skip_text)); PAUSE (the failure budget is used up, or
 ///   several tools failed with one cause) stops the run with the expediter's reason, and
 ///   the application shows [`Expediter::report`].
@@ -133,7 +135,7 @@ impl AgentHook for ExpediterHook {
         let Some(tool) = event.tool_name() else {
             return DispatchAction::proceed();
         };
-        let decision = match self.expediter.decide(tool).await {
+        let decision = match self.expediter.default_run().decide(tool).await {
             Ok(decision) => decision,
             Err(ExpediterError::UnknownTool(_)) => return DispatchAction::proceed(),
             Err(other) => return DispatchAction::skip(format!("not called: {other}")),

@@ -5,11 +5,8 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use crate::fallback::NoFallback;
-use crate::Builder;
-use crate::CircuitBreakerHandle;
-use crate::CircuitBreakerLayer;
 use crate::DeliveryGroup;
-use crate::KillSwitch;
+use crate::{Builder, CircuitBreakerHandle, CircuitBreakerLayer, KillSwitch};
 
 use super::blame::ToolClassifier;
 use super::capability::ToolSpec;
@@ -67,14 +64,14 @@ impl Tool {
 /// The tools in the order they were added. Shared as an `Arc` and replaced whole when
 /// a tool is added, so that readers hold no lock while they use it.
 #[derive(Default, Clone)]
-pub(crate) struct Registry {
+pub(crate) struct Toolbox {
     tools: Vec<Arc<Tool>>,
     index: HashMap<Arc<str>, usize>,
 }
 
-impl Registry {
-    /// This registry with `tool` added (a copy, for a registry that is shared).
-    pub(crate) fn with(mut self, tool: Tool) -> Registry {
+impl Toolbox {
+    /// This toolbox with `tool` added (a copy, for a toolbox that is shared).
+    pub(crate) fn with(mut self, tool: Tool) -> Toolbox {
         self.index.insert(tool.spec.name.clone(), self.tools.len());
         self.tools.push(Arc::new(tool));
         self
