@@ -11,7 +11,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use super::layer::RetryLayer;
 use super::policy::Common;
-use crate::handle::CircuitBreakerHandle;
+use crate::CircuitBreakerHandle;
 
 /// A setting of a [`RetryBuilder`] that cannot work, found when the policy is built.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
@@ -119,6 +119,14 @@ impl Default for RetryBuilder {
             breaker: None,
             jitter_seed: None,
         }
+    }
+}
+
+impl RetryLayer {
+    /// A builder with the defaults: 3 attempts, backoff from 500 ms up to 8 s,
+    /// `Retry-After` waited up to 5 s, tower's default retry budget.
+    pub fn builder() -> RetryBuilder {
+        RetryBuilder::new()
     }
 }
 

@@ -13,10 +13,8 @@ use tower::retry::Policy;
 
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, CallError, Rejected};
-use crate::handle::CircuitBreakerHandle;
-use crate::machine::{Advice, Reason};
-use crate::outcome::Outcome;
 use crate::recover::{CloneRequests, KeepRequest};
+use crate::{Advice, CircuitBreakerHandle, Outcome, Reason};
 
 /// What every clone of a policy shares: the checked settings, the budget and the
 /// jitter's random numbers.
@@ -357,7 +355,7 @@ impl<C, K> fmt::Debug for RetryPolicy<C, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Failure;
+    use crate::Failure;
 
     const SETTINGS: Settings = Settings {
         max_attempts: 4,
