@@ -11,10 +11,9 @@ use ::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::unavailable::retry_after_value;
-use crate::answer::{Answer, Source};
+use super::retry_after::retry_after_value;
 use crate::error::BoxError;
-use crate::machine::{NextProbe, Reason, State};
+use crate::{Answer, NextProbe, Reason, Source, State};
 
 /// The response header that says where an answer came from: `x-circuit-breaker`.
 pub const X_CIRCUIT_BREAKER: HeaderName = HeaderName::from_static("x-circuit-breaker");

@@ -80,12 +80,12 @@ use bytes::Bytes;
 use http_body::Frame;
 
 use super::buffer::{Bufferable, BufferedResponse};
-use super::error_body::{ErrorBodyBytes, ReadAhead, ResponseBody};
-use super::HttpClassifier;
+use super::classify::HttpClassifier;
+use super::error_body::{ReadAhead, ResponseBody};
+use super::error_body_bytes::ErrorBodyBytes;
 use crate::classify::Classify;
 use crate::error::BoxError;
-
-use crate::outcome::Outcome;
+use crate::Outcome;
 
 impl HttpClassifier {
     /// The outcome of a `reqwest::Response`: its status, its `Retry-After` header and
