@@ -8,7 +8,7 @@ use rmcp::model::CallToolResult;
 
 use crate::classify::Classify;
 use crate::expediter::Blame;
-use crate::outcome::Outcome;
+use crate::Outcome;
 
 use super::connection::Started;
 use super::error::{Fault, McpError, StartError};
