@@ -58,7 +58,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// # `Retry-After`
 ///
 /// Read on a 429 or a 503, in delta-seconds (`Retry-After: 120`) or as an HTTP date
-/// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from [`SystemTime::now`]).
+/// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from
+/// [`SystemTime::now`](std::time::SystemTime::now)).
 /// The breaker probes after at most [`max_retry_after`](Self::max_retry_after) (default
 /// 5 minutes), so that a misconfigured server cannot park it for a day; the breaker bounds
 /// the wait again with its own
