@@ -4,9 +4,7 @@ use std::time::Duration;
 
 use ::http::StatusCode;
 
-use super::classify::KeptHead;
-#[cfg(doc)]
-use super::{BodyTooLarge, BufferBodyLayer, ErrorBodyLayer, HttpClassifier};
+use super::kept_head::KeptHead;
 use crate::error::BoxError;
 
 /// A response whose body broke off (the connection was reset, closed before the
@@ -63,6 +61,11 @@ use crate::error::BoxError;
 /// assert!(failure.message.contains("connection reset"), "{}", failure.message);
 /// # Ok(()) }
 /// ```
+///
+/// [`BodyTooLarge`]: super::BodyTooLarge
+/// [`BufferBodyLayer`]: super::BufferBodyLayer
+/// [`ErrorBodyLayer`]: super::ErrorBodyLayer
+/// [`HttpClassifier`]: super::HttpClassifier
 #[derive(Debug, thiserror::Error)]
 #[error("{status} response body broke off", status = .head.status)]
 pub struct BodyBrokeOff {
@@ -91,6 +94,8 @@ impl BodyBrokeOff {
     /// The wait the response asked for: on a 429 or a 503, its `retry-after-ms` or
     /// `Retry-After` as [`HttpClassifier`] reads them (a date measured from when the
     /// response arrived), not yet cut to the classifier's cap; `None` otherwise.
+    ///
+    /// [`HttpClassifier`]: super::HttpClassifier
     pub fn retry_after(&self) -> Option<Duration> {
         self.head.retry_after
     }

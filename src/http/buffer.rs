@@ -15,13 +15,15 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::body_broke_off::BodyBrokeOff;
-use super::bounded_read::{BoundedRead, Unread};
-use super::classify::KeptHead;
-use super::error_body::ErrorBodyBytes;
-use super::provenance::Labelled;
-use super::HttpClassifier;
+use super::body_too_large::BodyTooLarge;
 #[cfg(doc)]
-use super::MAX_EMPTY_FRAMES;
+use super::bounded_read::MAX_EMPTY_FRAMES;
+use super::bounded_read::{BoundedRead, Unread};
+use super::classify::HttpClassifier;
+use super::error_body_bytes::ErrorBodyBytes;
+use super::kept_head::KeptHead;
+use super::provenance::Labelled;
+use crate::accessors::inner_service_accessors;
 use crate::classify::Classify;
 use crate::error::BoxError;
 use crate::Outcome;
@@ -203,94 +205,6 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
     }
 }
 
-/// A body larger than a [`BufferBodyLayer`]'s limit (or sending more than
-/// [`MAX_EMPTY_FRAMES`] frames with no data in them): the response is not read further,
-/// and the call ends in this error.
-///
-/// It keeps what the breaker needs of the response it stands for: the status, and the
-/// wait a 429 or a 503 asked for (OpenAI's `retry-after-ms`, else `Retry-After`, read as
-/// [`HttpClassifier`] reads them, when the response arrived). So [`HttpClassifier`]
-/// classifies the error as it would the response: a 429 with `Retry-After: 20` still
-/// opens the breaker at once for 20 seconds (under the classifier's cap), a 503 is a
-/// failure named by its status. A status that is no failure of the service (a 200 too
-/// large to buffer, say) still fails the call, with this error's text as the message.
-/// The body is not kept, so a quota error in it is not seen: such a 429 counts as a rate
-/// limit.
-///
-/// ```
-/// use std::time::Duration;
-/// use bytes::Bytes;
-/// use http::{Request, Response};
-/// use http_body_util::Full;
-/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_circuit_breaker::http::{BodyTooLarge, BufferBodyLayer, HttpClassifier};
-/// use tower_circuit_breaker::{CircuitBreakerLayer, State};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower::BoxError> {
-/// let client = service_fn(|_: Request<()>| async {
-///     let body = Full::new(Bytes::from(vec![b' '; 4096]));
-///     let response = Response::builder().status(429).header("retry-after", "20").body(body);
-///     Ok::<_, http::Error>(response?)
-/// });
-/// let breaker = CircuitBreakerLayer::builder().failure_threshold(5).build()?;
-/// let handle = breaker.handle();
-/// let mut svc = ServiceBuilder::new()
-///     .layer(breaker.with_classifier(HttpClassifier::new()))
-///     .layer(BufferBodyLayer::new().limit(1024))
-///     .service(client);
-///
-/// let error = svc.ready().await?.call(Request::new(())).await.unwrap_err();
-/// let too_large = error.downcast_ref::<BodyTooLarge>().unwrap();
-/// assert_eq!(too_large.status(), http::StatusCode::TOO_MANY_REQUESTS);
-/// assert_eq!(too_large.retry_after(), Some(Duration::from_secs(20)));
-/// // The server's wait opens the breaker at once, as the 429 itself would.
-/// assert_eq!(handle.state(), State::Open);
-/// assert!(handle.snapshot().retry_after() > Some(Duration::from_secs(19)));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{status} response body larger than the buffer limit of {limit} bytes",
-    status = .head.status
-)]
-pub struct BodyTooLarge {
-    limit: usize,
-    head: KeptHead,
-}
-
-impl BodyTooLarge {
-    /// The error for the response whose head is `head`, past `limit` bytes.
-    fn of(head: &Parts, limit: usize) -> Self {
-        BodyTooLarge {
-            limit,
-            head: KeptHead::of(head.status, &head.headers),
-        }
-    }
-
-    /// What it keeps of the response's head.
-    pub(super) fn head(&self) -> &KeptHead {
-        &self.head
-    }
-
-    /// The limit, in bytes.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// The status of the response.
-    pub fn status(&self) -> StatusCode {
-        self.head.status
-    }
-
-    /// The wait the response asked for: on a 429 or a 503, its `retry-after-ms` or
-    /// `Retry-After` as [`HttpClassifier`] reads them (a date measured from when the
-    /// response arrived), not yet cut to the classifier's cap; `None` otherwise.
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.head.retry_after
-    }
-}
-
 /// Reads each response whole into a [`BufferedResponse`], which is
 /// `Clone`, so that it can be saved and served again
 /// ([`saved`](crate::saved)).
@@ -399,20 +313,7 @@ impl<S> BufferBody<S> {
         BufferBody { inner, limit }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 pub(crate) mod sealed {

@@ -1,18 +1,18 @@
 //! [`HttpClassifier`]: what an HTTP response means for the breaker.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use ::http::header::RETRY_AFTER;
-use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use ::http::{HeaderMap, Response, StatusCode};
 
 use super::body_broke_off::BodyBrokeOff;
-use super::buffer::BodyTooLarge;
-use super::error_body::ErrorBodyBytes;
+use super::body_too_large::BodyTooLarge;
+use super::error_body_bytes::ErrorBodyBytes;
+use super::kept_head::KeptHead;
+use super::retry_after::requested_wait;
 use crate::classify::Classify;
 use crate::error::BoxError;
 use crate::error_text::text_with_sources;
-use crate::Failure;
-use crate::Outcome;
+use crate::{Failure, Outcome};
 
 /// The default bound on a `Retry-After` wait: 5 minutes.
 const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
@@ -59,7 +59,8 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// # `Retry-After`
 ///
 /// Read on a 429 or a 503, in delta-seconds (`Retry-After: 120`) or as an HTTP date
-/// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from [`SystemTime::now`]).
+/// (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`, measured from
+/// [`SystemTime::now`](std::time::SystemTime::now)).
 /// The breaker probes after at most [`max_retry_after`](Self::max_retry_after) (default
 /// 5 minutes), so that a misconfigured server cannot park it for a day; the breaker bounds
 /// the wait again with its own
@@ -228,95 +229,12 @@ impl<B, E: 'static> Classify<Response<B>, E> for HttpClassifier {
     }
 }
 
-/// The wait a `Retry-After` value asks for, seen from `now`: delta-seconds, or an HTTP
-/// date minus `now`. `None` for a date in the past (or `now` itself) and for anything
-/// that is neither form.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use http::HeaderValue;
-/// use tower_circuit_breaker::http::parse_retry_after;
-///
-/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 UTC
-/// assert_eq!(parse_retry_after(&HeaderValue::from_static("120"), now), Some(Duration::from_secs(120)));
-/// let date = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:30 GMT");
-/// assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(30)));
-/// assert_eq!(parse_retry_after(&HeaderValue::from_static("soon"), now), None);
-/// ```
-pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        // Too many digits for a u64 is a very long wait; the cap cuts it anyway.
-        let secs = text.parse::<u64>().unwrap_or(u64::MAX);
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    match at.duration_since(now) {
-        Ok(wait) if !wait.is_zero() => Some(wait),
-        _ => None,
-    }
-}
-
-/// The wait a 429 or a 503 asks for, not yet cut to any cap: `retry-after-ms` in
-/// milliseconds if it is a number, else `Retry-After` (seconds, or a date measured from
-/// now); `None` for other statuses and for a response that asks for nothing readable.
-pub(super) fn requested_wait(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
-    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
-        return None;
-    }
-    let millis = headers.get(RETRY_AFTER_MS).and_then(parse_retry_after_ms);
-    millis.or_else(|| {
-        headers
-            .get(RETRY_AFTER)
-            .and_then(|value| parse_retry_after(value, SystemTime::now()))
-    })
-}
-
 /// Whether a response of `status` is a failure of the service: a 5xx, a 429 (too many
 /// requests) or a 408 (the server timed out waiting for the request).
 fn fails_the_service(status: StatusCode) -> bool {
     status.is_server_error()
         || status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
-}
-
-/// OpenAI's `retry-after-ms` header.
-const RETRY_AFTER_MS: &str = "retry-after-ms";
-
-/// A `retry-after-ms` value: a non-negative number of milliseconds, with or without a
-/// fraction or an exponent; one too large for a float (`1e999`) is a very long wait, as
-/// a `Retry-After` too long for a `u64` is. `None` for anything else (a negative number,
-/// text such as `NaN` or `inf`).
-fn parse_retry_after_ms(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    let numeral = text
-        .bytes()
-        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
-    let millis: f64 = text.parse().ok().filter(|_| numeral)?;
-    if millis.is_nan() || millis < 0.0 {
-        return None;
-    }
-    // Beyond what a `Duration` holds is a very long wait; the cap cuts it anyway.
-    Some(Duration::try_from_secs_f64(millis / 1000.0).unwrap_or(Duration::MAX))
-}
-
-/// What the breaker needs of a response's head, kept by the error of a call whose body
-/// was not read whole ([`BodyTooLarge`], [`BodyBrokeOff`]): the status, and the wait the
-/// response asked for ([`requested_wait`]) when it arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct KeptHead {
-    pub(super) status: StatusCode,
-    pub(super) retry_after: Option<Duration>,
-}
-
-impl KeptHead {
-    /// What is kept of the head with `status` and `headers`.
-    pub(super) fn of(status: StatusCode, headers: &HeaderMap) -> Self {
-        KeptHead {
-            status,
-            retry_after: requested_wait(status, headers),
-        }
-    }
 }
 
 /// An error that ended a call whose response's head arrived and whose body was not read

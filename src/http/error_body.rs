@@ -14,29 +14,16 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::body_broke_off::BodyBrokeOff;
-use super::bounded_read::{BoundedRead, Stop};
-use super::classify::KeptHead;
 #[cfg(doc)]
-use super::MAX_EMPTY_FRAMES;
+use super::bounded_read::MAX_EMPTY_FRAMES;
+use super::bounded_read::{BoundedRead, Stop};
+use super::error_body_bytes::ErrorBodyBytes;
+use super::kept_head::KeptHead;
+use crate::accessors::inner_service_accessors;
 use crate::error::BoxError;
 
 /// How much of an error body is read by default: 64 KiB.
 pub const DEFAULT_ERROR_BODY_LIMIT: usize = 64 * 1024;
-
-/// The start of an error response's body, as read by [`ErrorBody`]: at most its
-/// limit, so a longer body is cut short here (the caller's body is not).
-///
-/// [`HttpClassifier`](super::HttpClassifier) looks for it in the response's
-/// extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ErrorBodyBytes(pub Bytes);
-
-impl ErrorBodyBytes {
-    /// The bytes read.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
 
 /// Reads the start of every error response's body, so that a
 /// classifier can tell an exhausted quota from a rate limit.
@@ -144,20 +131,7 @@ impl<S> ErrorBody<S> {
         ErrorBody { inner, limit }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 pub(crate) mod sealed {

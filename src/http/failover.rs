@@ -11,9 +11,9 @@ use tower::Layer;
 
 use super::buffer::BufferedResponse;
 use super::classify::contains_json_string;
-use super::error_body::ErrorBodyBytes;
-use super::parse_retry_after;
+use super::error_body_bytes::ErrorBodyBytes;
 use super::provenance::Labelled;
+use super::retry_after::parse_retry_after;
 use crate::failover::{Attempted, FailoverPolicy, Route, Routed};
 use crate::{Answer, Verdict};
 

@@ -101,31 +101,36 @@
 //! ```
 
 mod body_broke_off;
+mod body_too_large;
 pub(crate) mod bounded_read;
 pub(crate) mod buffer;
 mod chat_label;
 mod classify;
 pub(crate) mod error_body;
+mod error_body_bytes;
 mod failover;
+mod kept_head;
 mod provenance;
 #[cfg(feature = "reqwest")]
 mod reqwest;
+mod retry_after;
 mod stale;
 mod stream;
 pub(crate) mod unavailable;
 
 pub use self::body_broke_off::BodyBrokeOff;
+pub use self::body_too_large::BodyTooLarge;
 pub use self::bounded_read::MAX_EMPTY_FRAMES;
 pub use self::buffer::{
-    BodyTooLarge, BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,
+    BufferBody, BufferBodyFuture, BufferBodyLayer, Bufferable, BufferedResponse,
     DEFAULT_BUFFER_LIMIT,
 };
 pub use self::chat_label::{label_chat_completion, NotLabelled};
-pub use self::classify::{parse_retry_after, HttpClassifier};
+pub use self::classify::HttpClassifier;
 pub use self::error_body::{
-    ErrorBody, ErrorBodyBytes, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody,
-    DEFAULT_ERROR_BODY_LIMIT,
+    ErrorBody, ErrorBodyFuture, ErrorBodyLayer, ReadAhead, ResponseBody, DEFAULT_ERROR_BODY_LIMIT,
 };
+pub use self::error_body_bytes::ErrorBodyBytes;
 pub use self::failover::{
     route_headers, route_of, HttpFailover, RouteHeaders, RouteHeadersLayer,
     X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER,
@@ -134,8 +139,9 @@ pub use self::provenance::{
     fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,
     Labelled, Provenance, ProvenanceFuture, ProvenanceLayer, X_CIRCUIT_BREAKER,
 };
+pub use self::retry_after::{parse_retry_after, retry_after_value};
 pub use self::stale::{stale, stale_from_header, X_CIRCUIT_BREAKER_STALE};
 pub use self::stream::{
     StreamBodies, StreamBodiesFuture, StreamBody, StreamBodyLayer, StreamClassifier,
 };
-pub use self::unavailable::{retry_after_value, unavailable, CALL_FAILED, CIRCUIT_OPEN};
+pub use self::unavailable::{unavailable, CALL_FAILED, CIRCUIT_OPEN};

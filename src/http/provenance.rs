@@ -11,13 +11,10 @@ use ::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Response};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::unavailable::retry_after_value;
+use super::retry_after::retry_after_value;
+use crate::accessors::inner_service_accessors;
 use crate::error::BoxError;
-use crate::Answer;
-use crate::NextProbe;
-use crate::Reason;
-use crate::Source;
-use crate::State;
+use crate::{Answer, NextProbe, Reason, Source, State};
 
 /// The response header that says where an answer came from: `x-circuit-breaker`.
 pub const X_CIRCUIT_BREAKER: HeaderName = HeaderName::from_static("x-circuit-breaker");
@@ -375,20 +372,7 @@ impl<S> Provenance<S> {
         Provenance { inner }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 }
 
 impl<S, Request, R> Service<Request> for Provenance<S>

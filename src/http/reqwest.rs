@@ -80,11 +80,11 @@ use bytes::Bytes;
 use http_body::Frame;
 
 use super::buffer::{Bufferable, BufferedResponse};
-use super::error_body::{ErrorBodyBytes, ReadAhead, ResponseBody};
-use super::HttpClassifier;
+use super::classify::HttpClassifier;
+use super::error_body::{ReadAhead, ResponseBody};
+use super::error_body_bytes::ErrorBodyBytes;
 use crate::classify::Classify;
 use crate::error::BoxError;
-
 use crate::Outcome;
 
 impl HttpClassifier {

@@ -12,11 +12,9 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::HttpClassifier;
-use crate::classify::Classify;
-use crate::classify::Settlement;
-use crate::Failure;
-use crate::Outcome;
+use super::classify::HttpClassifier;
+use crate::classify::{Classify, Settlement};
+use crate::{Failure, Outcome};
 
 /// Streamed answers: a response whose body breaks, or ends early, counts as a failure
 /// when the stream ends, not as the success its headers promised.

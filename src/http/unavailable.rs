@@ -1,5 +1,4 @@
-//! The honest "unavailable" HTTP answer, and `Retry-After` as the breaker knows it: see
-//! [`unavailable`].
+//! The honest "unavailable" HTTP answer: see [`unavailable`].
 
 use std::time::Duration;
 
@@ -9,7 +8,8 @@ use bytes::Bytes;
 
 use super::buffer::BufferedResponse;
 use super::chat_label::escape_json_into;
-use crate::saved::{ceil_secs, Unavailable};
+use super::retry_after::retry_after_value;
+use crate::saved::Unavailable;
 
 /// The `code` of [`unavailable`]'s error body for a call the breaker skipped (open, a
 /// probe under way, killed, forced open): `circuit_open`.
@@ -18,21 +18,6 @@ pub const CIRCUIT_OPEN: &str = "circuit_open";
 /// The `code` of [`unavailable`]'s error body for a call that was made and failed
 /// (answered through a [`RecoverLayer`](crate::recover::RecoverLayer)): `call_failed`.
 pub const CALL_FAILED: &str = "call_failed";
-
-/// A `Retry-After` value for `wait`: whole seconds, rounded up, so that a caller who
-/// waits that long finds the wait over (`1.2 s` is `2`, zero is `0`).
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_circuit_breaker::http::retry_after_value;
-///
-/// assert_eq!(retry_after_value(Duration::from_millis(17_001)), "18");
-/// assert_eq!(retry_after_value(Duration::from_secs(30)), "30");
-/// assert_eq!(retry_after_value(Duration::ZERO), "0");
-/// ```
-pub fn retry_after_value(wait: Duration) -> HeaderValue {
-    HeaderValue::from(ceil_secs(wait))
-}
 
 /// The ready-made `unavailable` function of a
 /// [`SavedFallback`](crate::saved::SavedFallback) for [`BufferedResponse`]s (convert it

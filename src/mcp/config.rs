@@ -1,17 +1,19 @@
-//! Setting up a supervised server: [`McpServerBuilder`], checked when the server is
-//! started, and the transport it is reached by (a process it spawns, or a URL).
+//! Setting up a supervised server: [`McpServerBuilder`] ([`McpServer::builder`],
+//! `McpServer::remote`), checked when the server is started.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::KillSwitch;
 
 use super::error::McpConfigError;
+#[cfg(feature = "mcp-http")]
+use super::remote::Remote;
 use super::restart::RestartPolicy;
 use super::server::McpServer;
-use super::tool_list::ToolLimits;
+use super::settings::ServerSettings;
+use super::transport::{Command, Transport};
 
 /// The longest server name: it becomes part of the names the model sees.
 const MAX_SERVER_NAME: usize = 64;
@@ -40,42 +42,53 @@ const MAX_SERVER_NAME: usize = 64;
 /// ```
 #[derive(Debug, Clone)]
 pub struct McpServerBuilder {
-    pub(crate) name: Arc<str>,
-    pub(crate) transport: Transport,
+    settings: ServerSettings,
     /// A setting of the other transport, given: refused at start.
     misplaced: Option<&'static str>,
-    pub(crate) start_timeout: Duration,
-    pub(crate) call_timeout: Duration,
-    pub(crate) stop_timeout: Duration,
-    pub(crate) restart: RestartPolicy,
-    pub(crate) unresponsive_after: u32,
-    pub(crate) kill_switch: Option<KillSwitch>,
-    pub(crate) limits: ToolLimits,
-    pub(crate) max_message_bytes: usize,
-    pub(crate) expected: Vec<Arc<str>>,
 }
 
-/// How the server is reached.
-#[derive(Debug, Clone)]
-pub(crate) enum Transport {
-    /// A process it spawns, talked to over its stdin and stdout.
-    Stdio(Command),
-    /// A remote server, over Streamable HTTP.
+impl McpServer {
+    /// A server named `name` (letters, digits, `_`, `-`; it prefixes its tools' names),
+    /// run as `program` with the arguments given next.
+    pub fn builder(name: &str, program: impl AsRef<OsStr>) -> McpServerBuilder {
+        McpServerBuilder::new(name, program.as_ref())
+    }
+
+    /// A remote server named `name`, reached over Streamable HTTP at `url` (feature
+    /// `mcp-http`), supervised as a stdio server is: its calls under its breaker, and
+    /// "restarting" it means a new session (a new `initialize` and tool list), made only
+    /// when its breaker lets a probe through. A session it forgets (HTTP 404) is made
+    /// again the same way, once for every call that found it forgotten. The URL is shown
+    /// (in errors, statuses and logs) with its user information and query string
+    /// redacted; headers ([`header`](McpServerBuilder::header),
+    /// [`bearer_token`](McpServerBuilder::bearer_token)) are never shown.
+    ///
+    /// No TLS backend is built in: for an `https://` URL, turn on one of reqwest 0.13's
+    /// (`rustls` or `native-tls`) in your Cargo.toml.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::mcp::McpServer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let token = std::env::var("JIRA_MCP_TOKEN")?;
+    /// let jira = McpServer::remote("jira", "https://mcp.example.com/mcp")
+    ///     .bearer_token(&token)
+    ///     .call_timeout(Duration::from_secs(20)) // the first calls to a hung server
+    ///     .start()?;
+    /// jira.wait_ready(Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
     #[cfg(feature = "mcp-http")]
-    Remote(super::remote::Remote),
-}
-
-/// The command of a stdio server.
-#[derive(Debug, Clone)]
-pub(crate) struct Command {
-    pub(crate) program: OsString,
-    pub(crate) args: Vec<OsString>,
-    pub(crate) env: Vec<(OsString, Option<OsString>)>,
-    pub(crate) current_dir: Option<PathBuf>,
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
+    pub fn remote(name: &str, url: &str) -> McpServerBuilder {
+        McpServerBuilder::remote(name, url)
+    }
 }
 
 impl McpServerBuilder {
-    pub(crate) fn new(name: &str, program: &OsStr) -> Self {
+    fn new(name: &str, program: &OsStr) -> Self {
         Self::with_transport(
             name,
             Transport::Stdio(Command {
@@ -88,24 +101,14 @@ impl McpServerBuilder {
     }
 
     #[cfg(feature = "mcp-http")]
-    pub(crate) fn remote(name: &str, url: &str) -> Self {
-        Self::with_transport(name, Transport::Remote(super::remote::Remote::new(url)))
+    fn remote(name: &str, url: &str) -> Self {
+        Self::with_transport(name, Transport::Remote(Remote::new(url)))
     }
 
     fn with_transport(name: &str, transport: Transport) -> Self {
         McpServerBuilder {
-            name: name.into(),
-            transport,
+            settings: ServerSettings::new(name.into(), transport),
             misplaced: None,
-            start_timeout: Duration::from_secs(30),
-            call_timeout: Duration::from_secs(60),
-            stop_timeout: Duration::from_secs(2),
-            restart: RestartPolicy::new(),
-            unresponsive_after: 3,
-            kill_switch: None,
-            limits: ToolLimits::default(),
-            max_message_bytes: rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH,
-            expected: Vec::new(),
         }
     }
 
@@ -151,7 +154,7 @@ impl McpServerBuilder {
     fn command(mut self, setting: &'static str, change: impl FnOnce(&mut Command)) -> Self {
         #[cfg(not(feature = "mcp-http"))]
         let _ = setting; // every server is a stdio one
-        match &mut self.transport {
+        match &mut self.settings.transport {
             Transport::Stdio(command) => change(command),
             #[cfg(feature = "mcp-http")]
             Transport::Remote(_) => {
@@ -183,12 +186,8 @@ impl McpServerBuilder {
 
     /// Changes a remote server's settings, or notes the setting as misplaced.
     #[cfg(feature = "mcp-http")]
-    fn remote_setting(
-        mut self,
-        setting: &'static str,
-        change: impl FnOnce(&mut super::remote::Remote),
-    ) -> Self {
-        match &mut self.transport {
+    fn remote_setting(mut self, setting: &'static str, change: impl FnOnce(&mut Remote)) -> Self {
+        match &mut self.settings.transport {
             Transport::Remote(remote) => change(remote),
             Transport::Stdio(_) => {
                 self.misplaced.get_or_insert(setting);
@@ -202,28 +201,28 @@ impl McpServerBuilder {
     /// installed beforehand). A server that prints no message, hangs, or sends only
     /// garbage fails its start when it passes.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
+        self.settings.start_timeout = timeout;
         self
     }
 
     /// How long one call may take (default 60 s). A call that takes longer is
     /// cancelled (the server is told) and counts as the server's failure.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
+        self.settings.call_timeout = timeout;
         self
     }
 
     /// How long a server being stopped may take to exit after its input is closed,
     /// before it is killed (default 2 s).
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
-        self.stop_timeout = timeout;
+        self.settings.stop_timeout = timeout;
         self
     }
 
     /// When it is started again after it died or could not start (see
     /// [`RestartPolicy`]).
     pub fn restart(mut self, policy: RestartPolicy) -> Self {
-        self.restart = policy;
+        self.settings.restart = policy;
         self
     }
 
@@ -232,7 +231,7 @@ impl McpServerBuilder {
     /// server's session closed), and it is started again when the breaker lets a probe
     /// through.
     pub fn unresponsive_after(mut self, failures: u32) -> Self {
-        self.unresponsive_after = failures;
+        self.settings.unresponsive_after = failures;
         self
     }
 
@@ -240,21 +239,21 @@ impl McpServerBuilder {
     /// [`McpServer::breaker`]). While it is on, no call is sent and the server is not
     /// restarted.
     pub fn kill_switch(mut self, kill: KillSwitch) -> Self {
-        self.kill_switch = Some(kill);
+        self.settings.kill_switch = Some(kill);
         self
     }
 
     /// The most tools its list may have (default 1,024); a longer list is refused
     /// whole, and the start fails.
     pub fn max_tools(mut self, tools: usize) -> Self {
-        self.limits.max_tools = tools;
+        self.settings.limits.max_tools = tools;
         self
     }
 
     /// The largest message it may send, in bytes (default 16 MiB); a larger one is
     /// dropped unread.
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
-        self.max_message_bytes = bytes;
+        self.settings.max_message_bytes = bytes;
         self
     }
 
@@ -262,7 +261,7 @@ impl McpServerBuilder {
     /// ([`McpTools`](super::McpTools)) declares it at once, unavailable (with why)
     /// until the server lists it.
     pub fn expect_tool(mut self, tool: &str) -> Self {
-        self.expected.push(tool.into());
+        self.settings.expected.push(tool.into());
         self
     }
 
@@ -276,11 +275,11 @@ impl McpServerBuilder {
     /// no tokio runtime to run the supervisor on.
     pub fn start(self) -> Result<McpServer, McpConfigError> {
         self.validate()?;
-        McpServer::start(self)
+        McpServer::start(self.settings)
     }
 
     fn validate(&self) -> Result<(), McpConfigError> {
-        let name = &*self.name;
+        let name = &*self.settings.name;
         let good = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if name.is_empty() || name.len() > MAX_SERVER_NAME || !name.chars().all(good) {
             return Err(McpConfigError::ServerName(name.to_string()));
@@ -289,14 +288,14 @@ impl McpServerBuilder {
             return Err(McpConfigError::NotASetting {
                 server: name.to_string(),
                 setting,
-                kind: match self.transport {
+                kind: match self.settings.transport {
                     Transport::Stdio(_) => "a stdio",
                     #[cfg(feature = "mcp-http")]
                     Transport::Remote(_) => "a remote",
                 },
             });
         }
-        match &self.transport {
+        match &self.settings.transport {
             Transport::Stdio(command) if command.program.is_empty() => {
                 return Err(McpConfigError::EmptyCommand(name.to_string()));
             }
@@ -305,9 +304,9 @@ impl McpServerBuilder {
             Transport::Remote(remote) => remote.validate(name)?,
         }
         for (which, timeout) in [
-            ("start", self.start_timeout),
-            ("call", self.call_timeout),
-            ("stop", self.stop_timeout),
+            ("start", self.settings.start_timeout),
+            ("call", self.settings.call_timeout),
+            ("stop", self.settings.stop_timeout),
         ] {
             if timeout.is_zero() {
                 return Err(McpConfigError::ZeroTimeout {
@@ -317,9 +316,12 @@ impl McpServerBuilder {
             }
         }
         for (which, limit) in [
-            ("max_tools", self.limits.max_tools),
-            ("max_message_bytes", self.max_message_bytes),
-            ("unresponsive_after", self.unresponsive_after as usize),
+            ("max_tools", self.settings.limits.max_tools),
+            ("max_message_bytes", self.settings.max_message_bytes),
+            (
+                "unresponsive_after",
+                self.settings.unresponsive_after as usize,
+            ),
         ] {
             if limit == 0 {
                 return Err(McpConfigError::ZeroLimit {
@@ -328,28 +330,6 @@ impl McpServerBuilder {
                 });
             }
         }
-        self.restart.validate()
-    }
-
-    /// The command line, or a remote server's URL (redacted), for messages.
-    pub(crate) fn command_line(&self) -> String {
-        match &self.transport {
-            Transport::Stdio(command) => std::iter::once(&command.program)
-                .chain(&command.args)
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
-            #[cfg(feature = "mcp-http")]
-            Transport::Remote(remote) => remote.shown(),
-        }
-    }
-
-    /// A remote server's URL, redacted (`None` for a stdio server).
-    pub(crate) fn url(&self) -> Option<Arc<str>> {
-        match &self.transport {
-            Transport::Stdio(_) => None,
-            #[cfg(feature = "mcp-http")]
-            Transport::Remote(remote) => Some(remote.shown().into()),
-        }
+        self.settings.restart.validate()
     }
 }

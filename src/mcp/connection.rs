@@ -18,7 +18,7 @@ use rmcp::service::{
 };
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::IntoTransport;
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::mpsc::UnboundedSender;
@@ -27,15 +27,16 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::later::later;
 
-use super::config::{self, McpServerBuilder, Transport};
 use super::error::StartError;
-use super::status::{Down, Exit};
+use super::exit::Exit;
+use super::quote::{quote, said, service_error, MAX_QUOTE};
+use super::settings::ServerSettings;
+use super::status::Down;
 use super::tool_list::ToolList;
+use super::transport::{self, Transport};
 
 /// How many of its last stderr lines a server's messages may quote from.
 const STDERR_LINES: usize = 20;
-/// The longest stderr line kept, and the longest message quoted from the server.
-const MAX_QUOTE: usize = 300;
 /// The most bytes of one stderr line read into memory: its start, enough for
 /// [`MAX_QUOTE`] characters of any width; the rest of a longer line is read and dropped.
 const MAX_STDERR_LINE_BYTES: usize = 4 * MAX_QUOTE;
@@ -199,28 +200,13 @@ fn keep(server: &str, lines: &Mutex<VecDeque<String>>, line: String) {
     lines.push_back(line);
 }
 
-/// At most [`MAX_QUOTE`] characters of what a server said, control characters escaped.
-pub(crate) fn quote(text: &str) -> String {
-    let cleaned: String = text
-        .chars()
-        .flat_map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect();
-    match cleaned.char_indices().nth(MAX_QUOTE) {
-        Some((end, _)) => format!("{}…", &cleaned[..end]),
-        None => cleaned,
-    }
-}
-
-/// What the server or its transport said, quoted, with what looks like a credential
-/// redacted (an HTTP client's error names the URL it failed on, query string and all).
-pub(crate) fn said(text: &str) -> String {
-    quote(&crate::redact(text))
+/// A live connection to one process of the server.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    /// Which start of the server it is (1: the first that served).
+    pub(crate) generation: u64,
+    pub(crate) peer: Peer<RoleClient>,
+    pub(crate) tools: ToolList,
 }
 
 /// A started server: its process (none for a remote server), its connection and its
@@ -313,26 +299,26 @@ impl std::fmt::Debug for Started {
 /// Starts the server (spawns its process, or opens an HTTP session with it), makes the
 /// handshake and reads its tool list, all within the start timeout.
 pub(crate) async fn start(
-    config: &McpServerBuilder,
+    settings: &ServerSettings,
     generation: u64,
     notices: UnboundedSender<Notice>,
 ) -> Result<Started, StartError> {
     // A timeout too long for the clock means none.
-    let deadline = Instant::from_std(later(Instant::now().into_std(), config.start_timeout));
+    let deadline = Instant::from_std(later(Instant::now().into_std(), settings.start_timeout));
     let handler = Handler {
         generation,
         notices,
     };
-    match &config.transport {
-        Transport::Stdio(command) => spawn(config, command, handler, deadline).await,
+    match &settings.transport {
+        Transport::Stdio(command) => spawn(settings, command, handler, deadline).await,
         #[cfg(feature = "mcp-http")]
         Transport::Remote(remote) => {
             let transport = remote
-                .transport(&config.name, config.max_message_bytes)
+                .transport(&settings.name, settings.max_message_bytes)
                 .map_err(|e| StartError::Handshake {
                     message: e.to_string(),
                 })?;
-            let (session, listed) = handshake(config, handler, transport, deadline).await?;
+            let (session, listed) = handshake(settings, handler, transport, deadline).await?;
             let tools = listed?;
             Ok(Started {
                 process: None,
@@ -347,7 +333,7 @@ pub(crate) async fn start(
 /// tool list that failed comes with the session still open: a process whose input were
 /// closed would exit, and its exit be taken for why its start failed.
 async fn handshake<T, E, A>(
-    config: &McpServerBuilder,
+    settings: &ServerSettings,
     handler: Handler,
     transport: T,
     deadline: Instant,
@@ -366,15 +352,15 @@ where
         Err(_) => {
             return Err(StartError::Timeout {
                 step: "initialize",
-                after: config.start_timeout,
+                after: settings.start_timeout,
             })
         }
     };
-    let listed = match timeout_at(deadline, list_tools(client.peer(), config)).await {
+    let listed = match timeout_at(deadline, list_tools(client.peer(), settings)).await {
         Ok(listed) => listed,
         Err(_) => Err(StartError::Timeout {
             step: "tools/list",
-            after: config.start_timeout,
+            after: settings.start_timeout,
         }),
     };
     Ok((Session::new(client), listed))
@@ -382,8 +368,8 @@ where
 
 /// Spawns a stdio server and starts it over its stdin and stdout.
 async fn spawn(
-    config: &McpServerBuilder,
-    spec: &config::Command,
+    settings: &ServerSettings,
+    spec: &transport::Command,
     handler: Handler,
     deadline: Instant,
 ) -> Result<Started, StartError> {
@@ -407,7 +393,7 @@ async fn spawn(
         command.current_dir(dir);
     }
     let mut child = command.spawn().map_err(|e| StartError::Spawn {
-        command: config.command_line(),
+        command: settings.transport.command_line(),
         message: e.to_string(),
     })?;
     let (Some(stdout), Some(stdin), Some(pipe)) =
@@ -417,10 +403,10 @@ async fn spawn(
             message: "its stdin, stdout or stderr could not be opened".into(),
         });
     };
-    let stderr = StderrTail::follow(config.name.clone(), pipe);
-    let transport =
-        AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(config.max_message_bytes);
-    let (session, listed) = match handshake(config, handler, transport, deadline).await {
+    let stderr = StderrTail::follow(settings.name.clone(), pipe);
+    let transport = AsyncRwTransport::new_client(stdout, stdin)
+        .with_max_line_length(settings.max_message_bytes);
+    let (session, listed) = match handshake(settings, handler, transport, deadline).await {
         Ok(handshaken) => handshaken,
         Err(error) => return Err(broken_start(&mut child, &stderr, error).await),
     };
@@ -496,9 +482,9 @@ pub(crate) fn kill_group(pid: Option<u32>) {
 /// would answer an error with an older list).
 pub(crate) async fn list_tools(
     peer: &Peer<RoleClient>,
-    config: &McpServerBuilder,
+    settings: &ServerSettings,
 ) -> Result<ToolList, StartError> {
-    let limits = &config.limits;
+    let limits = &settings.limits;
     let mut tools = Vec::new();
     let mut cursor = None;
     for _ in 0..limits.max_pages {
@@ -531,17 +517,6 @@ pub(crate) async fn list_tools(
     Err(StartError::ToolList {
         message: format!("more than {} pages", limits.max_pages),
     })
-}
-
-/// An rmcp error in our words, quoted safely.
-pub(crate) fn service_error(error: &ServiceError) -> String {
-    match error {
-        ServiceError::McpError(data) => {
-            format!("error {}: {}", data.code.0, said(&data.message))
-        }
-        ServiceError::TransportClosed => "the connection is closed".into(),
-        other => said(&other.to_string()),
-    }
 }
 
 /// Stops a server: closes the connection (a stdio server's input; a remote server's

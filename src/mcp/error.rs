@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rmcp::model::CallToolResult;
 
-use super::status::Exit;
+use super::exit::Exit;
 
 /// A server or tool set that cannot work, refused when built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

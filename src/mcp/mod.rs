@@ -118,32 +118,40 @@
 //! `examples/mcp_agent` runs an agent over two real servers with a scripted model
 //! behind async-openai, kills one mid-run, and shows its tools leave and return.
 
+mod call;
 mod classify;
 mod config;
 mod connection;
 mod error;
+mod exit;
 mod offer;
+mod quote;
 mod relist;
 #[cfg(feature = "mcp-http")]
 mod remote;
 mod restart;
 mod server;
 mod service;
+mod settings;
+mod shared;
 mod status;
 mod supervisor;
 mod tool_list;
 mod tools;
+mod transport;
 #[cfg(feature = "mcp-http")]
 mod url_free_client;
 
+pub use self::call::McpFuture;
 pub use self::classify::McpClassifier;
 pub use self::config::McpServerBuilder;
 pub use self::error::{Fault, McpConfigError, McpError, StartError};
+pub use self::exit::Exit;
 pub use self::offer::McpOffer;
 pub use self::restart::RestartPolicy;
 pub use self::server::McpServer;
-pub use self::service::{McpFuture, McpService, ToolCall, ToolService};
-pub use self::status::{Down, Exit, ServerState, ServerStatus};
+pub use self::service::{McpService, ToolCall, ToolService};
+pub use self::status::{Down, ServerState, ServerStatus};
 pub use self::tool_list::{RefusedTool, ToolList};
 pub use self::tools::{McpToolService, McpTools, McpToolsBuilder, ToolInfo};
 

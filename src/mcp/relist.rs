@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::server::Shared;
+use super::shared::Shared;
 
 /// The least time between the starts of two reads of one connection's tool list.
 const SPACING: Duration = Duration::from_millis(100);

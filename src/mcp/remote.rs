@@ -14,9 +14,10 @@ use rmcp::transport::streamable_http_client::{
 };
 use rmcp::transport::{DynamicTransportError, StreamableHttpClientTransport};
 
-use crate::redact::redact;
+use crate::redact;
 
 use super::error::McpConfigError;
+use super::quote::quote;
 use super::url_free_client::UrlFreeClient;
 
 /// Headers the MCP transport sets itself: a header of the caller's by one of these names
@@ -89,7 +90,7 @@ impl Remote {
         for (name, value) in &self.headers {
             let header_error = |why: &str| McpConfigError::Header {
                 server: server.to_string(),
-                name: super::connection::quote(name),
+                name: quote(name),
                 why: why.to_string(),
             };
             let parsed = HeaderName::from_bytes(name.as_bytes())

@@ -3,30 +3,18 @@
 //! server only if it runs, lists the tool, and its breaker lets the call through; the
 //! answer is checked and every failure is a typed [`McpError`].
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorCode, JsonObject};
-use rmcp::ServiceError;
+use rmcp::model::{CallToolResult, JsonObject};
 use tower::{Service, ServiceExt};
 
 use crate::error::Rejected;
 
-use super::connection::{quote, said, service_error, Loss};
+use super::call::{Call, McpFuture};
+use super::connection::Loss;
 use super::error::McpError;
-use super::server::{Connection, Shared};
-
-/// The future of an MCP call.
-pub type McpFuture = Pin<Box<dyn Future<Output = Result<CallToolResult, McpError>> + Send>>;
-
-/// The prefix the official TypeScript SDK gives a protocol error it reports inside a
-/// tool result (`isError: true`) rather than as a JSON-RPC error: invalid arguments and
-/// unknown tools come back this way.
-const INVALID_PARAMS_IN_RESULT: &str = "MCP error -32602:";
+use super::shared::Shared;
 
 /// One call of a tool: its name (as the server lists it) and its arguments.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,165 +122,6 @@ impl std::fmt::Debug for ToolService {
             .field("server", self.shared.name())
             .field("tool", &self.tool)
             .finish()
-    }
-}
-
-/// A call as the server's breaker sees it.
-pub(crate) struct Call {
-    connection: Arc<Connection>,
-    tool: Arc<str>,
-    arguments: JsonObject,
-}
-
-/// Calls in flight and sent, counted where a call is sent.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) in_flight: AtomicUsize,
-    pub(crate) sent: AtomicU64,
-}
-
-/// What the server's breaker wraps for calls: one `tools/call`, bounded by the call
-/// timeout (dropped, it tells the server the call is cancelled).
-#[derive(Debug, Clone)]
-pub(crate) struct CallInner {
-    pub(crate) server: Arc<str>,
-    pub(crate) timeout: Duration,
-    pub(crate) counters: Arc<Counters>,
-}
-
-impl Service<Call> for CallInner {
-    type Response = CallToolResult;
-    type Error = McpError;
-    type Future = McpFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), McpError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, call: Call) -> McpFuture {
-        let (server, timeout, counters) =
-            (self.server.clone(), self.timeout, self.counters.clone());
-        Box::pin(async move {
-            let params =
-                CallToolRequestParams::new(call.tool.to_string()).with_arguments(call.arguments);
-            counters.sent.fetch_add(1, Ordering::SeqCst);
-            counters.in_flight.fetch_add(1, Ordering::SeqCst);
-            let _in_flight = InFlight(&counters);
-            match tokio::time::timeout(timeout, call.connection.peer.call_tool(params)).await {
-                Err(_) => Err(McpError::Timeout {
-                    server,
-                    tool: call.tool,
-                    after: timeout,
-                }),
-                Ok(Ok(result)) => checked(server, call.tool, result),
-                Ok(Err(error)) => Err(from_service_error(server, call.tool, error)),
-            }
-        })
-    }
-}
-
-/// Counts a call out of flight when it ends, however it ends.
-struct InFlight<'a>(&'a Counters);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A result as it is: a tool's failure (`isError: true`) is an error, and one that is
-/// really invalid arguments (as the TypeScript SDK reports them) is the caller's.
-fn checked(
-    server: Arc<str>,
-    tool: Arc<str>,
-    result: CallToolResult,
-) -> Result<CallToolResult, McpError> {
-    if result.is_error != Some(true) {
-        return Ok(result);
-    }
-    let text: Vec<&str> = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text())
-        .map(|t| t.text.as_str())
-        .collect();
-    let text = text.join("\n");
-    if let Some(rest) = text.strip_prefix(INVALID_PARAMS_IN_RESULT) {
-        return Err(McpError::InvalidArguments {
-            server,
-            tool,
-            message: quote(rest.trim()),
-        });
-    }
-    let message = if text.trim().is_empty() {
-        "the tool reported an error and said nothing more".to_string()
-    } else {
-        quote(text.trim())
-    };
-    Err(McpError::Tool {
-        server,
-        tool,
-        message,
-        result: Box::new(result),
-    })
-}
-
-fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> McpError {
-    match error {
-        ServiceError::McpError(data) if data.code == ErrorCode::INVALID_PARAMS => {
-            McpError::InvalidArguments {
-                server,
-                tool,
-                message: quote(&data.message),
-            }
-        }
-        ServiceError::McpError(data) => McpError::Server {
-            server,
-            tool,
-            code: data.code.0,
-            message: quote(&data.message),
-        },
-        ServiceError::TransportClosed => McpError::ConnectionLost { server, tool },
-        ServiceError::TransportSend(error) => {
-            let message = said(&error.to_string());
-            #[cfg(feature = "mcp-http")]
-            match super::remote::SendFailure::of(&error) {
-                super::remote::SendFailure::SessionExpired => {
-                    return McpError::SessionExpired { server, tool }
-                }
-                super::remote::SendFailure::Garbage => {
-                    return McpError::Protocol {
-                        server,
-                        tool,
-                        message,
-                    }
-                }
-                super::remote::SendFailure::Lost => {
-                    return McpError::ConnectionLost { server, tool }
-                }
-                super::remote::SendFailure::Transport => {}
-            }
-            McpError::Transport {
-                server,
-                tool,
-                message,
-            }
-        }
-        ServiceError::Timeout { timeout } => McpError::Timeout {
-            server,
-            tool,
-            after: timeout,
-        },
-        ServiceError::Cancelled { reason } => McpError::Cancelled {
-            server,
-            tool,
-            reason: quote(reason.as_deref().unwrap_or("no reason given")),
-        },
-        other => McpError::Protocol {
-            server,
-            tool,
-            message: service_error(&other),
-        },
     }
 }
 

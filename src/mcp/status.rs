@@ -8,70 +8,8 @@ use std::time::{Duration, Instant};
 use crate::expediter::Availability;
 
 use super::error::StartError;
+use super::exit::Exit;
 use super::tool_list::ToolList;
-
-/// How a server's process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit {
-    code: Option<i32>,
-    signal: Option<i32>,
-    stderr: Option<String>,
-}
-
-impl Exit {
-    pub(crate) fn new(status: Option<std::process::ExitStatus>, stderr: Option<String>) -> Exit {
-        #[cfg(unix)]
-        let signal = status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
-        #[cfg(not(unix))]
-        let signal = None;
-        Exit {
-            code: status.and_then(|s| s.code()),
-            signal,
-            stderr: stderr.filter(|s| !s.is_empty()),
-        }
-    }
-
-    /// Its exit code, if it exited.
-    pub fn code(&self) -> Option<i32> {
-        self.code
-    }
-
-    /// The signal that ended it, if one did (Unix).
-    pub fn signal(&self) -> Option<i32> {
-        self.signal
-    }
-
-    /// The last line it wrote to stderr, if any.
-    pub fn stderr(&self) -> Option<&str> {
-        self.stderr.as_deref()
-    }
-}
-
-/// `exited with status 1 (stderr: "...")`, `was killed by signal 9`: the last line
-/// of stderr is quoted when it may say why (the process exited on its own, not with
-/// status 0).
-impl fmt::Display for Exit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let quote_stderr = match (self.code, self.signal) {
-            (_, Some(signal)) => {
-                write!(f, "was killed by signal {signal}")?;
-                false
-            }
-            (Some(code), None) => {
-                write!(f, "exited with status {code}")?;
-                code != 0
-            }
-            (None, None) => {
-                f.write_str("exited")?;
-                true
-            }
-        };
-        if let (true, Some(line)) = (quote_stderr, &self.stderr) {
-            write!(f, " (stderr: {line:?})")?;
-        }
-        Ok(())
-    }
-}
 
 /// Why a server is down.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,12 +262,8 @@ mod tests {
 
     #[test]
     fn every_state_says_why_in_one_line() {
-        let exit = Exit {
-            code: None,
-            signal: Some(9),
-            // Its banner, not why it died: not quoted.
-            stderr: Some("running on stdio".into()),
-        };
+        // Its banner, not why it died: not quoted.
+        let exit = Exit::of(None, Some(9), Some("running on stdio"));
         let mut down = status(ServerState::Down(Down::Exited(exit.clone())));
         down.restart_wait = Some(Duration::from_millis(500));
         assert_eq!(
@@ -338,11 +272,7 @@ mod tests {
         );
         let gave_up = status(ServerState::GaveUp {
             last: Down::StartFailed(StartError::Exited {
-                exit: Exit {
-                    code: Some(1),
-                    signal: None,
-                    stderr: Some("boom".into()),
-                },
+                exit: Exit::of(Some(1), None, Some("boom")),
             }),
             restarts: 3,
             within: Duration::from_secs(60),

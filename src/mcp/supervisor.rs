@@ -17,19 +17,15 @@ use tower::{Service, ServiceExt};
 use crate::error::Rejected;
 use crate::fallback::NoFallback;
 use crate::later::later;
-use crate::Advice;
-use crate::Cause;
-use crate::CircuitBreaker;
-use crate::NextProbe;
-use crate::State;
-use crate::Transition;
+use crate::{Advice, Cause, CircuitBreaker, NextProbe, State, Transition};
 
 use super::classify::ServerStarts;
-use super::connection::{self, Loss, Notice, Process, Started};
+use super::connection::{self, Connection, Loss, Notice, Process, Started};
 use super::error::StartError;
+use super::exit::Exit;
 use super::relist::Relist;
 use super::restart::{Next, Restarts};
-use super::server::{Connection, Shared};
+use super::shared::Shared;
 use super::status::{Down, ServerState};
 
 /// What an operator asks of a server.
@@ -64,14 +60,14 @@ impl Service<StartRequest> for Starter {
     fn call(&mut self, request: StartRequest) -> Self::Future {
         Box::pin(async move {
             let shared = request.shared;
-            connection::start(&shared.config, request.generation, shared.notices.clone()).await
+            connection::start(&shared.settings, request.generation, shared.notices.clone()).await
         })
     }
 }
 
 /// Why a serving process (or session) ended, or what the supervisor was asked meanwhile.
 enum Ended {
-    Exited(super::status::Exit),
+    Exited(Exit),
     /// Its connection ended (or, for a remote server, broke under a call, or the server
     /// forgot its session): why.
     Lost(Down),
@@ -95,7 +91,7 @@ async fn output_ended(process: &mut Option<Process>, grace: Duration, why: Down)
 }
 
 /// How a stdio server's process ended, once it has; never, for a remote server.
-async fn exited(process: &mut Option<Process>) -> super::status::Exit {
+async fn exited(process: &mut Option<Process>) -> Exit {
     match process {
         Some(process) => process.exited().await,
         None => std::future::pending().await,
@@ -133,7 +129,7 @@ impl Supervisor {
     ) -> Self {
         let transitions = shared.breaker.subscribe();
         let kill = shared.breaker.kill_switch().watch();
-        let restarts = Restarts::new(shared.config.restart);
+        let restarts = Restarts::new(shared.settings.restart);
         Supervisor {
             shared,
             starts,
@@ -265,7 +261,7 @@ impl Supervisor {
             status.tools = tools;
             *current = Some(connection);
         });
-        let grace = self.shared.config.stop_timeout;
+        let grace = self.shared.settings.stop_timeout;
         let mut relist = Relist::new(self.shared.clone(), generation);
         let ended = loop {
             tokio::select! {
@@ -409,7 +405,7 @@ impl Supervisor {
             Next::GiveUp { restarts } => {
                 // As an operator would: only a reset (or `McpServer::restart`) ends it.
                 self.shared.breaker.force_open();
-                let within = self.shared.config.restart.window();
+                let within = self.shared.settings.restart.window();
                 tracing::warn!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), restarts, "crash loop: not restarted again until an operator restarts it");
                 self.shared.update(|status, connection| {
                     *connection = None;

@@ -19,6 +19,7 @@ use crate::CircuitBreaker;
 use super::classify::McpClassifier;
 use super::error::McpConfigError;
 use super::offer::McpOffer;
+use super::quote::quote;
 use super::server::McpServer;
 use super::service::ToolService;
 use super::status::ServerStatus;
@@ -68,7 +69,7 @@ impl<'a> ToolInfo<'a> {
             .definition
             .and_then(|d| d.description.as_deref())
             .and_then(|d| d.lines().map(str::trim).find(|l| !l.is_empty()))
-            .map(super::connection::quote)
+            .map(quote)
             .unwrap_or_else(|| format!("`{}` of MCP server `{}`", self.tool, self.server));
         ToolSpec::new(self.name)
             .provides(&provides)
@@ -252,7 +253,7 @@ impl McpTools {
     /// [`ExpediterError::UnknownTool`]).
     pub fn add_server(&self, server: &McpServer) -> Result<(), McpConfigError> {
         let status = server.status();
-        let expected = server.shared.config.expected.clone();
+        let expected = server.shared.settings.expected.clone();
         let listed: Vec<Tool> = status.tools.tools().to_vec();
         let index = {
             let mut servers = self
@@ -319,7 +320,7 @@ impl McpTools {
         definition: Option<&Tool>,
     ) -> Result<(), McpConfigError> {
         let name: Arc<str> = McpTools::name_of(server.name(), tool).into();
-        let config = &server.shared.config;
+        let config = &server.shared.settings;
         let limit = config
             .expected
             .len()

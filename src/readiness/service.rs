@@ -8,6 +8,7 @@ use tokio::time::Sleep;
 use tower::Service;
 
 use super::error::CooldownInCalls;
+use crate::accessors::inner_service_accessors;
 use crate::future::Changed;
 use crate::{Advice, CircuitBreakerHandle, Cooldown, NextProbe, Reason};
 
@@ -115,20 +116,7 @@ impl<S> Readiness<S> {
         &self.handle
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S);
 
     /// What to wait for before a call, as the breaker says now. Looking counts nothing.
     fn wait(&self) -> Wait {

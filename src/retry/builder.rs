@@ -122,6 +122,14 @@ impl Default for RetryBuilder {
     }
 }
 
+impl RetryLayer {
+    /// A builder with the defaults: 3 attempts, backoff from 500 ms up to 8 s,
+    /// `Retry-After` waited up to 5 s, tower's default retry budget.
+    pub fn builder() -> RetryBuilder {
+        RetryBuilder::new()
+    }
+}
+
 impl RetryBuilder {
     /// The builder with its defaults (see the table above).
     pub fn new() -> Self {

@@ -4,7 +4,6 @@ use std::fmt;
 
 use tower::Layer;
 
-use super::builder::RetryBuilder;
 use super::policy::{Common, RetryPolicy};
 use super::service::Retrying;
 use crate::classify::DefaultClassifier;
@@ -15,8 +14,9 @@ use crate::recover::CloneRequests;
 /// classifier. See the [module docs](super).
 ///
 /// Its services are [`Retrying`]s: `tower::retry::Retry`'s loop, with the breaker asked
-/// again when a retry's wait is over (see [`RetryBuilder::breaker`]). The wrapped service
-/// must be `Clone` (a `timeout` over a `reqwest::Client` is).
+/// again when a retry's wait is over (see
+/// [`RetryBuilder::breaker`](super::RetryBuilder::breaker)). The wrapped service must be
+/// `Clone` (a `timeout` over a `reqwest::Client` is).
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,12 +55,6 @@ pub struct RetryLayer<C = DefaultClassifier, K = CloneRequests> {
 }
 
 impl RetryLayer {
-    /// A builder with the defaults: 3 attempts, backoff from 500 ms up to 8 s,
-    /// `Retry-After` waited up to 5 s, tower's default retry budget.
-    pub fn builder() -> RetryBuilder {
-        RetryBuilder::new()
-    }
-
     pub(crate) fn from_common(common: Common) -> Self {
         RetryLayer {
             policy: RetryPolicy::from_common(common),

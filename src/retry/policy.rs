@@ -14,10 +14,7 @@ use tower::retry::Policy;
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, CallError, Rejected};
 use crate::recover::{CloneRequests, KeepRequest};
-use crate::Advice;
-use crate::CircuitBreakerHandle;
-use crate::Outcome;
-use crate::Reason;
+use crate::{Advice, CircuitBreakerHandle, Outcome, Reason};
 
 /// What every clone of a policy shares: the checked settings, the budget and the
 /// jitter's random numbers.

@@ -10,6 +10,7 @@ use tower::retry::Policy;
 use tower::Service;
 
 use super::policy::RetryPolicy;
+use crate::accessors::inner_service_accessors;
 
 /// Calls the wrapped service again as its [`RetryPolicy`] says, as `tower::retry::Retry`
 /// does, with one difference: when the policy was given the breaker's handle
@@ -35,20 +36,7 @@ impl<S, C, K> Retrying<S, C, K> {
         &self.policy
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, this one dropped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(S, into_inner: " This one dropped.");
 }
 
 impl<S: Clone, C: Clone, K: Clone> Clone for Retrying<S, C, K> {

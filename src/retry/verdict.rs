@@ -1,9 +1,7 @@
 //! [`BreakerVerdict`]: a classifier for a retry policy placed outside a breaker.
 
 use crate::classify::Classify;
-use crate::Answer;
-use crate::Outcome;
-use crate::Verdict;
+use crate::{Answer, Outcome, Verdict};
 
 /// Classifies a breaker's [`Answer`]s by the breaker's own verdict, for a
 /// [`RetryLayer`](super::RetryLayer) placed **outside** a breaker (its place is inside;
