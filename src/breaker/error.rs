@@ -1,5 +1,7 @@
 //! Error types.
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the future, the fallbacks
+// and the error constructors: docs/performance.md, "Inlining").
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

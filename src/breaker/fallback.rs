@@ -1,5 +1,7 @@
 //! What answers while the breaker is open: a fallback service, or an error.
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the future, the fallbacks
+// and the error constructors: docs/performance.md, "Inlining").
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;

@@ -1,6 +1,8 @@
 //! [`ResponseFuture`]: the future of a call through a breaker; [`Changed`]: the future of
 //! a breaker's next change.
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the future, the fallbacks
+// and the error constructors: docs/performance.md, "Inlining").
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

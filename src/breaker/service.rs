@@ -1,3 +1,5 @@
+// Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
+// the service: docs/performance.md, "Inlining").
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;

@@ -2,6 +2,8 @@
 //! [`Skip`]), when it will probe ([`NextProbe`]), and its changes of state
 //! ([`Transition`], [`Cause`]).
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the door and the state
+// words: docs/performance.md, "Inlining").
 use std::fmt;
 use std::num::NonZeroU64;
 use std::sync::Arc;

@@ -13,6 +13,8 @@
 //!
 //! [`Machine::door`]: super::Machine::door
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the door and the state
+// words: docs/performance.md, "Inlining").
 use std::time::Instant;
 
 use super::Mode;

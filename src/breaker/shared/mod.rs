@@ -8,6 +8,8 @@
 //! function on its own door. Either way the decision is carried out by one function
 //! ([`Shared::carry_out`]) into one [`Decision`].
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the shared state:
+// docs/performance.md, "Inlining").
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 

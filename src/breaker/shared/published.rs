@@ -6,6 +6,8 @@
 //! it; one that does not decides under the lock instead. A closed door, and a half-open
 //! one without a deadline, are their first word alone, which is read alone.
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the shared state:
+// docs/performance.md, "Inlining").
 use std::sync::atomic::Ordering;
 
 use crate::breaker::machine::door::Door;

@@ -17,6 +17,8 @@
 //! are seen to collide, they spread over one cache line per thread group (as Java's
 //! `LongAdder` does), and a snapshot sums them.
 
+// Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
+// the service: docs/performance.md, "Inlining").
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
