@@ -4,9 +4,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::point::Kind;
+use super::point::Point;
 use crate::config::{Config, RateWindow, TripPolicy};
-
-use super::*;
 
 /// The count, even if an update panicked while holding it (a recorder's panic): it is
 /// whole between updates.

@@ -4,7 +4,11 @@ use std::sync::{Arc, OnceLock};
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, Label, SharedString};
 
-use super::*;
+use super::point::Point;
+use super::point::SLOTS;
+use super::series::Instrument;
+use super::series::BREAKER;
+use super::settings::Naming;
 
 /// A registered counter, gauge or histogram.
 pub(super) enum Handle {

@@ -2,7 +2,8 @@
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 
-use super::*;
+use super::settings::Metrics;
+use super::settings::Naming;
 
 /// One series of the [table](crate::metrics#series): its names and labels differ by [`Naming`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,12 +1,16 @@
 //! The settings of a keyed registry, and its builder.
 
-use super::*;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use super::layer::KeyedCircuitBreakerLayer;
+use super::registry::Registry;
+use super::registry::Template;
 use crate::breaker::builder::Builder;
 use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::error::ConfigError;
 use crate::breaker::fallback::NoFallback;
-use std::fmt;
-use std::sync::Arc;
 
 /// How many breakers a registry holds unless told otherwise.
 pub(super) const DEFAULT_CAPACITY: usize = 1024;
@@ -100,5 +104,26 @@ impl<K, KF> fmt::Debug for KeyedBuilder<K, KF> {
             .field("key", &std::any::type_name::<KF>())
             .field("capacity", &self.capacity)
             .finish()
+    }
+}
+
+impl<K, KF> KeyedCircuitBreakerLayer<K, KF> {
+    /// Settings for a layer whose breakers are made from `template`, one for each key
+    /// `key` returns for a request. The template's name prefixes every key's breaker's
+    /// name, and its kill switch (or a new one) is shared by every key.
+    ///
+    /// The key function runs on every call: keep it cheap, and make keys that are cheap
+    /// to hash and compare (a `&'static str`, an integer, an `Arc<str>`, a small enum).
+    pub fn builder<Request>(template: Builder, key: KF) -> KeyedBuilder<K, KF>
+    where
+        KF: Fn(&Request) -> K,
+        K: Hash + Eq + Clone + fmt::Debug,
+    {
+        KeyedBuilder {
+            template,
+            key,
+            capacity: DEFAULT_CAPACITY,
+            namer: debug_name::<K>,
+        }
     }
 }

@@ -1,11 +1,12 @@
 //! The handle on a keyed registry, for operators and dashboards.
 
-use super::*;
-use crate::breaker::handle::CircuitBreakerHandle;
-use crate::breaker::kill::KillSwitch;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+
+use super::registry::Registry;
+use crate::breaker::handle::CircuitBreakerHandle;
+use crate::breaker::kill::KillSwitch;
 
 /// A handle on a keyed registry, for operators and dashboards: each key's breaker, and
 /// how full the registry is.

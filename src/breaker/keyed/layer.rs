@@ -1,17 +1,19 @@
 //! The layer that wraps services in one circuit breaker per key.
 
-use super::*;
-use crate::breaker::builder::Builder;
+use std::fmt;
+use std::sync::Arc;
+
+use tower::Layer;
+
+use super::handle::KeyedCircuitBreakerHandle;
+use super::registry::Registry;
+use super::service::KeyedCircuitBreaker;
 use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::fallback::{Fallback, NoFallback, TypedErrors, WithSkip};
-use std::fmt;
-use std::hash::Hash;
-use std::sync::Arc;
-use tower::Layer;
 
 /// Wraps services in one circuit breaker per key, the key taken from each request.
 ///
-/// Build it with [`KeyedCircuitBreakerLayer::builder`] from a template [`Builder`] and a
+/// Build it with [`KeyedCircuitBreakerLayer::builder`] from a template [`Builder`](crate::Builder) and a
 /// key function; then, as on a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer), set
 /// what answers a skipped call ([`with_fallback`](Self::with_fallback); by default a
 /// [`Rejected`](crate::error::Rejected) error naming the key's breaker) and what counts
@@ -61,27 +63,6 @@ pub struct KeyedCircuitBreakerLayer<K, KF, F = NoFallback, C = DefaultClassifier
     pub(super) key: KF,
     pub(super) fallback: F,
     pub(super) classifier: C,
-}
-
-impl<K, KF> KeyedCircuitBreakerLayer<K, KF> {
-    /// Settings for a layer whose breakers are made from `template`, one for each key
-    /// `key` returns for a request. The template's name prefixes every key's breaker's
-    /// name, and its kill switch (or a new one) is shared by every key.
-    ///
-    /// The key function runs on every call: keep it cheap, and make keys that are cheap
-    /// to hash and compare (a `&'static str`, an integer, an `Arc<str>`, a small enum).
-    pub fn builder<Request>(template: Builder, key: KF) -> KeyedBuilder<K, KF>
-    where
-        KF: Fn(&Request) -> K,
-        K: Hash + Eq + Clone + fmt::Debug,
-    {
-        KeyedBuilder {
-            template,
-            key,
-            capacity: DEFAULT_CAPACITY,
-            namer: debug_name::<K>,
-        }
-    }
 }
 
 impl<K, KF, F, C> KeyedCircuitBreakerLayer<K, KF, F, C> {

@@ -170,8 +170,6 @@ mod registry;
 mod service;
 
 pub use self::builder::KeyedBuilder;
-use self::builder::*;
 pub use self::handle::KeyedCircuitBreakerHandle;
 pub use self::layer::KeyedCircuitBreakerLayer;
-use self::registry::*;
 pub use self::service::KeyedCircuitBreaker;

@@ -1,12 +1,5 @@
 //! The registry: each key's breaker, found, made and evicted.
 
-use crate::breaker::builder::{self, Watcher};
-use crate::breaker::clock::now;
-use crate::breaker::kill::KillSwitch;
-use crate::breaker::machine::Machine;
-use crate::breaker::settings::Config;
-use crate::breaker::shared::Shared;
-use crate::breaker::state::State;
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::collections::{BinaryHeap, HashMap};
@@ -15,6 +8,14 @@ use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::mem;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::breaker::builder::{self, Watcher};
+use crate::breaker::clock::now;
+use crate::breaker::kill::KillSwitch;
+use crate::breaker::machine::Machine;
+use crate::breaker::settings::Config;
+use crate::breaker::shared::Shared;
+use crate::breaker::state::State;
 
 /// What every key's breaker is made from.
 pub(super) struct Template<K> {

@@ -1,22 +1,25 @@
 //! The service guarded by one circuit breaker per key.
 
-use super::*;
+use std::fmt;
+use std::hash::Hash;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower::Service;
+
+use super::handle::KeyedCircuitBreakerHandle;
+use super::registry::Registry;
 use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
 use crate::breaker::future::ResponseFuture;
-use std::fmt;
-use std::hash::Hash;
-use std::mem;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use tower::Service;
 
 /// A `tower::Service` guarded by one circuit breaker per key.
 ///
-/// Made by [`KeyedCircuitBreakerLayer`]; the [module docs](crate::keyed) tell the whole story.
+/// Made by [`KeyedCircuitBreakerLayer`](crate::keyed::KeyedCircuitBreakerLayer); the [module docs](crate::keyed) tell the whole story.
 ///
 /// # Clone
 ///
