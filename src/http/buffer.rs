@@ -22,7 +22,7 @@ use super::bounded_read::{BoundedRead, Unread};
 use super::classify::HttpClassifier;
 use super::error_body_bytes::ErrorBodyBytes;
 use super::kept_head::KeptHead;
-use super::provenance::Labelled;
+use super::provenance::ProvenanceTarget;
 use crate::accessors::inner_service_accessors;
 use crate::classify::Classify;
 use crate::error::BoxError;
@@ -174,7 +174,7 @@ impl From<BufferedResponse> for Response<Bytes> {
     }
 }
 
-impl Labelled for BufferedResponse {
+impl ProvenanceTarget for BufferedResponse {
     fn headers_mut(&mut self) -> &mut HeaderMap {
         &mut self.head.headers
     }

@@ -12,7 +12,7 @@ use tower::Layer;
 use super::buffer::BufferedResponse;
 use super::classify::contains_json_string;
 use super::error_body_bytes::ErrorBodyBytes;
-use super::provenance::Labelled;
+use super::provenance::ProvenanceTarget;
 use super::retry_after::parse_retry_after;
 use crate::failover::{Attempted, FailoverPolicy, Route, Routed};
 use crate::{Answer, Verdict};
@@ -227,7 +227,7 @@ impl<B> FailoverPolicy<Response<B>> for HttpFailover {
 /// assert_eq!(answer.get_ref().extensions().get::<Route>().unwrap().provider(), Some("local"));
 /// # Ok(()) }
 /// ```
-pub fn route_headers<R: Labelled>(routed: Routed<R>) -> Answer<R> {
+pub fn route_headers<R: ProvenanceTarget>(routed: Routed<R>) -> Answer<R> {
     let (answer, route) = routed.into_parts();
     let (mut response, origin) = answer.into_parts();
     let headers = response.headers_mut();
@@ -253,7 +253,7 @@ pub fn route_headers<R: Labelled>(routed: Routed<R>) -> Answer<R> {
 }
 
 /// The route a response took, from its extension ([`route_headers`] left it).
-pub fn route_of<R: Labelled>(response: &R) -> Option<&Route> {
+pub fn route_of<R: ProvenanceTarget>(response: &R) -> Option<&Route> {
     response.extensions().get::<Route>()
 }
 
@@ -293,7 +293,7 @@ impl<R> fmt::Debug for RouteHeadersLayer<R> {
 /// The service a [`RouteHeadersLayer`] makes.
 pub type RouteHeaders<S, R> = tower::util::MapResponse<S, fn(Routed<R>) -> Answer<R>>;
 
-impl<S, R: Labelled> Layer<S> for RouteHeadersLayer<R> {
+impl<S, R: ProvenanceTarget> Layer<S> for RouteHeadersLayer<R> {
     type Service = RouteHeaders<S, R>;
 
     fn layer(&self, inner: S) -> Self::Service {

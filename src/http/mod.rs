@@ -137,7 +137,7 @@ pub use self::failover::{
 };
 pub use self::provenance::{
     fallback_as_error, header_value, provenance, source_from_header, AnswerInfo, FallbackAnswer,
-    Labelled, Provenance, ProvenanceFuture, ProvenanceLayer, X_CIRCUIT_BREAKER,
+    Provenance, ProvenanceFuture, ProvenanceLayer, ProvenanceTarget, X_CIRCUIT_BREAKER,
 };
 pub use self::retry_after::{parse_retry_after, retry_after_value};
 pub use self::stale::{stale, stale_from_header, X_CIRCUIT_BREAKER_STALE};

@@ -82,7 +82,7 @@ impl AnswerInfo {
 /// [`AnswerInfo`] extension. Across a process boundary, or through a client that
 /// drops extensions, read the [`X_CIRCUIT_BREAKER`] header with
 /// [`source_from_header`] instead.
-pub fn provenance<R: Labelled>(response: &R) -> Option<AnswerInfo> {
+pub fn provenance<R: ProvenanceTarget>(response: &R) -> Option<AnswerInfo> {
     response.extensions().get::<AnswerInfo>().copied()
 }
 
@@ -144,7 +144,7 @@ impl std::error::Error for FallbackAnswer {}
 /// assert_eq!(fallback.info.source, Source::Fallback(Reason::ForcedOpen));
 /// # Ok(()) }
 /// ```
-pub fn fallback_as_error<R: Labelled>(result: Result<R, BoxError>) -> Result<R, BoxError> {
+pub fn fallback_as_error<R: ProvenanceTarget>(result: Result<R, BoxError>) -> Result<R, BoxError> {
     let response = result?;
     match provenance(&response) {
         Some(info) if info.is_fallback() => Err(Box::new(FallbackAnswer { info })),
@@ -154,7 +154,7 @@ pub fn fallback_as_error<R: Labelled>(result: Result<R, BoxError>) -> Result<R, 
 
 /// A response type the provenance can be written on: `http::Response<B>`, and with the
 /// `reqwest` feature `reqwest::Response`.
-pub trait Labelled {
+pub trait ProvenanceTarget {
     /// Its headers.
     fn headers_mut(&mut self) -> &mut HeaderMap;
     /// Its extensions.
@@ -163,7 +163,7 @@ pub trait Labelled {
     fn extensions_mut(&mut self) -> &mut Extensions;
 }
 
-impl<B> Labelled for Response<B> {
+impl<B> ProvenanceTarget for Response<B> {
     fn headers_mut(&mut self) -> &mut HeaderMap {
         Response::headers_mut(self)
     }
@@ -178,7 +178,7 @@ impl<B> Labelled for Response<B> {
 }
 
 #[cfg(feature = "reqwest")]
-impl Labelled for ::reqwest::Response {
+impl ProvenanceTarget for ::reqwest::Response {
     fn headers_mut(&mut self) -> &mut HeaderMap {
         ::reqwest::Response::headers_mut(self)
     }
@@ -331,7 +331,7 @@ fn header_str(source: Source) -> &'static str {
 ///
 /// Unwraps a breaker's [`Answer<R>`](crate::Answer) into the plain response `R`
 /// (`http::Response<B>`, or `reqwest::Response` with the `reqwest` feature: any
-/// [`Labelled`] type) labelled with its provenance.
+/// [`ProvenanceTarget`] type) labelled with its provenance.
 ///
 /// Place it directly outside the breaker.
 #[derive(Debug, Clone, Copy, Default)]
@@ -378,7 +378,7 @@ impl<S> Provenance<S> {
 impl<S, Request, R> Service<Request> for Provenance<S>
 where
     S: Service<Request, Response = Answer<R>>,
-    R: Labelled,
+    R: ProvenanceTarget,
 {
     type Response = R;
     type Error = S::Error;
@@ -411,7 +411,7 @@ impl<F> ProvenanceFuture<F> {
 impl<F, R, E> Future for ProvenanceFuture<F>
 where
     F: Future<Output = Result<Answer<R>, E>>,
-    R: Labelled,
+    R: ProvenanceTarget,
 {
     type Output = Result<R, E>;
 
