@@ -68,7 +68,7 @@ impl<K> KeyedCircuitBreakerHandle<K> {
 
     /// How many breakers the registry holds.
     pub fn len(&self) -> usize {
-        self.registry.len()
+        self.registry.live()
     }
 
     /// Whether the registry holds no breaker.

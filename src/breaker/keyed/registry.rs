@@ -202,7 +202,20 @@ impl<K> Registry<K> {
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
     }
 
-    fn live(&self) -> usize {
+    /// What `f` makes of `key`'s entry (its hash `hash`), if the registry holds one, under
+    /// its shard's read lock: the one lookup of a key, for a call and for the handle.
+    #[inline]
+    fn find<R>(&self, hash: u64, key: &K, f: impl FnOnce(&Entry) -> R) -> Option<R>
+    where
+        K: Hash + Eq,
+    {
+        read(self.shard(hash))
+            .get(&Probe { hash, key } as &dyn Lookup<K>)
+            .map(f)
+    }
+
+    /// How many breakers it holds.
+    pub(super) fn live(&self) -> usize {
         self.counters.live.load(Ordering::Acquire)
     }
 }
@@ -248,12 +261,10 @@ impl<K: Hash + Eq + Clone> Registry<K> {
     #[inline]
     pub(super) fn breaker(&self, key: &K) -> Arc<Shared> {
         let hash = self.hasher.hash_one(key);
-        let found = read(self.shard(hash))
-            .get(&Probe { hash, key } as &dyn Lookup<K>)
-            .map(|entry| {
-                entry.touch(&self.clock);
-                entry.shared.clone()
-            });
+        let found = self.find(hash, key, |entry| {
+            entry.touch(&self.clock);
+            entry.shared.clone()
+        });
         match found {
             Some(shared) => shared,
             None => self.insert(hash, key),
@@ -532,10 +543,7 @@ impl<K> Registry<K> {
     where
         K: Hash + Eq,
     {
-        let hash = self.hasher.hash_one(key);
-        let map = read(self.shard(hash));
-        map.get(&Probe { hash, key } as &dyn Lookup<K>)
-            .map(|entry| entry.shared.clone())
+        self.find(self.hasher.hash_one(key), key, |entry| entry.shared.clone())
     }
 
     /// The keys it holds a breaker for, in no particular order.
@@ -543,16 +551,11 @@ impl<K> Registry<K> {
     where
         K: Clone,
     {
-        let mut keys = Vec::with_capacity(self.len());
+        let mut keys = Vec::with_capacity(self.live());
         for shard in self.shards.iter() {
             keys.extend(read(shard).keys().map(|stored| stored.key.clone()));
         }
         keys
-    }
-
-    /// How many breakers it holds.
-    pub(super) fn len(&self) -> usize {
-        self.counters.live.load(Ordering::Acquire)
     }
 
     /// The most breakers it holds while it can evict idle closed ones.
