@@ -37,6 +37,11 @@ pub struct Topic {
     topic: String,
 }
 
+/// The JSON schema of a [`Topic`], the arguments of both tools.
+fn topic_parameters() -> Value {
+    json!({"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]})
+}
+
 /// A web search whose backend goes down after [`SEARCH_WORKS_FOR`] calls.
 pub struct WebSearch {
     pub calls: Arc<AtomicUsize>,
@@ -53,7 +58,7 @@ impl Tool for WebSearch {
     }
 
     fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]})
+        topic_parameters()
     }
 
     async fn call(&self, _: &mut ToolContext, args: Topic) -> Result<String, std::io::Error> {
@@ -83,7 +88,7 @@ impl Tool for DocsFetch {
     }
 
     fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]})
+        topic_parameters()
     }
 
     async fn call(&self, _: &mut ToolContext, args: Topic) -> Result<String, std::io::Error> {
