@@ -1,6 +1,10 @@
 //! Deadlines on the real clock: outside any runtime and on a multi-thread runtime (whose
-//! clocks cannot be paused), a call at a door with a deadline is decided without reading
-//! the exact clock whenever a cheap reading proves the deadline ahead. These tests hold
+//! clocks cannot be paused), and on every runtime when tokio is built without its
+//! `test-util` feature (as in production: the benchmarks' member runs this file so, in
+//! `benches/tests/production_clock.rs`), a call at a door with a deadline is decided
+//! without reading the exact clock whenever a cheap reading proves the deadline ahead. On
+//! a current-thread runtime built with `test-util`, every such call reads tokio's clock,
+//! which may be paused; unpaused, its decisions are held here too. These tests hold
 //! every such decision to the exact clock read just before and just after the call:
 //! skipped only if the deadline was still ahead when the call began, let through only if
 //! it had passed when the call ended, and told the deadline to the nanosecond. Nothing
@@ -140,6 +144,21 @@ fn on_a_multi_thread_runtime_each_deadline_is_decided_as_the_clock_read_around_t
             task.await.expect("no decision disagreed with the clock");
         }
         // The thread blocked on the runtime, which is not one of its workers.
+        decide_every_offset(20);
+    });
+}
+
+#[test]
+fn on_a_current_thread_runtime_each_deadline_is_decided_as_the_clock_read_around_the_call_says() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        tokio::spawn(async { decide_every_offset(50) })
+            .await
+            .expect("no decision disagreed with the clock");
+        // In no task: the thread that drives the runtime.
         decide_every_offset(20);
     });
 }

@@ -2,7 +2,10 @@
 //! proof that a deadline is still ahead, which spares most calls at an open door the
 //! clock read.
 //!
-//! Which clock. Tokio's clock is the clock of the runtime whose handle is entered; only a
+//! Which clock. Tokio's clock can be paused only when tokio is built with its `test-util`
+//! feature, as tests build it; built without it, as in production, tokio's clock is the
+//! system's monotonic clock everywhere, and every read here is the system's. With
+//! `test-util`, tokio's clock is the clock of the runtime whose handle is entered; only a
 //! current-thread runtime's can be paused (a test's), and a multi-thread runtime's, like
 //! the clock outside any runtime, is the system's monotonic clock. A call made outside
 //! any task (in `block_on`) reads tokio's clock: asking the entered handle which runtime
@@ -32,7 +35,8 @@ use tokio::runtime::{Handle, RuntimeFlavor, TryCurrentError};
 use crate::breaker::nanos::Nanos;
 
 /// The clock every breaker reads: tokio's (so that paused-time tests run instantly), but
-/// in a task of a multi-thread runtime, the system's. An observer that keeps time of its
+/// the system's where tokio's cannot be paused: in a task of a multi-thread runtime, and
+/// everywhere when tokio is built without its `test-util` feature (as in production). An observer that keeps time of its
 /// own (a window of outcomes in time, as the breaker's) reads this clock, so that its
 /// instants and the breaker's agree.
 ///
@@ -48,7 +52,7 @@ use crate::breaker::nanos::Nanos;
 /// ```
 #[inline]
 pub fn now() -> Instant {
-    if task_on_the_system_clock() == Some(true) {
+    if on_the_system_clock() {
         Instant::now()
     } else {
         tokio::time::Instant::now().into_std()
@@ -63,11 +67,45 @@ pub(in crate::breaker) fn surely_before(deadline: Nanos) -> bool {
 }
 
 /// Whether a call made here runs on the system's monotonic clock (see the
-/// [module docs](self)): in a task, as its first call found; outside any task, not known
-/// without asking the entered handle, which costs more than reading the clock.
+/// [module docs](self)): always, where tokio's clock cannot be paused; else in a task, as
+/// its first call found, and outside any task, not known without asking the entered
+/// handle, which costs more than reading the clock.
 #[inline]
 fn on_the_system_clock() -> bool {
-    task_on_the_system_clock() == Some(true)
+    !TOKIO_CAN_PAUSE || task_on_the_system_clock() == Some(true)
+}
+
+/// Whether tokio was built with its `test-util` feature, which alone lets its clock be
+/// paused: whether it has `tokio::time::pause`. Found by name: inside the block, the glob
+/// import's `pause`, when tokio has one, hides the stand-in [`pause`] declared below.
+const TOKIO_CAN_PAUSE: bool = {
+    #[allow(unused_imports)]
+    use tokio::time::*;
+    pause_is_a_function(&pause)
+};
+
+/// Stands in for `tokio::time::pause` where tokio has none (see [`TOKIO_CAN_PAUSE`]).
+#[allow(non_upper_case_globals, dead_code)]
+const pause: NoPause = NoPause;
+
+/// The stand-in's type: not a function.
+struct NoPause;
+
+/// Whether a value is a function, told by its type.
+trait Function {
+    const IS: bool;
+}
+
+impl Function for NoPause {
+    const IS: bool = false;
+}
+
+impl<F: Fn()> Function for F {
+    const IS: bool = true;
+}
+
+const fn pause_is_a_function<T: Function>(_: &T) -> bool {
+    T::IS
 }
 
 /// In a task, whether it runs on the system's clock, as its first call found; `None`
@@ -288,8 +326,15 @@ mod tests {
         assert!(!on_the_system_clock(), "outside any task");
     }
 
-    /// A current-thread runtime's clock may be paused and moved on by a test at will, so
-    /// nothing is proven there: not in `block_on`, not in a task, paused or not.
+    /// The tests build tokio with `test-util`, and that is found: its clock can be paused.
+    #[test]
+    fn tokio_built_with_test_util_is_found_able_to_pause() {
+        const { assert!(TOKIO_CAN_PAUSE) };
+    }
+
+    /// With tokio's `test-util`, a current-thread runtime's clock may be paused and moved
+    /// on by a test at will, so nothing is proven there: not in `block_on`, not in a task,
+    /// paused or not.
     #[test]
     fn on_a_current_thread_runtime_nothing_is_proven() {
         for paused in [false, true] {
