@@ -12,10 +12,17 @@
 //!
 //! The counts that calls write on the way through (a skip, a closed call's success that
 //! changed nothing else) are the only shared memory those calls write but the breaker's
-//! reference count. Counted in one word each, calls from several threads at once would
-//! pass that word's cache line from core to core on every call; so once two such counts
-//! are seen to collide, they spread over one cache line per thread group (as Java's
-//! `LongAdder` does), and a snapshot sums them.
+//! reference count. Where one thread makes the calls (a current-thread runtime's, or a
+//! thread outside any runtime), it owns their words, as the first to count them: it alone
+//! writes them, so it adds with a plain read and write, which no other thread's count can
+//! come between (an atomic add would cost each call as much again). Another thread counts
+//! elsewhere: a quiet success with the other successes, a skip over the lines below. A
+//! breaker first counted on a multi-thread runtime, whose tasks move between threads, is
+//! counted by every thread alike, in one word each with an atomic add. Counted in one
+//! word, calls from several threads at once would pass that word's cache line from core
+//! to core on every call; so once two such counts are seen to collide, they spread over
+//! one cache line per thread group (as Java's `LongAdder` does), made when first needed.
+//! A snapshot sums them all.
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
@@ -37,7 +44,10 @@ pub(super) struct Tally {
     /// every call, written once, it may share a line with what calls read; the counts
     /// after it are written.
     spread: OnceLock<Box<[Group]>>,
-    /// What calls count on the way through, until two collide.
+    /// The thread that owns [`passing`](Self::passing): its [`thread_token`];
+    /// [`UNOWNED`] before the first count, [`SHARED`] if every thread adds to them.
+    owner: AtomicU64,
+    /// What calls count on the way through (until two collide, if shared).
     passing: Passing,
     /// The count of calls an open breaker waits for.
     steps: AtomicU64,
@@ -66,6 +76,47 @@ struct Group(Passing);
 /// Where [`Passing`] counts quiet successes.
 const QUIET: usize = 4;
 
+/// Nothing has counted the passing counts yet.
+const UNOWNED: u64 = 0;
+
+/// Every thread adds to the passing counts.
+const SHARED: u64 = u64::MAX;
+
+/// A token no thread owns a count with: a thread that is exiting (its thread-locals are
+/// gone), or any thread under loom, whose model threads share the thread-locals of the
+/// one thread that runs them.
+const NO_TOKEN: u64 = u64::MAX - 1;
+
+/// This thread's token: a number no other thread has (tokens are never reused), or
+/// [`NO_TOKEN`].
+#[inline(always)]
+fn thread_token() -> u64 {
+    #[cfg(not(tcb_loom))]
+    {
+        thread_local! {
+            static TOKEN: Cell<u64> = const { Cell::new(UNOWNED) };
+        }
+        TOKEN
+            .try_with(|token| match token.get() {
+                UNOWNED => new_token(token),
+                known => known,
+            })
+            .unwrap_or(NO_TOKEN)
+    }
+    #[cfg(tcb_loom)]
+    NO_TOKEN
+}
+
+#[cfg(not(tcb_loom))]
+#[cold]
+#[inline(never)]
+fn new_token(token: &Cell<u64>) -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(UNOWNED + 1);
+    let next = NEXT.fetch_add(1, Ordering::Relaxed);
+    token.set(next);
+    next
+}
+
 /// This thread's group: threads are dealt round the groups as they first collide.
 fn group(groups: usize) -> usize {
     use std::sync::atomic::AtomicUsize;
@@ -87,6 +138,28 @@ fn group(groups: usize) -> usize {
 #[inline(always)]
 fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds one to a count others may add to at once; `false` if one did (nothing is added).
+#[inline(always)]
+fn try_add(counter: &AtomicU64) -> bool {
+    let seen = counter.load(Ordering::Relaxed);
+    counter
+        .compare_exchange(seen, seen + 1, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Whether this thread is one of a multi-thread runtime's, whose tasks move between
+/// threads.
+fn on_a_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
+/// Adds one to a count only this thread writes.
+#[inline(always)]
+fn owned_add(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 fn get(counter: &AtomicU64) -> u64 {
@@ -118,24 +191,68 @@ impl Tally {
         self.passed(QUIET);
     }
 
-    /// Counts a call on the way through as [`Passing`]'s count `i`: in this thread's
-    /// group once counts have collided, or in the one word.
+    /// Counts a call on the way through as [`Passing`]'s count `i`: by the thread that
+    /// owns the words, in them; shared, in this thread's group once counts have collided,
+    /// or in the one word; else elsewhere.
     #[inline(always)]
     fn passed(&self, i: usize) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        let counter = &self.passing.0[i];
+        if owner == thread_token() {
+            owned_add(counter);
+        } else if !(owner == SHARED && self.spread.get().is_none() && try_add(counter)) {
+            self.passed_unowned(i);
+        }
+    }
+
+    /// Adds to count `i` of words every thread adds to.
+    #[inline]
+    fn shared_add(&self, i: usize) {
         if let Some(spread) = self.spread.get() {
             return add(&spread[group(spread.len())].0 .0[i]);
         }
-        let counter = &self.passing.0[i];
-        let seen = counter.load(Ordering::Relaxed);
-        if counter
-            .compare_exchange(seen, seen + 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
+        if !try_add(&self.passing.0[i]) {
             self.collided(i);
         }
     }
 
-    /// Two counts collided: from now on they are counted spread (this one too).
+    /// Counts as [`passed`](Self::passed), on a thread that does not own the words: the
+    /// first count decides who counts how; a thread that does not own them counts
+    /// elsewhere.
+    #[inline(never)]
+    fn passed_unowned(&self, i: usize) {
+        let me = thread_token();
+        let mut owner = self.owner.load(Ordering::Relaxed);
+        if owner == UNOWNED {
+            let claim = if me != NO_TOKEN && !on_a_multi_thread_runtime() {
+                me
+            } else {
+                SHARED
+            };
+            owner = match self.owner.compare_exchange(
+                UNOWNED,
+                claim,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => claim,
+                Err(decided) => decided,
+            };
+        }
+        if owner == me {
+            owned_add(&self.passing.0[i]);
+        } else if owner == SHARED {
+            self.shared_add(i);
+        } else if let Some(spread) = self.spread.get() {
+            add(&spread[group(spread.len())].0 .0[i]);
+        } else if i != QUIET || !try_add(&self.successes) {
+            // A quiet success is counted with the other successes, until two collide there.
+            self.collided(i);
+        }
+    }
+
+    /// Two counts collided, or a skip is counted by a thread that does not own the
+    /// words: from now on such counts are spread (this one too).
     #[cold]
     #[inline(never)]
     fn collided(&self, i: usize) {
@@ -292,5 +409,66 @@ mod tests {
         let counts = tally.counts();
         assert_eq!(skipped(&counts), [40_000; 4]);
         assert_eq!((counts.successes, counts.arrived), (40_000, 200_000));
+    }
+
+    /// Counts `n` of each kind on this thread.
+    fn count_each(tally: &Tally, n: u64) {
+        for _ in 0..n {
+            for reason in REASONS {
+                tally.skipped(reason);
+            }
+            tally.quiet_success();
+        }
+    }
+
+    #[test]
+    fn the_first_thread_outside_a_runtime_owns_the_counts_and_others_counting_at_once_are_all_counted(
+    ) {
+        let tally = Tally::default();
+        count_each(&tally, 1);
+        assert_eq!(tally.owner.load(Ordering::Relaxed), thread_token());
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| count_each(&tally, 10_000));
+            }
+            count_each(&tally, 10_000);
+        });
+        let counts = tally.counts();
+        assert_eq!(skipped(&counts), [50_001; 4]);
+        assert_eq!((counts.successes, counts.made), (50_001, 50_001));
+        assert_eq!(counts.arrived, 5 * 50_001);
+    }
+
+    #[test]
+    fn a_current_thread_runtime_owns_the_counts_and_a_multi_thread_one_shares_them() {
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let owned = Tally::default();
+        current.block_on(async { count_each(&owned, 3) });
+        assert_eq!(owned.owner.load(Ordering::Relaxed), thread_token());
+
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let shared = std::sync::Arc::new(Tally::default());
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let shared = shared.clone();
+                multi.spawn(async move { count_each(&shared, 10_000) })
+            })
+            .collect();
+        multi.block_on(async {
+            for task in tasks {
+                task.await.expect("task");
+            }
+        });
+        assert_eq!(shared.owner.load(Ordering::Relaxed), SHARED);
+        count_each(&shared, 1);
+        let counts = shared.counts();
+        assert_eq!(skipped(&counts), [40_001; 4]);
+        assert_eq!(counts.successes, 40_001);
+        assert_eq!(owned.counts().successes, 3);
     }
 }
