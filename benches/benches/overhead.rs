@@ -15,7 +15,8 @@
 //! number of runs; `TCB_BENCH_QUICK=1`, or a run without `--bench` (as `cargo test --benches`
 //! makes it), measures each entrant once, briefly: a check that every case still runs, not a
 //! figure to quote. `TCB_BENCH_ONLY=TEXT` measures only the entrants whose name (flavour,
-//! case, column, as printed when one does not finish) contains `TEXT`. A sample that does not
+//! case, column, as printed when one does not finish) contains `TEXT`, or one of several
+//! texts separated by `|`. A sample that does not
 //! finish within a minute is reported, and its cell says so.
 //!
 //! Every call goes to a no-op service (it answers its request at once), in a task spawned on
@@ -767,7 +768,8 @@ impl Entrant {
 struct Settings {
     /// Each entrant measured once, briefly: a check that every case runs.
     quick: bool,
-    /// Only the entrants whose name contains this (`TCB_BENCH_ONLY`).
+    /// Only the entrants whose name contains this, or one of its `|`-separated parts
+    /// (`TCB_BENCH_ONLY`).
     only: Option<String>,
     runs: usize,
     /// How long one sample of one entrant should take.
@@ -1118,7 +1120,7 @@ fn main() {
             settings
                 .only
                 .as_ref()
-                .is_none_or(|only| entrant.name(flavour).contains(only))
+                .is_none_or(|only| only.split('|').any(|o| entrant.name(flavour).contains(o)))
         });
         for entrant in list.iter_mut().filter(|e| e.sample.is_some()) {
             entrant.iters = calibrate(&runtime, entrant, &settings).unwrap_or(0);
