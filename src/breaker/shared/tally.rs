@@ -89,7 +89,7 @@ const NO_TOKEN: u64 = u64::MAX - 1;
 
 /// This thread's token: a number no other thread has (tokens are never reused), or
 /// [`NO_TOKEN`].
-#[inline(always)]
+#[inline]
 fn thread_token() -> u64 {
     #[cfg(not(tcb_loom))]
     {
@@ -141,7 +141,7 @@ fn add(counter: &AtomicU64) {
 }
 
 /// Adds one to a count others may add to at once; `false` if one did (nothing is added).
-#[inline(always)]
+#[inline]
 fn try_add(counter: &AtomicU64) -> bool {
     let seen = counter.load(Ordering::Relaxed);
     counter
@@ -157,7 +157,7 @@ fn on_a_multi_thread_runtime() -> bool {
 }
 
 /// Adds one to a count only this thread writes.
-#[inline(always)]
+#[inline]
 fn owned_add(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
