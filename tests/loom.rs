@@ -297,3 +297,31 @@ fn transitions_made_at_once_are_each_delivered_once_in_order() {
         );
     });
 }
+
+/// The first thread to count a breaker's quiet successes and skips owns those counts and
+/// adds to them with plain writes; another thread counting at the same time counts
+/// elsewhere. Every count is kept, and the counts add up.
+#[test]
+fn counts_made_at_once_by_the_thread_that_owns_them_and_another_are_all_kept() {
+    model(|| {
+        let succeeding = CircuitBreakerLayer::builder().build().expect("valid");
+        let killed = CircuitBreakerLayer::builder().build().expect("valid");
+        killed.handle().kill_switch().kill();
+        let (mut ok, mut skip) = (succeeding.layer(inner()), killed.layer(inner()));
+        // This thread counts first on both: it owns their counts.
+        call(&mut ok, 1).expect("answered");
+        call(&mut skip, 1).expect_err("killed");
+        let (mut other_ok, mut other_skip) = (succeeding.layer(inner()), killed.layer(inner()));
+        let thread = thread::spawn(move || {
+            call(&mut other_ok, 1).expect("answered");
+            call(&mut other_skip, 1).expect_err("killed");
+        });
+        call(&mut ok, 1).expect("answered");
+        call(&mut skip, 1).expect_err("killed");
+        thread.join().unwrap();
+        let c = succeeding.handle().snapshot().counts;
+        assert_eq!((c.successes, c.made, c.arrived), (3, 3, 3), "{c:?}");
+        let c = killed.handle().snapshot().counts;
+        assert_eq!((c.skipped_killed, c.made, c.arrived), (3, 0, 3), "{c:?}");
+    });
+}

@@ -51,7 +51,6 @@ pub(super) struct Tally {
     passing: Passing,
     /// The count of calls an open breaker waits for.
     steps: AtomicU64,
-    successes: AtomicU64,
     failures: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
@@ -59,6 +58,10 @@ pub(super) struct Tally {
     abandoned: AtomicU64,
     probes: AtomicU64,
     shadowed: AtomicU64,
+    /// Last, a cache line away from [`passing`](Self::passing): a thread that does not own
+    /// those words counts its quiet successes here, and would pass their line to and fro
+    /// with the owner's every call if it were on it.
+    successes: AtomicU64,
 }
 
 /// Skips by [`Reason`] (open, half-open full, killed, forced open), and closed-state calls
@@ -83,31 +86,29 @@ const UNOWNED: u64 = 0;
 const SHARED: u64 = u64::MAX;
 
 /// A token no thread owns a count with: a thread that is exiting (its thread-locals are
-/// gone), or any thread under loom, whose model threads share the thread-locals of the
-/// one thread that runs them.
+/// gone).
 const NO_TOKEN: u64 = u64::MAX - 1;
 
 /// This thread's token: a number no other thread has (tokens are never reused), or
-/// [`NO_TOKEN`].
+/// [`NO_TOKEN`]. Under loom, a model thread's own.
 #[inline]
 fn thread_token() -> u64 {
     #[cfg(not(tcb_loom))]
-    {
-        thread_local! {
-            static TOKEN: Cell<u64> = const { Cell::new(UNOWNED) };
-        }
-        TOKEN
-            .try_with(|token| match token.get() {
-                UNOWNED => new_token(token),
-                known => known,
-            })
-            .unwrap_or(NO_TOKEN)
+    std::thread_local! {
+        static TOKEN: Cell<u64> = const { Cell::new(UNOWNED) };
     }
     #[cfg(tcb_loom)]
-    NO_TOKEN
+    loom::thread_local! {
+        static TOKEN: Cell<u64> = Cell::new(UNOWNED);
+    }
+    TOKEN
+        .try_with(|token| match token.get() {
+            UNOWNED => new_token(token),
+            known => known,
+        })
+        .unwrap_or(NO_TOKEN)
 }
 
-#[cfg(not(tcb_loom))]
 #[cold]
 #[inline(never)]
 fn new_token(token: &Cell<u64>) -> u64 {
@@ -433,6 +434,8 @@ mod tests {
             }
             count_each(&tally, 10_000);
         });
+        // The owned words hold this thread's counts and no other's.
+        assert_eq!(tally.passing.0.each_ref().map(get), [10_001; 5]);
         let counts = tally.counts();
         assert_eq!(skipped(&counts), [50_001; 4]);
         assert_eq!((counts.successes, counts.made), (50_001, 50_001));
