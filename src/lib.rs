@@ -132,7 +132,7 @@ pub mod config {
 
 /// The clock every breaker reads.
 pub mod clock {
-    pub use crate::breaker::now;
+    pub use crate::breaker::{can_be_paused, now};
 }
 
 pub use crate::breaker::Event;

@@ -75,6 +75,18 @@ fn on_the_system_clock() -> bool {
     !TOKIO_CAN_PAUSE || task_on_the_system_clock() == Some(true)
 }
 
+/// Whether the breaker's clock can be paused: whether tokio is built with its `test-util`
+/// feature (`tokio::time::pause`), as tests build it. Where it cannot, as in a production
+/// build, every clock read is the system's, on every runtime (see [`now`]).
+///
+/// ```
+/// // The crate's doc tests build tokio with `test-util`.
+/// assert!(tower_circuit_breaker::clock::can_be_paused());
+/// ```
+pub const fn can_be_paused() -> bool {
+    TOKIO_CAN_PAUSE
+}
+
 /// Whether tokio was built with its `test-util` feature, which alone lets its clock be
 /// paused: whether it has `tokio::time::pause`. Found by name: inside the block, the glob
 /// import's `pause`, when tokio has one, hides the stand-in [`pause`] declared below.
@@ -329,7 +341,7 @@ mod tests {
     /// The tests build tokio with `test-util`, and that is found: its clock can be paused.
     #[test]
     fn tokio_built_with_test_util_is_found_able_to_pause() {
-        const { assert!(TOKIO_CAN_PAUSE) };
+        const { assert!(can_be_paused()) };
     }
 
     /// With tokio's `test-util`, a current-thread runtime's clock may be paused and moved

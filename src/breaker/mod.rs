@@ -34,7 +34,7 @@ mod sync;
 
 pub use self::answer::{Answer, Origin, Source, Verdict};
 pub use self::builder::Builder;
-pub use self::clock::now;
+pub use self::clock::{can_be_paused, now};
 pub use self::event::Event;
 pub use self::handle::CircuitBreakerHandle;
 pub use self::kill::KillSwitch;
