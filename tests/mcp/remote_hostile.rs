@@ -202,11 +202,7 @@ async fn a_server_that_hangs_on_calls_holds_the_first_calls_for_the_call_timeout
     // The first calls wait for the call timeout, each; no longer.
     for n in 0..3 {
         let started = Instant::now();
-        let error = server
-            .tool("work")
-            .oneshot(args(json!({})))
-            .await
-            .unwrap_err();
+        let error = failed_work_call(&server).await;
         let took = started.elapsed();
         assert!(
             matches!(error, McpError::Timeout { .. }),
@@ -240,11 +236,7 @@ async fn a_server_that_never_answers_fails_its_start_within_the_start_timeout_an
         .start_timeout(start_timeout)
         .start()?;
     // While it starts, calls fail at once.
-    let error = server
-        .tool("work")
-        .oneshot(args(json!({})))
-        .await
-        .unwrap_err();
+    let error = failed_work_call(&server).await;
     assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
     let down = waiting_for_its_probe(&server).await;
     assert!(
@@ -306,11 +298,7 @@ async fn garbage_answers_are_typed_errors_counted_by_the_breakers() -> TestResul
         assert_eq!(server.breaker().state(), State::Open, "{mode:?}");
         let reached = hostile.calls();
         assert!(reached <= 2, "{mode:?}: {reached}");
-        let error = server
-            .tool("work")
-            .oneshot(args(json!({})))
-            .await
-            .unwrap_err();
+        let error = failed_work_call(&server).await;
         assert!(
             matches!(error, McpError::Unavailable { .. }),
             "{mode:?}: {error}"
@@ -321,16 +309,21 @@ async fn garbage_answers_are_typed_errors_counted_by_the_breakers() -> TestResul
     Ok(())
 }
 
+/// One call to `server`'s `work` tool, which fails: its error.
+async fn failed_work_call(server: &McpServer) -> McpError {
+    server
+        .tool("work")
+        .oneshot(args(json!({})))
+        .await
+        .unwrap_err()
+}
+
 /// Twenty calls to a server that is down each fail as unavailable, all within 500 ms: its
 /// breaker answers them without waiting on the server.
 async fn twenty_calls_fail_at_once(server: &McpServer) {
     let started = Instant::now();
     for _ in 0..20 {
-        let error = server
-            .tool("work")
-            .oneshot(args(json!({})))
-            .await
-            .unwrap_err();
+        let error = failed_work_call(server).await;
         assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
     }
     assert!(
