@@ -36,9 +36,9 @@ use crate::breaker::nanos::Nanos;
 
 /// The clock every breaker reads: tokio's (so that paused-time tests run instantly), but
 /// the system's where tokio's cannot be paused: in a task of a multi-thread runtime, and
-/// everywhere when tokio is built without its `test-util` feature (as in production). An observer that keeps time of its
-/// own (a window of outcomes in time, as the breaker's) reads this clock, so that its
-/// instants and the breaker's agree.
+/// everywhere when tokio is built without its `test-util` feature (as in production). An
+/// observer that keeps time of its own (a window of outcomes in time, as the breaker's)
+/// reads this clock, so that its instants and the breaker's agree.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

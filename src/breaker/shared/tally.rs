@@ -16,14 +16,13 @@
 //! thread outside any runtime), it owns their words, as the first to count them: it alone
 //! writes them, so it adds with a plain read and write, which no other thread's count can
 //! come between (an atomic add costs a call about 4 ns more on a virtual machine, as much
-//! as the rest of its counting). Another thread counts
-//! elsewhere: a quiet success with the other successes, a skip over the lines below. A
-//! breaker first counted on a multi-thread runtime, whose tasks move between threads, is
-//! counted by every thread alike, in one word each with an atomic add. Counted in one
-//! word, calls from several threads at once would pass that word's cache line from core
-//! to core on every call; so once two such counts are seen to collide, they spread over
-//! one cache line per thread group (as Java's `LongAdder` does), made when first needed.
-//! A snapshot sums them all.
+//! as the rest of its counting). Another thread counts elsewhere: a quiet success with the
+//! other successes, a skip over the lines below. A breaker first counted on a multi-thread
+//! runtime, whose tasks move between threads, is counted by every thread alike, in one
+//! word each with an atomic add. Counted in one word, calls from several threads at once
+//! would pass that word's cache line from core to core on every call; so once two such
+//! counts are seen to collide, they spread over one cache line per thread group (as Java's
+//! `LongAdder` does), made when first needed. A snapshot sums them all.
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
@@ -142,6 +141,12 @@ fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Adds one to count `i` of this thread's group of `spread`.
+#[inline]
+fn add_in_group(spread: &[Group], i: usize) {
+    add(&spread[group(spread.len())].0 .0[i]);
+}
+
 /// Adds one to a count others may add to at once; `false` if one did (nothing is added).
 #[inline]
 fn try_add(counter: &AtomicU64) -> bool {
@@ -210,12 +215,18 @@ impl Tally {
     /// Adds to count `i` of words every thread adds to.
     #[inline]
     fn shared_add(&self, i: usize) {
-        if let Some(spread) = self.spread.get() {
-            return add(&spread[group(spread.len())].0 .0[i]);
-        }
-        if !try_add(&self.passing.0[i]) {
+        if !self.added_spread(i) && !try_add(&self.passing.0[i]) {
             self.collided(i);
         }
+    }
+
+    /// Adds to count `i` in this thread's group, if counts are spread; `false` if not.
+    #[inline]
+    fn added_spread(&self, i: usize) -> bool {
+        self.spread
+            .get()
+            .map(|spread| add_in_group(spread, i))
+            .is_some()
     }
 
     /// Counts as [`passed`](Self::passed), on a thread that does not own the words: the
@@ -245,9 +256,7 @@ impl Tally {
             owned_add(&self.passing.0[i]);
         } else if owner == SHARED {
             self.shared_add(i);
-        } else if let Some(spread) = self.spread.get() {
-            add(&spread[group(spread.len())].0 .0[i]);
-        } else if i != QUIET || !try_add(&self.successes) {
+        } else if !self.added_spread(i) && (i != QUIET || !try_add(&self.successes)) {
             // A quiet success is counted with the other successes, until two collide there.
             self.collided(i);
         }
@@ -266,7 +275,7 @@ impl Tally {
                 .map(|_| Group::default())
                 .collect()
         });
-        add(&spread[group(spread.len())].0 .0[i]);
+        add_in_group(spread, i);
     }
 
     /// [`Passing`]'s counts, summed over their groups.
