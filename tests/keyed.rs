@@ -239,6 +239,84 @@ async fn cooldowns_in_time_run_per_key() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_key_that_only_succeeded_looks_like_a_new_breaker_and_trips_like_one() {
+    let layer = build(Builder::new().failure_threshold(3));
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    for _ in 0..5 {
+        call(&mut svc, "a:ok").await.expect("closed");
+    }
+    let handle = registry.get(&"a").expect("the key has a breaker");
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (
+            snapshot.state,
+            snapshot.consecutive_failures,
+            snapshot.cause
+        ),
+        (State::Closed, 0, None)
+    );
+    assert_eq!((snapshot.counts.successes, snapshot.counts.made), (5, 5));
+    assert_eq!(&*snapshot.name, handle.name());
+
+    for _ in 0..3 {
+        assert!(call(&mut svc, "a:fail").await.is_err());
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(
+        (snapshot.counts.successes, snapshot.counts.failures),
+        (5, 3)
+    );
+    let answer = call(&mut svc, "a:ok").await;
+    assert!(Rejected::find(&*answer.unwrap_err()).is_some());
+}
+
+#[test]
+fn a_new_keys_first_failures_from_many_threads_at_once_are_all_counted() {
+    const THREADS: usize = 8;
+    const CALLS: u32 = 50;
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    };
+    let layer = build(Builder::new().failure_threshold(THREADS as u32 * CALLS + 1));
+    let registry = layer.handle();
+    let svc = layer.layer(service(Arc::default()));
+    // Every key's breaker exists before the threads start, with nothing but a success:
+    // the threads' first failures find it closed and quiet, all at once.
+    runtime().block_on(async {
+        for key in ["a:ok", "b:ok", "c:ok", "d:ok"] {
+            call(&mut svc.clone(), key).await.expect("closed");
+        }
+    });
+    let start = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let (mut svc, start) = (svc.clone(), &start);
+            scope.spawn(move || {
+                let request = ["a:fail", "b:fail", "c:fail", "d:fail"][t % 4];
+                start.wait();
+                runtime().block_on(async {
+                    for _ in 0..CALLS {
+                        assert!(call(&mut svc, request).await.is_err());
+                    }
+                });
+            });
+        }
+    });
+    for key in ["a", "b", "c", "d"] {
+        let snapshot = registry.get(&key).expect("the key").snapshot();
+        let failures = (THREADS / 4) as u32 * CALLS;
+        assert_eq!(snapshot.consecutive_failures, failures, "key {key}");
+        assert_eq!(snapshot.counts.failures, u64::from(failures), "key {key}");
+        assert_eq!(snapshot.counts.successes, 1, "key {key}");
+        assert_eq!(snapshot.state, State::Closed, "key {key}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_seeded_template_gives_each_key_its_own_jitter_the_same_in_every_run() {
     async fn waits() -> Vec<Duration> {
         let layer = build(

@@ -261,19 +261,36 @@ mod label {
     use std::fmt;
     use std::sync::Arc;
 
+    use once_cell::race::OnceBox;
+
     use super::Label;
 
     /// A breaker's name, and the copy of it its rejections carry.
-    #[derive(Clone)]
     pub(in crate::breaker) struct BreakerName {
         full: Arc<str>,
-        rejected: Label,
+        /// The copy, made with the name if it is short.
+        rejected: Option<Label>,
+        /// A longer name's copy, a small allocation made at its first rejection: most
+        /// breakers of a keyed registry never turn a call away.
+        long: OnceBox<Label>,
     }
 
     impl BreakerName {
+        /// The name `full`, with its copy made now.
         pub(in crate::breaker) fn new(full: Arc<str>) -> Self {
+            let name = BreakerName::copied_when_rejected(full);
+            if name.rejected.is_none() {
+                name.long();
+            }
+            name
+        }
+
+        /// The name `full`; if it is longer than a short name, its copy is made at its
+        /// first rejection (for a keyed registry's breakers, most of which never reject).
+        pub(in crate::breaker) fn copied_when_rejected(full: Arc<str>) -> Self {
             BreakerName {
-                rejected: Label::new(&full),
+                rejected: (full.len() <= Label::INLINE).then(|| Label::new(&full)),
+                long: OnceBox::new(),
                 full,
             }
         }
@@ -282,8 +299,18 @@ mod label {
             &self.full
         }
 
+        #[inline]
         pub(super) fn rejected(&self) -> &Label {
-            &self.rejected
+            match &self.rejected {
+                Some(label) => label,
+                None => self.long(),
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn long(&self) -> &Label {
+            self.long.get_or_init(|| Box::new(Label::new(&self.full)))
         }
     }
 

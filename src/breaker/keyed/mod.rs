@@ -136,14 +136,19 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 512 bytes for the shared state (the state machine
-//!   behind a lock, the running totals and the published door: what a call reads first,
-//!   what it counts next) and 16 bytes plus the name's length for its name (`host[42]`: 24
-//!   bytes; a name of more than 15 bytes adds a 48-byte copy its rejections carry). The settings are not copied per key: every key's breaker points to the
-//!   template's, made once for the registry, and keeps only its name and jitter seed. Its
-//!   event queue (184 bytes) is made when it first has an event to report (a transition,
-//!   a change of mode) or a subscriber, unless the template has observers: then every
-//!   breaker has one from the start;
+//! - the breaker: two allocations, 184 bytes for what every call reads and counts (the
+//!   published door, the counts of calls passed, the name) and 16 bytes plus the name's
+//!   length for its name (`host[42]`: 24 bytes). The settings are not copied per key:
+//!   every key's breaker points to the template's, made once for the registry. What a
+//!   key that only passes calls never needs is made when first needed: its state machine
+//!   behind a lock, with room for its event queue and change channel (272 bytes, when
+//!   the machine is first asked: an outcome other than a success that changes nothing, a
+//!   person's act on its handle, a subscriber; a [`snapshot`](crate::CircuitBreakerHandle::snapshot)
+//!   does not make it), the rest of its counts (72 bytes, at its first call that ends in
+//!   anything but such a success), the copy of a name of more than 15 bytes its
+//!   rejections carry (64 bytes, at its first rejection) and its event queue (184 bytes,
+//!   when it first has an event to report). With a failure-rate trip policy, or
+//!   observers on the template, the state machine is made with the breaker;
 //! - the slot: the key's hash, the key, the breaker's `Arc` and its last-used mark,
 //!   24 bytes plus the key, and a control byte, in tables at most 7/8 full. A table
 //!   that evicts and inserts can double while barely half full (its deleted slots are
@@ -152,11 +157,12 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 598 bytes per key in a registry just filled with 10,000 keys (6.0 MB), and 654
-//! bytes per key (6.5 MB) once 90,000 more have passed through and been evicted: however
-//! many keys come, no more. A failure-rate policy over a count window adds one bit per
-//! call in the window and 48 bytes; each observer adds 16 bytes; a transition channel is
-//! only made for a breaker whose handle is subscribed to.
+//! In all, 270 bytes per key in a registry just filled with 10,000 keys (2.7 MB), and 326
+//! bytes per key (3.3 MB) once 90,000 more have passed through and been evicted: however
+//! many keys come, no more. A key whose calls have failed holds about 350 bytes more. A
+//! failure-rate policy over a count window adds one bit per call in the window and 48
+//! bytes; each observer adds 16 bytes; a transition channel is only made for a breaker
+//! whose handle is subscribed to.
 //!
 //! # Clone
 //!

@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::mem;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -31,12 +31,10 @@ impl<K> Template<K> {
     /// A closed breaker for `key`.
     pub(super) fn breaker(&self, key: &K) -> Shared {
         let name = (self.namer)(&self.config.name, key);
-        let jitter_seed = Some(match self.config.jitter_seed {
-            // Each key a seed of its own, derived from the template's so runs repeat.
-            Some(seed) => seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*name),
-            None => RandomState::new().hash_one(&*name),
-        });
-        let machine = Machine::sharing(self.config.clone(), name, jitter_seed, now());
+        if self.observers.is_empty() {
+            return Shared::sharing(self.config.clone(), name, self.kill.clone());
+        }
+        let machine = Machine::sharing(self.config.clone(), name, now());
         builder::breaker(machine, self.kill.clone(), &self.observers, None)
     }
 }

@@ -16,6 +16,8 @@
 pub(in crate::breaker) mod door;
 mod window;
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,17 +143,30 @@ impl Machine {
     /// A closed breaker with these settings; `now` starts its time windows.
     pub(in crate::breaker) fn new(config: Config, now: Instant) -> Self {
         let (name, jitter_seed) = (config.name.clone(), config.jitter_seed);
-        Machine::sharing(Arc::new(config), name, jitter_seed, now)
+        Machine::made(Arc::new(config), name, jitter_seed, now)
     }
 
-    /// A closed breaker with the settings `config` but for its `name` and `jitter_seed`,
-    /// which are its own: `config` may be shared with other breakers.
-    pub(in crate::breaker) fn sharing(
-        config: Arc<Config>,
-        name: Arc<str>,
-        jitter_seed: Option<u64>,
-        now: Instant,
-    ) -> Self {
+    /// A closed breaker with the settings `config` shares with other breakers (each key's
+    /// of a keyed registry), but for its own `name` and a jitter seed of its own, derived
+    /// from `config`'s and its name: breakers that opened together do not probe together,
+    /// and runs with a seed set repeat.
+    pub(in crate::breaker) fn sharing(config: Arc<Config>, name: Arc<str>, now: Instant) -> Self {
+        let jitter_seed = Some(match config.jitter_seed {
+            Some(seed) => seed ^ BuildHasherDefault::<DefaultHasher>::default().hash_one(&*name),
+            None => RandomState::new().hash_one(&*name),
+        });
+        Machine::made(config, name, jitter_seed, now)
+    }
+
+    /// Whether a machine made from `config` by [`sharing`](Self::sharing) at any time is
+    /// the one made now: its trip policy keeps no window of time, which would start when
+    /// it is made. (With a seed set in `config`; with none, its seed is as random then as
+    /// now.)
+    pub(in crate::breaker) fn alike_made_later(config: &Config) -> bool {
+        matches!(config.trip, TripPolicy::ConsecutiveFailures(_))
+    }
+
+    fn made(config: Arc<Config>, name: Arc<str>, jitter_seed: Option<u64>, now: Instant) -> Self {
         Machine {
             window: Window::new(&config.trip, now),
             rng: jitter_seed.unwrap_or(0x9E37_79B9_7F4A_7C15) | 1,
@@ -169,6 +184,11 @@ impl Machine {
             probes: Vec::new(),
             acted: 0,
         }
+    }
+
+    /// The settings it shares with other breakers, but for its name and jitter seed.
+    pub(in crate::breaker) fn settings(&self) -> &Arc<Config> {
+        &self.config
     }
 
     /// The settings it was made with, its name and jitter seed included.

@@ -13,6 +13,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use once_cell::race::OnceBox;
 use tokio::sync::{broadcast, watch};
 
 use crate::breaker::changed::Changed;
@@ -105,6 +106,18 @@ pub struct Shared {
     observed: bool,
     tally: Tally,
     pub(in crate::breaker) name: BreakerName,
+    /// The state machine and what goes with it: made with the breaker, or, for a breaker
+    /// made by [`Shared::sharing`] (each key's of a keyed registry), when first needed.
+    /// Calls that pass a closed breaker and succeed need none of it: the published door
+    /// decides them and the tally counts them, so most keys never have one.
+    rest: OnceBox<Rest>,
+    /// The settings it was built with but for its name and jitter seed: a machine made
+    /// later is made from them.
+    settings: Arc<Config>,
+}
+
+/// The state machine behind its lock, and what is made when first needed with it.
+struct Rest {
     machine: Mutex<Machine>,
     /// Made when first needed ([`Shared::events`]), unless there are observers or a
     /// group to count them in: most breakers of a keyed registry never report an event.
@@ -113,6 +126,16 @@ pub struct Shared {
     /// ([`Shared::changed`]): made then, under the machine's lock, so that a change is
     /// either seen by the waiter's look or told to it.
     changes: OnceLock<watch::Sender<()>>,
+}
+
+impl Rest {
+    fn new(machine: Machine) -> Box<Self> {
+        Box::new(Rest {
+            machine: Mutex::new(machine),
+            events: OnceLock::new(),
+            changes: OnceLock::new(),
+        })
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -184,35 +207,84 @@ impl Shared {
     ) -> Self {
         let name = machine.name().clone();
         let observed = !(observers.is_empty() && at_once.is_empty());
-        let events = OnceLock::new();
+        let shared = Shared::made(&machine, BreakerName::new(name.clone()), kill, observed);
+        let rest = Rest::new(machine);
         if observed || group.is_some() {
-            let reporter = Reporter::new(name.clone(), observers, at_once);
-            let _ = events.set(Arc::new(Events::new(reporter, group)));
+            let reporter = Reporter::new(name, observers, at_once);
+            let _ = rest.events.set(Arc::new(Events::new(reporter, group)));
         }
+        let _ = shared.rest.set(rest);
+        shared
+    }
+
+    /// A closed breaker with the settings `config` shares with other breakers, but for
+    /// its own `name` (and the jitter seed derived from it: see [`Machine::sharing`]),
+    /// obeying `kill`, with no observers. Its machine is made when first needed, if one
+    /// made then is the one made now ([`Machine::alike_made_later`]).
+    pub(in crate::breaker) fn sharing(
+        config: Arc<Config>,
+        name: Arc<str>,
+        kill: KillSwitch,
+    ) -> Self {
+        let later = Machine::alike_made_later(&config);
+        let machine = Machine::sharing(config, name, now());
+        let name = BreakerName::copied_when_rejected(machine.name().clone());
+        let shared = Shared::made(&machine, name, kill, false);
+        if !later {
+            let _ = shared.rest.set(Rest::new(machine));
+        }
+        shared
+    }
+
+    /// A breaker named `name`, whose machine, if it has one yet, is `machine` as it is
+    /// now.
+    fn made(machine: &Machine, name: BreakerName, kill: KillSwitch, observed: bool) -> Self {
         Shared {
             tally: Tally::default(),
             published: Published::new(&machine.door()),
             observed,
-            events,
-            name: BreakerName::new(name),
+            name,
             kill,
-            machine: Mutex::new(machine),
-            changes: OnceLock::new(),
+            rest: OnceBox::new(),
+            settings: machine.settings().clone(),
         }
+    }
+
+    /// The machine and what goes with it, made now if they were not.
+    #[inline]
+    fn rest(&self) -> &Rest {
+        self.rest.get_or_init(|| self.made_again())
+    }
+
+    /// The machine, made now: a breaker whose machine is made later was made when it
+    /// would be the same.
+    #[cold]
+    #[inline(never)]
+    fn made_again(&self) -> Box<Rest> {
+        Rest::new(self.machine_made_now())
+    }
+
+    fn machine_made_now(&self) -> Machine {
+        Machine::sharing(self.settings.clone(), self.name.full().clone(), now())
     }
 
     /// The events, made now if they were not: a breaker made without observers or a group
     /// reports to the log and its subscribers alone.
     fn events(&self) -> &Arc<Events> {
-        self.events.get_or_init(|| {
+        self.rest().events.get_or_init(|| {
             let reporter = Reporter::new(self.name.full().clone(), Vec::new(), Vec::new());
             Arc::new(Events::new(reporter, None))
         })
     }
 
+    /// The events, if they have been made.
+    fn events_made(&self) -> Option<&Arc<Events>> {
+        self.rest.get()?.events.get()
+    }
+
     /// The machine (see [`lock`]).
     fn lock(&self) -> MutexGuard<'_, Machine> {
-        lock(&self.machine)
+        lock(&self.rest().machine)
     }
 
     /// Runs `f` on the machine and publishes its door; queues what `f` reports (an
@@ -222,12 +294,13 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Machine, &Tally) -> (R, Option<Queued>, Option<Transition>),
     ) -> R {
-        let mut machine = self.lock();
+        let rest = self.rest();
+        let mut machine = lock(&rest.machine);
         let (value, event, transition) = f(&mut machine, &self.tally);
         let door = machine.door();
         // Read under the lock: a waiter made before this sees the change told, one made
         // after sees the door stored here. The published door is this writer's own.
-        let changes = self
+        let changes = rest
             .changes
             .get()
             .filter(|_| self.published.load_whole() != Some(door));
@@ -555,6 +628,17 @@ impl Shared {
     /// A view of the breaker now; taking it applies the half-open dwell limit.
     pub(in crate::breaker) fn snapshot(&self) -> Snapshot {
         let killed = self.kill.is_killed();
+        if self.rest.get().is_none() {
+            // A closed breaker with nothing but passed calls: a machine made now is its
+            // own, and it is not made for a look.
+            let at = Fixed {
+                step: self.tally.steps(),
+                now: now(),
+            };
+            return self
+                .machine_made_now()
+                .snapshot(at, killed, self.tally.counts());
+        }
         self.with(|machine, at| {
             let transition = machine.tick(at);
             let snapshot = machine.snapshot(at, killed, self.tally.counts());
@@ -620,7 +704,7 @@ impl Shared {
     /// observers (see [`Delivery::delivered`](crate::breaker::sync::delivery::Delivery::delivered)).
     pub(in crate::breaker) async fn events_delivered(&self) {
         // Events not made yet have had nothing to deliver.
-        if let Some(events) = self.events.get() {
+        if let Some(events) = self.events_made() {
             events.delivered().await;
         }
     }
@@ -633,13 +717,14 @@ impl Shared {
     /// (see [`Changed`]). Both are subscribed before it returns, so the caller's look
     /// after it sees what changed before.
     pub(in crate::breaker) fn changed(&self) -> Changed {
-        let changes = match self.changes.get() {
+        let rest = self.rest();
+        let changes = match rest.changes.get() {
             Some(changes) => changes,
             None => {
                 // Made under the lock: a change stored before is seen by the caller's
                 // look, one stored after finds the channel and tells it.
-                let _machine = self.lock();
-                self.changes.get_or_init(|| watch::channel(()).0)
+                let _machine = lock(&rest.machine);
+                rest.changes.get_or_init(|| watch::channel(()).0)
             }
         };
         let breaker = changes.subscribe();
@@ -656,7 +741,7 @@ impl Shared {
     /// whatever is queued.
     pub(in crate::breaker) fn evicted(&self) {
         // Events not made yet have no one to tell: the log does not report an eviction.
-        let Some(events) = self.events.get() else {
+        let Some(events) = self.events_made() else {
             return;
         };
         if events.told_at_once() {

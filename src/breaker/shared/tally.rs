@@ -10,6 +10,11 @@
 //! (a cooldown in calls): every call that reaches an open breaker whose wait is counted
 //! in calls takes the next step, killed and skipped calls too.
 //!
+//! Only what calls count on the way through is counted in the breaker itself; the rest
+//! (outcomes the machine recorded, calls cancelled or abandoned, the steps) is in an
+//! allocation made at its first count, which a breaker that only passes calls (most keys
+//! of a keyed registry) never makes.
+//!
 //! The counts that calls write on the way through (a skip, a closed call's success that
 //! changed nothing else) are the only shared memory those calls write but the breaker's
 //! reference count. Where one thread makes the calls (a current-thread runtime's, or a
@@ -26,9 +31,9 @@
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
+use once_cell::race::OnceBox;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
 
 use crate::breaker::machine::{Kind, Recorded};
 use crate::breaker::outcome::Outcome;
@@ -43,14 +48,26 @@ pub(super) struct Tally {
     /// What calls count on the way through, spread, once two collided. First: read by
     /// every call, written once, it may share a line with what calls read; the counts
     /// after it are written.
-    spread: OnceLock<Box<[Group]>>,
+    spread: OnceBox<Box<[Group]>>,
     /// The thread that owns [`passing`](Self::passing): its [`thread_token`];
     /// [`UNOWNED`] before the first count, [`SHARED`] if every thread adds to them.
     owner: AtomicU64,
     /// What calls count on the way through (until two collide, if shared).
     passing: Passing,
+    /// The rest, made when first counted: a breaker that only ever passes calls (most
+    /// keys of a keyed registry) never has one.
+    rest: OnceBox<Rest>,
+}
+
+/// What a breaker counts once something but a quiet success or a skip happened to it.
+/// In an allocation of its own: a thread that does not own
+/// [`passing`](Tally::passing) counts its quiet successes here, and would pass their
+/// line to and fro with the owner's every call if it were on it.
+#[derive(Default)]
+struct Rest {
     /// The count of calls an open breaker waits for.
     steps: AtomicU64,
+    successes: AtomicU64,
     failures: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
@@ -58,10 +75,6 @@ pub(super) struct Tally {
     abandoned: AtomicU64,
     probes: AtomicU64,
     shadowed: AtomicU64,
-    /// Last, a cache line away from [`passing`](Self::passing): a thread that does not own
-    /// those words counts its quiet successes here, and would pass their line to and fro
-    /// with the owner's every call if it were on it.
-    successes: AtomicU64,
 }
 
 /// Skips by [`Reason`] (open, half-open full, killed, forced open), and closed-state calls
@@ -174,16 +187,24 @@ fn get(counter: &AtomicU64) -> u64 {
 }
 
 impl Tally {
+    /// The counts made when first needed.
+    #[inline]
+    fn rest(&self) -> &Rest {
+        self.rest.get_or_init(Box::default)
+    }
+
     /// Takes the next step for an arriving call, and returns it.
-    #[inline(always)]
+    #[inline]
     pub(super) fn take_step(&self) -> u64 {
-        self.steps.fetch_add(1, Ordering::AcqRel) + 1
+        self.rest().steps.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The steps taken so far.
-    #[inline(always)]
+    #[inline]
     pub(super) fn steps(&self) -> u64 {
-        self.steps.load(Ordering::Acquire)
+        self.rest
+            .get()
+            .map_or(0, |rest| rest.steps.load(Ordering::Acquire))
     }
 
     /// Counts a call skipped for `reason`.
@@ -256,7 +277,7 @@ impl Tally {
             owned_add(&self.passing.0[i]);
         } else if owner == SHARED {
             self.shared_add(i);
-        } else if !self.added_spread(i) && (i != QUIET || !try_add(&self.successes)) {
+        } else if !self.added_spread(i) && (i != QUIET || !try_add(&self.rest().successes)) {
             // A quiet success is counted with the other successes, until two collide there.
             self.collided(i);
         }
@@ -271,9 +292,11 @@ impl Tally {
             // Twice as many groups as threads run at once: threads dealt round them rarely
             // share one.
             let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            (0..(threads * 2).next_power_of_two().clamp(4, 32))
-                .map(|_| Group::default())
-                .collect()
+            Box::new(
+                (0..(threads * 2).next_power_of_two().clamp(4, 32))
+                    .map(|_| Group::default())
+                    .collect(),
+            )
         });
         add_in_group(spread, i);
     }
@@ -292,15 +315,16 @@ impl Tally {
     /// A call of `kind` ended with what the machine made of its outcome: counted as
     /// a success, a failure or ignored, or late (the breaker had moved on).
     pub(super) fn recorded(&self, kind: Kind, recorded: &Recorded) {
-        self.made(
+        let rest = self.rest();
+        rest.made(
             kind,
             match recorded {
                 Recorded::Counted { outcome, .. } => match outcome {
-                    Outcome::Success => &self.successes,
-                    Outcome::Failure(_) => &self.failures,
-                    Outcome::Ignored => &self.ignored,
+                    Outcome::Success => &rest.successes,
+                    Outcome::Failure(_) => &rest.failures,
+                    Outcome::Ignored => &rest.ignored,
                 },
-                Recorded::Late => &self.late,
+                Recorded::Late => &rest.late,
             },
         );
     }
@@ -308,37 +332,30 @@ impl Tally {
     /// A call of `kind` ended without an outcome: cancelled (its future was dropped) if
     /// the wrapped service was `called`, abandoned (a reservation never used) if not.
     pub(super) fn released(&self, kind: Kind, called: bool) {
+        let rest = self.rest();
         if called {
-            self.made(kind, &self.cancelled);
+            rest.made(kind, &rest.cancelled);
         } else {
-            add(&self.abandoned);
-        }
-    }
-
-    /// A call of `kind` was made and ended as `counter` counts.
-    fn made(&self, kind: Kind, counter: &AtomicU64) {
-        add(counter);
-        match kind {
-            Kind::Call => {}
-            Kind::Probe => add(&self.probes),
-            Kind::Shadow => add(&self.shadowed),
+            add(&rest.abandoned);
         }
     }
 
     pub(super) fn counts(&self) -> Counts {
         let passing = self.passing();
-        let successes = passing[QUIET] + get(&self.successes);
-        let (failures, ignored) = (get(&self.failures), get(&self.ignored));
-        let (cancelled, late) = (get(&self.cancelled), get(&self.late));
+        let none = Rest::default();
+        let rest = self.rest.get().unwrap_or(&none);
+        let successes = passing[QUIET] + get(&rest.successes);
+        let (failures, ignored) = (get(&rest.failures), get(&rest.ignored));
+        let (cancelled, late) = (get(&rest.cancelled), get(&rest.late));
         let made = successes + failures + ignored + cancelled + late;
         // Each counter is read once, so that the sums agree with the parts.
         let skipped = &passing[..QUIET];
-        let abandoned = get(&self.abandoned);
+        let abandoned = get(&rest.abandoned);
         let arrived = made + skipped.iter().sum::<u64>() + abandoned;
         Counts {
             arrived,
             made,
-            probes: get(&self.probes),
+            probes: get(&rest.probes),
             skipped_open: skipped[0],
             skipped_half_open_full: skipped[1],
             skipped_killed: skipped[2],
@@ -349,7 +366,19 @@ impl Tally {
             ignored,
             cancelled,
             late,
-            would_have_skipped: get(&self.shadowed),
+            would_have_skipped: get(&rest.shadowed),
+        }
+    }
+}
+
+impl Rest {
+    /// A call of `kind` was made and ended as `counter` counts.
+    fn made(&self, kind: Kind, counter: &AtomicU64) {
+        add(counter);
+        match kind {
+            Kind::Call => {}
+            Kind::Probe => add(&self.probes),
+            Kind::Shadow => add(&self.shadowed),
         }
     }
 }
