@@ -175,8 +175,10 @@ async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_retur
 
     // A steady stream of calls, each with an argument of its own, the whole time.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered_so_far = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let caller = {
         let (server, stop) = (server.clone(), stop.clone());
+        let answered_so_far = answered_so_far.clone();
         tokio::spawn(async move {
             let mut outcomes = Vec::new();
             let mut n = 0;
@@ -185,6 +187,9 @@ async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_retur
                 let message = format!("steady-{n}");
                 let started = Instant::now();
                 let result = echo(&server, &message).await;
+                if result.is_ok() {
+                    answered_so_far.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 outcomes.push((message, result, started.elapsed()));
                 tokio::time::sleep(Duration::from_millis(15)).await;
             }
@@ -195,6 +200,14 @@ async fn sigkill_in_a_loop_under_calls_sends_no_call_twice_and_the_session_retur
     const ROUNDS: u64 = 4;
     for round in 0..ROUNDS {
         let before = running(&server).await;
+        // Running: the steady calls are answered again (a new session's first call can
+        // take longer than the long call takes to reach the server, so the kill waits
+        // for one).
+        let answered = answered_so_far.load(std::sync::atomic::Ordering::SeqCst);
+        eventually("a steady call answered while it runs", || async {
+            answered_so_far.load(std::sync::atomic::Ordering::SeqCst) > answered
+        })
+        .await;
         // A long call in flight when the server is killed.
         let tag = format!("long-{round}");
         let mut long = server.tool("trigger-long-running-operation");
