@@ -197,9 +197,9 @@ pub struct Rejected {
 /// whole-word copies, and a boxed one is a small allocation. A short name is copied:
 /// sharing it would touch its reference count twice for every rejection, from every
 /// thread rejecting at once, one cache line bounced between cores for each call an open
-/// breaker turns away. Made once with the breaker (see [`BreakerName`]) and copied whole:
-/// copied from the string at each rejection, the copy's bytes would be read back wider
-/// than they were written, a stall a call.
+/// breaker turns away. Made once, with the breaker or at its first rejection (see
+/// [`BreakerName`]), and copied whole: copied from the string at each rejection, the
+/// copy's bytes would be read back wider than they were written, a stall a call.
 #[derive(Clone)]
 enum Label {
     /// A name of at most [`Label::INLINE`] bytes, padded with `0xFF` (a byte UTF-8 never
@@ -278,11 +278,11 @@ mod label {
     impl BreakerName {
         /// The name `full`, with its copy made now.
         pub(in crate::breaker) fn new(full: Arc<str>) -> Self {
-            let name = BreakerName::copied_when_rejected(full);
-            if name.rejected.is_none() {
-                name.long();
+            BreakerName {
+                rejected: Some(Label::new(&full)),
+                long: OnceBox::new(),
+                full,
             }
-            name
         }
 
         /// The name `full`; if it is longer than a short name, its copy is made at its

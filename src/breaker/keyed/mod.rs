@@ -143,9 +143,11 @@
 //!   key that only passes calls never needs is made when first needed: its state machine
 //!   behind a lock, with room for its event queue and change channel (272 bytes, when
 //!   the machine is first asked: an outcome other than a success that changes nothing, a
-//!   person's act on its handle, a subscriber; a [`snapshot`](crate::CircuitBreakerHandle::snapshot)
-//!   does not make it), the rest of its counts (72 bytes, at its first call that ends in
-//!   anything but such a success), the copy of a name of more than 15 bytes its
+//!   person's act on its handle, a subscriber or a wait for changes, its settings asked
+//!   for; a [`snapshot`](crate::CircuitBreakerHandle::snapshot) does not make it), the
+//!   rest of its counts (72 bytes, at its first call that ends in anything but such a
+//!   success, or such a success counted by a thread other than the first to count), the
+//!   copy of a name of more than 15 bytes its
 //!   rejections carry (64 bytes, at its first rejection) and its event queue (184 bytes,
 //!   when it first has an event to report). With a failure-rate trip policy, or
 //!   observers on the template, the state machine is made with the breaker;

@@ -1,6 +1,6 @@
-//! The state every clone of a breaker shares: the machine behind a lock, its door
-//! published for calls to read without the lock, the running totals, the kill switch,
-//! and the events.
+//! The state every clone of a breaker shares: the machine behind a lock (for one key's
+//! breaker of a keyed registry, made when first needed), its door published for calls to
+//! read without the lock, the running totals, the kill switch, and the events.
 //!
 //! A call is decided by [`Door::admit`] on the published door, with atomics alone,
 //! unless the decision changes the state (a probe, a half-open past its dwell limit) or
@@ -25,7 +25,7 @@ use crate::breaker::machine::{Kind, Machine, Recorded};
 use crate::breaker::nanos::Nanos;
 use crate::breaker::outcome::Outcome;
 use crate::breaker::settings::{Config, Mode};
-use crate::breaker::snapshot::Snapshot;
+use crate::breaker::snapshot::{Counts, Snapshot};
 use crate::breaker::state::{Advice, FailureRecord, NextProbe, Reason, Skip, State, Transition};
 pub(in crate::breaker) use crate::breaker::sync::delivery::DeliveryGroup;
 use crate::breaker::sync::{lock, Mutex, MutexGuard};
@@ -138,6 +138,35 @@ impl Rest {
     }
 }
 
+/// Whether `counts` hold only what a breaker counts before its machine is needed: quiet
+/// successes, killed calls, and calls cancelled or abandoned in the closed state. Anything
+/// else (a failure, a skip of an open breaker, a probe) went through the machine.
+fn counted_without_a_machine(counts: &Counts) -> bool {
+    let Counts {
+        failures,
+        ignored,
+        late,
+        probes,
+        would_have_skipped,
+        skipped_open,
+        skipped_half_open_full,
+        skipped_forced_open,
+        ..
+    } = *counts;
+    [
+        failures,
+        ignored,
+        late,
+        probes,
+        would_have_skipped,
+        skipped_open,
+        skipped_half_open_full,
+        skipped_forced_open,
+    ]
+    .iter()
+    .all(|&count| count == 0)
+}
+
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
@@ -207,7 +236,8 @@ impl Shared {
     ) -> Self {
         let name = machine.name().clone();
         let observed = !(observers.is_empty() && at_once.is_empty());
-        let shared = Shared::made(&machine, BreakerName::new(name.clone()), kill, observed);
+        let name_copied = BreakerName::new(name.clone());
+        let shared = Shared::made(&machine, name_copied, Tally::per_thread(), kill, observed);
         let rest = Rest::new(machine);
         if observed || group.is_some() {
             let reporter = Reporter::new(name, observers, at_once);
@@ -229,18 +259,24 @@ impl Shared {
         let later = Machine::alike_made_later(&config);
         let machine = Machine::sharing(config, name, now());
         let name = BreakerName::copied_when_rejected(machine.name().clone());
-        let shared = Shared::made(&machine, name, kill, false);
+        let shared = Shared::made(&machine, name, Tally::default(), kill, false);
         if !later {
             let _ = shared.rest.set(Rest::new(machine));
         }
         shared
     }
 
-    /// A breaker named `name`, whose machine, if it has one yet, is `machine` as it is
-    /// now.
-    fn made(machine: &Machine, name: BreakerName, kill: KillSwitch, observed: bool) -> Self {
+    /// A breaker named `name`, counting in `tally`, whose machine, if it has one yet, is
+    /// `machine` as it is now.
+    fn made(
+        machine: &Machine,
+        name: BreakerName,
+        tally: Tally,
+        kill: KillSwitch,
+        observed: bool,
+    ) -> Self {
         Shared {
-            tally: Tally::default(),
+            tally,
             published: Published::new(&machine.door()),
             observed,
             name,
@@ -630,14 +666,16 @@ impl Shared {
         let killed = self.kill.is_killed();
         if self.rest.get().is_none() {
             // A closed breaker with nothing but passed calls: a machine made now is its
-            // own, and it is not made for a look.
-            let at = Fixed {
-                step: self.tally.steps(),
-                now: now(),
-            };
-            return self
-                .machine_made_now()
-                .snapshot(at, killed, self.tally.counts());
+            // own, and it is not made for a look. Unless the counts, read after that look,
+            // show what only a machine counts: then it was made meanwhile, and is asked.
+            let counts = self.tally.counts();
+            if counted_without_a_machine(&counts) {
+                let at = Fixed {
+                    step: self.tally.steps(),
+                    now: now(),
+                };
+                return self.machine_made_now().snapshot(at, killed, counts);
+            }
         }
         self.with(|machine, at| {
             let transition = machine.tick(at);

@@ -22,18 +22,24 @@
 //! writes them, so it adds with a plain read and write, which no other thread's count can
 //! come between (an atomic add costs a call about 4 ns more on a virtual machine, as much
 //! as the rest of its counting). Another thread counts elsewhere: a quiet success with the
-//! other successes, a skip over the lines below. A breaker first counted on a multi-thread
-//! runtime, whose tasks move between threads, is counted by every thread alike, in one
-//! word each with an atomic add. Counted in one word, calls from several threads at once
-//! would pass that word's cache line from core to core on every call; so once two such
-//! counts are seen to collide, they spread over one cache line per thread group (as Java's
-//! `LongAdder` does), made when first needed. A snapshot sums them all.
+//! other successes, a skip over the lines below. A breaker of its own first counted on a
+//! multi-thread runtime, whose tasks move between threads, gives each thread that counts
+//! a line of its own (a `ThreadLocal` of the thread_local crate, whose lines a thread that
+//! exits hands on to the next thread made), where it adds with a plain read and write as
+//! an owner does: an atomic add is about 5 ns of a multi-thread runtime's call, a third
+//! of its closed call's time. One key's breaker of a keyed registry, which cannot spend
+//! half a kilobyte on that, is counted by every thread alike, in one word each with an
+//! atomic add; counted in one word, calls from several threads at once would pass that
+//! word's cache line from core to core on every call, so once two such counts are seen to
+//! collide, they spread over one cache line per thread group (as Java's `LongAdder`
+//! does), made when first needed. A snapshot sums them all.
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
 use once_cell::race::OnceBox;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
+use thread_local::ThreadLocal;
 
 use crate::breaker::machine::{Kind, Recorded};
 use crate::breaker::outcome::Outcome;
@@ -43,20 +49,58 @@ use crate::breaker::sync::AtomicU64;
 
 /// See the [module docs](self).
 #[repr(C)]
-#[derive(Default)]
 pub(super) struct Tally {
-    /// What calls count on the way through, spread, once two collided. First: read by
-    /// every call, written once, it may share a line with what calls read; the counts
+    /// What calls count on the way through, spread, once two collided (or, for a breaker
+    /// counted per thread, once a multi-thread runtime's thread first counts). First: read
+    /// by every call, written once, it may share a line with what calls read; the counts
     /// after it are written.
-    spread: OnceBox<Box<[Group]>>,
+    spread: OnceBox<Spread>,
     /// The thread that owns [`passing`](Self::passing): its [`thread_token`];
-    /// [`UNOWNED`] before the first count, [`SHARED`] if every thread adds to them.
+    /// [`UNOWNED`] or [`UNOWNED_PER_THREAD`] before the first count, [`SHARED`] if every
+    /// thread adds to them.
     owner: AtomicU64,
     /// What calls count on the way through (until two collide, if shared).
     passing: Passing,
     /// The rest, made when first counted: a breaker that only ever passes calls (most
     /// keys of a keyed registry) never has one.
     rest: OnceBox<Rest>,
+}
+
+/// What calls count on the way through, spread so that threads counting at once do not
+/// write the same cache line.
+// Always behind its one pointer (`Tally::spread`): the variants' sizes cost nothing.
+#[allow(clippy::large_enum_variant)]
+enum Spread {
+    /// Over thread groups, each thread adding atomically to its group's line.
+    Groups(Box<[Group]>),
+    /// Over the threads themselves, each adding to its own line with a plain read and
+    /// write: a breaker first counted on a multi-thread runtime, unless it is one key's of
+    /// a keyed registry (about half a kilobyte, and a line per thread that counts).
+    Threads(ThreadLocal<Group>),
+}
+
+impl Spread {
+    /// Adds one to count `i` of this thread's line.
+    #[inline]
+    fn add(&self, i: usize) {
+        match self {
+            Spread::Groups(groups) => add(&groups[group(groups.len())].0 .0[i]),
+            Spread::Threads(threads) => owned_add(&threads.get_or(Group::default).0 .0[i]),
+        }
+    }
+
+    /// Adds its counts to `totals`.
+    fn sum_into(&self, totals: &mut [u64; 5]) {
+        let mut sum = |group: &Group| {
+            for (total, counter) in totals.iter_mut().zip(&group.0 .0) {
+                *total += get(counter);
+            }
+        };
+        match self {
+            Spread::Groups(groups) => groups.iter().for_each(&mut sum),
+            Spread::Threads(threads) => threads.iter().for_each(&mut sum),
+        }
+    }
 }
 
 /// What a breaker counts once something but a quiet success or a skip happened to it.
@@ -94,6 +138,10 @@ const QUIET: usize = 4;
 
 /// Nothing has counted the passing counts yet.
 const UNOWNED: u64 = 0;
+
+/// Nothing has counted the passing counts yet, and if a multi-thread runtime's thread is
+/// the first, they are counted per thread.
+const UNOWNED_PER_THREAD: u64 = u64::MAX - 2;
 
 /// Every thread adds to the passing counts.
 const SHARED: u64 = u64::MAX;
@@ -154,12 +202,6 @@ fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Adds one to count `i` of this thread's group of `spread`.
-#[inline]
-fn add_in_group(spread: &[Group], i: usize) {
-    add(&spread[group(spread.len())].0 .0[i]);
-}
-
 /// Adds one to a count others may add to at once; `false` if one did (nothing is added).
 #[inline]
 fn try_add(counter: &AtomicU64) -> bool {
@@ -186,7 +228,42 @@ fn get(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
 
+impl Default for Tally {
+    /// Counts that spread over thread groups when they collide: one key's of a keyed
+    /// registry.
+    fn default() -> Self {
+        Tally::starting(UNOWNED)
+    }
+}
+
 impl Tally {
+    /// Counts that a multi-thread runtime's threads, if one counts first, keep each on a
+    /// line of its own: a breaker of its own.
+    pub(super) fn per_thread() -> Self {
+        // Under loom a thread's line is not modelled: its counts spread over groups.
+        Tally::starting(if cfg!(tcb_loom) {
+            UNOWNED
+        } else {
+            UNOWNED_PER_THREAD
+        })
+    }
+
+    fn starting(owner: u64) -> Self {
+        Tally {
+            spread: OnceBox::new(),
+            owner: AtomicU64::new(owner),
+            passing: Passing::default(),
+            // Under loom, made with the tally: loom does not see the pointer a rest made
+            // later is reached by, so it would not see its counts made before they are
+            // read.
+            rest: if cfg!(tcb_loom) {
+                OnceBox::with_value(Box::default())
+            } else {
+                OnceBox::new()
+            },
+        }
+    }
+
     /// The counts made when first needed.
     #[inline]
     fn rest(&self) -> &Rest {
@@ -228,7 +305,13 @@ impl Tally {
         let counter = &self.passing.0[i];
         if owner == thread_token() {
             owned_add(counter);
-        } else if !(owner == SHARED && self.spread.get().is_none() && try_add(counter)) {
+        } else if owner == SHARED {
+            match self.spread.get() {
+                Some(spread) => spread.add(i),
+                None if try_add(counter) => {}
+                None => self.collided(i),
+            }
+        } else {
             self.passed_unowned(i);
         }
     }
@@ -241,13 +324,10 @@ impl Tally {
         }
     }
 
-    /// Adds to count `i` in this thread's group, if counts are spread; `false` if not.
+    /// Adds to count `i` on this thread's line, if counts are spread; `false` if not.
     #[inline]
     fn added_spread(&self, i: usize) -> bool {
-        self.spread
-            .get()
-            .map(|spread| add_in_group(spread, i))
-            .is_some()
+        self.spread.get().map(|spread| spread.add(i)).is_some()
     }
 
     /// Counts as [`passed`](Self::passed), on a thread that does not own the words: the
@@ -257,14 +337,20 @@ impl Tally {
     fn passed_unowned(&self, i: usize) {
         let me = thread_token();
         let mut owner = self.owner.load(Ordering::Relaxed);
-        if owner == UNOWNED {
+        if owner == UNOWNED || owner == UNOWNED_PER_THREAD {
             let claim = if me != NO_TOKEN && !on_a_multi_thread_runtime() {
                 me
             } else {
                 SHARED
             };
+            if claim == SHARED && owner == UNOWNED_PER_THREAD {
+                // Made before the claim is seen: every thread that sees it shared finds
+                // its line.
+                self.spread
+                    .get_or_init(|| Box::new(Spread::Threads(ThreadLocal::new())));
+            }
             owner = match self.owner.compare_exchange(
-                UNOWNED,
+                owner,
                 claim,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
@@ -292,22 +378,20 @@ impl Tally {
             // Twice as many groups as threads run at once: threads dealt round them rarely
             // share one.
             let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            Box::new(
+            Box::new(Spread::Groups(
                 (0..(threads * 2).next_power_of_two().clamp(4, 32))
                     .map(|_| Group::default())
                     .collect(),
-            )
+            ))
         });
-        add_in_group(spread, i);
+        spread.add(i);
     }
 
     /// [`Passing`]'s counts, summed over their groups.
     fn passing(&self) -> [u64; 5] {
         let mut totals = self.passing.0.each_ref().map(get);
-        for group in self.spread.get().into_iter().flatten() {
-            for (total, counter) in totals.iter_mut().zip(&group.0 .0) {
-                *total += get(counter);
-            }
+        if let Some(spread) = self.spread.get() {
+            spread.sum_into(&mut totals);
         }
         totals
     }
@@ -512,5 +596,48 @@ mod tests {
         assert_eq!(skipped(&counts), [40_001; 4]);
         assert_eq!(counts.successes, 40_001);
         assert_eq!(owned.counts().successes, 3);
+    }
+
+    #[test]
+    fn a_breaker_of_its_own_first_counted_on_a_multi_thread_runtime_counts_each_thread_apart() {
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let tally = std::sync::Arc::new(Tally::per_thread());
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let tally = tally.clone();
+                multi.spawn(async move { count_each(&tally, 10_000) })
+            })
+            .collect();
+        multi.block_on(async {
+            for task in tasks {
+                task.await.expect("task");
+            }
+        });
+        assert_eq!(tally.owner.load(Ordering::Relaxed), SHARED);
+        assert!(matches!(tally.spread.get(), Some(Spread::Threads(_))));
+        // Threads outside the runtime, at once, each on a line of its own too.
+        std::thread::scope(|scope| {
+            for _ in 0..3 {
+                scope.spawn(|| count_each(&tally, 1_000));
+            }
+        });
+        let counts = tally.counts();
+        assert_eq!(skipped(&counts), [43_000; 4]);
+        assert_eq!((counts.successes, counts.made), (43_000, 43_000));
+        assert_eq!(counts.arrived, 5 * 43_000);
+        // Its passing words were never written: every count is on a thread's line.
+        assert_eq!(tally.passing.0.each_ref().map(get), [0; 5]);
+    }
+
+    #[test]
+    fn a_breaker_of_its_own_first_counted_outside_a_multi_thread_runtime_is_owned_as_before() {
+        let tally = Tally::per_thread();
+        count_each(&tally, 2);
+        assert_eq!(tally.owner.load(Ordering::Relaxed), thread_token());
+        assert!(tally.spread.get().is_none());
+        assert_eq!(tally.passing.0.each_ref().map(get), [2; 5]);
     }
 }
