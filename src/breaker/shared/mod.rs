@@ -142,29 +142,17 @@ impl Rest {
 /// successes, killed calls, and calls cancelled or abandoned in the closed state. Anything
 /// else (a failure, a skip of an open breaker, a probe) went through the machine.
 fn counted_without_a_machine(counts: &Counts) -> bool {
-    let Counts {
-        failures,
-        ignored,
-        late,
-        probes,
-        would_have_skipped,
-        skipped_open,
-        skipped_half_open_full,
-        skipped_forced_open,
-        ..
-    } = *counts;
-    [
-        failures,
-        ignored,
-        late,
-        probes,
-        would_have_skipped,
-        skipped_open,
-        skipped_half_open_full,
-        skipped_forced_open,
-    ]
-    .iter()
-    .all(|&count| count == 0)
+    let by_a_machine = [
+        counts.failures,
+        counts.ignored,
+        counts.late,
+        counts.probes,
+        counts.would_have_skipped,
+        counts.skipped_open,
+        counts.skipped_half_open_full,
+        counts.skipped_forced_open,
+    ];
+    by_a_machine.iter().all(|&count| count == 0)
 }
 
 impl std::fmt::Debug for Shared {
