@@ -297,20 +297,15 @@ impl Tally {
     }
 
     /// Counts a call on the way through as [`Passing`]'s count `i`: by the thread that
-    /// owns the words, in them; shared, in this thread's group once counts have collided,
-    /// or in the one word; else elsewhere.
+    /// owns the words, in them; shared, on this thread's line once counts are spread, or
+    /// in the one word; else elsewhere.
     #[inline(always)]
     fn passed(&self, i: usize) {
         let owner = self.owner.load(Ordering::Relaxed);
-        let counter = &self.passing.0[i];
         if owner == thread_token() {
-            owned_add(counter);
+            owned_add(&self.passing.0[i]);
         } else if owner == SHARED {
-            match self.spread.get() {
-                Some(spread) => spread.add(i),
-                None if try_add(counter) => {}
-                None => self.collided(i),
-            }
+            self.shared_add(i);
         } else {
             self.passed_unowned(i);
         }
