@@ -560,46 +560,14 @@ mod tests {
         assert_eq!(counts.arrived, 5 * 50_001);
     }
 
-    #[test]
-    fn a_current_thread_runtime_owns_the_counts_and_a_multi_thread_one_shares_them() {
-        let current = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let owned = Tally::default();
-        current.block_on(async { count_each(&owned, 3) });
-        assert_eq!(owned.owner.load(Ordering::Relaxed), thread_token());
-
+    /// `tally` after four tasks on a multi-thread runtime of two workers each counted
+    /// 10,000 of each kind.
+    fn counted_by_four_tasks_on_a_multi_thread_runtime(tally: Tally) -> std::sync::Arc<Tally> {
         let multi = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
             .expect("runtime");
-        let shared = std::sync::Arc::new(Tally::default());
-        let tasks: Vec<_> = (0..4)
-            .map(|_| {
-                let shared = shared.clone();
-                multi.spawn(async move { count_each(&shared, 10_000) })
-            })
-            .collect();
-        multi.block_on(async {
-            for task in tasks {
-                task.await.expect("task");
-            }
-        });
-        assert_eq!(shared.owner.load(Ordering::Relaxed), SHARED);
-        count_each(&shared, 1);
-        let counts = shared.counts();
-        assert_eq!(skipped(&counts), [40_001; 4]);
-        assert_eq!(counts.successes, 40_001);
-        assert_eq!(owned.counts().successes, 3);
-    }
-
-    #[test]
-    fn a_breaker_of_its_own_first_counted_on_a_multi_thread_runtime_counts_each_thread_apart() {
-        let multi = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .expect("runtime");
-        let tally = std::sync::Arc::new(Tally::per_thread());
+        let tally = std::sync::Arc::new(tally);
         let tasks: Vec<_> = (0..4)
             .map(|_| {
                 let tally = tally.clone();
@@ -611,6 +579,30 @@ mod tests {
                 task.await.expect("task");
             }
         });
+        tally
+    }
+
+    #[test]
+    fn a_current_thread_runtime_owns_the_counts_and_a_multi_thread_one_shares_them() {
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let owned = Tally::default();
+        current.block_on(async { count_each(&owned, 3) });
+        assert_eq!(owned.owner.load(Ordering::Relaxed), thread_token());
+
+        let shared = counted_by_four_tasks_on_a_multi_thread_runtime(Tally::default());
+        assert_eq!(shared.owner.load(Ordering::Relaxed), SHARED);
+        count_each(&shared, 1);
+        let counts = shared.counts();
+        assert_eq!(skipped(&counts), [40_001; 4]);
+        assert_eq!(counts.successes, 40_001);
+        assert_eq!(owned.counts().successes, 3);
+    }
+
+    #[test]
+    fn a_breaker_of_its_own_first_counted_on_a_multi_thread_runtime_counts_each_thread_apart() {
+        let tally = counted_by_four_tasks_on_a_multi_thread_runtime(Tally::per_thread());
         assert_eq!(tally.owner.load(Ordering::Relaxed), SHARED);
         assert!(matches!(tally.spread.get(), Some(Spread::Threads(_))));
         // Threads outside the runtime, at once, each on a line of its own too.
