@@ -69,6 +69,13 @@ fn rejected(skip: Skip, breaker: &Shared) -> Rejected {
     Rejected::new(&breaker.name, skip, permanent)
 }
 
+/// [`rejected`], boxed: out of line, and back in registers, for the future to be made
+/// where the call's other futures are.
+#[inline(never)]
+fn rejected_boxed(skip: Skip, breaker: &Shared) -> BoxError {
+    Box::new(rejected(skip, breaker))
+}
+
 impl<Request> sealed::Sealed<Request> for NoFallback {}
 
 impl<Request, Response> FallbackService<Request, Response> for NoFallback {
@@ -81,9 +88,10 @@ impl<Request, Response> FallbackService<Request, Response> for NoFallback {
 
     #[inline(always)]
     fn call(&mut self, _: Request, skip: Skip, breaker: &Shared) -> Self::Future {
-        std::future::ready(Err(Box::new(rejected(skip, breaker))))
+        std::future::ready(Err(rejected_boxed(skip, breaker)))
     }
 
+    #[inline(always)]
     fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
         FallbackService::<Request, Response>::call(self, request, skip, breaker)
     }
@@ -104,6 +112,7 @@ impl<Request, Response> FallbackService<Request, Response> for TypedErrors {
         std::future::ready(Err(CallError::Rejected(rejected(skip, breaker))))
     }
 
+    #[inline(always)]
     fn call_unready(&mut self, request: Request, skip: Skip, breaker: &Shared) -> Self::Future {
         FallbackService::<Request, Response>::call(self, request, skip, breaker)
     }

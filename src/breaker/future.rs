@@ -3,6 +3,7 @@
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the future, the fallbacks
 // and the error constructors: docs/performance.md, "Inlining").
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -89,10 +90,7 @@ impl<SF, FF, C> ResponseFuture<SF, FF, C> {
                     started,
                 },
             },
-            Err(panic) => {
-                permit.settle(Outcome::failure_with("the service panicked"), None);
-                resume_unwind(panic)
-            }
+            Err(panic) => panicked(Some(permit), "the service panicked", panic),
         }
     }
 
@@ -146,6 +144,17 @@ impl Started {
     }
 }
 
+/// Records a failure for a call that panicked (`message` says where), if its permit is
+/// still held, and lets the panic go on. Out of line: only a panic comes here.
+#[cold]
+#[inline(never)]
+fn panicked(permit: Option<Permit>, message: &'static str, panic: Box<dyn Any + Send>) -> ! {
+    if let Some(permit) = permit {
+        permit.settle(Outcome::failure_with(message), None);
+    }
+    resume_unwind(panic)
+}
+
 /// Classifies a call's result, records its outcome (or hands the right to record it to
 /// the classifier, [`Classify::defer`], with a successful answer) and makes the answer,
 /// which says what the classifier made of it. A panicking classifier counts as a
@@ -164,10 +173,7 @@ where
 {
     let outcome = match catch_unwind(AssertUnwindSafe(|| classifier.classify(&result))) {
         Ok(outcome) => outcome,
-        Err(panic) => {
-            permit.settle(Outcome::failure_with("the classifier panicked"), None);
-            resume_unwind(panic)
-        }
+        Err(panic) => panicked(Some(permit), "the classifier panicked", panic),
     };
     let (source, state) = (permit.source(), permit.state());
     let origin = move |verdict| Origin::called(source, state, verdict);
@@ -228,12 +234,7 @@ where
             } => {
                 let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
                     Ok(poll) => ready!(poll),
-                    Err(panic) => {
-                        if let Some(permit) = permit.take() {
-                            permit.settle(Outcome::failure_with("the service panicked"), None);
-                        }
-                        resume_unwind(panic)
-                    }
+                    Err(panic) => panicked(permit.take(), "the service panicked", panic),
                 };
                 // Timed before the permit is taken: taken, it would be kept in memory across
                 // the clock's call, to be dropped if that unwinds, on every call.

@@ -60,6 +60,9 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     /// written here and read back at once costs a stall on every call).
     permit: Option<Permit>,
     skip: Option<Skip>,
+    /// The skip held was decided in `call`, after the wrapped service was polled ready:
+    /// the fallback was not.
+    skip_unready: bool,
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
@@ -76,6 +79,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             shared,
             permit: None,
             skip: None,
+            skip_unready: false,
         }
     }
 
@@ -97,8 +101,13 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             None if self.skip.is_some() => return,
             None => {}
         }
+        if let Some(permit) = self.shared.call_at_once() {
+            self.permit = Some(permit);
+            return;
+        }
         let (permit, skip) = (&mut self.permit, &mut self.skip);
-        self.shared.decide_with(|held| hold(permit, skip, held));
+        self.shared
+            .decide_by_door_with(|held| hold(permit, skip, held));
     }
 
     /// The call held no longer stands: decided again, out of line (see
@@ -110,6 +119,25 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             permit.withdraw();
         }
         hold(&mut self.permit, &mut self.skip, self.shared.decide());
+    }
+
+    /// The wrapped service's `poll_ready` failed with `error`: a failure for the call
+    /// decided, and the error to return. Out of line, as the next one is.
+    #[cold]
+    #[inline(never)]
+    fn not_ready<E: Into<BoxError>, X: BreakerError>(&mut self, error: E) -> X {
+        let error: BoxError = error.into();
+        self.fail_decided(format!("poll_ready failed: {error}"));
+        X::service(error)
+    }
+
+    /// The wrapped service's `poll_ready` panicked: a failure for the call decided, and
+    /// the panic goes on.
+    #[cold]
+    #[inline(never)]
+    fn panicked_in_poll_ready(&mut self, panic: Box<dyn std::any::Any + Send>) -> ! {
+        self.fail_decided("the service panicked in poll_ready".to_owned());
+        resume_unwind(panic)
     }
 
     /// Records a failure for the call decided: the wrapped service failed or panicked
@@ -154,31 +182,32 @@ where
         match catch_unwind(AssertUnwindSafe(|| inner.poll_ready(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
-            Ok(Poll::Ready(Err(error))) => {
-                let error: BoxError = error.into();
-                self.fail_decided(format!("poll_ready failed: {error}"));
-                Poll::Ready(Err(F::Error::service(error)))
-            }
-            Err(panic) => {
-                self.fail_decided("the service panicked in poll_ready".to_owned());
-                resume_unwind(panic)
-            }
+            Ok(Poll::Ready(Err(error))) => Poll::Ready(Err(self.not_ready(error))),
+            Err(panic) => self.panicked_in_poll_ready(panic),
         }
     }
 
     #[inline(always)]
     fn call(&mut self, request: Request) -> Self::Future {
-        if let Some(permit) = self.permit.take() {
+        // Each kind of future is made here, from values in registers: a future made out of
+        // line would meet this one in memory, and every call would copy it from there.
+        let permit = match self.permit.take() {
             // Without the clock: a call out of line would keep the permit in memory, to
             // be dropped if it unwound, on every call.
-            if permit.stands_at_once() {
-                let classifier = self.classifier.clone();
-                return ResponseFuture::call(&mut self.inner, request, permit, classifier);
-            }
-            return self.call_decided_again(request, permit);
+            Some(permit) if permit.stands_at_once() => Some(permit),
+            Some(permit) => self.decided_again(permit),
+            None => None,
+        };
+        if let Some(permit) = permit {
+            let classifier = self.classifier.clone();
+            return ResponseFuture::call(&mut self.inner, request, permit, classifier);
         }
         let skip = self.skip.take().expect("poll_ready must be called first");
-        let future = self.fallback.call(request, skip, &self.shared);
+        let future = if std::mem::take(&mut self.skip_unready) {
+            self.fallback.call_unready(request, skip, &self.shared)
+        } else {
+            self.fallback.call(request, skip, &self.shared)
+        };
         ResponseFuture::answered(future, skip)
     }
 }
@@ -186,35 +215,24 @@ where
 impl<S, F, C> CircuitBreaker<S, F, C> {
     /// The kill switch was flipped or the breaker moved on since `poll_ready`, or a
     /// half-open's deadline may have passed: unless the call still stands (the clock
-    /// says the deadline has not passed), it is decided again. The wrapped service was
-    /// polled ready, the fallback not. Out of line, as it is rare: inlined, it would cost
-    /// every call the registers it needs.
+    /// says the deadline has not passed), it is decided again. A skip decided now is
+    /// kept for the fallback, which was not polled ready. Out of line, as it is rare:
+    /// inlined, it would cost every call the registers it needs.
     #[cold]
     #[inline(never)]
-    fn call_decided_again<Request>(
-        &mut self,
-        request: Request,
-        permit: Permit,
-    ) -> ResponseFuture<S::Future, F::Future, C>
-    where
-        S: Service<Request>,
-        F: FallbackService<Request, S::Response>,
-        C: Clone,
-    {
-        let permit = if permit.stands() {
-            permit
-        } else {
-            permit.withdraw();
-            match self.shared.decide() {
-                Decision::Call(permit) => permit,
-                Decision::Skip(skip) => {
-                    let future = self.fallback.call_unready(request, skip, &self.shared);
-                    return ResponseFuture::answered(future, skip);
-                }
+    fn decided_again(&mut self, permit: Permit) -> Option<Permit> {
+        if permit.stands() {
+            return Some(permit);
+        }
+        permit.withdraw();
+        match self.shared.decide() {
+            Decision::Call(permit) => Some(permit),
+            Decision::Skip(skip) => {
+                self.skip = Some(skip);
+                self.skip_unready = true;
+                None
             }
-        };
-        let classifier = self.classifier.clone();
-        ResponseFuture::call(&mut self.inner, request, permit, classifier)
+        }
     }
 }
 

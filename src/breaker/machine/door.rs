@@ -290,6 +290,13 @@ impl Door {
     }
 
     /// Whether the word alone is the whole door: closed, or half-open with no deadline.
+    /// Whether a door of this first word admits any call as a plain call, unless killed:
+    /// closed, in a mode other than disabled.
+    #[inline(always)]
+    pub(in crate::breaker) fn calls_at_once(word: u64) -> bool {
+        word & (Self::KIND | (Mode::Disabled as u64) << Self::EPOCH_SHIFT) == Self::CLOSED
+    }
+
     #[inline(always)]
     pub(in crate::breaker) fn word_alone(word: u64) -> bool {
         // Closed (kind 0), or half-open (kind 2) without a time: kind 1 and kind 3 (none)

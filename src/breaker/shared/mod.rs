@@ -50,6 +50,16 @@ pub(in crate::breaker) enum Decision {
     Skip(Skip),
 }
 
+impl From<Owned<&Arc<Shared>>> for Decision {
+    #[inline(always)]
+    fn from(decision: Owned<&Arc<Shared>>) -> Self {
+        match decision {
+            Ok(permit) => Decision::Call(permit),
+            Err((skip, _)) => Decision::Skip(skip),
+        }
+    }
+}
+
 /// The caller's reference to the breaker, as a decision takes it: borrowed (a call's
 /// permit holds a clone of it) or handed on (a call's permit holds it, and a skip gives it
 /// back), which spares a keyed registry's call a second count of the same reference.
@@ -366,22 +376,7 @@ impl Shared {
     /// Decides the next call. See the [module docs](self).
     #[inline(always)]
     pub(in crate::breaker) fn decide(self: &Arc<Self>) -> Decision {
-        self.decide_with(|decision| decision)
-    }
-
-    /// [`decide`](Self::decide), handing the decision to `hold`: a decision made here
-    /// goes on in registers, one made out of line is handed on from there.
-    #[inline(always)]
-    pub(in crate::breaker) fn decide_with<R>(
-        self: &Arc<Self>,
-        hold: impl FnOnce(Decision) -> R,
-    ) -> R {
-        Self::decide_by(self, |decision| {
-            hold(match decision {
-                Ok(permit) => Decision::Call(permit),
-                Err((skip, _)) => Decision::Skip(skip),
-            })
-        })
+        Self::decide_by(self, Decision::from)
     }
 
     /// [`decide`](Self::decide), by a caller that hands its reference on: a call's permit
@@ -391,15 +386,63 @@ impl Shared {
         Self::decide_by(self, |decision| decision)
     }
 
+    /// [`decide`](Self::decide), by a caller whose call [`call_at_once`](Self::call_at_once)
+    /// did not admit, handing the decision to `hold`: a decision made here goes on in
+    /// registers, one made out of line is handed on from there.
+    #[inline(always)]
+    pub(in crate::breaker) fn decide_by_door_with<R>(
+        self: &Arc<Self>,
+        hold: impl FnOnce(Decision) -> R,
+    ) -> R {
+        Self::decide_by_door(self, |decision| hold(Decision::from(decision)))
+    }
+
     /// The decision, taking the caller's reference as `this` says; see
-    /// [`decide_with`](Self::decide_with).
+    /// [`decide`](Self::decide). A closed door, in a mode other than disabled,
+    /// with the kill switch off, admits a plain call: that is decided first, with the
+    /// door's first word and the switch alone.
     #[inline(always)]
     fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
+        match Self::called_at_once(this) {
+            Ok(permit) => hold(Ok(permit)),
+            Err(this) => Self::decide_by_door(this, hold),
+        }
+    }
+
+    /// A plain call's permit, if the door admits one at once (see
+    /// [`decide_by`](Self::decide_by)); otherwise `None`, for
+    /// [`decide_by_door_with`](Self::decide_by_door_with).
+    #[inline(always)]
+    pub(in crate::breaker) fn call_at_once(self: &Arc<Self>) -> Option<Permit> {
+        Self::called_at_once(self).ok()
+    }
+
+    /// [`call_at_once`](Self::call_at_once), or the caller's reference back.
+    #[inline(always)]
+    fn called_at_once<O: Owner>(this: O) -> Result<Permit, O> {
+        let shared = this.shared();
+        let word = shared.published.word();
+        if Door::calls_at_once(word) && !shared.kill.is_killed() {
+            let door = Door {
+                word,
+                step: 0,
+                time: 0,
+            };
+            return Ok(this.permit(Ticket::new(&door, Kind::Call, None)));
+        }
+        Err(this)
+    }
+
+    /// The decision of a door that does not admit a plain call at once: by the door, or
+    /// by the machine.
+    #[inline(always)]
+    fn decide_by_door<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
         let shared = this.shared();
         let killed = shared.kill.is_killed();
-        // A door that is its first word alone (closed, most often) is decided with
-        // nothing else read. Its clocks are made here, and not before: made before, they
-        // are written to memory on every call, for a slow path to read.
+        // A door that is its first word alone (closed, killed or disabled; half-open
+        // without a dwell limit) is decided with nothing else read. Its clocks are made
+        // here, and not before: made before, they are written to memory on every call,
+        // for a slow path to read.
         if let Some(door) = shared.published.load_alone() {
             return hold(Self::decide_at(this, door, killed));
         }
