@@ -255,8 +255,9 @@ impl Drop for Room<'_> {
 }
 
 impl<K: Hash + Eq + Clone> Registry<K> {
-    /// `key`'s breaker, made if the registry has none.
-    #[inline]
+    /// `key`'s breaker, made if the registry has none. Out of line, and back in a
+    /// register: the call's future is made where the call is, from values in registers.
+    #[inline(never)]
     pub(super) fn breaker(&self, key: &K) -> Arc<Shared> {
         let hash = self.hasher.hash_one(key);
         let found = self.find(hash, key, |entry| {

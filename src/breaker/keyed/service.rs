@@ -16,6 +16,8 @@ use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
 use crate::breaker::future::ResponseFuture;
+use crate::breaker::shared::{Permit, Shared};
+use crate::breaker::state::Skip;
 
 /// A `tower::Service` guarded by one circuit breaker per key.
 ///
@@ -87,6 +89,7 @@ where
     type Error = F::Error;
     type Future = ResponseFuture<S::Future, F::Future, C>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if self.registry.kill_switch().is_killed() {
             // Every key's call is skipped: no need to wait for the wrapped service.
@@ -109,30 +112,34 @@ where
         }
     }
 
+    #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
         let ready = mem::replace(&mut self.ready, Ready::No);
         assert!(ready != Ready::No, "poll_ready must be called first");
         // The registry's reference, taken for this call, goes on to the call's permit.
-        match self.registry.breaker(&(self.key)(&request)).decide_owned() {
+        // Each kind of future is made once, here, from values in registers (see
+        // `CircuitBreaker::call`).
+        let (skip, shared) = match self.registry.breaker(&(self.key)(&request)).decide_owned() {
             Ok(permit) if ready == Ready::Inner => {
                 let classifier = self.classifier.clone();
-                ResponseFuture::call(&mut self.inner, request, permit, classifier)
+                return ResponseFuture::call(&mut self.inner, request, permit, classifier);
             }
-            Ok(permit) => {
-                // The kill switch was turned off between `poll_ready` and this call, and
-                // the wrapped service was not polled ready: the call stays decided as
-                // killed.
-                let shared = permit.breaker().clone();
-                let skip = shared.keep_killed(permit);
-                let future = self.fallback.call_unready(request, skip, &shared);
-                ResponseFuture::answered(future, skip)
-            }
-            Err((skip, shared)) => {
-                let future = self.fallback.call_unready(request, skip, &shared);
-                ResponseFuture::answered(future, skip)
-            }
-        }
+            Ok(permit) => kept_killed(permit),
+            Err(skipped) => skipped,
+        };
+        let future = self.fallback.call_unready(request, skip, &shared);
+        ResponseFuture::answered(future, skip)
     }
+}
+
+/// The kill switch was turned off between `poll_ready` and `call`, and the wrapped service
+/// was not polled ready: the call stays decided as killed. Out of line, as it is rare.
+#[cold]
+#[inline(never)]
+fn kept_killed(permit: Permit) -> (Skip, Arc<Shared>) {
+    let shared = permit.breaker().clone();
+    let skip = shared.keep_killed(permit);
+    (skip, shared)
 }
 
 impl<S: Clone, K, KF: Clone, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, KF, F, C> {
