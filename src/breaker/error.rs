@@ -203,19 +203,24 @@ pub struct Rejected {
 /// copy's bytes would be read back wider than they were written, a stall a call.
 #[derive(Clone)]
 enum Label {
-    /// A name of at most [`Label::INLINE`] bytes, padded with `0xFF` (a byte UTF-8 never
-    /// holds), and no permanent failure. `end`, `0xFF` too, holds the place the kinds are
-    /// told apart in: so the name's bytes start the label, and a copy of it moves whole
-    /// words (after a tag, they were copied in odd pieces, each read back across two
-    /// writes: a stall a rejection). A byte of one value there (an enum) does not do: it
-    /// is known without being read, and the other fifteen move in odd pieces again.
-    Inline {
-        bytes: [u8; Label::INLINE],
-        #[allow(dead_code)] // never read: its place tells the kinds apart
-        end: NonZeroU8,
-    },
+    /// A name of at most [`Label::INLINE`] bytes, and no permanent failure.
+    Inline(Short),
     /// A longer name, or one with a permanent failure to tell.
     Shared(Arc<Named>),
+}
+
+/// A short name, padded with `0xFF` (a byte UTF-8 never holds), and one byte more, `0xFF`
+/// too, that holds the place a [`Label`]'s kinds are told apart in. In this order (`C`'s
+/// layout, so that it stays so): the name's bytes start the label, and a copy of it moves
+/// whole words (after a tag, they were copied in odd pieces, each read back across two
+/// writes: a stall a rejection). A last byte of one value (an enum) does not do: it is
+/// known without being read, and the other fifteen move in odd pieces again.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Short {
+    bytes: [u8; Label::INLINE],
+    #[allow(dead_code)] // never read: its place tells the kinds apart
+    end: NonZeroU8,
 }
 
 /// What a [`Label::Shared`] holds.
@@ -234,10 +239,10 @@ impl Label {
         }
         let mut bytes = [0xFF; Self::INLINE];
         bytes[..name.len()].copy_from_slice(name.as_bytes());
-        Label::Inline {
+        Label::Inline(Short {
             bytes,
             end: NonZeroU8::MAX,
-        }
+        })
     }
 
     fn shared(name: &Arc<str>, permanent: Option<Arc<str>>) -> Label {
@@ -250,7 +255,7 @@ impl Label {
     fn name(&self) -> &str {
         match self {
             // Copied whole from a `str`: always UTF-8, up to its padding.
-            Label::Inline { bytes, .. } => {
+            Label::Inline(Short { bytes, .. }) => {
                 let len = bytes.iter().position(|&b| b == 0xFF).unwrap_or(bytes.len());
                 std::str::from_utf8(&bytes[..len]).unwrap_or_default()
             }
@@ -260,7 +265,7 @@ impl Label {
 
     fn permanent(&self) -> Option<&str> {
         match self {
-            Label::Inline { .. } => None,
+            Label::Inline(_) => None,
             Label::Shared(named) => named.permanent.as_deref(),
         }
     }

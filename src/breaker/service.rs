@@ -111,7 +111,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
     }
 
     /// The call held no longer stands: decided again, out of line (see
-    /// [`call_decided_again`](Self::call_decided_again)).
+    /// [`decided_again`](Self::decided_again)).
     #[cold]
     #[inline(never)]
     fn decide_again(&mut self) {

@@ -7,6 +7,9 @@
 //! decided by the machine's own rule on the machine's own state, as it stood when the
 //! call read it. When the decision changes the state (a probe, a deadline that passed),
 //! the machine makes it, under its lock, with the same function on its current door.
+//! The one call decided from the first word alone, before the door is asked, is the one
+//! [`Door::admit`] admits there without reading a clock: a plain call at a closed door
+//! ([`Door::calls_at_once`]; a test checks that the two agree on every door).
 //!
 //! A door is three words, so that it is read, published and copied as words: the flags
 //! and the epoch, the step an open breaker waits for, and a time (see [`Door`]).
@@ -289,14 +292,15 @@ impl Door {
         }
     }
 
-    /// Whether the word alone is the whole door: closed, or half-open with no deadline.
     /// Whether a door of this first word admits any call as a plain call, unless killed:
-    /// closed, in a mode other than disabled.
+    /// closed, in a mode other than disabled. [`admit`](Self::admit) says the same of
+    /// such a door, without reading a clock; this says it from the word alone.
     #[inline(always)]
     pub(in crate::breaker) fn calls_at_once(word: u64) -> bool {
         word & (Self::KIND | (Mode::Disabled as u64) << Self::EPOCH_SHIFT) == Self::CLOSED
     }
 
+    /// Whether the word alone is the whole door: closed, or half-open with no deadline.
     #[inline(always)]
     pub(in crate::breaker) fn word_alone(word: u64) -> bool {
         // Closed (kind 0), or half-open (kind 2) without a time: kind 1 and kind 3 (none)
@@ -625,6 +629,17 @@ mod tests {
             proptest::prop_assert_eq!(door.epoch(), epoch);
             proptest::prop_assert_eq!(door.mode(), mode);
             proptest::prop_assert_eq!(door.timed(), timed);
+            // A call admitted at once from the word is the call the door admits, and the
+            // door reads no clock for it.
+            let mut clock = counting(1, Instant::now());
+            let admitted = door.admit(false, &mut clock);
+            proptest::prop_assert_eq!(
+                Door::calls_at_once(door.word),
+                admitted == Admission::Call && (clock.steps, clock.reads) == (0, 0),
+                "{:?} admits {:?}",
+                door,
+                admitted,
+            );
             match kind {
                 0 => {
                     proptest::prop_assert_eq!(door.state(), State::Closed);

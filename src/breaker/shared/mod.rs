@@ -6,7 +6,10 @@
 //! unless the decision changes the state (a probe, a half-open past its dwell limit) or
 //! the door is being written: then the machine decides, under its lock, with the same
 //! function on its own door. Either way the decision is carried out by one function
-//! ([`Shared::carry_out`]) into one [`Decision`].
+//! ([`Shared::carry_out`]) into one [`Decision`]. A plain call at a closed door with the
+//! kill switch off, the decision of most calls, is made from the door's first word and the
+//! switch before the door is asked ([`Shared::call_at_once`]): the call `Door::admit`
+//! would admit there.
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the shared state:
 // docs/performance.md, "Inlining").
