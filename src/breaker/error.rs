@@ -223,6 +223,21 @@ struct Short {
     end: NonZeroU8,
 }
 
+impl Short {
+    /// `name`, if it is short.
+    fn of(name: &str) -> Option<Short> {
+        if name.len() > Label::INLINE {
+            return None;
+        }
+        let mut bytes = [0xFF; Label::INLINE];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Some(Short {
+            bytes,
+            end: NonZeroU8::MAX,
+        })
+    }
+}
+
 /// What a [`Label::Shared`] holds.
 struct Named {
     name: Arc<str>,
@@ -234,15 +249,7 @@ impl Label {
     const INLINE: usize = 15;
 
     fn new(name: &Arc<str>) -> Label {
-        if name.len() > Self::INLINE {
-            return Label::shared(name, None);
-        }
-        let mut bytes = [0xFF; Self::INLINE];
-        bytes[..name.len()].copy_from_slice(name.as_bytes());
-        Label::Inline(Short {
-            bytes,
-            end: NonZeroU8::MAX,
-        })
+        Short::of(name).map_or_else(|| Label::shared(name, None), Label::Inline)
     }
 
     fn shared(name: &Arc<str>, permanent: Option<Arc<str>>) -> Label {
@@ -280,33 +287,35 @@ mod label {
 
     use once_cell::race::OnceBox;
 
-    use super::Label;
+    use super::{Label, Short};
 
     /// A breaker's name, and the copy of it its rejections carry.
     pub(in crate::breaker) struct BreakerName {
         full: Arc<str>,
-        /// The copy, made with the name if it is short.
-        rejected: Option<Label>,
-        /// A longer name's copy, a small allocation made at its first rejection: most
-        /// breakers of a keyed registry never turn a call away.
+        /// The copy of a short name (an `Option` of it is no bigger than it: its last
+        /// byte has a value to spare).
+        short: Option<Short>,
+        /// A longer name's copy, a small allocation: made with the name, or, for a keyed
+        /// registry's breakers (most of which never turn a call away), at its first
+        /// rejection.
         long: OnceBox<Label>,
     }
 
     impl BreakerName {
         /// The name `full`, with its copy made now.
         pub(in crate::breaker) fn new(full: Arc<str>) -> Self {
-            BreakerName {
-                rejected: Some(Label::new(&full)),
-                long: OnceBox::new(),
-                full,
+            let name = Self::copied_when_rejected(full);
+            if name.short.is_none() {
+                name.long();
             }
+            name
         }
 
         /// The name `full`; if it is longer than a short name, its copy is made at its
         /// first rejection (for a keyed registry's breakers, most of which never reject).
         pub(in crate::breaker) fn copied_when_rejected(full: Arc<str>) -> Self {
             BreakerName {
-                rejected: (full.len() <= Label::INLINE).then(|| Label::new(&full)),
+                short: Short::of(&full),
                 long: OnceBox::new(),
                 full,
             }
@@ -316,11 +325,12 @@ mod label {
             &self.full
         }
 
+        /// The copy a rejection carries.
         #[inline]
-        pub(super) fn rejected(&self) -> &Label {
-            match &self.rejected {
-                Some(label) => label,
-                None => self.long(),
+        pub(super) fn rejected(&self) -> Label {
+            match self.short {
+                Some(short) => Label::Inline(short),
+                None => self.long().clone(),
             }
         }
 
@@ -356,7 +366,7 @@ impl Rejected {
         permanent: Option<&Arc<str>>,
     ) -> Self {
         let label = match permanent {
-            None => name.rejected().clone(),
+            None => name.rejected(),
             Some(failure) => Label::shared(name.full(), Some(failure.clone())),
         };
         Rejected { skip, label }

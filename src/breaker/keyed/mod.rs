@@ -136,8 +136,8 @@
 //! policy, no observers, `u64` keys; the figures move as the breaker's layout is tuned,
 //! and that test fails if a key grows past 1.25 KiB):
 //!
-//! - the breaker: two allocations, 192 bytes for what every call reads and counts (the
-//!   published door, the counts of calls passed, the name and a short name's copy) and 16 bytes plus the name's
+//! - the breaker: two allocations, 184 bytes for what every call reads and counts (the
+//!   published door, the counts of calls passed, the name) and 16 bytes plus the name's
 //!   length for its name (`host[42]`: 24 bytes). The settings are not copied per key:
 //!   every key's breaker points to the template's, made once for the registry. What a
 //!   key that only passes calls never needs is made when first needed: its state machine
@@ -159,7 +159,7 @@
 //! - a key that owns heap data (a `String`) adds that, twice while the key waits in an
 //!   eviction batch.
 //!
-//! In all, 278 bytes per key in a registry just filled with 10,000 keys (2.8 MB), and 334
+//! In all, 270 bytes per key in a registry just filled with 10,000 keys (2.7 MB), and 326
 //! bytes per key (3.3 MB) once 90,000 more have passed through and been evicted: however
 //! many keys come, no more. A key whose calls have failed holds about 350 bytes more. A
 //! failure-rate policy over a count window adds one bit per call in the window and 48
