@@ -297,7 +297,18 @@ impl Door {
     /// such a door, without reading a clock; this says it from the word alone.
     #[inline(always)]
     pub(in crate::breaker) fn calls_at_once(word: u64) -> bool {
-        word & (Self::KIND | (Mode::Disabled as u64) << Self::EPOCH_SHIFT) == Self::CLOSED
+        let door = Door::alone(word);
+        word & Self::KIND == Self::CLOSED && door.mode() != Mode::Disabled
+    }
+
+    /// The door of a first word that is the whole door ([`word_alone`](Self::word_alone)).
+    #[inline(always)]
+    pub(in crate::breaker) fn alone(word: u64) -> Door {
+        Door {
+            word,
+            step: 0,
+            time: 0,
+        }
     }
 
     /// Whether the word alone is the whole door: closed, or half-open with no deadline.

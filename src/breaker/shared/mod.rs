@@ -401,9 +401,8 @@ impl Shared {
     }
 
     /// The decision, taking the caller's reference as `this` says; see
-    /// [`decide`](Self::decide). A closed door, in a mode other than disabled,
-    /// with the kill switch off, admits a plain call: that is decided first, with the
-    /// door's first word and the switch alone.
+    /// [`decide`](Self::decide). A call [admitted at once](Self::call_at_once) is decided
+    /// first.
     #[inline(always)]
     fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
         match Self::called_at_once(this) {
@@ -426,12 +425,7 @@ impl Shared {
         let shared = this.shared();
         let word = shared.published.word();
         if Door::calls_at_once(word) && !shared.kill.is_killed() {
-            let door = Door {
-                word,
-                step: 0,
-                time: 0,
-            };
-            return Ok(this.permit(Ticket::new(&door, Kind::Call, None)));
+            return Ok(this.permit(Ticket::new(&Door::alone(word), Kind::Call, None)));
         }
         Err(this)
     }

@@ -54,11 +54,7 @@ impl Published {
     #[inline(always)]
     pub(super) fn load_alone(&self) -> Option<Door> {
         let word = self.word.load(Ordering::Acquire);
-        Door::word_alone(word).then_some(Door {
-            word,
-            step: 0,
-            time: 0,
-        })
+        Door::word_alone(word).then_some(Door::alone(word))
     }
 
     /// The door as last published, whatever it is, or `None` while it is being written.
