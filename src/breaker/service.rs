@@ -224,15 +224,12 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         if permit.stands() {
             return Some(permit);
         }
-        permit.withdraw();
-        match self.shared.decide() {
-            Decision::Call(permit) => Some(permit),
-            Decision::Skip(skip) => {
-                self.skip = Some(skip);
-                self.skip_unready = true;
-                None
-            }
-        }
+        // Decided again as `poll_ready` decides a call that no longer stands; a skip
+        // decided now finds the fallback not polled ready.
+        self.permit = Some(permit);
+        self.decide_again();
+        self.skip_unready = self.skip.is_some();
+        self.permit.take()
     }
 }
 
