@@ -126,6 +126,8 @@ mod error;
 mod exit;
 mod offer;
 mod quote;
+#[cfg(feature = "mcp-http")]
+mod refusal;
 mod relist;
 #[cfg(feature = "mcp-http")]
 mod remote;

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::refusal;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
@@ -65,7 +66,8 @@ fn url_free<T>(
 }
 
 /// Each method forwards to reqwest's implementation (so its size limits apply), and
-/// takes the URL out of its error.
+/// takes the URL out of its error; a POST's answer that is a refusal naming no request is
+/// read as [`refusal`] says.
 impl StreamableHttpClient for UrlFreeClient {
     type Error = reqwest::Error;
 
@@ -77,11 +79,12 @@ impl StreamableHttpClient for UrlFreeClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
-                .post_message(uri, message, session_id, auth_header, custom_headers)
-                .await,
-        )
+        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let answer = self
+            .0
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await;
+        refusal::read(request, in_session, url_free(answer))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -93,18 +96,19 @@ impl StreamableHttpClient for UrlFreeClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
-                .post_message_with_max_sse_event_size(
-                    uri,
-                    message,
-                    session_id,
-                    auth_header,
-                    custom_headers,
-                    max_sse_event_size,
-                )
-                .await,
-        )
+        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let answer = self
+            .0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        refusal::read(request, in_session, url_free(answer))
     }
 
     async fn post_message_with_response_limits(
@@ -116,18 +120,19 @@ impl StreamableHttpClient for UrlFreeClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
-                .post_message_with_response_limits(
-                    uri,
-                    message,
-                    session_id,
-                    auth_header,
-                    custom_headers,
-                    limits,
-                )
-                .await,
-        )
+        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let answer = self
+            .0
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        refusal::read(request, in_session, url_free(answer))
     }
 
     async fn delete_session(

@@ -384,3 +384,50 @@ async fn a_session_the_server_forgot_is_made_again_once_through_the_probe_and_no
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_while_idle_refuses_the_old_session_and_a_new_one_is_made_through_the_probe(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    // The reference server itself, with no proxy: it answers a session from before its
+    // restart with 400 and an error that names no request, where the specification says
+    // 404.
+    let mut everything = EverythingHttp::start(servers).await;
+    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    let server = remote("everything", &url).start()?;
+    let first = running(&server).await;
+    assert_eq!(echo(&server, "before").await?, "Echo: before");
+
+    // Killed and started again between calls: nothing in flight noticed.
+    everything.kill_9();
+    everything.restart().await;
+
+    // The first call fails at once as a session the server forgot, not after the call
+    // timeout, and is not sent again.
+    let started = Instant::now();
+    let error = echo(&server, "refused").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            McpError::SessionExpired { .. } | McpError::Unavailable { .. }
+        ),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A new session, made by the breaker's probe, serves the calls again.
+    let after = until(&server, "running again", |s| {
+        s.state == ServerState::Running && s.generation > first.generation
+    })
+    .await;
+    assert_eq!(after.generation, first.generation + 1);
+    assert_eq!(echo(&server, "after").await?, "Echo: after");
+    server.stop().await;
+    Ok(())
+}
