@@ -25,7 +25,7 @@
 //! taken into account (an episode of holds ended by its own probe, say) before the next
 //! hint is weighed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -137,6 +137,29 @@ async fn within<T, E: std::fmt::Display>(
     }
 }
 
+/// Both connections of a session, subscribed and answering. It needs nothing of the
+/// task's own, which carries out commands while it waits.
+async fn open(client: Client, replica: Arc<Replica>) -> Result<Session, Failed> {
+    let settings = &replica.settings;
+    let wait = settings.timeout;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(wait))
+        .set_response_timeout(Some(wait));
+    let conn = within(
+        wait * 2,
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await?;
+    let (mut sink, stream) = within(wait, client.get_async_pubsub()).await?.split();
+    within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
+    within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
+    let mut session = Session { conn, sink, stream };
+    // A refused subscription (no AUTH, an ACL) is not reported by the subscribe itself: a
+    // PING on each connection is.
+    session.check(wait).await?;
+    Ok(session)
+}
+
 pub(crate) struct Supervisor {
     replica: Arc<Replica>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -153,6 +176,8 @@ pub(crate) struct Supervisor {
     backoff: ReconnectWait,
     /// Whether the link has been up before (a reconnection is counted).
     was_up: bool,
+    /// Syncs and barriers that came while a session was opening: they need the link.
+    waiting: VecDeque<Command>,
 }
 
 impl Supervisor {
@@ -180,6 +205,7 @@ impl Supervisor {
             seq: 0,
             pending: BTreeMap::new(),
             was_up: false,
+            waiting: VecDeque::new(),
         })
     }
 
@@ -187,11 +213,15 @@ impl Supervisor {
         loop {
             let end = match self.connect().await {
                 Ok(mut session) => self.serve(&mut session).await,
-                Err(error) => End::Lost(error),
+                Err(end) => end,
             };
             match end {
                 End::Stopped => return,
                 End::Lost(error) => self.replica.link_down(&error),
+            }
+            // What waited for the link is answered without it.
+            while let Some(command) = self.waiting.pop_front() {
+                let _ = self.on_command(command, None).await;
             }
             let wait = self.backoff.next_wait();
             if let End::Stopped = self.alone(wait).await {
@@ -200,29 +230,34 @@ impl Supervisor {
         }
     }
 
-    async fn connect(&mut self) -> Result<Session, Failed> {
-        let settings = &self.replica.settings;
-        let wait = settings.timeout;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(wait))
-            .set_response_timeout(Some(wait));
-        let conn = within(
-            wait * 2,
-            self.client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
-        .await?;
-        let (mut sink, stream) = within(wait, self.client.get_async_pubsub()).await?.split();
-        within(wait, sink.subscribe(settings.keys.kill_channel())).await?;
-        within(wait, sink.subscribe(settings.keys.hint_channel())).await?;
-        let mut session = Session { conn, sink, stream };
-        // A refused subscription (no AUTH, an ACL) is not reported by the subscribe
-        // itself: a PING on each connection is.
-        session.check(wait).await?;
+    /// Opens a session and brings the link up in step. While the session opens (a
+    /// Redis that takes TCP connections and answers nothing holds it for up to twice the
+    /// timeout), commands are carried out locally, as when the link is down: a person's
+    /// act is applied here at once. A sync or a barrier waits for the attempt's end.
+    async fn connect(&mut self) -> Result<Session, End> {
+        let opening = open(self.client.clone(), self.replica.clone());
+        tokio::pin!(opening);
+        let mut session = loop {
+            tokio::select! {
+                biased;
+                opened = &mut opening => break opened.map_err(End::Lost)?,
+                command = self.commands.recv() => match command {
+                    Some(command @ (Command::Sync { .. } | Command::Barrier { .. })) => {
+                        self.waiting.push_back(command);
+                    }
+                    Some(command) => {
+                        let _ = self.on_command(command, None).await;
+                    }
+                    None => return Err(End::Stopped),
+                },
+            }
+        };
         // Each key against the act known here: the later wins, and acts kept while alone
         // are written now.
         let names = self.names();
-        self.read_kill_keys(&mut session, names).await?;
+        self.read_kill_keys(&mut session, names)
+            .await
+            .map_err(End::Lost)?;
         for (_, hint) in std::mem::take(&mut self.pending) {
             let over = hint
                 .until_ms
@@ -230,7 +265,7 @@ impl Supervisor {
             if hint.state == HintState::Open && over {
                 continue;
             }
-            self.publish(&mut session, hint).await?;
+            self.publish(&mut session, hint).await.map_err(End::Lost)?;
         }
         // Up once in step both ways: kill keys read, hints held back published.
         self.replica.link_up(self.was_up);
@@ -241,6 +276,12 @@ impl Supervisor {
 
     /// Up: applies messages, carries out commands, re-reads the kill keys now and then.
     async fn serve(&mut self, session: &mut Session) -> End {
+        // What waited for the link first, in the order it came.
+        while let Some(command) = self.waiting.pop_front() {
+            if let Err(error) = self.on_command(command, Some(session)).await {
+                return End::Lost(error);
+            }
+        }
         let every = self.replica.settings.resync_every;
         let mut resync = time::interval_at(time::Instant::now() + every, every);
         resync.set_missed_tick_behavior(time::MissedTickBehavior::Delay);

@@ -193,6 +193,68 @@ async fn a_kill_in_code_during_an_outage_is_kept_and_written_when_redis_returns(
     assert_eq!(key_act(&url, &prefix).await.map(|(k, _)| k), Some(true));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_made_while_redis_is_frozen_is_applied_here_at_once_and_spread_when_it_thaws() {
+    let Some(server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("frozen");
+    let (_linked, linked_stop) = sharing(&url, &prefix, "linked").await;
+    // Frozen, Redis takes connections and answers nothing: a replica started now spends
+    // each attempt to connect waiting for the timeout (2 s by default).
+    server.freeze();
+    let acting = Fleet::builder()
+        .address(url.as_str())
+        .prefix(prefix.as_str())
+        .replica("acting")
+        .start()
+        .expect("fleet settings");
+    let stop = KillSwitch::new();
+    acting.share_kill_switch("model", &stop).unwrap();
+    for round in 0..3 {
+        // Into an attempt to connect, then the person's act.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let kill = tokio::spawn({
+            let acting = acting.clone();
+            async move { acting.kill("model").await }
+        });
+        poll_until(Duration::from_millis(500), "the kill applied here", || {
+            stop.is_killed()
+        })
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "round {round}"
+        );
+        let answer = tokio::time::timeout(BOUND, kill)
+            .await
+            .expect("bounded")
+            .unwrap();
+        assert!(
+            matches!(answer, Err(FleetError::LinkDown { .. })),
+            "round {round}: {answer:?}"
+        );
+        if round < 2 {
+            acting.revive("model").await.unwrap_err();
+            assert!(!stop.is_killed());
+        }
+    }
+    assert!(
+        !linked_stop.is_killed(),
+        "nothing reached the fleet while frozen"
+    );
+    // Thawed, the kill kept here is written and reaches the replica linked before.
+    server.thaw();
+    poll_until(LINK, "the kill spread to the linked replica", || {
+        linked_stop.is_killed()
+    })
+    .await;
+    assert_eq!(key_act(&url, &prefix).await.map(|(k, _)| k), Some(true));
+    assert!(stop.is_killed());
+}
+
 /// A TCP proxy in front of Redis for one replica: cut, it drops every connection and
 /// refuses new ones (accepts and closes them), as a network partition would.
 struct Proxy {

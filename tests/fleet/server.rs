@@ -198,6 +198,26 @@ impl RedisServer {
         let _ = child.wait();
     }
 
+    /// Freezes the server (SIGSTOP): the kernel still takes its TCP connections, and
+    /// nothing answers on them, as with a Redis stuck in a long command or a stalled VM.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid();
+        let sent = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+
     /// Starts it again on the same port, with the data it saved.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "stop it first");
