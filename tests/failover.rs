@@ -368,6 +368,53 @@ async fn with_every_provider_open_the_caller_gets_503_with_the_earliest_retry_af
 }
 
 #[tokio::test]
+async fn a_503_after_a_provider_failed_with_its_breaker_still_closed_says_call_failed_and_no_wait()
+{
+    // The first provider fails and stays closed; the second asks for 100 s and opens.
+    let a = TestServer::start([Reply::Unavailable], Reply::Ok).await;
+    let b = TestServer::start([], Reply::RateLimited(100)).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .no_saved_answers()
+        .build(reqwest::Client::new())
+        .unwrap();
+    let answer = ask(&llm, "first").await;
+    assert_eq!(answer.status(), 503);
+    assert_eq!(llm.handle("a").unwrap().state(), State::Closed);
+    assert_eq!(llm.handle("b").unwrap().state(), State::Open);
+    // The first provider takes calls now: no wait is told, least of all the second's.
+    assert_eq!(header(&answer, &http::header::RETRY_AFTER), None);
+    let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    assert_eq!(body["error"]["code"], "call_failed", "calls were made and failed");
+    // And indeed the next call is answered, by the first.
+    let answer = ask(&llm, "second").await;
+    assert_eq!((answer.status().as_u16(), provider(&answer)), (200, Some("a")));
+}
+
+#[tokio::test]
+async fn a_503_after_failures_tells_the_soonest_providers_time() {
+    // The first provider is open for 10 s; the second fails and opens for 100 s.
+    let a = TestServer::start([Reply::RateLimited(10)], Reply::Ok).await;
+    let b = TestServer::start([Reply::Ok], Reply::RateLimited(100)).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .no_saved_answers()
+        .build(reqwest::Client::new())
+        .unwrap();
+    assert_eq!(provider(&ask(&llm, "opens a").await), Some("b"));
+    let answer = ask(&llm, "both out").await;
+    assert_eq!(answer.status(), 503);
+    assert_eq!(passed(&answer), Some("a; reason=open, b; reason=failed"));
+    let retry_after: u64 = header(&answer, &http::header::RETRY_AFTER)
+        .expect("every provider waits a known time")
+        .parse()
+        .unwrap();
+    assert!((9..=10).contains(&retry_after), "the first's 10 s, not 100: {retry_after}");
+    let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    assert_eq!(body["error"]["code"], "call_failed");
+}
+
+#[tokio::test]
 async fn a_failure_message_never_carries_the_url_query_or_credentials() {
     // Nothing listens here: the client's error names the URL, key and all.
     let dead = refused_addr();

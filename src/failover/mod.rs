@@ -75,7 +75,7 @@ pub use self::policy::{Attempted, FailoverPolicy, OnFailure};
 pub use self::route::{PassReason, Passed, Route, Routed};
 
 use crate::error::Rejected;
-use crate::{redact, Answer, CircuitBreakerHandle, Origin, Skip, Source};
+use crate::{redact, Answer, CircuitBreakerHandle, NextProbe, Origin, Skip, Source};
 
 /// Makes a provider's request from the caller's; `None`: it cannot be made (a body that
 /// cannot be cloned, say), and the provider is passed.
@@ -357,8 +357,8 @@ where
     /// Tries the providers in order; the first answer kept is the call's.
     async fn route(self, request: Request) -> Result<Routed<R>, BoxError> {
         let mut route = Route::default();
-        // The last provider whose call failed, for the fallback answer's provenance.
-        let mut last_failed: Option<&CircuitBreakerHandle> = None;
+        // The providers whose calls failed, for the fallback answer's provenance.
+        let mut failed: Vec<&CircuitBreakerHandle> = Vec::new();
         for provider in self.providers.iter() {
             let name = &provider.name;
             let Some(prepared) = (provider.prepare)(&request) else {
@@ -381,7 +381,7 @@ where
                     Source::FallbackAfterFailure => {
                         let message = recorded_failure(&provider.handle);
                         route.pass(name.clone(), PassReason::Failed(message));
-                        last_failed = Some(&provider.handle);
+                        failed.push(&provider.handle);
                         continue;
                     }
                     _ => Attempted::Answered(answer),
@@ -410,12 +410,12 @@ where
                 name.clone(),
                 PassReason::Failed(redact(&message).into_owned()),
             );
-            last_failed = Some(&provider.handle);
+            failed.push(&provider.handle);
         }
         let Some(fallback) = self.fallback.clone() else {
             return Err(NoProviderAnswered { route }.into());
         };
-        let origin = unanswered_origin(&route, last_failed);
+        let origin = unanswered_origin(&route, &failed);
         let unanswered = Unanswered {
             request,
             route: route.clone(),
@@ -438,14 +438,12 @@ fn recorded_failure(handle: &CircuitBreakerHandle) -> String {
     }
 }
 
-/// The provenance of the fallback's answer: skipped, with the earliest probe among the
-/// providers, when every provider was skipped; after a failure, the last failed
-/// provider's breaker as it is now.
-fn unanswered_origin(route: &Route, last_failed: Option<&CircuitBreakerHandle>) -> Origin {
-    if let Some(handle) = last_failed {
-        let snapshot = handle.snapshot();
-        return Origin::fallback_after_failure(snapshot.state, snapshot.next_probe);
-    }
+/// The provenance of the fallback's answer, told the breaker that takes a call soonest:
+/// when every provider was skipped, the earliest of their skips; when a call failed, a
+/// fallback after a failure, with the state and next probe of the soonest among the
+/// skipped providers and the failed ones' breakers as they are now. A failed provider's
+/// breaker still closed takes a call now: no wait is told then, and so no `Retry-After`.
+fn unanswered_origin(route: &Route, failed: &[&CircuitBreakerHandle]) -> Origin {
     let now = route::now();
     let skips = route
         .passed()
@@ -454,11 +452,33 @@ fn unanswered_origin(route: &Route, last_failed: Option<&CircuitBreakerHandle>) 
             PassReason::Skipped(skip) => Some(*skip),
             _ => None,
         });
-    let earliest =
-        skips.min_by_key(|skip| skip.retry_after(now).unwrap_or(std::time::Duration::MAX));
-    match earliest {
-        Some(skip) => Origin::skipped(skip),
-        // Only providers whose requests could not be made: none was asked.
-        None => Origin::fallback_after_failure(crate::State::Closed, crate::NextProbe::NotNeeded),
+    if failed.is_empty() {
+        return match skips.min_by_key(|skip| takes_a_call_in(skip.next_probe(), now)) {
+            Some(skip) => Origin::skipped(skip),
+            // Only providers whose requests could not be made: none was asked.
+            None => {
+                Origin::fallback_after_failure(crate::State::Closed, crate::NextProbe::NotNeeded)
+            }
+        };
+    }
+    let after_failures = failed.iter().map(|handle| {
+        let snapshot = handle.snapshot();
+        (snapshot.state, snapshot.next_probe)
+    });
+    let soonest = after_failures
+        .chain(skips.map(|skip| (skip.state(), skip.next_probe())))
+        .min_by_key(|&(_, next_probe)| takes_a_call_in(next_probe, now));
+    let (state, next_probe) = soonest.expect("a provider failed");
+    Origin::fallback_after_failure(state, next_probe)
+}
+
+/// How long until a breaker whose next probe is `next_probe` takes a call: none when it
+/// is closed; the longest when only calls, a probe under way or a person decide.
+fn takes_a_call_in(next_probe: NextProbe, now: std::time::Instant) -> std::time::Duration {
+    match next_probe {
+        NextProbe::NotNeeded => std::time::Duration::ZERO,
+        next_probe => next_probe
+            .retry_after(now)
+            .unwrap_or(std::time::Duration::MAX),
     }
 }

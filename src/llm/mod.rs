@@ -62,7 +62,7 @@ use tower::{service_fn, BoxError, ServiceBuilder};
 pub use self::provider::Provider;
 
 use crate::error::ConfigError;
-use crate::failover::{Failover, FailoverConfigError, Route, Unanswered};
+use crate::failover::{Failover, FailoverConfigError, PassReason, Route, Unanswered};
 use crate::http::{
     BufferBodyLayer, BufferedResponse, HttpClassifier, HttpFailover, ProvenanceLayer,
     RouteHeadersLayer,
@@ -299,14 +299,23 @@ fn saved_answer(
     Some(crate::http::stale(answer, age))
 }
 
-/// An honest 503: no provider answered, each one's reason, and `Retry-After` when a
-/// provider's next probe time is known.
+/// An honest 503: no provider answered, each one's reason, `Retry-After` when every
+/// provider was skipped with a known time, and the code [`CALL_FAILED`] when a provider
+/// was called and failed ([`CIRCUIT_OPEN`] when every one was skipped).
+///
+/// [`CALL_FAILED`]: crate::http::CALL_FAILED
+/// [`CIRCUIT_OPEN`]: crate::http::CIRCUIT_OPEN
 fn unavailable(route: &Route) -> BufferedResponse {
-    crate::http::unavailable::service_unavailable(
-        &route.to_string(),
-        crate::http::CIRCUIT_OPEN,
-        route.retry_after(),
-    )
+    let failed = route
+        .passed()
+        .iter()
+        .any(|passed| matches!(passed.why(), PassReason::Failed(_)));
+    let code = if failed {
+        crate::http::CALL_FAILED
+    } else {
+        crate::http::CIRCUIT_OPEN
+    };
+    crate::http::unavailable::service_unavailable(&route.to_string(), code, route.retry_after())
 }
 
 /// An LLM client's stack, built: the service to call, every provider's breaker, and the
