@@ -385,10 +385,16 @@ async fn a_503_after_a_provider_failed_with_its_breaker_still_closed_says_call_f
     // The first provider takes calls now: no wait is told, least of all the second's.
     assert_eq!(header(&answer, &http::header::RETRY_AFTER), None);
     let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
-    assert_eq!(body["error"]["code"], "call_failed", "calls were made and failed");
+    assert_eq!(
+        body["error"]["code"], "call_failed",
+        "calls were made and failed"
+    );
     // And indeed the next call is answered, by the first.
     let answer = ask(&llm, "second").await;
-    assert_eq!((answer.status().as_u16(), provider(&answer)), (200, Some("a")));
+    assert_eq!(
+        (answer.status().as_u16(), provider(&answer)),
+        (200, Some("a"))
+    );
 }
 
 #[tokio::test]
@@ -409,7 +415,10 @@ async fn a_503_after_failures_tells_the_soonest_providers_time() {
         .expect("every provider waits a known time")
         .parse()
         .unwrap();
-    assert!((9..=10).contains(&retry_after), "the first's 10 s, not 100: {retry_after}");
+    assert!(
+        (9..=10).contains(&retry_after),
+        "the first's 10 s, not 100: {retry_after}"
+    );
     let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
     assert_eq!(body["error"]["code"], "call_failed");
 }

@@ -981,6 +981,61 @@ async fn with_the_breakers_handle_no_retry_goes_out_once_a_person_kills_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_a_kill_during_a_retry_after_wait_ends_the_wait_at_once() {
+    for act in ["kill", "force open", "transition then kill"] {
+        let breaker = CircuitBreakerLayer::builder()
+            .name("model")
+            .build()
+            .unwrap()
+            .with_classifier(HttpClassifier::new());
+        let handle = breaker.handle();
+        // The server asks for 4 s; a person acts 1 s into the wait.
+        let (inner, calls) = model([Step::Waiting(429, "retry-after", "4")], Step::Status(200));
+        let retry = RetryLayer::builder()
+            .max_attempts(3)
+            .breaker(handle.clone())
+            .build()
+            .unwrap()
+            .with_classifier(HttpClassifier::new());
+        let mut svc = ServiceBuilder::new()
+            .layer(breaker)
+            .layer(retry)
+            .service(inner);
+        let person = tokio::spawn({
+            let handle = handle.clone();
+            async move {
+                tokio::time::sleep(secs(1)).await;
+                match act {
+                    "kill" => handle.kill_switch().kill(),
+                    "force open" => handle.force_open(),
+                    _ => {
+                        // A change that does not stop retries first: watched again.
+                        handle.reset();
+                        tokio::time::sleep(ms(500)).await;
+                        handle.kill_switch().kill();
+                    }
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let answer = call(&mut svc).await.unwrap();
+        let acted_at = if act == "transition then kill" {
+            ms(1500)
+        } else {
+            secs(1)
+        };
+        assert_eq!(
+            started.elapsed(),
+            acted_at,
+            "{act}: the wait ended with the act"
+        );
+        assert_eq!(answer.status(), 429, "{act}: the last answer is returned");
+        assert_eq!(calls.count(), 1, "{act}: no retry went out");
+        person.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn with_the_breakers_handle_a_probe_is_still_retried() {
     // The breaker is half-open and this call is its probe: its slot taken is no reason
     // to stop.

@@ -193,9 +193,11 @@ impl RetryBuilder {
     /// The breaker this policy sits inside: a retry is not sent once that breaker would
     /// skip a call (opened by other calls' failures meanwhile, killed, forced open), and
     /// the last result is returned. It is asked when a retry is decided and, in a
-    /// [`RetryLayer`](super::RetryLayer)'s service, again when the retry's wait is over,
-    /// so a person's kill during the wait is obeyed. Without it, an attempt admitted
-    /// before the breaker opened keeps its retries. Not set by default.
+    /// [`RetryLayer`](super::RetryLayer)'s service, whenever the breaker changes during
+    /// the retry's wait and when the wait is over: a person's kill or forced opening
+    /// during the wait ends it at once (a failover moves on to the next provider then,
+    /// not after a `Retry-After` of seconds). Without it, an attempt admitted before the
+    /// breaker opened keeps its retries. Not set by default.
     pub fn breaker(mut self, handle: CircuitBreakerHandle) -> Self {
         self.breaker = Some(handle);
         self

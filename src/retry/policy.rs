@@ -13,6 +13,7 @@ use tower::retry::Policy;
 
 use crate::classify::{Classify, DefaultClassifier};
 use crate::error::{BoxError, CallError, Rejected};
+use crate::future::Changed;
 use crate::recover::{CloneRequests, KeepRequest};
 use crate::{Advice, CircuitBreakerHandle, Outcome, Reason};
 
@@ -136,6 +137,15 @@ impl<C, K> RetryPolicy<C, K> {
     /// sent, and the last result is returned instead.
     pub(crate) fn breaker_skips(&self) -> bool {
         self.common.breaker_skips()
+    }
+
+    /// The next change of the breaker given to the policy (a transition, a person's
+    /// act), if one was given: a wait ends at once when the breaker would then skip.
+    pub(crate) fn breaker_changed(&self) -> Option<Changed> {
+        self.common
+            .breaker
+            .as_ref()
+            .map(CircuitBreakerHandle::changed)
     }
 
     /// The same policy, with `classifier` deciding which results are failures: give it

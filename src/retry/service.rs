@@ -11,13 +11,14 @@ use tower::Service;
 
 use super::policy::RetryPolicy;
 use crate::accessors::inner_service_accessors;
+use crate::future::Changed;
 
 /// Calls the wrapped service again as its [`RetryPolicy`] says, as `tower::retry::Retry`
 /// does, with one difference: when the policy was given the breaker's handle
 /// ([`RetryBuilder::breaker`](super::RetryBuilder::breaker)), the breaker is asked again
-/// when a retry's wait is over, and a retry the breaker would now skip (a person killed
-/// it or forced it open during the wait, or other calls opened it) is not sent: the last
-/// result is returned instead.
+/// when it changes during a retry's wait and when the wait is over, and a retry the
+/// breaker would now skip (a person killed it or forced it open during the wait, or
+/// other calls opened it) is not sent: the last result is returned instead, at once.
 ///
 /// The wrapped service must be `Clone` (each call keeps its own clone for its retries).
 pub struct Retrying<S, C, K> {
@@ -108,7 +109,8 @@ pin_project! {
     #[project = StateProj]
     enum State<F, W> {
         Called { #[pin] future: F },
-        Waiting { #[pin] wait: W },
+        // `changed`: the breaker's next change, watched during the wait.
+        Waiting { #[pin] wait: W, changed: Option<Changed> },
         Retrying,
     }
 }
@@ -132,13 +134,36 @@ where
                     match this.policy.retry(request, &mut result) {
                         Some(wait) => {
                             *this.last = Some(result);
-                            this.state.set(State::Waiting { wait });
+                            let changed = this.policy.breaker_changed();
+                            this.state.set(State::Waiting { wait, changed });
                         }
                         None => return Poll::Ready(result),
                     }
                 }
-                StateProj::Waiting { wait } => {
-                    ready!(wait.poll(cx));
+                StateProj::Waiting { wait, changed } => {
+                    // A person's kill or forced opening ends the wait at once.
+                    let mut acted = false;
+                    if let Some(watch) = changed.as_mut() {
+                        if Pin::new(watch).poll(cx).is_ready() {
+                            acted = this.policy.breaker_skips();
+                            // Another change (a transition retries go on after) is
+                            // watched again, unless that is over at once too (the breaker
+                            // went away).
+                            *changed = if acted {
+                                None
+                            } else {
+                                this.policy.breaker_changed()
+                            };
+                            if let Some(watch) = changed.as_mut() {
+                                if Pin::new(watch).poll(cx).is_ready() {
+                                    *changed = None;
+                                }
+                            }
+                        }
+                    }
+                    if !acted {
+                        ready!(wait.poll(cx));
+                    }
                     if this.policy.breaker_skips() {
                         tracing::debug!(
                             reason = "the breaker would skip the call",
