@@ -22,7 +22,9 @@ use tower_circuit_breaker::http::{
     provenance, route_of, BufferedResponse, HttpFailover, X_CIRCUIT_BREAKER,
     X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_STALE,
 };
-use tower_circuit_breaker::llm::{LlmClient, LlmClientBuilder, LlmService, Provider};
+use tower_circuit_breaker::llm::{
+    LlmClient, LlmClientBuilder, LlmService, NotUnderBaseUrl, Provider,
+};
 use tower_circuit_breaker::retry::RetryBuilder;
 use tower_circuit_breaker::{Builder, Cooldown, Reason, Source, State};
 
@@ -82,6 +84,28 @@ async fn ask(llm: &LlmClient, question: &str) -> BufferedResponse {
     .await
     .expect("the call ends in time")
     .expect("the stack answers")
+}
+
+/// Sends `question` to `url` through the client, bounded in time: its answer or error.
+async fn ask_at(
+    llm: &LlmClient,
+    url: &str,
+    question: &str,
+) -> Result<BufferedResponse, tower::BoxError> {
+    let request = reqwest::Client::new()
+        .post(url)
+        .json(&serde_json::json!({
+            "model": "any",
+            "messages": [{"role": "user", "content": question}],
+        }))
+        .build()
+        .expect("a request");
+    let mut service: LlmService = llm.service();
+    tokio::time::timeout(CALL_BOUND, async {
+        service.ready().await?.call(request).await
+    })
+    .await
+    .expect("the call ends in time")
 }
 
 fn header<'a>(answer: &'a BufferedResponse, name: &http::HeaderName) -> Option<&'a str> {
@@ -421,6 +445,57 @@ async fn a_503_after_failures_tells_the_soonest_providers_time() {
     );
     let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
     assert_eq!(body["error"]["code"], "call_failed");
+}
+
+#[tokio::test]
+async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
+    let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Unavailable).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+    assert_eq!(provider(&ask(&llm, "q").await), Some("a"));
+    // Every provider fails now. The same body to another endpoint is another question.
+    let embeddings = ask_at(&llm, &llm.url("/embeddings"), "q").await.unwrap();
+    assert_eq!(
+        embeddings.status(),
+        503,
+        "never a chat completion's saved answer"
+    );
+    let chat = ask(&llm, "q").await;
+    assert_eq!(chat.status(), 200);
+    assert_eq!(header(&chat, &X_CIRCUIT_BREAKER_STALE), Some("age=0"));
+}
+
+#[tokio::test]
+async fn a_request_not_under_the_first_providers_base_url_is_refused_and_reaches_nobody() {
+    let a = TestServer::start([], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    assert_eq!(provider(&ask(&llm, "saved").await), Some("a"));
+    let sibling = format!("http://{}/v1beta/chat/completions?key=SECRET", a.addr());
+    let elsewhere = "http://example.invalid/v1/chat/completions".to_string();
+    let backups = format!("{}/chat/completions", b.api_base());
+    for url in [sibling, elsewhere, backups] {
+        let error = ask_at(&llm, &url, "saved").await.unwrap_err();
+        let refused = error
+            .downcast_ref::<NotUnderBaseUrl>()
+            .unwrap_or_else(|| panic!("{url}: {error}"));
+        assert_eq!(refused.base(), a.api_base());
+        assert!(!error.to_string().contains("SECRET"), "{error}");
+    }
+    assert_eq!(
+        (a.requests(), b.requests()),
+        (1, 0),
+        "nothing more was sent"
+    );
+    for handle in llm.handles() {
+        assert_eq!(
+            handle.snapshot().counts.arrived,
+            u64::from(handle.name() == "a")
+        );
+    }
 }
 
 #[tokio::test]

@@ -2,13 +2,15 @@
 //! `reqwest::Client`, every layer an OpenAI-compatible chat client needs (cargo feature
 //! `llm`).
 //!
-//! Outside in, what a request goes through:
+//! Outside in, what a request goes through (one not addressed under the first provider's
+//! base URL is refused first, with [`NotUnderBaseUrl`]):
 //!
 //! 1. [`ProvenanceLayer`]: the answer is a plain [`BufferedResponse`] with an
 //!    `x-circuit-breaker` header saying where it came from (`service`, `probe`,
 //!    `fallback; reason=open`), and an [`AnswerInfo`](crate::http::AnswerInfo) extension.
 //! 2. [`SaveLayer`]: each 2xx answer the breaker's classifier called a success is saved
-//!    under its request body (the same model and messages: the same question).
+//!    under its request's method, path and body (the same model and messages to the same
+//!    endpoint: the same question).
 //! 3. [`RouteHeadersLayer`] over a [`Failover`]: the providers in order, each under its
 //!    own breaker and kill switch; a provider whose breaker is open or killed is passed
 //!    with nothing sent, one that fails (5xx, 429, a timeout, a connection refused; not a
@@ -50,6 +52,7 @@
 //! # Ok(()) }
 //! ```
 
+mod addressed;
 mod provider;
 
 use std::convert::Infallible;
@@ -59,7 +62,10 @@ use std::time::Duration;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, BoxError, ServiceBuilder};
 
+pub use self::addressed::NotUnderBaseUrl;
 pub use self::provider::Provider;
+
+use self::addressed::Addressed;
 
 use crate::error::ConfigError;
 use crate::failover::{Failover, FailoverConfigError, PassReason, Route, Unanswered};
@@ -261,9 +267,13 @@ impl LlmClientBuilder {
             Some(saved) => {
                 let save = SaveLayer::new(saved.clone(), request_key as fn(&_) -> _)
                     .only_if(|answer: &BufferedResponse| answer.status().is_success());
-                LlmService::new(ProvenanceLayer::new().layer_service(save.layer_service(routed)))
+                let saving = ProvenanceLayer::new().layer_service(save.layer_service(routed));
+                LlmService::new(Addressed::new(&primary, saving))
             }
-            None => LlmService::new(ProvenanceLayer::new().layer_service(routed)),
+            None => LlmService::new(Addressed::new(
+                &primary,
+                ProvenanceLayer::new().layer_service(routed),
+            )),
         };
         Ok(LlmClient {
             service,
@@ -283,10 +293,15 @@ trait LayerService<S>: tower::Layer<S> {
 
 impl<L: tower::Layer<S>, S> LayerService<S> for L {}
 
-/// The same question: the request's body (the model and the messages).
+/// The same question: the method, the path (a chat completion's saved answer never
+/// answers an embeddings call) and the body (the model and the messages).
 fn request_key(request: &reqwest::Request) -> Option<String> {
     let body = request.body()?.as_bytes()?;
-    Some(String::from_utf8_lossy(body).into_owned())
+    let (method, path) = (request.method(), request.url().path());
+    Some(format!(
+        "{method} {path}\n{}",
+        String::from_utf8_lossy(body)
+    ))
 }
 
 /// The saved answer to the request, marked stale: `Age`, `x-circuit-breaker-stale`, and

@@ -153,11 +153,7 @@ impl Prepared {
         primary: &str,
         request: &reqwest::Request,
     ) -> Option<reqwest::Request> {
-        let url = request.url().as_str();
-        let rest = url.strip_prefix(primary)?;
-        if !(rest.is_empty() || rest.starts_with(['/', '?'])) {
-            return None;
-        }
+        let rest = under(primary, request.url().as_str())?;
         let mut prepared = request.try_clone()?;
         *prepared.url_mut() = Url::parse(&format!("{}{rest}", self.base)).ok()?;
         for (name, value) in &self.headers {
@@ -174,6 +170,13 @@ impl Prepared {
         }
         Some(prepared)
     }
+}
+
+/// What follows `base` (a base URL without a trailing `/`) in `url`, if `url` is under
+/// it: nothing, a path from `/`, or a query from `?`.
+pub(super) fn under<'a>(base: &str, url: &'a str) -> Option<&'a str> {
+    let rest = url.strip_prefix(base)?;
+    (rest.is_empty() || rest.starts_with(['/', '?'])).then_some(rest)
 }
 
 /// The JSON object `body` with its `"model"` set to `model`; `None` if it is not a JSON
