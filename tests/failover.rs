@@ -499,7 +499,7 @@ async fn a_request_not_under_the_first_providers_base_url_is_refused_and_reaches
 }
 
 #[tokio::test]
-async fn a_failure_message_never_carries_the_url_query_or_credentials() {
+async fn a_failure_message_names_its_cause_and_never_the_url_query_or_credentials() {
     // Nothing listens here: the client's error names the URL, key and all.
     let dead = refused_addr();
     let b = TestServer::start([], Reply::Ok).await;
@@ -519,6 +519,8 @@ async fn a_failure_message_never_carries_the_url_query_or_credentials() {
     let why = route(&answer).passed()[0].why().to_string();
     assert!(why.starts_with("failed: "), "{why}");
     assert!(!why.contains("SECRET"), "{why}");
+    // The cause is named, not only the request that failed.
+    assert!(why.to_lowercase().contains("connection refused"), "{why}");
     let snapshot = llm.handle("a").unwrap().snapshot();
     let _ = snapshot; // the snapshot's own redaction is the admin service's (see tests/admin.rs)
 }

@@ -75,6 +75,7 @@ pub use self::policy::{Attempted, FailoverPolicy, OnFailure};
 pub use self::route::{PassReason, Passed, Route, Routed};
 
 use crate::error::Rejected;
+use crate::error_text::text_with_sources;
 use crate::{redact, Answer, CircuitBreakerHandle, NextProbe, Origin, Skip, Source};
 
 /// Makes a provider's request from the caller's; `None`: it cannot be made (a body that
@@ -402,7 +403,7 @@ where
             let message = match self.policy.describe(&attempted) {
                 Some(message) => message,
                 None => match &attempted {
-                    Attempted::Failed(error) => error.to_string(),
+                    Attempted::Failed(error) => text_with_sources(error.as_ref()),
                     Attempted::Answered(_) => recorded_failure(&provider.handle),
                 },
             };
