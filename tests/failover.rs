@@ -448,6 +448,41 @@ async fn a_503_after_failures_tells_the_soonest_providers_time() {
 }
 
 #[tokio::test]
+async fn a_revoked_key_moves_on_only_when_auth_errors_are_asked_to() {
+    for moves_on in [false, true] {
+        let a = TestServer::start(
+            [],
+            Reply::Json(401, r#"{"error":{"code":"invalid_api_key"}}"#),
+        )
+        .await;
+        let b = TestServer::start([], Reply::Ok).await;
+        let llm = builder(&[("a", &a), ("b", &b)])
+            .failover(HttpFailover::new().auth_errors(moves_on))
+            .build(reqwest::Client::new())
+            .unwrap();
+        let answer = ask(&llm, "q").await;
+        if moves_on {
+            assert_eq!(
+                (answer.status().as_u16(), provider(&answer)),
+                (200, Some("b"))
+            );
+            assert_eq!(passed(&answer), Some("a; reason=failed"));
+            assert_eq!(
+                route(&answer).passed()[0].why().to_string(),
+                "failed: 401 Unauthorized"
+            );
+        } else {
+            assert_eq!(
+                (answer.status().as_u16(), provider(&answer)),
+                (401, Some("a"))
+            );
+            assert_eq!(b.requests(), 0);
+        }
+        assert_eq!(a.requests(), 1, "a 401 is never retried");
+    }
+}
+
+#[tokio::test]
 async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
     let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
     let b = TestServer::start([], Reply::Unavailable).await;

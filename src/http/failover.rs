@@ -38,7 +38,8 @@ pub const X_CIRCUIT_BREAKER_PASSED: HeaderName =
 ///
 /// By default it moves on after an error (a timeout, a transport error), a 5xx, a 429
 /// (a rate limit, or an exhausted quota) and a 408, and keeps every other answer: a
-/// caller's 4xx is the caller's to fix, and the next provider would say the same. A 400
+/// caller's 4xx is the caller's to fix, and the next provider would say the same (a 401
+/// or 403 moves on if [`auth_errors`](Self::auth_errors) says so). A 400
 /// that says the context is too long (`context_length_exceeded`) moves on only if
 /// [`context_too_long`](Self::context_too_long) says so: a model with a longer context
 /// may take it. The route describes each provider passed by its status (`503 Service
@@ -56,6 +57,7 @@ pub struct HttpFailover {
     server_errors: bool,
     rate_limits: bool,
     context_too_long: bool,
+    auth_errors: bool,
 }
 
 impl Default for HttpFailover {
@@ -65,6 +67,7 @@ impl Default for HttpFailover {
             server_errors: true,
             rate_limits: true,
             context_too_long: false,
+            auth_errors: false,
         }
     }
 }
@@ -101,7 +104,20 @@ impl HttpFailover {
         self
     }
 
+    /// Whether a 401 or a 403 moves on (default `false`). Turn it on where each provider
+    /// is called with a key of its own (an `llm::Provider`'s `bearer`, feature `llm`):
+    /// a 401 or 403 then says this provider's key is revoked or out of its scope, and the
+    /// next provider, with its own key, may answer. Left off, it is the answer, as a
+    /// caller's 4xx is (a key the caller sent would be refused by every provider).
+    pub fn auth_errors(mut self, yes: bool) -> Self {
+        self.auth_errors = yes;
+        self
+    }
+
     fn moves_on(&self, status: StatusCode, verdict: Option<Verdict>, body: Option<&[u8]>) -> bool {
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) && self.auth_errors {
+            return true;
+        }
         if status == StatusCode::TOO_MANY_REQUESTS {
             return self.rate_limits;
         }
