@@ -205,6 +205,19 @@ async fn a_long_retry_after_opens_the_primary_at_once_and_the_second_answers() {
 }
 
 #[tokio::test]
+async fn a_long_retry_after_ms_is_named_in_the_route_as_retry_after_is() {
+    let a = TestServer::start([Reply::RateLimitedMs("90000")], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        route(&answer).passed()[0].why().to_string(),
+        "failed: 429 Too Many Requests, retry after 90s"
+    );
+}
+
+#[tokio::test]
 async fn a_short_retry_after_ms_is_waited_and_the_primary_answers() {
     let a = TestServer::start([Reply::RateLimitedMs("50")], Reply::Ok).await;
     let b = TestServer::start([], Reply::Ok).await;
@@ -227,7 +240,12 @@ async fn an_exhausted_quota_is_not_retried_and_holds_the_primary_open_until_rese
     let b = TestServer::start([], Reply::Ok).await;
     let llm = client(&[("a", &a), ("b", &b)]);
 
-    assert_eq!(provider(&ask(&llm, "q").await), Some("b"));
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(
+        route(&answer).passed()[0].why().to_string(),
+        "failed: 429 Too Many Requests: insufficient_quota (the quota is exhausted)"
+    );
     assert_eq!(a.requests(), 1, "a permanent failure is never retried");
     skip(Duration::from_secs(24 * 3600)).await;
     let answer = ask(&llm, "q").await;

@@ -2,9 +2,7 @@
 //! written onto the response ([`RouteHeadersLayer`]).
 
 use std::fmt;
-use std::time::SystemTime;
 
-use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use tower::util::MapResponseLayer;
 use tower::Layer;
@@ -13,7 +11,7 @@ use super::buffer::BufferedResponse;
 use super::classify::contains_json_string;
 use super::error_body_bytes::ErrorBodyBytes;
 use super::provenance::ProvenanceTarget;
-use super::retry_after::parse_retry_after;
+use super::retry_after::requested_wait;
 use crate::failover::{Attempted, FailoverPolicy, Route, Routed};
 use crate::{Answer, Verdict};
 
@@ -191,11 +189,15 @@ fn describe<R: HttpParts>(attempted: &Attempted<'_, R>) -> Option<String> {
     {
         text.push_str(": context_length_exceeded");
     }
-    if let Some(wait) = response
-        .headers()
-        .get(RETRY_AFTER)
-        .and_then(|value| parse_retry_after(value, SystemTime::now()))
+    // An exhausted quota does not pass by itself, whatever wait it names.
+    if response
+        .body_bytes()
+        .is_some_and(|body| contains_json_string(body, b"insufficient_quota"))
     {
+        text.push_str(": insufficient_quota (the quota is exhausted)");
+        return Some(text);
+    }
+    if let Some(wait) = requested_wait(status, response.headers()) {
         let secs = crate::saved::ceil_secs(wait);
         text.push_str(&format!(", retry after {secs}s"));
     }
