@@ -218,6 +218,20 @@ async fn a_long_retry_after_ms_is_named_in_the_route_as_retry_after_is() {
 }
 
 #[tokio::test]
+async fn a_retry_after_ms_too_large_for_a_float_is_named_as_the_longest_wait() {
+    let a = TestServer::start([Reply::RateLimitedMs("1e999")], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    let why = route(&answer).passed()[0].why().to_string();
+    assert_eq!(
+        why,
+        format!("failed: 429 Too Many Requests, retry after {}s", u64::MAX)
+    );
+}
+
+#[tokio::test]
 async fn a_short_retry_after_ms_is_waited_and_the_primary_answers() {
     let a = TestServer::start([Reply::RateLimitedMs("50")], Reply::Ok).await;
     let b = TestServer::start([], Reply::Ok).await;

@@ -325,7 +325,11 @@ pub fn stale_label(age: Duration) -> String {
 
 /// Whole seconds, rounded up: a caller told to wait this long finds the wait over.
 pub(crate) fn ceil_secs(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+    // `Duration::MAX` (a wait too long for a float, `retry-after-ms: 1e999`) has no whole
+    // second above it: it stays at the most.
+    duration
+        .as_secs()
+        .saturating_add(u64::from(duration.subsec_nanos() > 0))
 }
 
 /// `45s`, `1m 30s`, `2h 0m 5s`, `3d 0h 0m 0s`.
@@ -356,6 +360,13 @@ mod tests {
     fn told(next_probe: NextProbe, now: Instant) -> String {
         let skip = Skip::new(Reason::Open, State::Open, next_probe);
         Unavailable::from_skip(&skip, &Arc::from("model"), now).to_string()
+    }
+
+    #[test]
+    fn the_longest_wait_rounds_up_to_the_most_seconds_without_overflowing() {
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
+        assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
     }
 
     #[test]
