@@ -88,6 +88,9 @@ where
     }
 }
 
+/// How many changes of the breaker one poll of a waiting retry looks at.
+const CHANGES_PER_POLL: usize = 4;
+
 pin_project! {
     /// The future of a [`Retrying`] call.
     pub struct RetryingFuture<S, C, K, Request>
@@ -133,38 +136,46 @@ where
                     };
                     match this.policy.retry(request, &mut result) {
                         Some(wait) => {
-                            *this.last = Some(result);
+                            // Subscribed, then looked at: an act between the policy's look
+                            // and the subscription is seen here.
                             let changed = this.policy.breaker_changed();
+                            if changed.is_some() && this.policy.breaker_skips() {
+                                return Poll::Ready(result);
+                            }
+                            *this.last = Some(result);
                             this.state.set(State::Waiting { wait, changed });
                         }
                         None => return Poll::Ready(result),
                     }
                 }
                 StateProj::Waiting { wait, changed } => {
-                    // A person's kill or forced opening ends the wait at once.
+                    // A person's kill or forced opening ends the wait at once. Each
+                    // change is subscribed past before the breaker is looked at, so none
+                    // after the look is missed.
                     let mut acted = false;
-                    if let Some(watch) = changed.as_mut() {
-                        if Pin::new(watch).poll(cx).is_ready() {
-                            acted = this.policy.breaker_skips();
-                            // Another change (a transition retries go on after) is
-                            // watched again, unless that is over at once too (the breaker
-                            // went away).
-                            *changed = if acted {
-                                None
-                            } else {
-                                this.policy.breaker_changed()
-                            };
-                            if let Some(watch) = changed.as_mut() {
-                                if Pin::new(watch).poll(cx).is_ready() {
-                                    *changed = None;
-                                }
-                            }
+                    let mut looked = 0;
+                    while let Some(watch) = changed.as_mut() {
+                        if Pin::new(watch).poll(cx).is_pending() {
+                            break;
+                        }
+                        *changed = this.policy.breaker_changed();
+                        if this.policy.breaker_skips() {
+                            acted = true;
+                            break;
+                        }
+                        looked += 1;
+                        if looked == CHANGES_PER_POLL {
+                            // Changing on every look: looked at again after the others' turn.
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
                         }
                     }
+                    // Once the wait is over, or cut short by an act: the breaker asked
+                    // then (an act it skips for is not undone by a later look).
                     if !acted {
                         ready!(wait.poll(cx));
                     }
-                    if this.policy.breaker_skips() {
+                    if acted || this.policy.breaker_skips() {
                         tracing::debug!(
                             reason = "the breaker would skip the call",
                             "not retried after the wait"
