@@ -57,7 +57,7 @@ impl McpServer {
     /// A remote server named `name`, reached over Streamable HTTP at `url` (feature
     /// `mcp-http`), supervised as a stdio server is: its calls under its breaker, and
     /// "restarting" it means a new session (a new `initialize` and tool list), made only
-    /// when its breaker lets a probe through. A session it forgets (HTTP 404) is made
+    /// when its breaker lets a probe through. A session it forgets (HTTP 404, or a 400 saying so) is made
     /// again the same way, once for every call that found it forgotten. The URL is shown
     /// (in errors, statuses and logs) with its user information and query string
     /// redacted; headers ([`header`](McpServerBuilder::header),

@@ -63,7 +63,7 @@ pub(crate) enum Notice {
 pub(crate) enum Loss {
     /// The server closed it, or it broke.
     Connection,
-    /// A remote server answered that it does not know the session (HTTP 404).
+    /// A remote server answered that it does not know the session (HTTP 404, or a 400 saying so).
     Session,
 }
 

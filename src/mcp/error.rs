@@ -204,10 +204,10 @@ pub enum McpError {
         /// The tool.
         tool: Arc<str>,
     },
-    /// A remote server answered that it does not know the session (HTTP 404: it
+    /// A remote server answered that it does not know the session (HTTP 404, or a 400 saying so: it
     /// restarted, or expired the session): it did not run the call. The call is not sent
     /// again; a new session is made through the server's breaker's probe.
-    #[error("server `{server}` no longer knows its session (HTTP 404): `{tool}` was not run and not replayed; a new session is made when its breaker lets a probe through")]
+    #[error("server `{server}` no longer knows its session: `{tool}` was not run and not replayed; a new session is made when its breaker lets a probe through")]
     SessionExpired {
         /// The server.
         server: Arc<str>,

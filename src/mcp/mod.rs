@@ -87,7 +87,7 @@
 //! list again), made only when its breaker lets a probe through; a call whose answer
 //! stream or connection breaks under it (the server died) fails once with
 //! [`McpError::ConnectionLost`] and is never sent again; a session the server forgot
-//! (HTTP 404) fails the calls that found it so ([`McpError::SessionExpired`]: not run, not
+//! (HTTP 404, or a 400 saying so) fails the calls that found it so ([`McpError::SessionExpired`]: not run, not
 //! replayed; rmcp's own replay of them is turned off) and is made again once, the same
 //! way ([`Down::SessionExpired`]). Answers that are not MCP (the wrong content type, JSON
 //! that is not JSON-RPC, an event stream that breaks its format) are

@@ -1,87 +1,109 @@
-//! A refusal that names no request (feature `mcp-http`): what a server's JSON-RPC error
-//! without an id, answering a POST of one request, means.
+//! A refusal that names no request (feature `mcp-http`): what a server's answer to a POST
+//! of one request means when it is an error about no request of ours.
 //!
-//! A server that cannot take a request answers its POST with an HTTP error and a JSON-RPC
-//! error that names no request. The reference servers built on the TypeScript and Python
-//! SDKs do so for a session they do not know (one from before they restarted): `400`,
-//! "Bad Request: No valid session ID provided", where the specification says `404`. Passed
-//! on as it is, such an error answers no request the transport waits for, and the call
-//! waits for its timeout while its session stays in use. A POST carries one message, so
-//! its own answer can only be about that one:
+//! A server that cannot take a request answers its POST with an HTTP error, and often a
+//! JSON-RPC error that names no request (no id, `null`, or the Python SDK's
+//! `"server-error"`). Passed on as it is, such an error answers nothing the transport
+//! waits for, and the call waits for its timeout. A POST carries one message, so its own
+//! answer can only be about that one:
 //!
-//! - an error that says the session is unknown (it speaks of the session, or of a server
-//!   not initialized) is read as a session the server forgot, as a `404` is: the call
-//!   fails at once, is not sent again, and the supervisor makes a new session through the
-//!   breaker's probe;
-//! - any other is that request's answer: the call fails with the server's error.
+//! - a refusal, with a session, that says the server does not know the session is a
+//!   session the server forgot, as a `404` is: the call fails at once, is not sent again,
+//!   and the supervisor makes a new session through the breaker's probe. The reference
+//!   servers built on the TypeScript SDK (the everything server among them) answer a
+//!   session from before they restarted with `400` and "Bad Request: No valid session ID
+//!   provided" as a JSON-RPC error; the Python SDK's, with the same words as plain text.
+//! - any other refusal is the server's failure (its HTTP status is not passed on: often a
+//!   `5xx`): the call fails at once with it, counted against the server, not the tool.
 
-use rmcp::model::{
-    ClientJsonRpcMessage, JsonRpcError, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
-};
+use std::borrow::Cow;
+
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcError, JsonRpcMessage, RequestId};
 use rmcp::transport::streamable_http_client::{StreamableHttpError, StreamableHttpPostResponse};
 
-/// The request a POST of `message` waits an answer for, if it is one.
-pub(crate) fn request_of(message: &ClientJsonRpcMessage) -> Option<RequestId> {
-    match message {
-        JsonRpcMessage::Request(request) => Some(request.id.clone()),
-        _ => None,
-    }
+use super::quote::said;
+
+/// Whether a POST of `message` waits for an answer: a request.
+pub(crate) fn awaits_answer(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, JsonRpcMessage::Request(_))
 }
 
-/// The answer to a POST of `request` ([`request_of`]), with a refusal that names no
+/// The answer to a POST ([`awaits_answer`]: of a request), with a refusal that names no
 /// request read as above; `session_attached`: the POST was sent in a session.
 pub(crate) fn read<E: std::error::Error + Send + Sync + 'static>(
-    request: Option<RequestId>,
+    awaits_answer: bool,
     session_attached: bool,
     answer: Result<StreamableHttpPostResponse, StreamableHttpError<E>>,
 ) -> Result<StreamableHttpPostResponse, StreamableHttpError<E>> {
-    let Some(request) = request else {
+    if !awaits_answer {
         return answer;
-    };
+    }
     match answer {
         Ok(StreamableHttpPostResponse::Json(
-            JsonRpcMessage::Error(JsonRpcError {
-                jsonrpc,
-                id: None,
-                error,
-            }),
-            session,
-        )) => {
+            JsonRpcMessage::Error(JsonRpcError { id, error, .. }),
+            _,
+        )) if names_no_request(id.as_ref()) => {
             if session_attached && speaks_of_an_unknown_session(&error.message) {
                 return Err(StreamableHttpError::SessionExpired);
             }
-            let answer: ServerJsonRpcMessage = JsonRpcMessage::Error(JsonRpcError {
-                jsonrpc,
-                id: Some(request),
-                error,
-            });
-            Ok(StreamableHttpPostResponse::Json(answer, session))
+            Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!(
+                    "the server refused the request without naming it: error {}: {}",
+                    error.code.0,
+                    said(&error.message)
+                ),
+            )))
+        }
+        Err(StreamableHttpError::UnexpectedServerResponse(text))
+            if session_attached
+                && (text.starts_with("HTTP 400") || text.starts_with("HTTP 404"))
+                && speaks_of_an_unknown_session(&text) =>
+        {
+            Err(StreamableHttpError::SessionExpired)
         }
         other => other,
     }
 }
 
-/// Whether a refusal's message says the server does not know the session: "No valid
-/// session ID provided", "Session not found", "Server not initialized".
+/// Whether an error's id names no request: none, `null`, or the Python SDK's
+/// `"server-error"`.
+fn names_no_request(id: Option<&RequestId>) -> bool {
+    match id {
+        None => true,
+        Some(RequestId::String(id)) => &**id == "server-error",
+        Some(RequestId::Number(_)) => false,
+    }
+}
+
+/// Whether a refusal says the server does not know the session: "No valid session ID
+/// provided", "Session not found", "Server not initialized"...
 fn speaks_of_an_unknown_session(message: &str) -> bool {
+    const SAYINGS: [&str; 8] = [
+        "no valid session",
+        "session not found",
+        "invalid session",
+        "unknown session",
+        "session expired",
+        "session has expired",
+        "session id is not",
+        "not initialized",
+    ];
     let message = message.to_ascii_lowercase();
-    message.contains("session") || message.contains("not initialized")
+    SAYINGS.iter().any(|saying| message.contains(saying))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
     use rmcp::model::{ClientRequest, ErrorCode, ErrorData, PingRequest};
 
     use super::*;
 
     type Answer = Result<StreamableHttpPostResponse, StreamableHttpError<std::io::Error>>;
 
-    fn ping(id: i64) -> ClientJsonRpcMessage {
+    fn ping() -> ClientJsonRpcMessage {
         ClientJsonRpcMessage::request(
             ClientRequest::PingRequest(PingRequest::default()),
-            RequestId::Number(id),
+            RequestId::Number(7),
         )
     }
 
@@ -96,65 +118,76 @@ mod tests {
         ))
     }
 
-    fn answered_id(answer: &Answer) -> Option<RequestId> {
-        match answer {
-            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(error), _)) => {
-                error.id.clone()
-            }
-            _ => None,
-        }
+    fn server_error() -> Option<RequestId> {
+        Some(RequestId::String("server-error".into()))
     }
 
     #[test]
-    fn an_unknown_session_refused_without_an_id_is_a_session_the_server_forgot() {
+    fn an_unknown_session_refused_without_naming_the_request_is_a_session_the_server_forgot() {
         for message in [
             "Bad Request: No valid session ID provided",
             "Session not found",
             "Bad Request: Server not initialized",
         ] {
-            let answer = read(request_of(&ping(7)), true, refusal(message, None));
-            assert!(
-                matches!(answer, Err(StreamableHttpError::SessionExpired)),
-                "{message}: {answer:?}"
-            );
+            for id in [None, server_error()] {
+                let answer = read(awaits_answer(&ping()), true, refusal(message, id));
+                assert!(
+                    matches!(answer, Err(StreamableHttpError::SessionExpired)),
+                    "{message}: {answer:?}"
+                );
+            }
         }
+        // The Python SDK's, as plain text: rmcp's error for a 400 that is not JSON-RPC.
+        let plain: Answer = Err(StreamableHttpError::UnexpectedServerResponse(
+            Cow::Borrowed("HTTP 400 Bad Request: Bad Request: No valid session ID provided"),
+        ));
+        assert!(matches!(
+            read(true, true, plain),
+            Err(StreamableHttpError::SessionExpired)
+        ));
     }
 
     #[test]
-    fn another_refusal_without_an_id_answers_the_request_it_was_sent_for() {
-        let answer = read(request_of(&ping(7)), true, refusal("Parse error", None));
-        assert_eq!(answered_id(&answer), Some(RequestId::Number(7)));
-        // Outside a session (the handshake), even one that speaks of a session.
-        let answer = read(
-            request_of(&ping(8)),
-            false,
-            refusal("No valid session ID provided", None),
-        );
-        assert_eq!(answered_id(&answer), Some(RequestId::Number(8)));
+    fn another_refusal_without_naming_the_request_is_the_servers_failure_at_once() {
+        for (session, message) in [
+            (true, "Internal server error"),
+            (true, "session rate limit exceeded"),
+            // Outside a session (the handshake), even one that speaks of a session.
+            (false, "No valid session ID provided"),
+        ] {
+            let answer = read(true, session, refusal(message, None));
+            match answer {
+                Err(StreamableHttpError::UnexpectedServerResponse(text)) => {
+                    assert!(text.contains(message), "{text}");
+                }
+                other => panic!("{message}: {other:?}"),
+            }
+        }
+        let plain: Answer = Err(StreamableHttpError::UnexpectedServerResponse(
+            Cow::Borrowed("HTTP 400 Bad Request: the arguments are wrong"),
+        ));
+        assert!(matches!(
+            read(true, true, plain),
+            Err(StreamableHttpError::UnexpectedServerResponse(_))
+        ));
     }
 
     #[test]
-    fn a_notification_s_answer_is_passed_on_as_it_is() {
+    fn a_notification_s_answer_and_an_error_naming_a_request_are_passed_on_as_they_are() {
         let notification = ClientJsonRpcMessage::notification(
             rmcp::model::ClientNotification::InitializedNotification(Default::default()),
         );
         let answer = read(
-            request_of(&notification),
+            awaits_answer(&notification),
             true,
             refusal("Session not found", None),
         );
-        assert_eq!(answered_id(&answer), None);
-        assert!(answer.is_ok());
-    }
-
-    #[test]
-    fn an_error_that_names_a_request_is_passed_on_as_it_is() {
-        let named = Some(RequestId::Number(3));
+        assert!(matches!(answer, Ok(StreamableHttpPostResponse::Json(..))));
         let answer = read(
-            request_of(&ping(7)),
             true,
-            refusal("session gone", named.clone()),
+            true,
+            refusal("session gone", Some(RequestId::Number(3))),
         );
-        assert_eq!(answered_id(&answer), named);
+        assert!(matches!(answer, Ok(StreamableHttpPostResponse::Json(..))));
     }
 }

@@ -20,7 +20,7 @@ pub enum Down {
     /// It closed its connection (its output ended), or the connection broke; its
     /// process is being stopped.
     ConnectionLost,
-    /// A remote server answered that it does not know its session (HTTP 404: it
+    /// A remote server answered that it does not know its session (HTTP 404, or a 400 saying so: it
     /// restarted, or expired the session); a new one is made through its breaker's
     /// probe.
     SessionExpired,
@@ -39,7 +39,7 @@ impl fmt::Display for Down {
         match self {
             Down::Exited(exit) => exit.fmt(f),
             Down::ConnectionLost => f.write_str("closed its connection"),
-            Down::SessionExpired => f.write_str("no longer knows its session (HTTP 404)"),
+            Down::SessionExpired => f.write_str("no longer knows its session"),
             Down::StartFailed(error) => write!(f, "could not start: {error}"),
             Down::Unresponsive { last_failure } => {
                 write!(f, "stopped answering ({last_failure}) and was stopped")

@@ -79,12 +79,12 @@ impl StreamableHttpClient for UrlFreeClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
             .0
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        refusal::read(request, in_session, url_free(answer))
+        refusal::read(awaits, in_session, url_free(answer))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -96,7 +96,7 @@ impl StreamableHttpClient for UrlFreeClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
             .0
             .post_message_with_max_sse_event_size(
@@ -108,7 +108,7 @@ impl StreamableHttpClient for UrlFreeClient {
                 max_sse_event_size,
             )
             .await;
-        refusal::read(request, in_session, url_free(answer))
+        refusal::read(awaits, in_session, url_free(answer))
     }
 
     async fn post_message_with_response_limits(
@@ -120,7 +120,7 @@ impl StreamableHttpClient for UrlFreeClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let (request, in_session) = (refusal::request_of(&message), session_id.is_some());
+        let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
             .0
             .post_message_with_response_limits(
@@ -132,7 +132,7 @@ impl StreamableHttpClient for UrlFreeClient {
                 limits,
             )
             .await;
-        refusal::read(request, in_session, url_free(answer))
+        refusal::read(awaits, in_session, url_free(answer))
     }
 
     async fn delete_session(
