@@ -69,6 +69,9 @@ return {1, held}
 /// Further off than any hold: a published time beyond it is taken as it.
 const FAR: time::Duration = time::Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// Where a command's answer goes.
+type Reply = oneshot::Sender<Result<(), FleetError>>;
+
 /// What the replica's handles ask of the task.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -86,15 +89,15 @@ pub(crate) enum Command {
     Flip {
         name: Arc<str>,
         killed: bool,
-        reply: oneshot::Sender<Result<(), FleetError>>,
+        reply: Reply,
     },
     /// Read every kill key now.
     Sync {
-        reply: oneshot::Sender<Result<(), FleetError>>,
+        reply: Reply,
     },
     /// Answer once every command sent before is carried out, with the link up.
     Barrier {
-        reply: oneshot::Sender<Result<(), FleetError>>,
+        reply: Reply,
     },
 }
 
@@ -178,6 +181,9 @@ pub(crate) struct Supervisor {
     was_up: bool,
     /// Syncs and barriers that came while a session was opening: they need the link.
     waiting: VecDeque<Command>,
+    /// A person's acts made while a session was opening, applied here, with their
+    /// replies: told when the attempt ends.
+    parked: Vec<(Arc<str>, KillAct, Reply)>,
 }
 
 impl Supervisor {
@@ -206,6 +212,7 @@ impl Supervisor {
             pending: BTreeMap::new(),
             was_up: false,
             waiting: VecDeque::new(),
+            parked: Vec::new(),
         })
     }
 
@@ -219,7 +226,11 @@ impl Supervisor {
                 End::Stopped => return,
                 End::Lost(error) => self.replica.link_down(&error),
             }
-            // What waited for the link is answered without it.
+            // What waited for the link is answered without it; an act made meanwhile is
+            // kept.
+            for (_, _, reply) in std::mem::take(&mut self.parked) {
+                let _ = reply.send(Err(self.link_down_error()));
+            }
             while let Some(command) = self.waiting.pop_front() {
                 let _ = self.on_command(command, None).await;
             }
@@ -233,7 +244,8 @@ impl Supervisor {
     /// Opens a session and brings the link up in step. While the session opens (a
     /// Redis that takes TCP connections and answers nothing holds it for up to twice the
     /// timeout), commands are carried out locally, as when the link is down: a person's
-    /// act is applied here at once. A sync or a barrier waits for the attempt's end.
+    /// act is applied here at once, and answered when the attempt ends (written, or kept).
+    /// A sync or a barrier waits for the attempt's end.
     async fn connect(&mut self) -> Result<Session, End> {
         let opening = open(self.client.clone(), self.replica.clone());
         tokio::pin!(opening);
@@ -244,6 +256,12 @@ impl Supervisor {
                 command = self.commands.recv() => match command {
                     Some(command @ (Command::Sync { .. } | Command::Barrier { .. })) => {
                         self.waiting.push_back(command);
+                    }
+                    // Applied here at once; answered when the attempt ends, as written
+                    // with the session or kept without it.
+                    Some(Command::Flip { name, killed, reply }) => {
+                        let act = self.flip_here(&name, killed, false);
+                        self.parked.push((name, act, reply));
                     }
                     Some(command) => {
                         let _ = self.on_command(command, None).await;
@@ -271,6 +289,10 @@ impl Supervisor {
         self.replica.link_up(self.was_up);
         self.was_up = true;
         self.backoff.reset();
+        // The acts made while it opened are written (kept ones are, as the keys are read).
+        for (name, act, reply) in std::mem::take(&mut self.parked) {
+            let _ = reply.send(self.answer_to(&name, &act));
+        }
         Ok(session)
     }
 
@@ -403,19 +425,7 @@ impl Supervisor {
                 killed,
                 reply,
             } => {
-                // A flip made in code before this command is an act before it.
-                self.notice(&name, session.is_some());
-                let act = self.act_here(killed);
-                let pending = Pending {
-                    by_command: true,
-                    kept: session.is_none(),
-                };
-                self.registers
-                    .entry(name.clone())
-                    .or_default()
-                    .made(act.clone(), pending);
-                self.mirror_kept(&name);
-                self.apply_switch(&name, killed, KillOrigin::Command);
+                let act = self.flip_here(&name, killed, session.is_some());
                 let Some(session) = session else {
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
@@ -423,10 +433,7 @@ impl Supervisor {
                 let result = self.settle(session, &name, None).await;
                 let answer = match &result {
                     Err(error) => Err(FleetError::Redis(self.replica.settings.redact(error))),
-                    Ok(()) => match self.registers.get(&name).and_then(|r| r.act.clone()) {
-                        Some(known) if known != act => Err(FleetError::Superseded { by: known }),
-                        _ => Ok(()),
-                    },
+                    Ok(()) => self.answer_to(&name, &act),
                 };
                 let _ = reply.send(answer);
                 result
@@ -454,6 +461,34 @@ impl Supervisor {
                 let _ = reply.send(answer);
                 Ok(())
             }
+        }
+    }
+
+    /// A person's kill or revive of switch `name`, made here now: applied to the switch
+    /// at once, and to be written (kept, if the link is not up). The act.
+    fn flip_here(&mut self, name: &Arc<str>, killed: bool, link_up: bool) -> KillAct {
+        // A flip made in code before this command is an act before it.
+        self.notice(name, link_up);
+        let act = self.act_here(killed);
+        let pending = Pending {
+            by_command: true,
+            kept: !link_up,
+        };
+        self.registers
+            .entry(name.clone())
+            .or_default()
+            .made(act.clone(), pending);
+        self.mirror_kept(name);
+        self.apply_switch(name, killed, KillOrigin::Command);
+        act
+    }
+
+    /// What a person's `act` on switch `name`, written, is told: done, or superseded by a
+    /// later act the key held.
+    fn answer_to(&self, name: &Arc<str>, act: &KillAct) -> Result<(), FleetError> {
+        match self.registers.get(name).and_then(|r| r.act.clone()) {
+            Some(known) if known != *act => Err(FleetError::Superseded { by: known }),
+            _ => Ok(()),
         }
     }
 

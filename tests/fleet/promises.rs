@@ -212,39 +212,33 @@ async fn a_kill_made_while_redis_is_frozen_is_applied_here_at_once_and_spread_wh
         .expect("fleet settings");
     let stop = KillSwitch::new();
     acting.share_kill_switch("model", &stop).unwrap();
-    for round in 0..3 {
-        // Into an attempt to connect, then the person's act.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    // Into an attempt to connect, then a person's acts: each applied here at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut replies = Vec::new();
+    for killed in [true, false, true] {
         let started = Instant::now();
-        let kill = tokio::spawn({
+        replies.push(tokio::spawn({
             let acting = acting.clone();
-            async move { acting.kill("model").await }
-        });
-        poll_until(Duration::from_millis(500), "the kill applied here", || {
-            stop.is_killed()
+            async move {
+                if killed {
+                    acting.kill("model").await
+                } else {
+                    acting.revive("model").await
+                }
+            }
+        }));
+        poll_until(Duration::from_millis(300), "the act applied here", || {
+            stop.is_killed() == killed
         })
         .await;
-        assert!(
-            started.elapsed() < Duration::from_millis(500),
-            "round {round}"
-        );
-        let answer = tokio::time::timeout(BOUND, kill)
-            .await
-            .expect("bounded")
-            .unwrap();
-        assert!(
-            matches!(answer, Err(FleetError::LinkDown { .. })),
-            "round {round}: {answer:?}"
-        );
-        if round < 2 {
-            acting.revive("model").await.unwrap_err();
-            assert!(!stop.is_killed());
-        }
+        assert!(started.elapsed() < Duration::from_millis(300));
     }
-    assert!(
-        !linked_stop.is_killed(),
-        "nothing reached the fleet while frozen"
-    );
+    // Each is answered when the attempt ends: not written, kept.
+    for reply in replies {
+        let answer = tokio::time::timeout(LINK, reply).await.expect("bounded").unwrap();
+        assert!(matches!(answer, Err(FleetError::LinkDown { .. })), "{answer:?}");
+    }
+    assert!(!linked_stop.is_killed(), "nothing reached the fleet while frozen");
     // Thawed, the kill kept here is written and reaches the replica linked before.
     server.thaw();
     poll_until(LINK, "the kill spread to the linked replica", || {
@@ -253,6 +247,29 @@ async fn a_kill_made_while_redis_is_frozen_is_applied_here_at_once_and_spread_wh
     .await;
     assert_eq!(key_act(&url, &prefix).await.map(|(k, _)| k), Some(true));
     assert!(stop.is_killed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_made_as_the_link_first_comes_up_is_written_and_answered_ok() {
+    let Some(server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("first-kill");
+    let (_linked, linked_stop) = sharing(&url, &prefix, "linked").await;
+    // An operator's tool: start, act, exit. The act is answered once written.
+    for round in 0..5 {
+        let tool = quick(&url, &prefix, &format!("tool-{round}"));
+        let killed = round % 2 == 0;
+        let answer = if killed {
+            tool.kill("model").await
+        } else {
+            tool.revive("model").await
+        };
+        assert_eq!(answer, Ok(()), "round {round}");
+        assert_eq!(key_act(&url, &prefix).await.map(|(k, _)| k), Some(killed));
+        poll_until(LINK, "the act spread", || linked_stop.is_killed() == killed).await;
+    }
 }
 
 /// A TCP proxy in front of Redis for one replica: cut, it drops every connection and
