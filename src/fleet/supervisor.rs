@@ -92,13 +92,9 @@ pub(crate) enum Command {
         reply: Reply,
     },
     /// Read every kill key now.
-    Sync {
-        reply: Reply,
-    },
+    Sync { reply: Reply },
     /// Answer once every command sent before is carried out, with the link up.
-    Barrier {
-        reply: Reply,
-    },
+    Barrier { reply: Reply },
 }
 
 /// The connections of one up link.

@@ -235,10 +235,19 @@ async fn a_kill_made_while_redis_is_frozen_is_applied_here_at_once_and_spread_wh
     }
     // Each is answered when the attempt ends: not written, kept.
     for reply in replies {
-        let answer = tokio::time::timeout(LINK, reply).await.expect("bounded").unwrap();
-        assert!(matches!(answer, Err(FleetError::LinkDown { .. })), "{answer:?}");
+        let answer = tokio::time::timeout(LINK, reply)
+            .await
+            .expect("bounded")
+            .unwrap();
+        assert!(
+            matches!(answer, Err(FleetError::LinkDown { .. })),
+            "{answer:?}"
+        );
     }
-    assert!(!linked_stop.is_killed(), "nothing reached the fleet while frozen");
+    assert!(
+        !linked_stop.is_killed(),
+        "nothing reached the fleet while frozen"
+    );
     // Thawed, the kill kept here is written and reaches the replica linked before.
     server.thaw();
     poll_until(LINK, "the kill spread to the linked replica", || {
