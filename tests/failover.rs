@@ -201,6 +201,10 @@ async fn a_long_retry_after_opens_the_primary_at_once_and_the_second_answers() {
 
     let answer = ask(&llm, "q").await;
     assert_eq!(passed(&answer), Some("a; reason=open"));
+    // The breaker waits at most its cap, and says it was asked for longer.
+    let why = route(&answer).passed()[0].why().to_string();
+    assert!(why.starts_with("open, tried again in "), "{why}");
+    assert!(why.ends_with(" (it asked for longer)"), "{why}");
     assert_eq!(a.requests(), 1);
 }
 

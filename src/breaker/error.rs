@@ -419,6 +419,31 @@ impl Rejected {
         self.skip.next_probe()
     }
 
+    /// The skip itself: its reason, state and next probe, and whether the service asked
+    /// to wait longer than the breaker waits ([`Skip::asked_longer`]), as a fallback
+    /// would have been told it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Service, ServiceExt};
+    /// use tower_circuit_breaker::error::Rejected;
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, Reason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// let layer = CircuitBreakerLayer::builder().build()?;
+    /// layer.handle().open_for(Duration::from_secs(30));
+    /// let mut svc = tower::Layer::layer(&layer, service_fn(|_: ()| async { Ok::<_, tower::BoxError>(()) }));
+    /// let error = svc.ready().await?.call(()).await.unwrap_err();
+    /// let skip = Rejected::find(&*error).expect("skipped").skip();
+    /// assert_eq!(skip.reason(), Reason::ForcedOpen);
+    /// assert!(!skip.asked_longer());
+    /// # Ok(()) }
+    /// ```
+    pub fn skip(&self) -> Skip {
+        self.skip
+    }
+
     /// How long from `now` until a probe may go, when the wait is known in time. `now`
     /// is on the breaker's clock: `tokio::time::Instant::now().into_std()` (see
     /// [`NextProbe`]).

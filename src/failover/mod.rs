@@ -76,7 +76,7 @@ pub use self::route::{PassReason, Passed, Route, Routed};
 
 use crate::error::Rejected;
 use crate::error_text::text_with_sources;
-use crate::{redact, Answer, CircuitBreakerHandle, NextProbe, Origin, Skip, Source};
+use crate::{redact, Answer, CircuitBreakerHandle, NextProbe, Origin, Source};
 
 /// Makes a provider's request from the caller's; `None`: it cannot be made (a body that
 /// cannot be cloned, say), and the provider is passed.
@@ -389,9 +389,7 @@ where
                 },
                 Err(error) => match rejection(error) {
                     Some(rejected) => {
-                        let skip =
-                            Skip::new(rejected.reason(), rejected.state(), rejected.next_probe());
-                        route.pass(name.clone(), PassReason::Skipped(skip));
+                        route.pass(name.clone(), PassReason::Skipped(rejected.skip()));
                         continue;
                     }
                     None => Attempted::Failed(error),

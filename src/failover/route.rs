@@ -62,7 +62,11 @@ impl fmt::Display for PassReason {
                 match skip.next_probe() {
                     NextProbe::After { at: Some(at), .. } => {
                         let wait = at.saturating_duration_since(now());
-                        write!(f, ", tried again in {}", whole_seconds(wait))
+                        write!(f, ", tried again in {}", whole_seconds(wait))?;
+                        if skip.asked_longer() {
+                            f.write_str(" (it asked for longer)")?;
+                        }
+                        Ok(())
                     }
                     NextProbe::Manual => f.write_str(", until a person acts"),
                     _ => Ok(()),
