@@ -5,7 +5,8 @@ use std::borrow::Cow;
 /// The text with what looks like a credential replaced by `[redacted]`: a URL's user
 /// information (`https://user:pass@host` becomes `https://[redacted]@host`) and query
 /// string (`?key=…` becomes `?[redacted]`), and the value after `Bearer `, `Basic `,
-/// `api-key=`, `api_key=`, `token=` or `key=` outside a URL.
+/// `api-key=`, `api_key=`, `token=`, `key=`, `password=`, `passwd=`, `secret=`,
+/// `api-key: ` (`X-Api-Key: …`) or `Authorization: Token ` outside a URL.
 ///
 /// The crate runs every message it shows outside the process (failure messages in
 /// reports, headers and route descriptions) through it; use it for your own texts too.
@@ -48,8 +49,18 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 const REDACTED: &str = "[redacted]";
 
 /// Words after which a secret follows (compared without case).
-const MARKERS: [&str; 6] = [
-    "bearer ", "basic ", "api-key=", "api_key=", "token=", "key=",
+const MARKERS: [&str; 11] = [
+    "bearer ",
+    "basic ",
+    "api-key=",
+    "api_key=",
+    "token=",
+    "key=",
+    "password=",
+    "passwd=",
+    "secret=",
+    "api-key: ",
+    "authorization: token ",
 ];
 
 fn needs_redaction(text: &str) -> bool {
@@ -58,7 +69,8 @@ fn needs_redaction(text: &str) -> bool {
 }
 
 /// The length of the URL that starts `text`, if one does (`scheme://…`, up to the
-/// first whitespace, quote, bracket or angle bracket).
+/// first whitespace, quote, bracket or angle bracket past its user information, which
+/// may hold `)` and `'` as they are: `https://bob:hun)ter2@host`).
 fn url_len(text: &str) -> Option<usize> {
     let scheme = text
         .bytes()
@@ -67,10 +79,17 @@ fn url_len(text: &str) -> Option<usize> {
     if scheme == 0 || !text[scheme..].starts_with("://") {
         return None;
     }
-    let len = text
+    let start = scheme + 3;
+    let authority = text[start..]
+        .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '<' | '>' | '`'))
+        .map_or(text.len(), |end| start + end);
+    let past_user = text[start..authority]
+        .rfind('@')
+        .map_or(start, |at| start + at + 1);
+    let len = text[past_user..]
         .char_indices()
         .find(|&(_, c)| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '<' | '>' | '`'))
-        .map_or(text.len(), |(at, _)| at);
+        .map_or(text.len(), |(at, _)| past_user + at);
     Some(len)
 }
 
@@ -144,6 +163,33 @@ mod tests {
         let shown = redact("redis://user:pa/ss@host:6379/0 refused");
         assert!(!shown.contains("pa") && !shown.contains("ss@"), "{shown}");
         assert_eq!(shown, "redis://[redacted]@host:6379/0 refused");
+    }
+
+    #[test]
+    fn a_password_holding_a_bracket_or_a_quote_never_shows() {
+        // RFC 3986 allows both in user information as they are, and reqwest's URLs keep
+        // them: the URL does not end there.
+        assert_eq!(
+            redact("error sending request for url (https://bob:hun)ter2@api.example.com/v1)"),
+            "error sending request for url (https://[redacted]@api.example.com/v1)"
+        );
+        assert_eq!(
+            redact("redis://default:p'ss)word@cache:6379 refused"),
+            "redis://[redacted]@cache:6379 refused"
+        );
+        // A bracket after a URL without user information still ends it.
+        assert_eq!(redact("(see http://h/a) then"), "(see http://h/a) then");
+    }
+
+    #[test]
+    fn passwords_secrets_and_api_key_headers_are_removed() {
+        assert_eq!(redact("password=hunter2 x"), "password=[redacted] x");
+        assert_eq!(redact("X-Api-Key: hunter2"), "X-Api-Key: [redacted]");
+        assert_eq!(
+            redact("Authorization: Token hunter2"),
+            "Authorization: Token [redacted]"
+        );
+        assert_eq!(redact("client secret=abc;"), "client secret=[redacted];");
     }
 
     #[test]
