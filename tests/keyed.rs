@@ -1033,3 +1033,80 @@ fn public_types_are_send_and_sync() {
         .is_ready());
     send(&svc.call("a:ok"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_keys_credentials_and_line_breaks_never_show_in_its_breakers_name() {
+    for by_display in [false, true] {
+        let template = Builder::new().name("fetch").failure_threshold(1);
+        let mut builder = KeyedCircuitBreakerLayer::builder(template, |url: &String| url.clone());
+        if by_display {
+            builder = builder.name_keys_by_display();
+        }
+        let layer = builder.build().unwrap();
+        let registry = layer.handle();
+        let mut svc = layer.layer(service_fn(|_: String| async {
+            Err::<(), _>(io::Error::other("refused"))
+        }));
+        // A key from the network: a URL with a password and a key, and a line break.
+        let key = "https://bob:hunter2@api.example.com/v1?key=SECRET\n[forged]".to_string();
+        let _ = svc.ready().await.unwrap().call(key.clone()).await;
+        let error = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(key.clone())
+            .await
+            .unwrap_err();
+        let name = registry.get(&key).unwrap().name().to_owned();
+        let shown = format!("{error} {name}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("SECRET"),
+            "{shown}"
+        );
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(name.contains("api.example.com"), "{name}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_held_open_by_a_permanent_failure_is_never_evicted_nor_called_again() {
+    let template = Builder::new().name("k").failure_threshold(1);
+    let layer = KeyedCircuitBreakerLayer::builder(template, |n: &u64| *n)
+        .capacity(16)
+        .build()
+        .unwrap()
+        .with_classifier(|result: &Result<u64, io::Error>| match result {
+            Ok(_) => Outcome::Success,
+            Err(e) if e.to_string() == "revoked" => {
+                Outcome::Failure(tower_circuit_breaker::Failure::new("revoked key").permanent())
+            }
+            Err(_) => Outcome::failure(),
+        });
+    let registry = layer.handle();
+    let calls_for_zero = Arc::new(AtomicUsize::new(0));
+    let counted = calls_for_zero.clone();
+    let mut svc = layer.layer(service_fn(move |n: u64| {
+        if n == 0 {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        async move { Err::<u64, _>(io::Error::other(if n == 0 { "revoked" } else { "refused" })) }
+    }));
+    let _ = svc.ready().await.unwrap().call(0).await;
+    assert_eq!(registry.get(&0).unwrap().state(), State::Open);
+    // A flood of failing keys, far past twice the capacity: open ones are evicted.
+    for n in 1..=64 {
+        let _ = svc.ready().await.unwrap().call(n).await;
+    }
+    assert!(registry.evictions() > 0);
+    assert!(
+        registry.get(&0).is_some(),
+        "the key a person must reset is kept"
+    );
+    let error = svc.ready().await.unwrap().call(0).await.unwrap_err();
+    assert!(Rejected::find(&*error).is_some(), "{error}");
+    assert_eq!(
+        calls_for_zero.load(Ordering::SeqCst),
+        1,
+        "never called again"
+    );
+}

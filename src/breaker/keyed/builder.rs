@@ -46,11 +46,31 @@ pub struct KeyedBuilder<K, KF> {
 }
 
 pub(super) fn debug_name<K: fmt::Debug>(name: &str, key: &K) -> Arc<str> {
-    format!("{name}[{key:?}]").into()
+    shown(&format!("{name}[{key:?}]"))
 }
 
 pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
-    format!("{name}[{key}]").into()
+    shown(&format!("{name}[{key}]"))
+}
+
+/// A key's breaker name as it is shown in errors, snapshots, logs and metric labels: a
+/// key may come from the network, and hold a URL with a password or a line break that
+/// would forge a log line. What looks like a credential is redacted
+/// ([`redact`](crate::redact)), control characters escaped.
+fn shown(name: &str) -> Arc<str> {
+    let redacted = crate::redact(name);
+    if !redacted.chars().any(char::is_control) {
+        return redacted.into();
+    }
+    let mut escaped = String::with_capacity(redacted.len() + 8);
+    for c in redacted.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    escaped.into()
 }
 
 impl<K, KF> KeyedBuilder<K, KF> {
