@@ -107,7 +107,9 @@
 //!
 //! The overflow stops at twice the capacity: past it, the least recently used idle
 //! breaker that is **open** (opened by its failures: never one a person forced open, one
-//! half-open or one in use or held) is evicted too, forgetting its failures. Keys that
+//! a permanent failure holds open until a reset ([`Failure::permanent`](crate::Failure::permanent):
+//! forgotten, its key would be called again), one half-open or one in use or held) is
+//! evicted too, forgetting its failures. Keys that
 //! come from the network (a host, a model, a tool name) and fail would otherwise grow
 //! the registry without bound.
 //!

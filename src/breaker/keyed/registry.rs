@@ -105,7 +105,11 @@ impl Entry {
         Arc::strong_count(&self.shared) == 1
             && match self.shared.published_state() {
                 State::Closed => true,
-                State::Open | State::HalfOpen => reach == Reach::Open,
+                // One held open by a permanent failure waits for a person, as a forced
+                // one does: forgotten, its key would be called again.
+                State::Open | State::HalfOpen => {
+                    reach == Reach::Open && !self.shared.held_until_reset()
+                }
                 State::ForcedOpen => false,
             }
     }
@@ -117,8 +121,8 @@ pub(super) enum Reach {
     /// Closed ones: nothing is forgotten but their counts.
     Closed,
     /// Open ones too (opened by failures, or half-open with no probe under way; never one
-    /// a person forced open): only past twice the capacity, so that keys that fail cannot
-    /// grow the registry without bound.
+    /// a person forced open or a permanent failure holds open until a reset): only past
+    /// twice the capacity, so that keys that fail cannot grow the registry without bound.
     Open,
 }
 

@@ -762,6 +762,20 @@ impl Shared {
         self.door().state()
     }
 
+    /// Whether a failure of the service's own holds it open until a person resets it
+    /// ([`Failure::permanent`](crate::Failure::permanent)): open, with no probe
+    /// scheduled, whatever the kill switch says.
+    pub(in crate::breaker) fn held_until_reset(&self) -> bool {
+        let door = self.door();
+        let mut looking = Fixed {
+            step: self.tally.steps() + 1,
+            now: now(),
+        };
+        door.state() == State::Open
+            && matches!(door.admit(false, &mut looking),
+                Admission::Skip(skip) if skip.next_probe() == NextProbe::Manual)
+    }
+
     pub(in crate::breaker) fn set_threshold_relief(&self, relief: u32) {
         self.with(|machine, _| (machine.set_threshold_relief(relief), None));
     }
