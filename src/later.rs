@@ -2,9 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-/// `now + wait`, or a century from now when that does not fit the clock: a wait that
-/// long means "not by time".
+/// The longest wait a time is set for: a century. A wait that long means "not by time".
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `now + wait`, at most [`LONGEST_WAIT`] from now.
 pub(crate) fn later(now: Instant, wait: Duration) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    now.checked_add(wait.min(CENTURY)).unwrap_or(now)
+    now.checked_add(wait.min(LONGEST_WAIT)).unwrap_or(now)
 }

@@ -403,7 +403,9 @@ fn the_builder_rejects_what_no_path_could_reach() {
         Admin::builder().kill_switch("", all).build().unwrap_err(),
         AdminError::EmptyName
     );
-    for prefix in ["admin", "/admin/"] {
+    for prefix in [
+        "admin", "/admin/", "/ad min", "/é", "/a?b", "/a#b", "//a", "/a%20b",
+    ] {
         let error = Admin::builder().prefix(prefix).build().unwrap_err();
         assert_eq!(error, AdminError::BadPrefix(prefix.into()));
         assert!(error.to_string().starts_with("the prefix must"));
@@ -524,6 +526,54 @@ fn the_admin_service_can_be_shared_across_threads_as_hyper_and_axum_need() {
     send_sync_clone::<tower_circuit_breaker::admin::HealthRule>();
     send::<tower_circuit_breaker::admin::AdminFuture<hyper::body::Incoming>>();
     send::<tower_circuit_breaker::admin::AdminBody>();
+}
+
+#[tokio::test]
+async fn an_open_for_too_long_or_naming_a_field_twice_is_refused_not_cut_short() {
+    let (all, chat, embed) = breakers();
+    let server = AdminServer::start(admin(&all, &chat, &embed, true)).await;
+    for body in [
+        r#"{"seconds": 1e18}"#,
+        r#"{"seconds": 3153600001}"#,
+        r#"{"duration_ms": 18446744073709551615}"#,
+        r#"{"seconds": 30, "seconds": 1}"#,
+        r#"{"duration_ms": 30000, "duration_ms": 1}"#,
+        r#"{"seconds": 30, "duration_ms": 1}"#,
+    ] {
+        let (status, error) =
+            send(Method::POST, &server.url("/breakers/chat/open_for"), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(error["error"]["code"], "bad_request", "{body}");
+    }
+    assert_eq!(chat.state(), State::Closed, "nothing acted");
+    // A century is the longest.
+    let (status, _) = send(
+        Method::POST,
+        &server.url("/breakers/chat/open_for"),
+        r#"{"seconds": 3153600000}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_stops_coming_is_answered_408_after_ten_seconds() {
+    let (all, chat, embed) = breakers();
+    let admin = admin(&all, &chat, &embed, true);
+    // A client that sends part of a body and stops, its connection left open.
+    let part = futures::stream::iter([Ok::<_, std::io::Error>(http_body::Frame::data(
+        Bytes::from_static(b"{\"sec"),
+    ))]);
+    let body = StreamBody::new(futures::StreamExt::chain(part, futures::stream::pending()));
+    let request = Request::post("/breakers/chat/open_for").body(body).unwrap();
+    let started = tokio::time::Instant::now();
+    let response = admin.oneshot(request).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["code"], "body_timed_out");
+    assert_eq!(chat.state(), State::Closed, "nothing acted");
 }
 
 #[tokio::test]

@@ -49,8 +49,9 @@
 //!   `WWW-Authenticate: Bearer` for a token guard), `404` (`not_found`,
 //!   `unknown_breaker`, `unknown_kill_switch`), `405` (`method_not_allowed`, with an
 //!   `Allow` header), `400` (`bad_request`: a bad escape in the path, a body that is not
-//!   the JSON asked for, a duration that is zero, negative or too long, a body that
-//!   broke off) or `413` (`body_too_large`: more than 4 KiB).
+//!   the JSON asked for or names a field twice, a duration that is zero, negative or
+//!   longer than 100 years, a body that broke off), `408` (`body_timed_out`: a body not
+//!   whole within 10 s) or `413` (`body_too_large`: more than 4 KiB).
 //!
 //! ```
 //! use std::time::Duration;
@@ -133,9 +134,14 @@ pub use self::reply::AdminBody;
 use self::reply::{head_of, json, Problem};
 use self::route::{Act, Target};
 use crate::http::bounded_read::{BoundedRead, Unread};
+use crate::later::LONGEST_WAIT;
 use crate::snapshot::Snapshot;
 use crate::CircuitBreakerHandle;
 use crate::KillSwitch;
+
+/// How long the admin service waits for a request body to be whole: a client that
+/// sends part of one and stops is answered `408`, not waited for.
+const BODY_WAIT: Duration = Duration::from_secs(10);
 
 /// The largest request body the admin service reads: 4 KiB.
 pub const MAX_BODY: usize = 4 * 1024;
@@ -153,8 +159,10 @@ pub enum AdminError {
     /// A kill switch's name is empty: no path reaches it.
     #[error("a kill switch name must not be empty")]
     EmptyName,
-    /// The prefix is not empty and does not start with `/`, or ends with one.
-    #[error("the prefix must be empty or start with '/' and not end with it, got {0:?}")]
+    /// The prefix is not empty and does not start with `/`, or ends with one, or holds
+    /// what no request's path can start with as it comes (a space, a character past
+    /// ASCII, `?`, `#`, `%`, `//`).
+    #[error("the prefix must be empty or start with '/', not end with it, and hold only visible ASCII but '?', '#', '%' and '//', got {0:?}")]
     BadPrefix(String),
     /// No guard was chosen: every request, reads included, needs one
     /// ([`bearer_token`](AdminBuilder::bearer_token),
@@ -293,7 +301,16 @@ impl AdminBuilder {
     /// kill switches with one name, an empty kill switch name, a bad prefix.
     pub fn build(mut self) -> Result<Admin, AdminError> {
         let prefix = &self.prefix;
-        if !prefix.is_empty() && (!prefix.starts_with('/') || prefix.ends_with('/')) {
+        // Compared with the path as it comes, still escaped: a prefix a path cannot
+        // start with as it is (a space, a character past ASCII, `?`, `#`, `%`, `//`)
+        // would match no request.
+        let unmatchable = |c: char| !c.is_ascii_graphic() || matches!(c, '?' | '#' | '%');
+        if !prefix.is_empty()
+            && (!prefix.starts_with('/')
+                || prefix.ends_with('/')
+                || prefix.contains("//")
+                || prefix.contains(unmatchable))
+        {
             return Err(AdminError::BadPrefix(self.prefix));
         }
         for (i, handle) in self.breakers.iter().enumerate() {
@@ -597,31 +614,35 @@ enum Next {
     ReadDuration(CircuitBreakerHandle),
 }
 
+/// An `open_for` body as sent: a field given twice is refused, not the last one taken.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenFor {
+    seconds: Option<serde_json::Number>,
+    duration_ms: Option<serde_json::Number>,
+}
+
 /// The duration in an `open_for` body: `{"seconds": 30}` (a fraction allowed) or
-/// `{"duration_ms": 30000}`, exactly one, more than zero.
+/// `{"duration_ms": 30000}`, exactly one, more than zero and at most a century (a time
+/// further off is not cut short without a word).
 fn duration_of(body: &[u8]) -> Result<Duration, Problem> {
     let asked = "the body must be {\"seconds\": N} or {\"duration_ms\": N}";
-    let value: serde_json::Value = serde_json::from_slice(body)
+    let open_for: OpenFor = serde_json::from_slice(body)
         .map_err(|error| Problem::bad_request(format!("{asked}: {error}")))?;
-    let Some(object) = value.as_object() else {
-        return Err(Problem::bad_request(asked));
-    };
-    let duration = match (
-        object.len(),
-        object.get("seconds"),
-        object.get("duration_ms"),
-    ) {
-        (1, Some(seconds), None) => seconds
+    let duration = match (open_for.seconds, open_for.duration_ms) {
+        (Some(seconds), None) => seconds
             .as_f64()
             .filter(|s| s.is_finite() && *s > 0.0)
             .and_then(|s| Duration::try_from_secs_f64(s).ok()),
-        (1, None, Some(ms)) => ms.as_u64().filter(|ms| *ms > 0).map(Duration::from_millis),
+        (None, Some(ms)) => ms.as_u64().filter(|ms| *ms > 0).map(Duration::from_millis),
         _ => return Err(Problem::bad_request(asked)),
     };
     // A number of seconds more than zero can still round to no time at all.
-    duration.filter(|d| !d.is_zero()).ok_or_else(|| {
-        Problem::bad_request("the duration must be a number more than zero that a clock can hold")
-    })
+    duration
+        .filter(|d| !d.is_zero() && *d <= LONGEST_WAIT)
+        .ok_or_else(|| {
+            Problem::bad_request("the duration must be more than zero and at most 100 years")
+        })
 }
 
 impl<B> Service<Request<B>> for Admin
@@ -647,6 +668,7 @@ where
             Ok(Next::ReadDuration(handle)) => State::Reading {
                 body: Box::pin(body),
                 read: BoundedRead::whole(MAX_BODY),
+                deadline: Box::pin(tokio::time::sleep(BODY_WAIT)),
                 handle,
                 admin: self.inner.clone(),
             },
@@ -666,6 +688,8 @@ enum State<B> {
     Reading {
         body: Pin<Box<B>>,
         read: BoundedRead,
+        /// When a body still not whole is given up on.
+        deadline: Pin<Box<tokio::time::Sleep>>,
         handle: CircuitBreakerHandle,
         admin: Arc<Inner>,
     },
@@ -675,7 +699,7 @@ impl<B: Body> Future for AdminFuture<B> {
     type Output = Result<Response<AdminBody>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (body, read, handle, admin) = match &mut self.state {
+        let (body, read, deadline, handle, admin) = match &mut self.state {
             State::Answer(response) => {
                 let response = response.take().expect("polled after completion");
                 return Poll::Ready(Ok(response));
@@ -683,14 +707,21 @@ impl<B: Body> Future for AdminFuture<B> {
             State::Reading {
                 body,
                 read,
+                deadline,
                 handle,
                 admin,
-            } => (body, read, handle, admin),
+            } => (body, read, deadline, handle, admin),
         };
-        let answer = match ready!(read.poll_read_whole(body, cx)) {
-            Ok(()) => open_for(admin, handle, read.bytes()),
-            Err(Unread::Body(_)) => Problem::bad_request("the request body broke off").response(),
-            Err(Unread::TooLarge) => Problem::body_too_large(MAX_BODY).response(),
+        let answer = match read.poll_read_whole(body, cx) {
+            Poll::Ready(Ok(())) => open_for(admin, handle, read.bytes()),
+            Poll::Ready(Err(Unread::Body(_))) => {
+                Problem::bad_request("the request body broke off").response()
+            }
+            Poll::Ready(Err(Unread::TooLarge)) => Problem::body_too_large(MAX_BODY).response(),
+            Poll::Pending => {
+                ready!(deadline.as_mut().poll(cx));
+                Problem::body_timed_out(BODY_WAIT).response()
+            }
         };
         self.state = State::Answer(None);
         Poll::Ready(Ok(answer))

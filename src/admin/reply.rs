@@ -160,6 +160,14 @@ impl Problem {
         )
     }
 
+    pub(super) fn body_timed_out(wait: std::time::Duration) -> Self {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timed_out",
+            format!("the request body was not whole within {} s", wait.as_secs()),
+        )
+    }
+
     pub(super) fn body_too_large(limit: usize) -> Self {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
