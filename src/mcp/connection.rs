@@ -29,7 +29,7 @@ use crate::later::later;
 
 use super::error::StartError;
 use super::exit::Exit;
-use super::quote::{quote, said, service_error, MAX_QUOTE};
+use super::quote::{said, service_error, MAX_QUOTE};
 use super::settings::ServerSettings;
 use super::status::Down;
 use super::tool_list::ToolList;
@@ -181,7 +181,8 @@ impl StderrLine {
         let line = std::mem::take(self);
         let text = String::from_utf8_lossy(&line.head);
         let text = text.strip_suffix('\r').unwrap_or(&text);
-        let quoted = quote(text);
+        // A server may print a URL with its password, or a token: shown, it is redacted.
+        let quoted = said(text);
         if line.cut && !quoted.ends_with('…') {
             format!("{quoted}…")
         } else {

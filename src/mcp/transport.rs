@@ -25,14 +25,18 @@ pub(crate) struct Command {
 }
 
 impl Transport {
-    /// The command line, or a remote server's URL (redacted), for messages.
+    /// The command line (what looks like a credential in it redacted: `--token=…`, a
+    /// URL's password), or a remote server's URL (redacted), for messages.
     pub(crate) fn command_line(&self) -> String {
         match self {
-            Transport::Stdio(command) => std::iter::once(&command.program)
-                .chain(&command.args)
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
+            Transport::Stdio(command) => {
+                let line = std::iter::once(&command.program)
+                    .chain(&command.args)
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                crate::redact(&line).into_owned()
+            }
             #[cfg(feature = "mcp-http")]
             Transport::Remote(remote) => remote.shown(),
         }

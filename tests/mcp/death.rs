@@ -228,6 +228,40 @@ async fn a_command_that_cannot_start_says_why_and_sends_nothing() -> TestResult 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_servers_command_line_or_stderr_never_show_in_errors_or_status() -> TestResult
+{
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    // A server given a token on its command line, which prints a URL with a password, a
+    // key and a bearer token to stderr, and dies.
+    let script = "echo 'fatal: GET https://bob:hunter2@db.example/x?api_key=sk-QS failed; \
+                  Authorization: Bearer sk-BEARERSTDERR' >&2; exit 3";
+    let server = quick(McpServer::builder("leaky", "sh").args(["-c", script, "--token=ARGSECRET"]))
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(10), Duration::from_secs(10)))
+        .start()?;
+    let error = server.wait_ready(PATIENCE).await.unwrap_err();
+    let status = server.status();
+    let shown = format!("{error} | {error:?} | {status} | {server:?}");
+    assert!(
+        shown.contains("fatal: GET https://[redacted]@db.example/x"),
+        "{shown}"
+    );
+    for secret in ["hunter2", "sk-QS", "sk-BEARERSTDERR", "ARGSECRET"] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+    }
+    let spawn =
+        quick(McpServer::builder("ghost", "/nonexistent/mcp-server").arg("--api-key=sk-ARG"))
+            .restart(RestartPolicy::new().backoff(Duration::from_secs(10), Duration::from_secs(10)))
+            .start()?;
+    let error = spawn.wait_ready(PATIENCE).await.unwrap_err().to_string();
+    assert!(!error.contains("sk-ARG"), "{error}");
+    server.stop().await;
+    spawn.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_dying_on_every_start_backs_off_and_gives_up_at_the_crash_loop_limit() -> TestResult
 {
     if servers::get().is_none() {
