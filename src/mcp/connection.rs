@@ -346,9 +346,15 @@ where
     let client = match timeout_at(deadline, handler.serve(transport)).await {
         Ok(Ok(client)) => client,
         Ok(Err(error)) => {
+            #[cfg(feature = "mcp-http")]
+            if let Some(why) = super::remote::unreachable(&error) {
+                return Err(StartError::Unreachable {
+                    message: said(&why),
+                });
+            }
             return Err(StartError::Handshake {
                 message: said(&error.to_string()),
-            })
+            });
         }
         Err(_) => {
             return Err(StartError::Timeout {

@@ -175,6 +175,14 @@ pub enum StartError {
         /// Why.
         message: String,
     },
+    /// A remote server could not be reached (no connection, or none within the timeout):
+    /// it is down, not crashing. Such starts are not counted towards the crash-loop
+    /// limit: the server is tried again at the backoff's pace until it answers.
+    #[error("it could not be reached: {message}")]
+    Unreachable {
+        /// Why.
+        message: String,
+    },
 }
 
 /// A call to a server's tool that failed, and whose fault it was.

@@ -178,6 +178,23 @@ pub(crate) enum SendFailure {
     Transport,
 }
 
+/// When a failed handshake is a server that could not be reached (no connection was
+/// made, or none within the timeout), why, with the causes (`connection refused`).
+pub(crate) fn unreachable(error: &rmcp::service::ClientInitializeError) -> Option<String> {
+    let rmcp::service::ClientInitializeError::TransportError { error, .. } = error else {
+        return None;
+    };
+    match error
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        Some(StreamableHttpError::Client(error)) if error.is_connect() || error.is_timeout() => {
+            Some(crate::error_text::text_with_sources(error))
+        }
+        _ => None,
+    }
+}
+
 impl SendFailure {
     pub(crate) fn of(error: &DynamicTransportError) -> SendFailure {
         match error

@@ -15,7 +15,10 @@ use super::error::McpConfigError;
 /// never more than `max`. A server that ran for the whole window before it died starts
 /// again from `initial`. More than `restarts` restarts within the window is a crash
 /// loop: the server is not started again until someone asks for it
-/// ([`McpServer::restart`](super::McpServer::restart)).
+/// ([`McpServer::restart`](super::McpServer::restart)). A remote server that cannot be
+/// reached (no connection: it is down, not crashing) is not counted
+/// ([`StartError::Unreachable`](super::StartError::Unreachable)): it is tried again at the
+/// backoff's pace, every `max` at the slowest, until it answers.
 ///
 /// The wait is the server's breaker's: every restart is that breaker's probe, so it
 /// happens only when the breaker lets one through, never in a tight loop.
@@ -159,6 +162,14 @@ impl Restarts {
         }
     }
 
+    /// The restart attempted last found the server unreachable: it is down, not
+    /// crashing. Not counted towards the crash loop; the backoff grows as for a failure.
+    pub(crate) fn unreachable(&mut self) -> Next {
+        self.attempts.pop_back();
+        self.in_a_row = self.in_a_row.saturating_add(1);
+        Next::RestartAfter(self.policy.delay(self.in_a_row))
+    }
+
     /// A restart is attempted at `now`.
     pub(crate) fn attempted(&mut self, now: Instant) {
         self.forget_before(now);
@@ -247,6 +258,24 @@ mod tests {
             r.failed(later, None),
             Next::RestartAfter(Duration::from_millis(100))
         );
+    }
+
+    #[test]
+    fn a_server_that_cannot_be_reached_backs_off_and_is_never_given_up() {
+        let mut r = Restarts::new(policy().crash_loop(3, Duration::from_secs(10)));
+        let t = Instant::now();
+        let mut waits = Vec::new();
+        for _ in 0..20 {
+            r.attempted(t);
+            match r.unreachable() {
+                Next::RestartAfter(wait) => waits.push(wait.as_millis()),
+                Next::GiveUp { .. } => panic!("an outage is not a crash loop"),
+            }
+        }
+        assert_eq!(waits[..4], [100, 200, 400, 500]);
+        assert!(waits[4..].iter().all(|&w| w == 500));
+        // Its failed starts were not counted: a crash once it is reached is the first.
+        assert!(matches!(r.failed(t, None), Next::RestartAfter(_)));
     }
 
     #[test]

@@ -390,7 +390,11 @@ impl Supervisor {
     fn down(&mut self, why: Down, ran_for: Option<Duration>) {
         let now = Instant::now();
         tracing::info!(target: "tower_circuit_breaker::mcp", server = %self.shared.name(), "down: it {why}");
-        match self.restarts.failed(now, ran_for) {
+        let next = match &why {
+            Down::StartFailed(StartError::Unreachable { .. }) => self.restarts.unreachable(),
+            _ => self.restarts.failed(now, ran_for),
+        };
+        match next {
             Next::RestartAfter(wait) => {
                 let until = later(now.into_std(), wait);
                 self.shared.breaker.hold_open_until(until);

@@ -431,3 +431,67 @@ async fn a_server_restarted_while_idle_refuses_the_old_session_and_a_new_one_is_
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_server_down_for_long_is_tried_again_until_it_answers_never_given_up() -> TestResult
+{
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let mut everything = EverythingHttp::start(servers).await;
+    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    // At most 3 restarts within a minute, 50 to 100 ms apart: a crashing process would be
+    // given up on within half a second.
+    let server = remote("everything", &url)
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(50), Duration::from_millis(100))
+                .crash_loop(3, Duration::from_secs(60)),
+        )
+        .start()?;
+    let first = running(&server).await;
+    everything.kill_9();
+    // Calls find it gone, and its supervisor tries to reach it, again and again.
+    eventually("calls find it gone", || async {
+        let _ = echo(&server, "finding it gone").await;
+        server.status().state != ServerState::Running
+    })
+    .await;
+    let mut seen_unreachable = false;
+    let watching = Instant::now();
+    while watching.elapsed() < Duration::from_millis(1500) {
+        let _ = echo(&server, "while down").await;
+        let status = server.status();
+        assert!(
+            !matches!(status.state, ServerState::GaveUp { .. }),
+            "an outage is not a crash loop: {status}"
+        );
+        seen_unreachable |= matches!(
+            status.state,
+            ServerState::Down(Down::StartFailed(
+                tower_circuit_breaker::mcp::StartError::Unreachable { .. }
+            ))
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen_unreachable, "{}", server.status());
+    let status = server.status().to_string();
+    assert!(
+        status.to_lowercase().contains("connection refused"),
+        "{status}"
+    );
+    assert!(
+        server.status().starts > first.starts + 3,
+        "{}",
+        server.status()
+    );
+    // Back on its port: reached again, through the probe.
+    everything.restart().await;
+    until(&server, "running again", |s| {
+        s.state == ServerState::Running
+    })
+    .await;
+    assert_eq!(echo(&server, "back").await?, "Echo: back");
+    server.stop().await;
+    Ok(())
+}
