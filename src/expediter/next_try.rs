@@ -155,7 +155,9 @@ impl fmt::Display for NextTry {
             }
             NextTry::WhenRevived => f.write_str("once an operator revives it"),
             NextTry::AfterReset => f.write_str("only once an operator resets it"),
-            NextTry::WhenAvailable => f.write_str("once its pre-call check finds it available"),
+            NextTry::WhenAvailable => {
+                f.write_str("in a new cycle, once its pre-call check finds it available")
+            }
             NextTry::WhenReported => f.write_str("once it is reported available"),
             NextTry::WhenFreed => f.write_str("in a new cycle, or once a person frees it"),
             NextTry::Paused { reason, then } => {
