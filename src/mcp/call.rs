@@ -155,6 +155,7 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
                     }
                 }
                 SendFailure::Lost => return McpError::ConnectionLost { server, tool },
+                SendFailure::Unreachable => return McpError::Unreachable { server, tool },
                 SendFailure::Transport => {}
             }
             McpError::Transport {

@@ -27,7 +27,7 @@ type ToolErrorRule = Arc<dyn Fn(&str) -> Blame + Send + Sync>;
 /// | invalid arguments, `-32602` ([`McpError::InvalidArguments`]) | ignored: the caller's | success |
 /// | a tool it does not (or no longer) list | ignored, never sent | not asked |
 /// | down, unavailable ([`McpError::Unavailable`]) | failure | not asked |
-/// | the connection lost under the call, or the session forgotten (HTTP 404, or a 400 saying so) | failure | not counted: its supervisor makes a new connection |
+/// | the connection lost under the call, the session forgotten (HTTP 404, or a 400 saying so), or a remote server that could not be reached ([`McpError::Unreachable`]) | failure | not counted: its supervisor makes a new connection |
 /// | a timeout, a send error, a broken answer | failure | failure |
 /// | cancelled by the server | ignored | success |
 ///
@@ -114,9 +114,11 @@ pub(crate) struct ServerCalls;
 impl Classify<CallToolResult, McpError> for ServerCalls {
     fn classify(&self, result: &Result<CallToolResult, McpError>) -> Outcome {
         match result {
-            Err(McpError::ConnectionLost { .. } | McpError::SessionExpired { .. }) => {
-                Outcome::Ignored
-            }
+            Err(
+                McpError::ConnectionLost { .. }
+                | McpError::SessionExpired { .. }
+                | McpError::Unreachable { .. },
+            ) => Outcome::Ignored,
             Err(error) if error.fault() == Fault::Server => {
                 Outcome::failure_with(error.to_string())
             }

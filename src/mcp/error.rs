@@ -222,6 +222,17 @@ pub enum McpError {
         /// The tool.
         tool: Arc<str>,
     },
+    /// A remote server could not be reached (the connection was refused, or none was
+    /// made): the call was not sent. The server is taken as down at once, and tried
+    /// again through its breaker's probe; the calls after this one fail at once as
+    /// [`Unavailable`](McpError::Unavailable).
+    #[error("server `{server}` could not be reached: `{tool}` was not sent; it is tried again when its breaker lets a probe through")]
+    Unreachable {
+        /// The server.
+        server: Arc<str>,
+        /// The tool.
+        tool: Arc<str>,
+    },
     /// The server did not answer in time; the call was cancelled.
     #[error(
         "`{tool}` on server `{server}` did not answer within {after:?}; the call was cancelled"
@@ -328,6 +339,7 @@ impl McpError {
             McpError::Unavailable { server, .. }
             | McpError::ConnectionLost { server, .. }
             | McpError::SessionExpired { server, .. }
+            | McpError::Unreachable { server, .. }
             | McpError::Timeout { server, .. }
             | McpError::Transport { server, .. }
             | McpError::Protocol { server, .. }
@@ -346,6 +358,7 @@ impl McpError {
             McpError::Unavailable { .. }
             | McpError::ConnectionLost { .. }
             | McpError::SessionExpired { .. }
+            | McpError::Unreachable { .. }
             | McpError::Timeout { .. }
             | McpError::Transport { .. }
             | McpError::Protocol { .. } => Fault::Server,

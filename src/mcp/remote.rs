@@ -174,6 +174,9 @@ pub(crate) enum SendFailure {
     /// The connection broke after the request was sent, before its answer was whole:
     /// the server may have run it (it most likely died under it).
     Lost,
+    /// No connection could be made (refused): the request was not sent, and the server
+    /// is down.
+    Unreachable,
     /// Anything else: no connection, an HTTP error status.
     Transport,
 }
@@ -209,10 +212,11 @@ impl SendFailure {
                 | StreamableHttpError::UnexpectedEndOfStream
                 | StreamableHttpError::Sse(_),
             ) => SendFailure::Garbage,
+            Some(StreamableHttpError::Client(error)) if error.is_connect() => {
+                SendFailure::Unreachable
+            }
             Some(StreamableHttpError::Client(error))
-                if (error.is_request() || error.is_body())
-                    && !error.is_connect()
-                    && !error.is_timeout() =>
+                if (error.is_request() || error.is_body()) && !error.is_timeout() =>
             {
                 SendFailure::Lost
             }

@@ -163,7 +163,9 @@ pub(crate) async fn call_tool(
         }
     };
     match error {
-        McpError::ConnectionLost { .. } => {
+        // Unreachable: the server is down; taken so at once, the calls after this one
+        // fail at once rather than each finding it out.
+        McpError::ConnectionLost { .. } | McpError::Unreachable { .. } => {
             shared.connection_lost(generation, Loss::Connection);
             Err(error)
         }

@@ -495,3 +495,35 @@ async fn a_remote_server_down_for_long_is_tried_again_until_it_answers_never_giv
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_server_killed_while_idle_is_taken_as_down_by_the_first_call_that_cannot_reach_it(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let mut everything = EverythingHttp::start(servers).await;
+    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    let server = remote("everything", &url).start()?;
+    running(&server).await;
+    everything.kill_9();
+    // The first call finds it gone, and was not sent; the next ones fail at once, not
+    // sent either, without each finding it out (or counting against the tool).
+    let error = echo(&server, "first").await.unwrap_err();
+    assert!(matches!(error, McpError::Unreachable { .. }), "{error}");
+    for n in 0..3 {
+        let error = echo(&server, &format!("then-{n}")).await.unwrap_err();
+        assert!(
+            matches!(error, McpError::Unavailable { .. }),
+            "{n}: {error}"
+        );
+    }
+    everything.restart().await;
+    until(&server, "running again", |s| {
+        s.state == ServerState::Running
+    })
+    .await;
+    assert_eq!(echo(&server, "back").await?, "Echo: back");
+    server.stop().await;
+    Ok(())
+}

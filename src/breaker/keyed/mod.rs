@@ -168,7 +168,7 @@
 //! bytes; each observer adds 16 bytes; a transition channel is only made for a breaker
 //! whose handle is subscribed to.
 //!
-//! Metrics are outside that bound. With [`Builder::metrics`](crate::Builder::metrics) on
+//! Metrics are outside that bound. With `Builder::metrics` on
 //! the template (feature `metrics`), each key's breaker records series of its own,
 //! labelled with its name, and the `metrics` facade has no way to remove a series: an
 //! evicted key's stay in the recorder (set to 0). Where keys come from the network, give
