@@ -404,7 +404,7 @@ fn the_builder_rejects_what_no_path_could_reach() {
         AdminError::EmptyName
     );
     for prefix in [
-        "admin", "/admin/", "/ad min", "/é", "/a?b", "/a#b", "//a", "/a%20b",
+        "admin", "/admin/", "/ad min", "/é", "/a?b", "/a#b", "//a", "/a%2", "/a%zz", "/a<b",
     ] {
         let error = Admin::builder().prefix(prefix).build().unwrap_err();
         assert_eq!(error, AdminError::BadPrefix(prefix.into()));
@@ -412,6 +412,12 @@ fn the_builder_rejects_what_no_path_could_reach() {
     }
     let admin = Admin::builder().open_to_anyone().build().unwrap();
     assert!(!admin.allows_mutations());
+    // An escape, as a path holds it, is a prefix a path can start with.
+    assert!(Admin::builder()
+        .prefix("/ops%20admin")
+        .open_to_anyone()
+        .build()
+        .is_ok());
 }
 
 #[test]
@@ -529,7 +535,7 @@ fn the_admin_service_can_be_shared_across_threads_as_hyper_and_axum_need() {
 }
 
 #[tokio::test]
-async fn an_open_for_too_long_or_naming_a_field_twice_is_refused_not_cut_short() {
+async fn an_open_for_too_long_naming_a_field_twice_or_not_an_object_is_refused() {
     let (all, chat, embed) = breakers();
     let server = AdminServer::start(admin(&all, &chat, &embed, true)).await;
     for body in [
@@ -539,6 +545,9 @@ async fn an_open_for_too_long_or_naming_a_field_twice_is_refused_not_cut_short()
         r#"{"seconds": 30, "seconds": 1}"#,
         r#"{"duration_ms": 30000, "duration_ms": 1}"#,
         r#"{"seconds": 30, "duration_ms": 1}"#,
+        r#"{"seconds": 30, "duration_ms": null}"#,
+        r#"[30, null]"#,
+        "null",
     ] {
         let (status, error) =
             send(Method::POST, &server.url("/breakers/chat/open_for"), body).await;

@@ -1064,12 +1064,21 @@ async fn a_keys_credentials_and_line_breaks_never_show_in_its_breakers_name() {
             "{shown}"
         );
         assert!(!shown.contains('\n'), "{shown}");
-        assert!(name.contains("api.example.com"), "{name}");
+        assert!(
+            name.contains("api.example.com") && name.ends_with(']'),
+            "{name}"
+        );
+        // Another key that differs only in what was taken out keeps a name of its own.
+        let other = key.replace("SECRET", "OTHER");
+        let _ = svc.ready().await.unwrap().call(other.clone()).await;
+        let other_name = registry.get(&other).unwrap().name().to_owned();
+        assert_ne!(name, other_name);
+        assert!(!other_name.contains("OTHER"), "{other_name}");
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_key_held_open_by_a_permanent_failure_is_never_evicted_nor_called_again() {
+async fn a_key_held_open_by_a_permanent_failure_is_kept_past_other_failures_yet_bounded() {
     let template = Builder::new().name("k").failure_threshold(1);
     let layer = KeyedCircuitBreakerLayer::builder(template, |n: &u64| *n)
         .capacity(16)
@@ -1089,7 +1098,14 @@ async fn a_key_held_open_by_a_permanent_failure_is_never_evicted_nor_called_agai
         if n == 0 {
             counted.fetch_add(1, Ordering::SeqCst);
         }
-        async move { Err::<u64, _>(io::Error::other(if n == 0 { "revoked" } else { "refused" })) }
+        let permanent = n == 0 || n >= 1_000;
+        async move {
+            Err::<u64, _>(io::Error::other(if permanent {
+                "revoked"
+            } else {
+                "refused"
+            }))
+        }
     }));
     let _ = svc.ready().await.unwrap().call(0).await;
     assert_eq!(registry.get(&0).unwrap().state(), State::Open);
@@ -1109,4 +1125,10 @@ async fn a_key_held_open_by_a_permanent_failure_is_never_evicted_nor_called_agai
         1,
         "never called again"
     );
+    // Keys that all fail permanently (a quota error a server gives any key): past four
+    // times the capacity those go too, so the registry stays bounded.
+    for n in 1_000..1_500 {
+        let _ = svc.ready().await.unwrap().call(n).await;
+    }
+    assert!(registry.len() <= 4 * 16 + 2, "{}", registry.len());
 }

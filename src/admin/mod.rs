@@ -161,8 +161,8 @@ pub enum AdminError {
     EmptyName,
     /// The prefix is not empty and does not start with `/`, or ends with one, or holds
     /// what no request's path can start with as it comes (a space, a character past
-    /// ASCII, `?`, `#`, `%`, `//`).
-    #[error("the prefix must be empty or start with '/', not end with it, and hold only visible ASCII but '?', '#', '%' and '//', got {0:?}")]
+    /// ASCII, `?`, `#`, a `%` that is not an escape like `%20`, `//`).
+    #[error("the prefix must be empty or start with '/', not end with it, and hold only what a path holds as it comes (visible ASCII, escapes like %20, no '?', '#' or '//'), got {0:?}")]
     BadPrefix(String),
     /// No guard was chosen: every request, reads included, needs one
     /// ([`bearer_token`](AdminBuilder::bearer_token),
@@ -302,14 +302,22 @@ impl AdminBuilder {
     pub fn build(mut self) -> Result<Admin, AdminError> {
         let prefix = &self.prefix;
         // Compared with the path as it comes, still escaped: a prefix a path cannot
-        // start with as it is (a space, a character past ASCII, `?`, `#`, `%`, `//`)
-        // would match no request.
-        let unmatchable = |c: char| !c.is_ascii_graphic() || matches!(c, '?' | '#' | '%');
+        // start with as it is (a space, a character past ASCII, `?`, `#`, a `%` that is
+        // not an escape, `//`) would match no request.
+        let unmatchable = |c: char| {
+            !c.is_ascii_graphic() || matches!(c, '?' | '#' | '<' | '>' | '`' | '"' | '{' | '}')
+        };
+        // A `%` starts an escape, as the path holds it (`/a%20b`).
+        let bad_escape = prefix
+            .split('%')
+            .skip(1)
+            .any(|rest| rest.len() < 2 || !rest.as_bytes()[..2].iter().all(u8::is_ascii_hexdigit));
         if !prefix.is_empty()
             && (!prefix.starts_with('/')
                 || prefix.ends_with('/')
                 || prefix.contains("//")
-                || prefix.contains(unmatchable))
+                || prefix.contains(unmatchable)
+                || bad_escape)
         {
             return Err(AdminError::BadPrefix(self.prefix));
         }
@@ -627,6 +635,15 @@ struct OpenFor {
 /// further off is not cut short without a word).
 fn duration_of(body: &[u8]) -> Result<Duration, Problem> {
     let asked = "the body must be {\"seconds\": N} or {\"duration_ms\": N}";
+    // An object, with no field `null`: an array or a null would read as one here.
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|error| Problem::bad_request(format!("{asked}: {error}")))?;
+    if !value
+        .as_object()
+        .is_some_and(|object| object.values().all(|v| !v.is_null()))
+    {
+        return Err(Problem::bad_request(asked));
+    }
     let open_for: OpenFor = serde_json::from_slice(body)
         .map_err(|error| Problem::bad_request(format!("{asked}: {error}")))?;
     let duration = match (open_for.seconds, open_for.duration_ms) {
@@ -668,12 +685,35 @@ where
             Ok(Next::ReadDuration(handle)) => State::Reading {
                 body: Box::pin(body),
                 read: BoundedRead::whole(MAX_BODY),
-                deadline: Box::pin(tokio::time::sleep(BODY_WAIT)),
+                deadline: Deadline::from(tokio::time::Instant::now() + BODY_WAIT),
                 handle,
                 admin: self.inner.clone(),
             },
         };
         AdminFuture { state }
+    }
+}
+
+/// When a request body is given up on: its timer made only if the body is not whole at
+/// once (a request whose body is already there needs no timer, nor a runtime's).
+struct Deadline {
+    at: tokio::time::Instant,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl From<tokio::time::Instant> for Deadline {
+    fn from(at: tokio::time::Instant) -> Self {
+        Deadline { at, timer: None }
+    }
+}
+
+impl Deadline {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let at = self.at;
+        self.timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)))
+            .as_mut()
+            .poll(cx)
     }
 }
 
@@ -689,7 +729,7 @@ enum State<B> {
         body: Pin<Box<B>>,
         read: BoundedRead,
         /// When a body still not whole is given up on.
-        deadline: Pin<Box<tokio::time::Sleep>>,
+        deadline: Deadline,
         handle: CircuitBreakerHandle,
         admin: Arc<Inner>,
     },
@@ -719,7 +759,7 @@ impl<B: Body> Future for AdminFuture<B> {
             }
             Poll::Ready(Err(Unread::TooLarge)) => Problem::body_too_large(MAX_BODY).response(),
             Poll::Pending => {
-                ready!(deadline.as_mut().poll(cx));
+                ready!(deadline.poll(cx));
                 Problem::body_timed_out(BODY_WAIT).response()
             }
         };

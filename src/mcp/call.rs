@@ -155,7 +155,15 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
                     }
                 }
                 SendFailure::Lost => return McpError::ConnectionLost { server, tool },
-                SendFailure::Unreachable => return McpError::Unreachable { server, tool },
+                SendFailure::Unreachable => {
+                    let message = super::remote::unreachable_cause(&error)
+                        .map_or(message, |cause| said(&cause));
+                    return McpError::Unreachable {
+                        server,
+                        tool,
+                        message,
+                    };
+                }
                 SendFailure::Transport => {}
             }
             McpError::Transport {

@@ -181,6 +181,18 @@ impl StderrLine {
         let line = std::mem::take(self);
         let text = String::from_utf8_lossy(&line.head);
         let text = text.strip_suffix('\r').unwrap_or(&text);
+        // A line cut short may end inside a URL before its `@` (its password not yet
+        // known for one): a URL it ends in goes, whole, before the rest is redacted.
+        let text = match line.cut {
+            true => {
+                let last_word = text.rfind(char::is_whitespace).map_or(0, |at| at + 1);
+                match text[last_word..].find("://") {
+                    Some(_) => &text[..last_word],
+                    None => text,
+                }
+            }
+            false => text,
+        };
         // A server may print a URL with its password, or a token: shown, it is redacted.
         let quoted = said(text);
         if line.cut && !quoted.ends_with('…') {
@@ -567,5 +579,9 @@ mod tests {
         assert!(long.ends_with('…'), "{long}");
         assert_eq!(long.chars().count(), MAX_QUOTE + 1);
         assert!(line.is_empty());
+        // Cut inside a URL, before its `@`: the URL goes whole.
+        line.push(b"fatal: GET https://bob:hun");
+        line.cut = true;
+        assert_eq!(line.take(), "fatal: GET …");
     }
 }

@@ -175,8 +175,8 @@ pub enum StartError {
         /// Why.
         message: String,
     },
-    /// A remote server could not be reached (no connection, or none within the timeout):
-    /// it is down, not crashing. Such starts are not counted towards the crash-loop
+    /// A remote server could not be reached (the connection was refused, or its host or
+    /// network is unreachable): it is down, not crashing. Such starts are not counted towards the crash-loop
     /// limit: the server is tried again at the backoff's pace until it answers.
     #[error("it could not be reached: {message}")]
     Unreachable {
@@ -222,16 +222,18 @@ pub enum McpError {
         /// The tool.
         tool: Arc<str>,
     },
-    /// A remote server could not be reached (the connection was refused, or none was
-    /// made): the call was not sent. The server is taken as down at once, and tried
+    /// A remote server could not be reached (the connection was refused, or its host or
+    /// network is unreachable): the call was not sent. The server is taken as down at once, and tried
     /// again through its breaker's probe; the calls after this one fail at once as
     /// [`Unavailable`](McpError::Unavailable).
-    #[error("server `{server}` could not be reached: `{tool}` was not sent; it is tried again when its breaker lets a probe through")]
+    #[error("server `{server}` could not be reached ({message}): `{tool}` was not sent; it is tried again when its breaker lets a probe through")]
     Unreachable {
         /// The server.
         server: Arc<str>,
         /// The tool.
         tool: Arc<str>,
+        /// Why, with its causes (`Connection refused`), redacted.
+        message: String,
     },
     /// The server did not answer in time; the call was cancelled.
     #[error(

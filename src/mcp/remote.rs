@@ -177,25 +177,57 @@ pub(crate) enum SendFailure {
     /// No connection could be made (refused): the request was not sent, and the server
     /// is down.
     Unreachable,
-    /// Anything else: no connection, an HTTP error status.
+    /// Anything else: a connection that could not be made for another reason (a name
+    /// that did not resolve, a TLS handshake), an HTTP error status.
     Transport,
 }
 
-/// When a failed handshake is a server that could not be reached (no connection was
-/// made, or none within the timeout), why, with the causes (`connection refused`).
+/// When a failed handshake is a server that could not be reached ([`refused`]), why, with
+/// the causes (`Connection refused`).
 pub(crate) fn unreachable(error: &rmcp::service::ClientInitializeError) -> Option<String> {
     let rmcp::service::ClientInitializeError::TransportError { error, .. } = error else {
         return None;
     };
+    unreachable_cause(error)
+}
+
+/// When a request could not be sent because the server could not be reached
+/// ([`refused`]), why, with the causes.
+pub(crate) fn unreachable_cause(error: &DynamicTransportError) -> Option<String> {
     match error
         .error
         .downcast_ref::<StreamableHttpError<reqwest::Error>>()
     {
-        Some(StreamableHttpError::Client(error)) if error.is_connect() || error.is_timeout() => {
+        Some(StreamableHttpError::Client(error)) if refused(error) => {
             Some(crate::error_text::text_with_sources(error))
         }
         _ => None,
     }
+}
+
+/// Whether a connection could not be made because the server is down: refused, reset as
+/// it was made, its host or network unreachable, or timed out. Not a name that did not
+/// resolve, a TLS handshake or a proxy that failed: those are mistakes that do not pass.
+fn refused(error: &reqwest::Error) -> bool {
+    use std::io::ErrorKind;
+    if !error.is_connect() {
+        return false;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::TimedOut
+            );
+        }
+        cause = error.source();
+    }
+    false
 }
 
 impl SendFailure {
@@ -212,11 +244,11 @@ impl SendFailure {
                 | StreamableHttpError::UnexpectedEndOfStream
                 | StreamableHttpError::Sse(_),
             ) => SendFailure::Garbage,
-            Some(StreamableHttpError::Client(error)) if error.is_connect() => {
-                SendFailure::Unreachable
-            }
+            Some(StreamableHttpError::Client(error)) if refused(error) => SendFailure::Unreachable,
             Some(StreamableHttpError::Client(error))
-                if (error.is_request() || error.is_body()) && !error.is_timeout() =>
+                if (error.is_request() || error.is_body())
+                    && !error.is_connect()
+                    && !error.is_timeout() =>
             {
                 SendFailure::Lost
             }

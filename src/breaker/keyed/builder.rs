@@ -1,7 +1,7 @@
 //! The settings of a keyed registry, and its builder.
 
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use super::layer::KeyedCircuitBreakerLayer;
@@ -46,31 +46,46 @@ pub struct KeyedBuilder<K, KF> {
 }
 
 pub(super) fn debug_name<K: fmt::Debug>(name: &str, key: &K) -> Arc<str> {
-    shown(&format!("{name}[{key:?}]"))
+    named(name, &format!("{key:?}"))
 }
 
 pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
-    shown(&format!("{name}[{key}]"))
+    named(name, &key.to_string())
 }
 
-/// A key's breaker name as it is shown in errors, snapshots, logs and metric labels: a
-/// key may come from the network, and hold a URL with a password or a line break that
-/// would forge a log line. What looks like a credential is redacted
-/// ([`redact`](crate::redact)), control characters escaped.
-fn shown(name: &str) -> Arc<str> {
-    let redacted = crate::redact(name);
-    if !redacted.chars().any(char::is_control) {
-        return redacted.into();
+/// `name[key]`, with the key as it may be shown in errors, snapshots, logs and metric
+/// labels: a key may come from the network, and hold a URL with a password or a line
+/// break that would forge a log line. What looks like a credential is redacted
+/// ([`redact`](crate::redact)), control characters escaped. Where redaction took something
+/// out, a short hash of the key as it was follows (`fetch[https://h/x?[redacted] #1a2b3c4d]`),
+/// so that keys that differ only there keep names of their own; it is keyed for the
+/// process, so that it tells nothing of what was taken out.
+fn named(name: &str, key: &str) -> Arc<str> {
+    let redacted = crate::redact(key);
+    let shown = escaped(&redacted);
+    if matches!(redacted, std::borrow::Cow::Borrowed(_)) {
+        return format!("{name}[{shown}]").into();
     }
-    let mut escaped = String::with_capacity(redacted.len() + 8);
-    for c in redacted.chars() {
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let hash = KEYS.get_or_init(Default::default).hash_one(key);
+    format!("{name}[{shown} #{:08x}]", hash as u32).into()
+}
+
+/// `text` with its control characters escaped (`\n`), so that it stays one line.
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
         if c.is_control() {
             escaped.extend(c.escape_default());
         } else {
             escaped.push(c);
         }
     }
-    escaped.into()
+    std::borrow::Cow::Owned(escaped)
 }
 
 impl<K, KF> KeyedBuilder<K, KF> {

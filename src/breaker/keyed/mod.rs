@@ -109,7 +109,8 @@
 //! breaker that is **open** (opened by its failures: never one a person forced open, one
 //! a permanent failure holds open until a reset ([`Failure::permanent`](crate::Failure::permanent):
 //! forgotten, its key would be called again), one half-open or one in use or held) is
-//! evicted too, forgetting its failures. Keys that
+//! evicted too, forgetting its failures; past four times the capacity, one a permanent
+//! failure holds open as well (never one a person forced open). Keys that
 //! come from the network (a host, a model, a tool name) and fail would otherwise grow
 //! the registry without bound.
 //!

@@ -105,11 +105,14 @@ impl Entry {
         Arc::strong_count(&self.shared) == 1
             && match self.shared.published_state() {
                 State::Closed => true,
-                // One held open by a permanent failure waits for a person, as a forced
-                // one does: forgotten, its key would be called again.
-                State::Open | State::HalfOpen => {
-                    reach == Reach::Open && !self.shared.held_until_reset()
-                }
+                // One held open by a permanent failure waits for a person: forgotten, its
+                // key would be called again. It goes last, only so that keys that fail
+                // so cannot grow the registry without bound either.
+                State::Open | State::HalfOpen => match reach {
+                    Reach::Closed => false,
+                    Reach::Open => !self.shared.held_until_reset(),
+                    Reach::Held => true,
+                },
                 State::ForcedOpen => false,
             }
     }
@@ -124,6 +127,10 @@ pub(super) enum Reach {
     /// a person forced open or a permanent failure holds open until a reset): only past
     /// twice the capacity, so that keys that fail cannot grow the registry without bound.
     Open,
+    /// Those a permanent failure holds open too (never one a person forced open): only
+    /// past four times the capacity, so that keys that fail permanently (a quota error a
+    /// server answers for any key) cannot grow it without bound.
+    Held,
 }
 
 /// Breakers the last scan found evictable.
@@ -317,7 +324,10 @@ impl<K: Hash + Eq + Clone> Registry<K> {
             if self.live() <= self.capacity {
                 break;
             }
-            let reach = if self.live() > self.capacity.saturating_mul(2) {
+            let live = self.live();
+            let reach = if live > self.capacity.saturating_mul(4) {
+                Reach::Held
+            } else if live > self.capacity.saturating_mul(2) {
                 Reach::Open
             } else {
                 Reach::Closed

@@ -767,13 +767,12 @@ impl Shared {
     /// scheduled, whatever the kill switch says.
     pub(in crate::breaker) fn held_until_reset(&self) -> bool {
         let door = self.door();
-        let mut looking = Fixed {
+        let at = Fixed {
             step: self.tally.steps() + 1,
             now: now(),
         };
-        door.state() == State::Open
-            && matches!(door.admit(false, &mut looking),
-                Admission::Skip(skip) if skip.next_probe() == NextProbe::Manual)
+        // Whatever the mode: an observe-only breaker is held all the same.
+        door.state() == State::Open && door.next_probe(at) == NextProbe::Manual
     }
 
     pub(in crate::breaker) fn set_threshold_relief(&self, relief: u32) {
