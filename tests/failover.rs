@@ -69,21 +69,9 @@ fn client(servers: &[(&str, &TestServer)]) -> LlmClient {
 
 /// Asks `question` of the client, bounded in time.
 async fn ask(llm: &LlmClient, question: &str) -> BufferedResponse {
-    let request = reqwest::Client::new()
-        .post(llm.url("/chat/completions"))
-        .json(&serde_json::json!({
-            "model": "any",
-            "messages": [{"role": "user", "content": question}],
-        }))
-        .build()
-        .expect("a request");
-    let mut service: LlmService = llm.service();
-    tokio::time::timeout(CALL_BOUND, async {
-        service.ready().await?.call(request).await
-    })
-    .await
-    .expect("the call ends in time")
-    .expect("the stack answers")
+    ask_at(llm, &llm.url("/chat/completions"), question)
+        .await
+        .expect("the stack answers")
 }
 
 /// Sends `question` to `url` through the client, bounded in time: its answer or error.
