@@ -889,6 +889,13 @@ async fn prefixes_keep_fleets_apart() {
             ..
         }
     ));
+    // Its own kill's message comes back to it (after `kill` returned: the reply is sent
+    // once the key is written), and theirs never does.
+    poll_until(BOUND, "our kill's message heard", || {
+        ours[0].fleet.counts().kill_messages >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(ours[0].fleet.counts().kill_messages, 1);
 }
 
