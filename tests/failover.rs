@@ -525,6 +525,9 @@ async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
     let chat = ask(&llm, "q").await;
     assert_eq!(chat.status(), 200);
     assert_eq!(header(&chat, &X_CIRCUIT_BREAKER_STALE), Some("age=0"));
+    // Counted as a saved answer's fallback counts them.
+    let saved = llm.saved().expect("saved answers on");
+    assert_eq!((saved.served(), saved.unavailable()), (1, 1));
 }
 
 #[tokio::test]

@@ -1154,3 +1154,31 @@ fn public_types_are_send_and_sync() {
     send_sync::<AnswerInfo>();
     send_sync::<tower_circuit_breaker::http::NotLabelled>();
 }
+
+#[test]
+fn a_callers_error_that_quotes_a_quota_code_holds_nothing_open() {
+    let classifier = HttpClassifier::new();
+    // A validation error that echoes the caller's input.
+    let echo = br#"{"detail":[{"type":"float_parsing","input":"insufficient_quota"}]}"#;
+    for status in [400, 404, 422] {
+        let outcome = classifier.classify_parts(
+            http::StatusCode::from_u16(status).unwrap(),
+            &http::HeaderMap::new(),
+            Some(echo),
+        );
+        assert_eq!(outcome, Outcome::Success, "{status}");
+    }
+    // The provider's own quota answer still holds it open until a reset.
+    let quota = br#"{"error":{"code":"insufficient_quota"}}"#;
+    for status in [429, 402, 403] {
+        let outcome = classifier.classify_parts(
+            http::StatusCode::from_u16(status).unwrap(),
+            &http::HeaderMap::new(),
+            Some(quota),
+        );
+        assert!(
+            matches!(&outcome, Outcome::Failure(f) if f.is_permanent()),
+            "{status}: {outcome:?}"
+        );
+    }
+}

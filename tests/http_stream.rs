@@ -489,3 +489,55 @@ async fn an_end_marker_is_found_in_any_slice_of_a_multi_slice_frame_and_across_f
         assert_eq!((counts.successes, counts.failures), (1, 0), "{frames:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_callers_4xx_error_body_is_not_held_to_the_end_marker() {
+    let bad_request = Script {
+        status: 400,
+        pieces: vec![Ok(r#"{"error":{"code":"invalid_request_error"}}"#)],
+        length: None,
+    };
+    let (mut model, handle) = model(
+        vec![bad_request.clone(), bad_request],
+        Some(b"data: [DONE]"),
+    );
+    for _ in 0..2 {
+        let answer = call(&mut model).await;
+        assert_eq!(
+            answer.verdict(),
+            Some(Verdict::Success),
+            "the caller's mistake"
+        );
+        read(answer).await.unwrap();
+    }
+    let counts = handle.snapshot().counts;
+    assert_eq!((counts.successes, counts.failures), (2, 0));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_end_marker_counts_only_at_a_lines_start_not_quoted_in_the_answer() {
+    let quoting = Script {
+        status: 200,
+        pieces: vec![
+            Ok("data: {\"content\":\"SSE streams end with data: [DONE]\"}\n\n"),
+            Err("connection reset by peer"),
+        ],
+        length: None,
+    };
+    let (mut quoted, handle) = model(vec![quoting], Some(b"data: [DONE]"));
+    assert!(read(call(&mut quoted).await).await.is_err());
+    let counts = handle.snapshot().counts;
+    assert_eq!(
+        (counts.successes, counts.failures),
+        (0, 1),
+        "the break is counted"
+    );
+    // At a line's start, even split across chunks, it is the marker.
+    let (mut model, handle) = model(
+        vec![ok(&["data: x\n\ndata: [DO", "NE]\n\n"])],
+        Some(b"data: [DONE]"),
+    );
+    read(call(&mut model).await).await.unwrap();
+    assert_eq!(handle.snapshot().counts.successes, 1);
+}

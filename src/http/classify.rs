@@ -29,7 +29,7 @@ const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | `Err(_)` that is a [`BodyBrokeOff`] (a 429 or 5xx response whose body broke off while an [`ErrorBodyLayer`](super::ErrorBodyLayer) or a [`BufferBodyLayer`](super::BufferBodyLayer) read it) | as the response would be, opening for its wait as below; the message says the body broke off, and why |
 /// | 5xx, 429, 408 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after); a longer wait is kept as asked ([`Failure::requested_wait`]) and reported |
-/// | any status >= 400 whose error body names a quota error (`"insufficient_quota"`) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
+/// | a 429, 402, 403 or 5xx whose error body names a quota error (`"insufficient_quota"`; not another 4xx, whose body may echo the caller's input) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
 ///
@@ -158,7 +158,7 @@ impl HttpClassifier {
         headers: &HeaderMap,
         error_body: Option<&[u8]>,
     ) -> Outcome {
-        if status.as_u16() >= 400 {
+        if names_an_account(status) {
             if let Some(marker) = error_body.and_then(|body| self.permanent_marker_in(body)) {
                 let message = match meaning_of(marker) {
                     Some(meaning) => format!("{}: {marker} ({meaning})", status_text(status)),
@@ -227,6 +227,14 @@ impl<B, E: 'static> Classify<Response<B>, E> for HttpClassifier {
             Err(error) => self.classify_error(error),
         }
     }
+}
+
+/// Whether a response of `status` may say the account's quota is exhausted: a 429, a
+/// 402 (payment required), a 403 or a 5xx. Not another 4xx: a caller's mistake, whose
+/// body may echo the caller's input (a validation error quoting `"insufficient_quota"`
+/// would otherwise hold the breaker open for everyone until a reset).
+fn names_an_account(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 402 | 403 | 429) || status.is_server_error()
 }
 
 /// Whether a response of `status` is a failure of the service: a 5xx, a 429 (too many

@@ -85,8 +85,9 @@ impl StreamBodyLayer {
         StreamBodyLayer::default()
     }
 
-    /// A stream must contain `marker` (an event stream's `data: [DONE]`, say) before it
-    /// ends, or it counts as cut short.
+    /// A stream must contain `marker` at the start of a line (an event stream's
+    /// `data: [DONE]`, say) before it ends, or it counts as cut short. Inside a line (a
+    /// model's answer that quotes it) it is no marker.
     ///
     /// An empty `marker` is no marker: there is nothing to wait for, and a stream is
     /// whole at its end, as without one.
@@ -209,7 +210,8 @@ impl<B> StreamBody<B> {
             seen: 0,
             marker,
             marker_seen: marker.is_none(),
-            tail: Vec::new(),
+            // The stream's start is a line's start.
+            tail: vec![b'\n'],
         }
     }
 
@@ -289,10 +291,11 @@ where
     }
 }
 
-/// Whether `marker` ends in `data`, read after `tail` (the previous bytes' last
-/// `marker.len() - 1`, kept for a marker split across frames and updated here). Every
-/// slice of a buffer made of several (a `Chain`, say) is searched, through
-/// [`Buf::chunks_vectored`]; a marker may straddle slices and frames.
+/// Whether `marker` is in `data` at the start of a line, read after `tail` (the previous
+/// bytes' last `marker.len()`, kept for a marker split across frames and updated here;
+/// a line break at first, for the stream's start). Every slice of a buffer made of several
+/// (a `Chain`, say) is searched, through [`Buf::chunks_vectored`]; a marker may straddle
+/// slices and frames.
 fn find_marker<D: Buf>(data: &D, marker: &[u8], tail: &mut Vec<u8>) -> bool {
     const ON_STACK: usize = 16;
     let mut on_stack = [IoSlice::new(&[]); ON_STACK];
@@ -309,10 +312,13 @@ fn find_marker<D: Buf>(data: &D, marker: &[u8], tail: &mut Vec<u8>) -> bool {
         on_heap = vec![IoSlice::new(&[]); slices.len() * 2];
         slices = &mut on_heap;
     };
-    let keep = marker.len().saturating_sub(1);
+    // The marker after a line break: the break and all of the marker but its last byte
+    // are kept for the next slice.
+    let keep = marker.len();
     for slice in &slices[..filled] {
         tail.extend_from_slice(slice);
-        if tail.windows(marker.len()).any(|window| window == marker) {
+        let at_a_line_start = |window: &[u8]| window[0] == b'\n' && &window[1..] == marker;
+        if tail.windows(marker.len() + 1).any(at_a_line_start) {
             return true;
         }
         let drop = tail.len().saturating_sub(keep);
@@ -366,6 +372,9 @@ impl<B: Body, E: 'static> Classify<Response<StreamBody<B>>, E> for StreamClassif
     fn classify(&self, result: &Result<Response<StreamBody<B>>, E>) -> Outcome {
         let outcome = self.headers.classify(result);
         match (outcome, result) {
+            // Only an answer's stream is held to its end marker: a caller's 4xx error body
+            // (a success to the breaker) has none, and is no broken stream.
+            (Outcome::Success, Ok(response)) if !response.status().is_success() => Outcome::Success,
             (Outcome::Success, Ok(response)) => match response.body().ended_already() {
                 Some(Err(failure)) => Outcome::Failure(failure),
                 Some(Ok(())) | None => Outcome::Success,
@@ -379,8 +388,9 @@ impl<B: Body, E: 'static> Classify<Response<StreamBody<B>>, E> for StreamClassif
         response: &mut Response<StreamBody<B>>,
         settlement: Settlement,
     ) -> Result<(), Settlement> {
-        // Nothing is left to wait for: the success is recorded now.
-        if response.body().ended_already().is_some() {
+        // Nothing is left to wait for (the stream ended, or the answer is no stream but a
+        // caller's error): the success is recorded now.
+        if !response.status().is_success() || response.body().ended_already().is_some() {
             return Err(settlement);
         }
         response.body_mut().settlement = Some(settlement);

@@ -310,7 +310,7 @@ fn saved_answer(
     saved: Option<&SavedAnswers<String, BufferedResponse>>,
     request: &reqwest::Request,
 ) -> Option<BufferedResponse> {
-    let (answer, age) = saved?.get(&request_key(request)?)?;
+    let (answer, age) = saved?.serve(&request_key(request)?)?;
     Some(crate::http::stale(answer, age))
 }
 

@@ -298,6 +298,30 @@ impl<K: Hash + Eq, R: Clone> SavedAnswers<K, R> {
     pub fn get(&self, key: &K) -> Option<(R, Duration)> {
         self.lookup(key, R::clone)
     }
+
+    /// What a fallback of your own serves for `key`: as [`get`](Self::get), and counted
+    /// as [`SavedFallback`] counts, in [`served`](Self::served) when an answer is found
+    /// (label it with its age before the caller sees it) and in
+    /// [`unavailable`](Self::unavailable) when none is.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::saved::SavedAnswers;
+    ///
+    /// let saved = SavedAnswers::<String, String>::new(10, Duration::from_secs(60))?;
+    /// // Nothing saved (a `SaveLayer` saves answers): counted as unavailable.
+    /// assert!(saved.serve(&"q".to_string()).is_none());
+    /// assert_eq!((saved.served(), saved.unavailable()), (0, 1));
+    /// # Ok::<(), tower_circuit_breaker::saved::SavedConfigError>(())
+    /// ```
+    pub fn serve(&self, key: &K) -> Option<(R, Duration)> {
+        let found = self.get(key);
+        match found {
+            Some(_) => self.count_served(),
+            None => self.count_unavailable(),
+        }
+        found
+    }
 }
 
 impl<K: Hash + Eq, R> Entries<K, R> {
