@@ -95,6 +95,7 @@ mod accessors;
 pub mod admin;
 mod breaker;
 mod error_text;
+mod escape;
 pub mod expediter;
 pub mod failover;
 #[cfg(feature = "fleet")]

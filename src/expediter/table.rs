@@ -7,28 +7,20 @@ use std::borrow::Cow;
 
 use unicode_width::UnicodeWidthStr;
 
+use crate::escape::escaped;
+
 /// A cell as shown: a character that would break the row or the columns around it
 /// written as its escape (`\n`, `\u{202e}`), so that a row stays one line, reads in its
 /// own order, and is as wide as the terminal shows it.
 fn shown(cell: &str) -> Cow<'_, str> {
-    if !cell.chars().any(escaped) {
-        return Cow::Borrowed(cell);
-    }
-    Cow::Owned(
-        cell.chars()
-            .map(|c| match c {
-                c if escaped(c) => c.escape_default().to_string(),
-                c => c.to_string(),
-            })
-            .collect(),
-    )
+    escaped(cell, breaks_a_row)
 }
 
 /// Control characters (a newline or a tab in a tool's name), the line and paragraph
 /// separators some terminals break lines at, and the bidirectional embeddings, overrides
 /// and isolates that would reorder the rest of the row: all of zero width, so that the
 /// columns would still measure straight while the row showed otherwise.
-fn escaped(c: char) -> bool {
+fn breaks_a_row(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

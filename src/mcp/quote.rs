@@ -4,24 +4,17 @@
 
 use rmcp::ServiceError;
 
+use crate::escape::escaped;
+
 /// The longest message quoted from the server (and the longest stderr line kept).
 pub(crate) const MAX_QUOTE: usize = 300;
 
 /// At most [`MAX_QUOTE`] characters of what a server said, control characters escaped.
 pub(crate) fn quote(text: &str) -> String {
-    let cleaned: String = text
-        .chars()
-        .flat_map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect();
+    let cleaned = escaped(text, |c| c.is_control() && c != '\t');
     match cleaned.char_indices().nth(MAX_QUOTE) {
         Some((end, _)) => format!("{}…", &cleaned[..end]),
-        None => cleaned,
+        None => cleaned.into_owned(),
     }
 }
 

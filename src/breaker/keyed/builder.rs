@@ -11,6 +11,7 @@ use crate::breaker::builder::Builder;
 use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::error::ConfigError;
 use crate::breaker::fallback::NoFallback;
+use crate::escape::escaped;
 
 /// How many breakers a registry holds unless told otherwise.
 pub(super) const DEFAULT_CAPACITY: usize = 1024;
@@ -62,7 +63,7 @@ pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
 /// process, so that it tells nothing of what was taken out.
 fn named(name: &str, key: &str) -> Arc<str> {
     let redacted = crate::redact(key);
-    let shown = escaped(&redacted);
+    let shown = escaped(&redacted, char::is_control);
     if matches!(redacted, std::borrow::Cow::Borrowed(_)) {
         return format!("{name}[{shown}]").into();
     }
@@ -70,22 +71,6 @@ fn named(name: &str, key: &str) -> Arc<str> {
         std::sync::OnceLock::new();
     let hash = KEYS.get_or_init(Default::default).hash_one(key);
     format!("{name}[{shown} #{:08x}]", hash as u32).into()
-}
-
-/// `text` with its control characters escaped (`\n`), so that it stays one line.
-fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            escaped.extend(c.escape_default());
-        } else {
-            escaped.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(escaped)
 }
 
 impl<K, KF> KeyedBuilder<K, KF> {
