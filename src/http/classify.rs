@@ -18,7 +18,7 @@ use crate::{Failure, Outcome};
 const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// The default markers of a permanent failure.
-const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
+pub(super) const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 
 /// Classifies `http::Response`s and transport errors for an HTTP model or tool client.
 ///
@@ -158,14 +158,9 @@ impl HttpClassifier {
         headers: &HeaderMap,
         error_body: Option<&[u8]>,
     ) -> Outcome {
-        if names_an_account(status) {
-            if let Some(marker) = error_body.and_then(|body| self.permanent_marker_in(body)) {
-                let message = match meaning_of(marker) {
-                    Some(meaning) => format!("{}: {marker} ({meaning})", status_text(status)),
-                    None => format!("{}: {marker}", status_text(status)),
-                };
-                return Outcome::Failure(Failure::new(message).permanent());
-            }
+        if let Some(named) = permanent_failure_named(status, error_body, self.permanent_markers) {
+            let message = format!("{}: {named}", status_text(status));
+            return Outcome::Failure(Failure::new(message).permanent());
         }
         self.status_outcome(status, requested_wait(status, headers), || {
             status_text(status)
@@ -211,13 +206,27 @@ impl HttpClassifier {
         }
         Outcome::failure()
     }
+}
 
-    fn permanent_marker_in(&self, body: &[u8]) -> Option<&'static str> {
-        self.permanent_markers
-            .iter()
-            .copied()
-            .find(|marker| contains_json_string(body, marker.as_bytes()))
+/// The permanent failure a response of `status` names in its error body, one of
+/// `markers`, with what it means (`insufficient_quota (the quota is exhausted)`); `None`
+/// when it names none, or when its status is a caller's mistake ([`names_an_account`]).
+pub(super) fn permanent_failure_named(
+    status: StatusCode,
+    body: Option<&[u8]>,
+    markers: &[&str],
+) -> Option<String> {
+    if !names_an_account(status) {
+        return None;
     }
+    let body = body?;
+    let marker = markers
+        .iter()
+        .find(|marker| contains_json_string(body, marker.as_bytes()))?;
+    Some(match meaning_of(marker) {
+        Some(meaning) => format!("{marker} ({meaning})"),
+        None => (*marker).to_owned(),
+    })
 }
 
 impl<B, E: 'static> Classify<Response<B>, E> for HttpClassifier {

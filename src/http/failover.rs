@@ -8,7 +8,7 @@ use tower::util::MapResponseLayer;
 use tower::Layer;
 
 use super::buffer::BufferedResponse;
-use super::classify::contains_json_string;
+use super::classify::{contains_json_string, permanent_failure_named, DEFAULT_PERMANENT_MARKERS};
 use super::error_body_bytes::ErrorBodyBytes;
 use super::provenance::ProvenanceTarget;
 use super::retry_after::requested_wait;
@@ -189,12 +189,13 @@ fn describe<R: HttpParts>(attempted: &Attempted<'_, R>) -> Option<String> {
     {
         text.push_str(": context_length_exceeded");
     }
-    // An exhausted quota does not pass by itself, whatever wait it names.
-    if response
-        .body_bytes()
-        .is_some_and(|body| contains_json_string(body, b"insufficient_quota"))
+    // An exhausted quota does not pass by itself, whatever wait it names: named as the
+    // classifier names it.
+    if let Some(named) =
+        permanent_failure_named(status, response.body_bytes(), DEFAULT_PERMANENT_MARKERS)
     {
-        text.push_str(": insufficient_quota (the quota is exhausted)");
+        text.push_str(": ");
+        text.push_str(&named);
         return Some(text);
     }
     if let Some(wait) = requested_wait(status, response.headers()) {
