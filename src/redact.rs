@@ -46,7 +46,8 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-const REDACTED: &str = "[redacted]";
+/// What stands where a secret was.
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Words after which a secret follows (compared without case).
 const MARKERS: [&str; 11] = [

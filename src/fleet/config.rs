@@ -12,6 +12,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use super::error::FleetError;
 use super::keys::{check_name, Keys};
 use super::Fleet;
+use crate::redact::REDACTED;
 
 /// TLS to Redis (needs the `fleet-tls` feature; a `rediss://` address asks for it too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,7 +386,7 @@ impl Settings {
         let text = crate::redact(text);
         match self.connection.redis_settings().password() {
             Some(password) if !password.is_empty() && text.contains(password) => {
-                text.replace(password, "[redacted]").into()
+                text.replace(password, REDACTED).into()
             }
             _ => text.into(),
         }

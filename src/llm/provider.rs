@@ -7,6 +7,7 @@ use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 
 use super::LlmConfigError;
+use crate::redact::REDACTED;
 
 /// An OpenAI-compatible endpoint: its name, base URL, key, model and headers.
 ///
@@ -120,7 +121,7 @@ impl fmt::Debug for Provider {
         f.debug_struct("Provider")
             .field("name", &self.name)
             .field("base_url", &crate::redact(&self.base))
-            .field("bearer", &self.bearer.as_ref().map(|_| "[redacted]"))
+            .field("bearer", &self.bearer.as_ref().map(|_| REDACTED))
             .field(
                 "headers",
                 &self

@@ -19,6 +19,7 @@ use crate::redact;
 use super::error::McpConfigError;
 use super::quote::quote;
 use super::url_free_client::UrlFreeClient;
+use crate::redact::REDACTED;
 
 /// Headers the MCP transport sets itself: a header of the caller's by one of these names
 /// would fail every request, or (`Mcp-Protocol-Version`) contradict the version the
@@ -157,7 +158,7 @@ impl fmt::Debug for Remote {
         f.debug_struct("Remote")
             .field("url", &self.shown())
             .field("headers", &names)
-            .field("bearer_token", &self.bearer.as_ref().map(|_| "[redacted]"))
+            .field("bearer_token", &self.bearer.as_ref().map(|_| REDACTED))
             .finish()
     }
 }

@@ -1,6 +1,7 @@
 //! How a server is reached: [`Transport`], a process it spawns ([`Command`]) or a remote
 //! server over Streamable HTTP.
 
+use crate::redact::REDACTED;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,7 +59,7 @@ impl Transport {
                     // The value after `--token`, `--api-key`, `--password`...
                     let after_a_secret = words.last().is_some_and(|flag| names_a_secret(flag));
                     words.push(match after_a_secret {
-                        true => "[redacted]".into(),
+                        true => REDACTED.into(),
                         false => arg.to_string_lossy(),
                     });
                 }
