@@ -507,6 +507,36 @@ async fn a_revoked_key_moves_on_only_when_auth_errors_are_asked_to() {
 }
 
 #[tokio::test]
+async fn a_revoked_key_opens_its_providers_breaker_when_auth_errors_move_on() {
+    let a = TestServer::start(
+        [],
+        Reply::Json(401, r#"{"error":{"code":"invalid_api_key"}}"#),
+    )
+    .await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .failover(HttpFailover::new().auth_errors(true))
+        .build(reqwest::Client::new())
+        .unwrap();
+    // The breakers open after 3 failures in a row: each 401 is one.
+    for _ in 0..3 {
+        let answer = ask(&llm, "q").await;
+        assert_eq!(provider(&answer), Some("b"));
+        assert_eq!(passed(&answer), Some("a; reason=failed"));
+    }
+    assert_eq!(a.requests(), 3, "a 401 is never retried");
+    assert_eq!(llm.handle("a").unwrap().state(), State::Open);
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    assert_eq!(passed(&answer), Some("a; reason=open"));
+    assert_eq!(
+        a.requests(),
+        3,
+        "nothing is sent to a revoked key while open"
+    );
+}
+
+#[tokio::test]
 async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
     let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
     let b = TestServer::start([], Reply::Unavailable).await;

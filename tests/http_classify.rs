@@ -229,6 +229,21 @@ fn a_4xx_other_than_429_and_408_is_the_callers_fault_not_a_failure() {
 }
 
 #[test]
+fn a_401_or_403_is_a_failure_only_for_a_client_that_holds_its_own_key() {
+    let own_key = HttpClassifier::new().auth_errors(true);
+    for (code, message) in [(401, "401 Unauthorized"), (403, "403 Forbidden")] {
+        let Outcome::Failure(failure) = classify(&own_key, status(code)) else {
+            panic!("{code} is a failure of a key the client holds");
+        };
+        assert_eq!(failure.message(), Some(message));
+        assert!(!failure.is_permanent(), "a probe tries the key again");
+    }
+    for code in [400, 404, 422] {
+        assert_eq!(classify(&own_key, status(code)), Outcome::Success, "{code}");
+    }
+}
+
+#[test]
 fn a_5xx_a_429_or_a_408_is_a_failure_named_by_its_status() {
     let classifier = HttpClassifier::new();
     for (code, message) in [

@@ -30,6 +30,7 @@ pub(super) const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 /// | 5xx, 429, 408 | failure, with the status as its message (`503 Service Unavailable`) |
 /// | 429 or 503 with `retry-after-ms` or `Retry-After` | failure that opens the breaker at once and holds it open for that long ([`Failure::retry_after`], [`Builder::open_on_retry_after`](crate::Builder::open_on_retry_after)), at most [`max_retry_after`](Self::max_retry_after); a longer wait is kept as asked ([`Failure::requested_wait`]) and reported |
 /// | a 429, 402, 403 or 5xx whose error body names a quota error (`"insufficient_quota"`; not another 4xx, whose body may echo the caller's input) | permanent failure ([`Failure::permanent`]): open until [`reset`](crate::CircuitBreakerHandle::reset), with a message that says what the code means (`429 Too Many Requests: insufficient_quota (the quota is exhausted)`) |
+/// | 401, 403, with [`auth_errors`](Self::auth_errors) | failure, named by its status |
 /// | other 4xx | success |
 /// | 1xx, 2xx, 3xx | success |
 ///
@@ -103,6 +104,7 @@ pub(super) const DEFAULT_PERMANENT_MARKERS: &[&str] = &["insufficient_quota"];
 pub struct HttpClassifier {
     max_retry_after: Duration,
     permanent_markers: &'static [&'static str],
+    auth_errors: bool,
 }
 
 impl Default for HttpClassifier {
@@ -110,6 +112,7 @@ impl Default for HttpClassifier {
         HttpClassifier {
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             permanent_markers: DEFAULT_PERMANENT_MARKERS,
+            auth_errors: false,
         }
     }
 }
@@ -136,6 +139,33 @@ impl HttpClassifier {
     /// permanent.
     pub fn permanent_markers(mut self, markers: &'static [&'static str]) -> Self {
         self.permanent_markers = markers;
+        self
+    }
+
+    /// Whether a 401 or a 403 is a failure of the service (default `false`: the caller's,
+    /// as another 4xx is). Turn it on where the client sends the service a key of its own,
+    /// not the caller's: a 401 or 403 then says that key is revoked or out of its scope,
+    /// and every call will get the same answer until a person changes the key. Counted as
+    /// failures, they open the breaker: the calls go to a fallback or the next provider
+    /// with nothing sent, and a probe tries the key again after the cooldown. This is what
+    /// [`LlmClient`](crate::llm::LlmClient) does for each provider when its failover moves
+    /// on after a 401 or 403 ([`HttpFailover::auth_errors`](super::HttpFailover::auth_errors)).
+    ///
+    /// ```
+    /// use http::Response;
+    /// use tower_circuit_breaker::classify::Classify;
+    /// use tower_circuit_breaker::http::HttpClassifier;
+    /// use tower_circuit_breaker::Outcome;
+    ///
+    /// let revoked: Result<_, std::io::Error> = Ok(Response::builder().status(401).body(()).unwrap());
+    /// assert_eq!(HttpClassifier::new().classify(&revoked), Outcome::Success);
+    /// let Outcome::Failure(failure) = HttpClassifier::new().auth_errors(true).classify(&revoked) else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!(failure.message(), Some("401 Unauthorized"));
+    /// ```
+    pub fn auth_errors(mut self, yes: bool) -> Self {
+        self.auth_errors = yes;
         self
     }
 
@@ -176,7 +206,9 @@ impl HttpClassifier {
         wait: Option<Duration>,
         message: impl FnOnce() -> String,
     ) -> Outcome {
-        if !fails_the_service(status) {
+        let refused_key =
+            self.auth_errors && matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+        if !fails_the_service(status) && !refused_key {
             return Outcome::Success;
         }
         let failure = Failure::new(message());

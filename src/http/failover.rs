@@ -106,10 +106,19 @@ impl HttpFailover {
     /// is called with a key of its own (an `llm::Provider`'s `bearer`, feature `llm`):
     /// a 401 or 403 then says this provider's key is revoked or out of its scope, and the
     /// next provider, with its own key, may answer. Left off, it is the answer, as a
-    /// caller's 4xx is (a key the caller sent would be refused by every provider).
+    /// caller's 4xx is (a key the caller sent would be refused by every provider). In an
+    /// `llm::LlmClient`, turning it on also makes each provider's breaker count a 401 or
+    /// 403 as a failure ([`HttpClassifier::auth_errors`](super::HttpClassifier::auth_errors)):
+    /// a revoked key opens it, and the provider is passed with nothing sent until a probe
+    /// finds the key works again.
     pub fn auth_errors(mut self, yes: bool) -> Self {
         self.auth_errors = yes;
         self
+    }
+
+    /// Whether a 401 or a 403 moves on ([`auth_errors`](Self::auth_errors)).
+    pub(crate) fn moves_on_auth_errors(&self) -> bool {
+        self.auth_errors
     }
 
     fn moves_on(&self, status: StatusCode, verdict: Option<Verdict>, body: Option<&[u8]>) -> bool {

@@ -215,6 +215,10 @@ impl LlmClientBuilder {
             Some(limit) => BufferBodyLayer::new().limit(limit),
             None => BufferBodyLayer::new(),
         };
+        // A failover that moves on after a 401 or 403 takes each provider's key to be its
+        // own: its breaker counts them as failures, so a revoked key is passed with nothing
+        // sent until a probe finds it works again. Its retries never repeat them.
+        let classifier = HttpClassifier::new().auth_errors(self.failover.moves_on_auth_errors());
         let mut failover = Failover::builder::<_, reqwest::Request, BufferedResponse>();
         let mut handles = Vec::new();
         for (provider, prepared) in self.providers.iter().zip(prepared) {
@@ -233,7 +237,7 @@ impl LlmClientBuilder {
                 None => None,
             };
             let service = ServiceBuilder::new()
-                .layer(breaker.with_classifier(HttpClassifier::new()))
+                .layer(breaker.with_classifier(classifier))
                 .option_layer(retry)
                 .timeout(self.timeout)
                 .layer(buffer)
