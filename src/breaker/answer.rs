@@ -1,6 +1,7 @@
 //! Where an answer came from: [`Answer`], its [`Origin`] and [`Source`], and what the
 //! breaker's classifier made of it ([`Verdict`]).
 
+use std::fmt;
 use std::future::Future;
 
 use crate::breaker::state::{NextProbe, Reason, Skip, State};
@@ -121,15 +122,78 @@ impl Verdict {
 /// let answer = Answer::from_parts(text.len(), origin);
 /// assert_eq!((answer.source(), answer.verdict()), (Source::Service, Some(Verdict::Success)));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Origin {
-    kind: Kind,
+    /// For an answer of the wrapped service, its source, state and verdict
+    /// ([`Called`]); for a fallback's, its skip's time (as [`Skip`] keeps it).
+    word: i64,
+    /// A fallback's skip's calls until the probe, 56 bits in three pieces: bits 0-7,
+    /// 8-23 and 24-55.
+    calls_low: u8,
+    calls_mid: u16,
+    calls_high: u32,
+    head: Head,
 }
 
-/// Copy, and at most three words: an answer is built and dropped on every call, and a
-/// bigger or droppable origin costs every call (an answer with a boxed failure in it
-/// cost a closed call some 15% more instructions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+macro_rules! heads {
+    ($($head:ident)*) => {
+        /// Which kind an [`Origin`] is, in one byte: below [`Head::RECOVERED`], a skip
+        /// and its seven flags (its reason, state, kind of next probe, and whether the
+        /// service asked to wait longer, as [`Skip`] keeps them); from there, a call that
+        /// failed and was answered by a fallback, with its state and kind of next probe;
+        /// [`Head::CALLED`], an answer of the wrapped service.
+        ///
+        /// An enum and not a `u8`: the byte values it never takes are what a `Result` and a
+        /// `Poll` around an answer mark themselves with, so that the awaited result of a
+        /// call, `Poll<Result<Answer<u64>, BoxError>>`, is 24 bytes and not 32: a closed
+        /// call some 4 ns faster in the awaited benchmark (docs/performance.md).
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        enum Head {
+            $($head),*
+        }
+
+        impl Head {
+            /// The head whose code is `code`; [`Head::CALLED`] past the last.
+            #[inline(always)]
+            fn of(code: u64) -> Head {
+                // Folded into the code itself, bounded: each head's code is its place.
+                $(
+                    if code == Head::$head as u64 {
+                        return Head::$head;
+                    }
+                )*
+                Head::CALLED
+            }
+        }
+    };
+}
+
+heads! {
+    H0 H1 H2 H3 H4 H5 H6 H7 H8 H9 H10 H11 H12 H13 H14 H15 H16 H17 H18 H19 H20 H21 H22 H23
+    H24 H25 H26 H27 H28 H29 H30 H31 H32 H33 H34 H35 H36 H37 H38 H39 H40 H41 H42 H43 H44 H45
+    H46 H47 H48 H49 H50 H51 H52 H53 H54 H55 H56 H57 H58 H59 H60 H61 H62 H63 H64 H65 H66 H67
+    H68 H69 H70 H71 H72 H73 H74 H75 H76 H77 H78 H79 H80 H81 H82 H83 H84 H85 H86 H87 H88 H89
+    H90 H91 H92 H93 H94 H95 H96 H97 H98 H99 H100 H101 H102 H103 H104 H105 H106 H107 H108
+    H109 H110 H111 H112 H113 H114 H115 H116 H117 H118 H119 H120 H121 H122 H123 H124 H125
+    H126 H127 H128 H129 H130 H131 H132 H133 H134 H135 H136 H137 H138 H139 H140 H141 H142
+    H143 H144
+}
+
+impl Head {
+    /// The first value of a recovered call's: 16 of them, its state and kind of next probe.
+    const RECOVERED: u64 = 128;
+    /// An answer of the wrapped service.
+    const CALLED: Head = Head::H144;
+
+    #[inline(always)]
+    fn code(self) -> u64 {
+        self as u64
+    }
+}
+
+/// What an [`Origin`] is, unpacked.
+#[derive(Debug, Clone, Copy)]
 enum Kind {
     /// The wrapped service answered as `source`, in `state`; the classifier said
     /// `verdict`.
@@ -140,9 +204,55 @@ enum Kind {
     },
     /// The breaker skipped the call; the fallback answered.
     Skipped(Skip),
-    /// A call failed; a fallback answered instead. Packed as a skip (two words): the
-    /// breaker's state and next probe right after the failure; its reason is not used.
+    /// A call failed; a fallback answered instead. Kept as a skip: the breaker's state
+    /// and next probe right after the failure; its reason is not used.
     Recovered(Skip),
+}
+
+/// An answer of the wrapped service's source, state and verdict, in [`Origin::word`]: a
+/// byte each.
+struct Called;
+
+impl Called {
+    #[inline(always)]
+    fn pack(source: Source, state: State, verdict: Verdict) -> i64 {
+        let source = match source {
+            Source::Service => 0,
+            Source::Probe => 1,
+            Source::FallbackAfterFailure => 2,
+            Source::Shadowed(reason) => 4 | reason.code(),
+            Source::Fallback(reason) => 8 | reason.code(),
+        };
+        let verdict = match verdict {
+            Verdict::Success => 0,
+            Verdict::Failure => 1,
+            Verdict::Ignored => 2,
+            Verdict::Deferred => 3,
+        };
+        (source | state.code() << 8 | verdict << 16) as i64
+    }
+
+    fn unpack(word: i64) -> Kind {
+        let word = word as u64;
+        let source = match word & 0xff {
+            0 => Source::Service,
+            1 => Source::Probe,
+            2 => Source::FallbackAfterFailure,
+            code if code & 8 == 0 => Source::Shadowed(Reason::from_code(code)),
+            code => Source::Fallback(Reason::from_code(code)),
+        };
+        let verdict = match word >> 16 & 3 {
+            0 => Verdict::Success,
+            1 => Verdict::Failure,
+            2 => Verdict::Ignored,
+            _ => Verdict::Deferred,
+        };
+        Kind::Called {
+            source,
+            state: State::from_code(word >> 8),
+            verdict,
+        }
+    }
 }
 
 impl Origin {
@@ -154,20 +264,19 @@ impl Origin {
     #[inline]
     pub fn called(source: Source, state: State, verdict: Verdict) -> Self {
         Origin {
-            kind: Kind::Called {
-                source,
-                state,
-                verdict,
-            },
+            word: Called::pack(source, state, verdict),
+            calls_low: 0,
+            calls_mid: 0,
+            calls_high: 0,
+            head: Head::CALLED,
         }
     }
 
     /// The breaker skipped the call, as `skip` says; the fallback answered.
     #[inline]
     pub fn skipped(skip: Skip) -> Self {
-        Origin {
-            kind: Kind::Skipped(skip),
-        }
+        let (bits, at) = skip.words();
+        Self::packed(Head::of(bits >> 1 & 0x7f), bits >> 8, at)
     }
 
     /// A call failed (the breaker counted it); a fallback answered instead
@@ -176,14 +285,43 @@ impl Origin {
     /// which state its call found), as [`RecoverLayer`](crate::recover::RecoverLayer)
     /// reads them.
     pub fn fallback_after_failure(state: State, next_probe: NextProbe) -> Self {
+        let (bits, at) = Skip::new(Reason::Open, state, next_probe).words();
+        // The state and the kind of next probe: the reason is always the same, and no
+        // service asked to wait longer.
+        let head = Head::of(Head::RECOVERED + (bits >> 3 & 0xf));
+        Self::packed(head, bits >> 8, at)
+    }
+
+    #[inline(always)]
+    fn packed(head: Head, calls: u64, at: i64) -> Self {
         Origin {
-            kind: Kind::Recovered(Skip::new(Reason::Open, state, next_probe)),
+            word: at,
+            calls_low: calls as u8,
+            calls_mid: (calls >> 8) as u16,
+            calls_high: (calls >> 24) as u32,
+            head,
         }
+    }
+
+    /// What it is, unpacked.
+    fn kind(&self) -> Kind {
+        let head = self.head.code();
+        if self.head == Head::CALLED {
+            return Called::unpack(self.word);
+        }
+        let calls = u64::from(self.calls_low)
+            | u64::from(self.calls_mid) << 8
+            | u64::from(self.calls_high) << 24;
+        if head < Head::RECOVERED {
+            return Kind::Skipped(Skip::from_words(1 | head << 1 | calls << 8, self.word));
+        }
+        let flags = (head - Head::RECOVERED) << 2 | Reason::Open.code();
+        Kind::Recovered(Skip::from_words(1 | flags << 1 | calls << 8, self.word))
     }
 
     /// Where it came from.
     pub fn source(&self) -> Source {
-        match self.kind {
+        match self.kind() {
             Kind::Called { source, .. } => source,
             Kind::Skipped(skip) => Source::Fallback(skip.reason()),
             Kind::Recovered(_) => Source::FallbackAfterFailure,
@@ -193,7 +331,7 @@ impl Origin {
     /// The breaker's state when the call arrived (after any open to half-open change);
     /// for a fallback's answer after a failure, its state right after the failure.
     pub fn state(&self) -> State {
-        match self.kind {
+        match self.kind() {
             Kind::Called { state, .. } => state,
             Kind::Skipped(skip) | Kind::Recovered(skip) => skip.state(),
         }
@@ -202,7 +340,7 @@ impl Origin {
     /// What the breaker's classifier made of the wrapped service's answer; `None` for a
     /// fallback's answer.
     pub fn verdict(&self) -> Option<Verdict> {
-        match self.kind {
+        match self.kind() {
             Kind::Called { verdict, .. } => Some(verdict),
             Kind::Skipped(_) | Kind::Recovered(_) => None,
         }
@@ -212,7 +350,7 @@ impl Origin {
     /// the skip, or of the failure); [`NextProbe::NotNeeded`] for an answer of the
     /// wrapped service.
     pub fn next_probe(&self) -> NextProbe {
-        match self.kind {
+        match self.kind() {
             Kind::Called { .. } => NextProbe::NotNeeded,
             Kind::Skipped(skip) | Kind::Recovered(skip) => skip.next_probe(),
         }
@@ -221,10 +359,18 @@ impl Origin {
     /// For the fallback's answer to a skipped call, the skip: why, the state found, and
     /// when the next probe may go.
     pub fn skip(&self) -> Option<Skip> {
-        match self.kind {
+        match self.kind() {
             Kind::Skipped(skip) => Some(skip),
             Kind::Called { .. } | Kind::Recovered(_) => None,
         }
+    }
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Origin")
+            .field("kind", &self.kind())
+            .finish()
     }
 }
 
@@ -442,5 +588,142 @@ impl<T> std::ops::Deref for Answer<T> {
 
     fn deref(&self) -> &T {
         self.get_ref()
+    }
+}
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn reasons() -> [Reason; 4] {
+        [
+            Reason::Open,
+            Reason::HalfOpenFull,
+            Reason::Killed,
+            Reason::ForcedOpen,
+        ]
+    }
+
+    fn states() -> [State; 4] {
+        [
+            State::Closed,
+            State::Open,
+            State::HalfOpen,
+            State::ForcedOpen,
+        ]
+    }
+
+    fn next_probes() -> Vec<NextProbe> {
+        let now = Instant::now();
+        let mut all = vec![NextProbe::NotNeeded, NextProbe::InFlight, NextProbe::Manual];
+        for calls in [
+            1,
+            2,
+            255,
+            256,
+            65_535,
+            65_536,
+            1 << 24,
+            1 << 40,
+            crate::Cooldown::MAX_CALLS,
+        ] {
+            for at in [
+                None,
+                Some(now),
+                Some(now + Duration::from_secs(3600 * 24 * 365 * 100)),
+            ] {
+                all.push(NextProbe::After { calls, at });
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn an_answer_of_the_service_says_what_it_was_made_with() {
+        let mut sources = vec![Source::Service, Source::Probe, Source::FallbackAfterFailure];
+        for reason in reasons() {
+            sources.extend([Source::Shadowed(reason), Source::Fallback(reason)]);
+        }
+        let verdicts = [
+            Verdict::Success,
+            Verdict::Failure,
+            Verdict::Ignored,
+            Verdict::Deferred,
+        ];
+        for source in sources {
+            for state in states() {
+                for verdict in verdicts {
+                    let origin = Origin::called(source, state, verdict);
+                    assert_eq!(
+                        (origin.source(), origin.state(), origin.verdict()),
+                        (source, state, Some(verdict))
+                    );
+                    assert_eq!(
+                        (origin.skip(), origin.next_probe()),
+                        (None, NextProbe::NotNeeded)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_fallbacks_answer_keeps_its_skip_whole() {
+        for reason in reasons() {
+            for state in states() {
+                for next_probe in next_probes() {
+                    for asked_longer in [false, true] {
+                        let skip = match next_probe {
+                            NextProbe::After { calls, at } => Skip::waiting(
+                                reason,
+                                state,
+                                calls,
+                                at.map(crate::breaker::nanos::Nanos::of),
+                                asked_longer,
+                            ),
+                            _ => Skip::new(reason, state, next_probe),
+                        };
+                        let origin = Origin::skipped(skip);
+                        assert_eq!(origin.skip(), Some(skip));
+                        assert_eq!(origin.source(), Source::Fallback(reason));
+                        assert_eq!((origin.state(), origin.verdict()), (state, None));
+                        assert_eq!(origin.next_probe(), skip.next_probe());
+                        assert_eq!(origin, Origin::skipped(skip));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_recovered_answer_keeps_the_state_and_next_probe_after_the_failure() {
+        for state in states() {
+            for next_probe in next_probes() {
+                let origin = Origin::fallback_after_failure(state, next_probe);
+                assert_eq!(origin.source(), Source::FallbackAfterFailure);
+                assert_eq!((origin.state(), origin.next_probe()), (state, next_probe));
+                assert_eq!((origin.skip(), origin.verdict()), (None, None));
+            }
+        }
+    }
+
+    #[test]
+    fn origins_of_different_kinds_differ() {
+        let skip = Skip::new(Reason::Open, State::Open, NextProbe::Manual);
+        let kinds = [
+            Origin::called(Source::Service, State::Closed, Verdict::Success),
+            Origin::skipped(skip),
+            Origin::fallback_after_failure(State::Open, NextProbe::Manual),
+        ];
+        for (i, a) in kinds.iter().enumerate() {
+            for (j, b) in kinds.iter().enumerate() {
+                assert_eq!(a == b, i == j, "{a:?} {b:?}");
+            }
+        }
+        assert_eq!(
+            format!("{:?}", kinds[0]),
+            "Origin { kind: Called { source: Service, state: Closed, verdict: Success } }"
+        );
     }
 }

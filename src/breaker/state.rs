@@ -263,6 +263,21 @@ impl Skip {
         skip
     }
 
+    /// The skip in its two words: its flags and calls until the probe, and its time.
+    #[inline(always)]
+    pub(in crate::breaker) fn words(self) -> (u64, i64) {
+        (self.bits.get(), self.at)
+    }
+
+    /// The skip of [`words`](Self::words).
+    #[inline(always)]
+    pub(in crate::breaker) fn from_words(bits: u64, at: i64) -> Skip {
+        Skip {
+            bits: NonZeroU64::MIN.saturating_add((bits | 1) - 1),
+            at,
+        }
+    }
+
     /// Whether the service asked to wait longer than this skip's next probe: a
     /// `Retry-After` above the breaker's
     /// [`max_retry_after`](crate::Builder::max_retry_after) (a monthly spend limit's
