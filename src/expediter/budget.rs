@@ -5,6 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::escape::one_line;
+
 use super::category::FailureCategory;
 
 /// Which systemic event a failure belongs to: its index among the events.
@@ -112,13 +114,16 @@ pub struct BudgetLine {
 }
 
 /// `web_search — "connect: Connection refused" (step 4)`, with
-/// ` [systemic: counted once]` for a failure of a systemic event.
+/// ` [systemic: counted once]` for a failure of a systemic event; one line, whatever the
+/// message holds.
 impl fmt::Display for BudgetLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{} — \"{}\" (step {})",
-            self.tool, self.message, self.step
+            one_line(&self.tool),
+            one_line(&self.message),
+            self.step
         )?;
         if self.systemic {
             f.write_str(" [systemic: counted once]")?;

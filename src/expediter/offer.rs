@@ -2,8 +2,11 @@
 //! an honest line saying why and when it is tried again, made from the ledger and from
 //! the breakers as they are when the offer is made.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+
+use crate::escape::one_line;
 
 use super::capability::Degradation;
 use super::decision::Route;
@@ -24,7 +27,9 @@ pub struct WithheldTool {
     pub unusable: Unusable,
     /// When it is tried next.
     pub next_try: NextTry,
-    /// Why it is withheld and when it is tried again, in one line.
+    /// Why it is withheld and when it is tried again, in one line: a character of a
+    /// tool's error text (or of any other text in it) that would break the line is
+    /// written as its escape (`\n`, `\u{2028}`).
     pub line: String,
 }
 
@@ -47,7 +52,7 @@ impl fmt::Display for WithheldTool {
 
 impl fmt::Display for ToolOffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.offered.iter().map(|n| n.as_ref()).collect();
+        let names: Vec<Cow<'_, str>> = self.offered.iter().map(|n| one_line(n)).collect();
         write!(
             f,
             "tools offered: {}",
@@ -133,6 +138,7 @@ pub(crate) fn offer(ledger: &Ledger, toolbox: &Toolbox, views: &Survey<'_>) -> T
             };
             format!("{name} is not offered: {why}; it is tried again {next}; {instead}")
         };
+        let line = one_line(&line).into_owned();
         offer.withheld.push(WithheldTool {
             name,
             unusable,

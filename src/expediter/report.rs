@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
+use crate::escape::one_line;
 use crate::snapshot::Snapshot;
 use crate::State;
 
@@ -79,11 +80,11 @@ impl fmt::Display for ToolHealth {
             None if self.killed => "KILLED".to_string(),
             None => self.state.as_str().to_uppercase(),
         };
-        write!(f, "{}: {state}", self.name)?;
+        write!(f, "{}: {state}", one_line(&self.name))?;
         if self.consecutive_failures > 0 {
             write!(f, ", {} consecutive failures", self.consecutive_failures)?;
             if let Some(last) = &self.last_failure {
-                write!(f, " (last: {last})")?;
+                write!(f, " (last: {})", one_line(last))?;
             }
         }
         if self.failed_probes > 0 {
@@ -103,7 +104,8 @@ impl fmt::Display for SystemicReport {
         write!(
             f,
             "Suspected systemic cause ({state}, step {}): {}",
-            self.step, self.cause
+            self.step,
+            one_line(&self.cause)
         )
     }
 }
@@ -131,7 +133,8 @@ pub struct StatusReport {
     pub degradations: Vec<DegradationRecord>,
     /// The systemic failure, if one was detected (the latest).
     pub systemic: Option<SystemicReport>,
-    /// What to do next.
+    /// What to do next, one line each (a character of a tool's error text that would
+    /// break the line is written as its escape, `\n`).
     pub next_steps: Vec<String>,
 }
 
@@ -404,6 +407,9 @@ fn next_steps(
         steps.push("Start a new cycle once the failing tools are understood".to_string());
     }
     steps
+        .into_iter()
+        .map(|step| one_line(&step).into_owned())
+        .collect()
 }
 
 /// `1 failed probe`, `2 failed probes`.
@@ -449,7 +455,8 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(out, "  (none)");
         }
         for item in &self.incomplete {
-            let _ = writeln!(out, "  - {}{} ({})", run(item), item.name, item.status);
+            let line = format!("{}{} ({})", run(item), item.name, item.status);
+            let _ = writeln!(out, "  - {}", one_line(&line));
         }
         let _ = writeln!(out, "\nTool health:");
         let step = |s: Option<u64>| s.map_or("—".to_string(), |s| format!("step {s}"));
@@ -493,10 +500,10 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(
                 out,
                 "  {}: {} ({} consecutive failures — {})",
-                t.name,
+                one_line(&t.name),
                 t.state.as_str().to_uppercase(),
                 t.consecutive_failures,
-                t.last_failure.as_deref().unwrap_or("")
+                one_line(t.last_failure.as_deref().unwrap_or(""))
             );
         }
         for t in self
@@ -507,7 +514,7 @@ impl fmt::Display for StatusReport {
             let _ = writeln!(
                 out,
                 "  {}: held open, no more probes: {} used up its allowance ({}); it is tried again {}",
-                t.name,
+                one_line(&t.name),
                 failed_probes_phrase(t.failed_probes),
                 self.budget.probe_allowance,
                 t.next_try
@@ -521,7 +528,7 @@ impl fmt::Display for StatusReport {
                     (None, Some(run)) => format!("[{run}] "),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "  - {run}{d}");
+                let _ = writeln!(out, "  - {}", one_line(&format!("{run}{d}")));
             }
         }
         if let Some(s) = &self.systemic {

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::escape::one_line;
+
 use super::capability::Degradation;
 use super::decision::Route;
 use super::next_try::NextTry;
@@ -177,13 +179,13 @@ pub struct WorkItem {
     pub degradations: Vec<String>,
 }
 
-/// `Run test suite (SUCCESS)`, then a `degraded: ...` line for each degradation. The
-/// run is not named.
+/// `Run test suite (SUCCESS)`, then a `degraded: ...` line for each degradation, each
+/// line one line whatever a failure's text holds. The run is not named.
 impl fmt::Display for WorkItem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name, self.status)?;
+        f.write_str(&one_line(&format!("{} ({})", self.name, self.status)))?;
         for d in &self.degradations {
-            write!(f, "\n    degraded: {d}")?;
+            write!(f, "\n    degraded: {}", one_line(&d.to_string()))?;
         }
         Ok(())
     }

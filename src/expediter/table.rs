@@ -7,25 +7,14 @@ use std::borrow::Cow;
 
 use unicode_width::UnicodeWidthStr;
 
-use crate::escape::escaped;
+use crate::escape::one_line;
 
 /// A cell as shown: a character that would break the row or the columns around it
 /// written as its escape (`\n`, `\u{202e}`), so that a row stays one line, reads in its
-/// own order, and is as wide as the terminal shows it.
+/// own order, and is as wide as the terminal shows it (those characters are all of zero
+/// width: the columns would still measure straight while the row showed otherwise).
 fn shown(cell: &str) -> Cow<'_, str> {
-    escaped(cell, breaks_a_row)
-}
-
-/// Control characters (a newline or a tab in a tool's name), the line and paragraph
-/// separators some terminals break lines at, and the bidirectional embeddings, overrides
-/// and isolates that would reorder the rest of the row: all of zero width, so that the
-/// columns would still measure straight while the row showed otherwise.
-fn breaks_a_row(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
-        )
+    one_line(cell)
 }
 
 /// Renders `rows` under `header` as an ASCII-ruled table, each row one line. Every row
