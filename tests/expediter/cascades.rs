@@ -330,3 +330,28 @@ async fn different_signatures_on_two_tools_are_independent_failures() -> TestRes
     assert_eq!(report.budget.used, 6);
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_reset_while_its_breaker_is_disabled_is_not_named_in_a_later_systemic_event(
+) -> TestResult {
+    for mode in [Mode::Disabled, Mode::ObserveOnly] {
+        let expediter = example_map().failure_budget(50).build()?;
+        let mut grep = Tool::new(&expediter, "Grep");
+        let mut bash = Tool::new(&expediter, "Bash");
+        grep.fail_times(&expediter, 3, "connection refused").await;
+        let handle = expediter.handle("Grep")?;
+        handle.set_mode(mode);
+        handle.reset();
+        handle.set_mode(Mode::Enabled);
+        assert_eq!(handle.state(), State::Closed);
+        bash.fail_times(&expediter, 3, "connection refused").await;
+        let report = expediter.report();
+        assert!(report.systemic.is_none(), "reset in {mode:?}: {report}");
+        assert_eq!(
+            expediter.default_run().decide("Grep").await?.action,
+            Action::Call,
+            "reset in {mode:?}"
+        );
+    }
+    Ok(())
+}

@@ -35,7 +35,7 @@ use tower_circuit_breaker::expediter::{
     ExpediterError, Freshness, FreshnessTracker, Labelled, NextTry, PauseReason, Route, SkipReason,
     SubTask, ToolRoute, ToolSpec, Unusable, WorkStatus,
 };
-use tower_circuit_breaker::{Builder, Cooldown, Reason, State};
+use tower_circuit_breaker::{Builder, Cooldown, Mode, Reason, State};
 
 type TestResult = Result<(), BoxError>;
 

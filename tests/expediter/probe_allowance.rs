@@ -187,3 +187,31 @@ async fn with_an_unlimited_probe_allowance_every_failed_probe_is_charged_until_e
         PauseReason::BudgetExhausted
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_made_while_the_breaker_only_observes_or_is_disabled_frees_a_held_tool() {
+    for mode in [Mode::ObserveOnly, Mode::Disabled] {
+        let (expediter, mut search, _bash) =
+            search_and_bash(Expediter::builder().failure_budget(20));
+        search.fail_times(&expediter, 3, "HTTP 503").await;
+        until_probe(&expediter, &mut search, 3).await;
+        assert_eq!(
+            search.attempt(&expediter).await.action,
+            probes_stopped(ask_for_search())
+        );
+        let handle = expediter.handle("WebSearch").unwrap();
+        handle.set_mode(mode);
+        handle.reset();
+        handle.set_mode(Mode::Enabled);
+        assert_eq!(handle.state(), State::Closed);
+        search.heal();
+        assert_eq!(
+            search.attempt(&expediter).await.action,
+            Action::Call,
+            "reset in {mode:?}"
+        );
+        let report = expediter.report();
+        assert_eq!(report.tools[0].unusable, None, "{report}");
+        assert_eq!(report.tools[0].failed_probes, 0, "{report}");
+    }
+}

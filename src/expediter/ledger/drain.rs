@@ -85,11 +85,19 @@ impl Ledger {
             return;
         }
         row.generation = change.generation;
-        // What an observe-only or disabled breaker reports is not what the tool did.
-        if change.mode != Mode::Enabled {
-            return;
-        }
         match change.to {
+            // A closed breaker is closed whatever its mode (it keeps its state when the
+            // mode changes): a reset made while it only observes or is disabled frees the
+            // tool as one made while it works.
+            State::Closed => {
+                row.open = None;
+                row.recovery = None;
+                row.failed_probes = 0;
+                row.probes_stopped = false;
+            }
+            // Otherwise, what an observe-only or disabled breaker reports is not what the
+            // tool did: its openings feed no cascade and spend no probe allowance.
+            _ if change.mode != Mode::Enabled => {}
             // A person forcing a breaker open is not a failure, nor a hint from outside
             // holding it open (another replica saw failures; this one did not): neither
             // feeds a cascade.
@@ -101,12 +109,6 @@ impl Ledger {
                 Instant::from_std(change.at),
                 change.consecutive_failures,
             ),
-            State::Closed => {
-                row.open = None;
-                row.recovery = None;
-                row.failed_probes = 0;
-                row.probes_stopped = false;
-            }
             State::HalfOpen | State::ForcedOpen => {}
         }
     }
