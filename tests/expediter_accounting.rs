@@ -825,3 +825,38 @@ async fn a_decision_waits_for_the_failure_of_a_tool_added_during_its_pre_call_ch
     failed_call.join().expect("the failed call ends");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------
+// A failure category rule of the user's that panics.
+// ---------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_category_rule_that_panics_leaves_the_failure_charged_uncategorized() -> TestResult {
+    let expediter = Expediter::builder()
+        .tools(["A", "B"].map(spec))
+        .failure_budget(50)
+        .categorize(|message: &str| {
+            assert!(!message.contains("weird"), "a bug in the rule");
+            None
+        })
+        .build()?;
+    let mut a = Tool::new(&expediter, "A");
+    a.fail_times(&expediter, 3, "weird: connection refused")
+        .await;
+    let snapshot = expediter.handle("A")?.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    let report = expediter.report();
+    assert_eq!(
+        u64::from(report.budget.used),
+        snapshot.counts.failures,
+        "{report}"
+    );
+    assert_budget_agrees(&report);
+    // Uncategorized: B opening on "connection refused" shares no signature with A.
+    let mut b = Tool::new(&expediter, "B");
+    b.fail_times(&expediter, 3, "connection refused").await;
+    let report = expediter.report();
+    assert!(report.systemic.is_none(), "{report}");
+    assert_eq!(report.budget.used, 6, "{report}");
+    Ok(())
+}

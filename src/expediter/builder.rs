@@ -163,7 +163,9 @@ impl ExpediterBuilder {
     }
 
     /// Adds a rule naming failure categories, checked before the built-in ones
-    /// (connection refused, permission denied, timeout, ...).
+    /// (connection refused, permission denied, timeout, ...). A rule that panics names
+    /// no category for that failure (nor do the built-in ones): the failure is still
+    /// charged to the budget, and the panic is logged.
     pub fn categorize(
         mut self,
         rule: impl Fn(&str) -> Option<FailureCategory> + Send + Sync + 'static,

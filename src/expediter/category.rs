@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 /// An error signature such as "connection refused", and the shared infrastructure it
@@ -115,9 +116,23 @@ impl Categorizer {
         self.rules.push(rule);
     }
 
+    /// The category of `message`. A rule that panics names none: the failure is still
+    /// charged to the budget, uncategorized, and the panic does not reach the breaker
+    /// reporting the failure.
     pub(crate) fn categorize(&self, message: &str) -> Option<FailureCategory> {
-        if let Some(category) = self.rules.iter().find_map(|rule| rule(message)) {
-            return Some(category);
+        let ruled = catch_unwind(AssertUnwindSafe(|| {
+            self.rules.iter().find_map(|rule| rule(message))
+        }));
+        match ruled {
+            Ok(Some(category)) => return Some(category),
+            Ok(None) => {}
+            Err(_) => {
+                tracing::error!(
+                    target: "tower_circuit_breaker::expediter",
+                    "a failure category rule panicked; the failure is charged uncategorized"
+                );
+                return None;
+            }
         }
         let lower = message.to_lowercase();
         BUILT_IN.iter().find_map(|(needles, signature, domain)| {
