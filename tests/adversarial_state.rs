@@ -793,13 +793,21 @@ async fn report_and_offer_agree_with_every_tools_handle() -> TestResult {
         withheld("held").line
     );
 
-    // Killed: nothing is offered, and nothing invites a retry before a revive.
+    // Killed: nothing is offered, and nothing invites a retry before a revive; what
+    // follows the revive is what each breaker said before the kill.
+    let before = expediter.report();
     expediter.kill_switch().kill();
     let offer = expediter.offered_tools();
     assert!(offer.offered.is_empty(), "{offer}");
-    for w in &offer.withheld {
+    for (w, row) in offer.withheld.iter().zip(&before.tools) {
         assert_eq!(w.unusable, Unusable::Killed, "{}", w.line);
-        assert_eq!(w.next_try, NextTry::WhenRevived, "{}", w.line);
+        let once_revived = match row.next_try.clone() {
+            NextTry::Now => NextTry::WhenRevived,
+            then => NextTry::WhenRevivedThen {
+                then: Box::new(then),
+            },
+        };
+        assert_eq!(w.next_try, once_revived, "{}", w.line);
         assert!(!w.line.contains("now"), "{}", w.line);
     }
     let text = expediter.report().to_string();

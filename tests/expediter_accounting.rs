@@ -529,16 +529,19 @@ async fn a_killed_tools_next_try_waits_for_an_operator_and_its_breaker_still_cou
     expediter.kill_switch().kill();
     let row = expediter.report().tools.remove(0);
     assert_eq!(row.unusable, Some(Unusable::Killed));
-    assert_eq!(row.next_try, NextTry::WhenRevived);
-    expediter.kill_switch().revive();
-    let row = expediter.report().tools.remove(0);
+    let probe = NextTry::Probe {
+        decisions: 2,
+        not_before: None,
+    };
     assert_eq!(
         row.next_try,
-        NextTry::Probe {
-            decisions: 2,
-            not_before: None
+        NextTry::WhenRevivedThen {
+            then: Box::new(probe.clone())
         }
     );
+    expediter.kill_switch().revive();
+    let row = expediter.report().tools.remove(0);
+    assert_eq!(row.next_try, probe);
     Ok(())
 }
 

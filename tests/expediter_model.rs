@@ -520,24 +520,7 @@ impl Model {
 
     /// [`next_try`](Self::next_try), with `held` for whether `t` is held.
     fn next_try_held(&self, t: usize, snapshot: &Snapshot, held: bool) -> NextTry {
-        let own = if self.cached[t] == Some(Availability::Unavailable) {
-            NextTry::WhenAvailable
-        } else if held && !snapshot.killed {
-            NextTry::WhenFreed
-        } else {
-            match self.recovery[t] {
-                Some(r) if self.step + 1 < r.from => NextTry::RecoveryBackoff {
-                    decisions: r.from - self.step,
-                },
-                Some(r) if !r.released && !snapshot.killed && snapshot.state == State::Open => {
-                    NextTry::Probe {
-                        decisions: 1,
-                        not_before: None,
-                    }
-                }
-                _ => breakers_own(snapshot),
-            }
-        };
+        let own = self.own_next_try(t, snapshot, held, snapshot.killed);
         match self.pause() {
             None => own,
             Some(reason) => {
@@ -548,12 +531,9 @@ impl Model {
                     NextTry::RecoveryBackoff {
                         decisions: self.backoff.0,
                     }
-                } else if reason == PauseReason::BudgetExhausted && own == NextTry::WhenFreed {
+                } else if reason == PauseReason::BudgetExhausted && held {
                     // The new cycle that ends the pause frees it.
-                    match self.next_try_held(t, snapshot, false) {
-                        NextTry::Paused { then, .. } => *then,
-                        other => other,
-                    }
+                    self.own_next_try(t, snapshot, false, snapshot.killed)
                 } else {
                     own
                 };
@@ -564,14 +544,40 @@ impl Model {
             }
         }
     }
+
+    /// When `t` is tried next on its own account (a pause of every call aside), with
+    /// `killed` for whether the kill switch is on.
+    fn own_next_try(&self, t: usize, snapshot: &Snapshot, held: bool, killed: bool) -> NextTry {
+        if self.cached[t] == Some(Availability::Unavailable) {
+            return NextTry::WhenAvailable;
+        }
+        if held && !killed {
+            return NextTry::WhenFreed;
+        }
+        match self.recovery[t] {
+            Some(r) if self.step + 1 < r.from => NextTry::RecoveryBackoff {
+                decisions: r.from - self.step,
+            },
+            // Once revived, as it would stand with the switch off.
+            _ if killed => match self.own_next_try(t, snapshot, held, false) {
+                NextTry::Now => NextTry::WhenRevived,
+                then => NextTry::WhenRevivedThen {
+                    then: Box::new(then),
+                },
+            },
+            Some(r) if !r.released && snapshot.state == State::Open => NextTry::Probe {
+                decisions: 1,
+                not_before: None,
+            },
+            _ => breakers_own(snapshot),
+        }
+    }
 }
 
-/// The breaker's own answer to "when is it tried next", from its snapshot.
+/// The breaker's own answer to "when is it tried next", from its snapshot, the kill
+/// switch aside.
 fn breakers_own(snapshot: &Snapshot) -> NextTry {
-    if snapshot.killed {
-        return NextTry::WhenRevived;
-    }
-    match snapshot.next_probe {
+    match snapshot.next_probe_once_revived {
         NextProbe::NotNeeded => NextTry::Now,
         NextProbe::InFlight => NextTry::ProbeUnderWay,
         NextProbe::After { calls, at } => NextTry::Probe {

@@ -167,6 +167,12 @@ pub struct Snapshot {
     pub counts: Counts,
     /// When the next probe may go: exactly what a call skipped now would be told.
     pub next_probe: NextProbe,
+    /// When the next probe may go once the kill switch is off: what
+    /// [`next_probe`](Self::next_probe) would say now with the switch off (the same while
+    /// it is off). While it is on, `next_probe` says only a person ends the skips; this
+    /// says whether the revive alone does ([`NextProbe::NotNeeded`]) or the breaker still
+    /// waits for its probe or a reset after it.
+    pub next_probe_once_revived: NextProbe,
     /// When the service asked to be left alone until, if that is later than the next
     /// probe: a `Retry-After` above the breaker's
     /// [`max_retry_after`](crate::Builder::max_retry_after) (a monthly spend limit asks

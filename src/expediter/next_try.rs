@@ -38,8 +38,15 @@ pub enum NextTry {
         /// Counting the next call of any tool as 1.
         decisions: u64,
     },
-    /// Once an operator turns the kill switch off.
+    /// Once an operator turns the kill switch off: then it can be called.
     WhenRevived,
+    /// Once an operator turns the kill switch off, and then `then`: what its breaker (or
+    /// the expediter's hold) says of the tool with the switch off, when that is not
+    /// [`Now`](Self::Now) ([`AfterReset`](Self::AfterReset) for a breaker forced open).
+    WhenRevivedThen {
+        /// What follows once the kill switch is off.
+        then: Box<NextTry>,
+    },
     /// Only once an operator resets its breaker.
     AfterReset,
     /// Once its pre-call check finds it available: the check runs again in the next
@@ -79,11 +86,9 @@ fn in_calls(n: u64) -> String {
 }
 
 impl NextTry {
-    /// The breaker's own answer, as a snapshot gives it.
-    pub(crate) fn of_breaker(killed: bool, next_probe: NextProbe, taken_at: Instant) -> NextTry {
-        if killed {
-            return NextTry::WhenRevived;
-        }
+    /// The breaker's own answer, as a snapshot gives it, the kill switch aside (the
+    /// snapshot's `next_probe_once_revived`).
+    pub(crate) fn of_breaker(next_probe: NextProbe, taken_at: Instant) -> NextTry {
         match next_probe {
             NextProbe::NotNeeded => NextTry::Now,
             NextProbe::InFlight => NextTry::ProbeUnderWay,
@@ -94,6 +99,17 @@ impl NextTry {
                     .filter(|wait| !wait.is_zero()),
             },
             NextProbe::Manual => NextTry::AfterReset,
+        }
+    }
+
+    /// Once revived, and then `then` (what the tool's standing is with the kill switch
+    /// off): [`WhenRevived`](Self::WhenRevived) when that is [`Now`](Self::Now).
+    pub(crate) fn when_revived(then: NextTry) -> NextTry {
+        match then {
+            NextTry::Now => NextTry::WhenRevived,
+            then => NextTry::WhenRevivedThen {
+                then: Box::new(then),
+            },
         }
     }
 
@@ -116,6 +132,7 @@ impl NextTry {
                 format!("{} (any tool)", calls(*decisions))
             }
             NextTry::WhenRevived => "when revived".to_string(),
+            NextTry::WhenRevivedThen { then } => format!("when revived, then {}", then.short()),
             NextTry::AfterReset => "after a reset".to_string(),
             NextTry::WhenAvailable => "when available".to_string(),
             NextTry::WhenReported => "when reported".to_string(),
@@ -154,6 +171,9 @@ impl fmt::Display for NextTry {
                 write!(f, "{} to any tool", in_calls(*decisions))
             }
             NextTry::WhenRevived => f.write_str("once an operator revives it"),
+            NextTry::WhenRevivedThen { then } => {
+                write!(f, "once an operator revives it, then {then}")
+            }
             NextTry::AfterReset => f.write_str("only once an operator resets it"),
             NextTry::WhenAvailable => {
                 f.write_str("in a new cycle, once its pre-call check finds it available")
@@ -204,6 +224,20 @@ mod tests {
         assert_eq!(
             NextTry::WhenFreed.to_string(),
             "in a new cycle, or once a person frees it"
+        );
+        let revived = NextTry::when_revived;
+        assert_eq!(
+            revived(NextTry::Now).to_string(),
+            "once an operator revives it"
+        );
+        assert_eq!(revived(NextTry::Now).short(), "when revived");
+        assert_eq!(
+            revived(NextTry::AfterReset).to_string(),
+            "once an operator revives it, then only once an operator resets it"
+        );
+        assert_eq!(
+            revived(NextTry::AfterReset).short(),
+            "when revived, then after a reset"
         );
     }
 }

@@ -116,7 +116,7 @@ pub(crate) fn standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
         },
         // The new cycle that ends the pause frees a tool held after its failed probes:
         // then its breaker decides.
-        (PauseReason::BudgetExhausted, _) if own.unusable == Some(Unusable::ProbesStopped) => {
+        (PauseReason::BudgetExhausted, _) if facts.probes_stopped => {
             own_standing(
                 view,
                 &Facts {
@@ -168,21 +168,30 @@ pub(crate) fn own_standing(view: &ToolView, facts: &Facts<'_>) -> Standing {
             };
         }
     }
-    let unusable = if view.killed {
-        Some(Unusable::Killed)
-    } else {
-        match view.state {
-            State::Closed => None,
-            State::Open if view.held => Some(Unusable::Held),
-            State::Open => Some(Unusable::Open),
-            State::HalfOpen => Some(Unusable::HalfOpen),
-            State::ForcedOpen => Some(Unusable::ForcedOpen),
-        }
+    if view.killed {
+        // Once revived, the tool stands as it would with the switch off: its breaker
+        // (forced open, waiting for its probe) or the hold after its failed probes may
+        // still keep it.
+        let revived = ToolView {
+            killed: false,
+            ..view.clone()
+        };
+        return Standing {
+            unusable: Some(Unusable::Killed),
+            next_try: NextTry::when_revived(own_standing(&revived, facts).next_try),
+        };
+    }
+    let unusable = match view.state {
+        State::Closed => None,
+        State::Open if view.held => Some(Unusable::Held),
+        State::Open => Some(Unusable::Open),
+        State::HalfOpen => Some(Unusable::HalfOpen),
+        State::ForcedOpen => Some(Unusable::ForcedOpen),
     };
     let mut next_try = view.breaker.clone();
     // A due recovery probe the breaker has not been told about yet: the next decision
     // tells it, and its call is the probe.
-    if facts.recovery.is_some_and(|r| !r.released()) && !view.killed && view.state == State::Open {
+    if facts.recovery.is_some_and(|r| !r.released()) && view.state == State::Open {
         next_try = NextTry::Probe {
             decisions: 1,
             not_before: None,

@@ -18,7 +18,8 @@ pub(crate) struct ToolView {
     /// Open on a hint from outside, not on failures of its own.
     pub(crate) held: bool,
     pub(crate) killed: bool,
-    /// When the breaker itself would let a probe through, as of the look.
+    /// When the breaker itself would let a probe through, as of the look, the kill
+    /// switch aside (`killed` says whether it is on).
     pub(crate) breaker: NextTry,
     pub(crate) generation: u64,
 }
@@ -29,7 +30,7 @@ impl ToolView {
             state: snapshot.state,
             held: snapshot.cause == Some(Cause::Hint),
             killed: snapshot.killed,
-            breaker: NextTry::of_breaker(snapshot.killed, snapshot.next_probe, snapshot.taken_at),
+            breaker: NextTry::of_breaker(snapshot.next_probe_once_revived, snapshot.taken_at),
             generation: snapshot.generation,
         }
     }
@@ -40,11 +41,7 @@ impl ToolView {
             state: State::Closed,
             held: false,
             killed,
-            breaker: if killed {
-                NextTry::WhenRevived
-            } else {
-                NextTry::Now
-            },
+            breaker: NextTry::Now,
             generation: 0,
         }
     }

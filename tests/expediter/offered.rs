@@ -205,3 +205,45 @@ async fn a_tools_error_text_never_adds_a_line_to_the_offer_or_the_report() -> Te
     }
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_tool_forced_open_is_said_to_need_a_revive_then_a_reset() -> TestResult {
+    let expediter = example_expediter();
+    let run = expediter.default_run();
+    let bash = expediter.handle("Bash")?;
+    bash.force_open();
+    expediter.kill_switch().kill();
+    let offer = expediter.offered_tools();
+    let withheld = |offer: &tower_circuit_breaker::expediter::ToolOffer, name: &str| {
+        offer
+            .withheld
+            .iter()
+            .find(|w| &*w.name == name)
+            .cloned()
+            .expect(name)
+    };
+    let line = withheld(&offer, "Bash").line;
+    assert!(
+        line.contains(
+            "it is tried again once an operator revives it, then only once an operator resets it;"
+        ),
+        "{line}"
+    );
+    // A closed tool needs only the revive.
+    let line = withheld(&offer, "Grep").line;
+    assert!(
+        line.contains("it is tried again once an operator revives it;"),
+        "{line}"
+    );
+
+    expediter.kill_switch().revive();
+    assert!(matches!(
+        run.decide("Bash").await?.action,
+        Action::Skip { .. }
+    ));
+    let next = withheld(&expediter.offered_tools(), "Bash").next_try;
+    assert_eq!(next, NextTry::AfterReset);
+    bash.reset();
+    assert_eq!(run.decide("Bash").await?.action, Action::Call);
+    Ok(())
+}

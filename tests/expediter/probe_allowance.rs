@@ -215,3 +215,22 @@ async fn a_reset_made_while_the_breaker_only_observes_or_is_disabled_frees_a_hel
         assert_eq!(report.tools[0].failed_probes, 0, "{report}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_tool_held_after_its_failed_probe_is_said_to_stay_held_after_the_revive() {
+    let (expediter, mut search, _bash) = search_and_bash(Expediter::builder().failure_budget(20));
+    search.fail_times(&expediter, 3, "HTTP 503").await;
+    until_probe(&expediter, &mut search, 3).await;
+    expediter.kill_switch().kill();
+    let row = expediter.report().tools.remove(0);
+    assert_eq!(row.unusable, Some(Unusable::Killed));
+    assert_eq!(
+        row.next_try.to_string(),
+        "once an operator revives it, then in a new cycle, or once a person frees it"
+    );
+    expediter.kill_switch().revive();
+    assert_eq!(
+        search.attempt(&expediter).await.action,
+        probes_stopped(ask_for_search())
+    );
+}

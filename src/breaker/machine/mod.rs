@@ -222,6 +222,7 @@ impl Machine {
     /// A view of the breaker as of `at`, with the layer's running totals (`counts`) and
     /// its kill switch (`killed`), which the machine does not keep.
     pub(in crate::breaker) fn snapshot(&self, at: Fixed, killed: bool, counts: Counts) -> Snapshot {
+        let next_probe = self.door().next_probe(at);
         Snapshot {
             name: self.name.clone(),
             state: self.state(),
@@ -236,8 +237,9 @@ impl Machine {
             next_probe: if killed {
                 NextProbe::Manual
             } else {
-                self.door().next_probe(at)
+                next_probe
             },
+            next_probe_once_revived: next_probe,
             requested_until: self.requested_until(),
             advice: self.advice(killed, at),
             forced_until: match self.phase {
