@@ -10,7 +10,11 @@ use std::borrow::Cow;
 ///
 /// The crate runs every message it shows outside the process (failure messages in
 /// reports, headers and route descriptions) through it; use it for your own texts too.
-/// It errs towards removing too much: a query string without a secret goes as well.
+/// It errs towards removing too much: a query string without a secret goes as well, and
+/// all of it goes up to the next whitespace, `"`, `<` or `>`, brackets, quotes and
+/// backticks in it included (a URL keeps them as they are), save the `:`, `,`, `.`, `;`
+/// or `!` that end it and, before them, a `)`, `'` or backtick that closes one opened
+/// just before the URL.
 ///
 /// ```
 /// use tower_circuit_breaker::redact;
@@ -21,6 +25,10 @@ use std::borrow::Cow;
 ///     "error sending request for url (https://[redacted]@api.example.com/v1/chat?[redacted])",
 /// );
 /// assert_eq!(redact("Authorization: Bearer sk-123"), "Authorization: Bearer [redacted]");
+/// assert_eq!(
+///     redact("failed (https://h/v1?q=(x)&sig=SECRET)"),
+///     "failed (https://h/v1?[redacted])",
+/// );
 /// assert_eq!(redact("connection refused"), "connection refused"); // borrowed, unchanged
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
@@ -31,7 +39,8 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     let mut rest = text;
     while !rest.is_empty() {
         if let Some(len) = url_len(rest) {
-            redact_url(&rest[..len], &mut out);
+            let before = text[..text.len() - rest.len()].chars().next_back();
+            redact_url(&rest[..len], before, &mut out);
             rest = &rest[len..];
         } else if let Some((marker_len, value_len)) = secret_after_marker(rest) {
             out.push_str(&rest[..marker_len]);
@@ -69,9 +78,13 @@ fn needs_redaction(text: &str) -> bool {
     lower.contains("://") || MARKERS.iter().any(|marker| lower.contains(marker))
 }
 
-/// The length of the URL that starts `text`, if one does (`scheme://…`, up to the
-/// first whitespace, quote, bracket or angle bracket past its user information, which
-/// may hold `)` and `'` as they are: `https://bob:hun)ter2@host`).
+/// The length of the URL that starts `text`, if one does (`scheme://…`).
+///
+/// A URL with a query or a fragment runs to the first whitespace, `"`, `<` or `>` (which
+/// a URL never holds as they are): a query may hold `)`, `'` and backticks as they are
+/// (reqwest's URLs keep them), and all of it is hidden. One without ends at the first
+/// whitespace, quote, bracket, angle bracket or backtick past its user information,
+/// which may hold `)` and `'` as they are (`https://bob:hun)ter2@host`).
 fn url_len(text: &str) -> Option<usize> {
     let scheme = text
         .bytes()
@@ -87,14 +100,31 @@ fn url_len(text: &str) -> Option<usize> {
     let past_user = text[start..authority]
         .rfind('@')
         .map_or(start, |at| start + at + 1);
-    let len = text[past_user..]
-        .char_indices()
-        .find(|&(_, c)| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '<' | '>' | '`'))
-        .map_or(text.len(), |(at, _)| past_user + at);
+    let end = text[past_user..]
+        .find(|c: char| c.is_whitespace() || matches!(c, '"' | '<' | '>'))
+        .map_or(text.len(), |end| past_user + end);
+    if text[past_user..end].contains(['?', '#']) {
+        return Some(end);
+    }
+    let len = text[past_user..end]
+        .find(['\'', ')', '`'])
+        .map_or(end, |at| past_user + at);
     Some(len)
 }
 
-fn redact_url(url: &str, out: &mut String) {
+/// The bracket or quote that closes `opening`, for a URL written inside one: `(…)`,
+/// `'…'`, `` `…` ``.
+fn closing(opening: Option<char>) -> Option<char> {
+    match opening? {
+        '(' => Some(')'),
+        '\'' => Some('\''),
+        '`' => Some('`'),
+        _ => None,
+    }
+}
+
+/// Writes `url` redacted to `out`; `before` is the character before it in the text.
+fn redact_url(url: &str, before: Option<char>, out: &mut String) {
     let (scheme, rest) = url.split_at(url.find("://").expect("a URL") + 3);
     out.push_str(scheme);
     // User information ends at the last `@` before any query or fragment, even where a
@@ -114,7 +144,18 @@ fn redact_url(url: &str, out: &mut String) {
     }
     let path_end = rest.find(['?', '#']).unwrap_or(rest.len());
     out.push_str(&rest[..path_end]);
+    // What ends a sentence after the URL (`(…?key=k): refused`) and the bracket or quote
+    // that closes one opened just before it are not the query's: they are kept (all that
+    // shows of the query is that it ends with them).
     let rest = &rest[path_end..];
+    let mut kept = rest.len() - rest.trim_end_matches(TRAILING).len();
+    if let Some(close) = closing(before) {
+        let inside = &rest[..rest.len() - kept];
+        if inside.len() > 1 && inside.ends_with(close) {
+            kept += close.len_utf8();
+        }
+    }
+    let (rest, tail) = rest.split_at(rest.len() - kept);
     // A query and a fragment are hidden whole: either may carry a key or a token
     // (`#access_token=...`).
     let (query, fragment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
@@ -126,7 +167,11 @@ fn redact_url(url: &str, out: &mut String) {
         out.push('#');
         out.push_str(REDACTED);
     }
+    out.push_str(tail);
 }
+
+/// Punctuation that ends a sentence or a clause after a URL.
+const TRAILING: [char; 5] = [':', ',', '.', ';', '!'];
 
 /// A marker at the start of `text` (at a word's start) and the length of the value
 /// after it.
@@ -180,6 +225,39 @@ mod tests {
         );
         // A bracket after a URL without user information still ends it.
         assert_eq!(redact("(see http://h/a) then"), "(see http://h/a) then");
+    }
+
+    #[test]
+    fn nothing_of_a_query_shows_past_a_bracket_a_quote_or_a_backtick_in_it() {
+        // reqwest's URLs keep `)`, `'` and backticks in a query as they are.
+        for (message, shown) in [
+            (
+                "error sending request for url (http://h/v1/chat?q=(x)&sig=SECRET)",
+                "error sending request for url (http://h/v1/chat?[redacted])",
+            ),
+            (
+                "error sending request for url (http://h/v1/chat?a=b`c&sig=SECRET)",
+                "error sending request for url (http://h/v1/chat?[redacted])",
+            ),
+            (
+                "url (http://h/v1/chat?x=)&sig=SECRET) is not under the base",
+                "url (http://h/v1/chat?[redacted]) is not under the base",
+            ),
+            (
+                "see 'http://h/a?k=it's&sig=SECRET' now",
+                "see 'http://h/a?[redacted]' now",
+            ),
+            ("`http://h/a#t=`SECRET``", "`http://h/a#[redacted]`"),
+            ("http://h/a?q=)SECRET", "http://h/a?[redacted]"),
+            ("http://h/a?sig=SECRET)", "http://h/a?[redacted]"),
+            // What follows the closing bracket stays.
+            (
+                "error sending request for url (http://h/a?q=(x)&sig=SECRET): refused",
+                "error sending request for url (http://h/a?[redacted]): refused",
+            ),
+        ] {
+            assert_eq!(redact(message), shown, "{message}");
+        }
     }
 
     #[test]
