@@ -14,7 +14,9 @@ use std::borrow::Cow;
 /// all of it goes up to the next whitespace, `"`, `<` or `>`, brackets, quotes and
 /// backticks in it included (a URL keeps them as they are), save the `:`, `,`, `.`, `;`
 /// or `!` that end it and, before them, a `)`, `'` or backtick that closes one opened
-/// just before the URL.
+/// just before the URL. After a marker, a quoted value goes up to its closing quote
+/// (`api_key="…"` becomes `api_key="[redacted]"`), and a space in a marker stands for
+/// any run of spaces and tabs (`Bearer<TAB>…`).
 ///
 /// ```
 /// use tower_circuit_breaker::redact;
@@ -29,6 +31,7 @@ use std::borrow::Cow;
 ///     redact("failed (https://h/v1?q=(x)&sig=SECRET)"),
 ///     "failed (https://h/v1?[redacted])",
 /// );
+/// assert_eq!(redact(r#"api_key="sk-123" rejected"#), r#"api_key="[redacted]" rejected"#);
 /// assert_eq!(redact("connection refused"), "connection refused"); // borrowed, unchanged
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
@@ -42,10 +45,10 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             let before = text[..text.len() - rest.len()].chars().next_back();
             redact_url(&rest[..len], before, &mut out);
             rest = &rest[len..];
-        } else if let Some((marker_len, value_len)) = secret_after_marker(rest) {
-            out.push_str(&rest[..marker_len]);
+        } else if let Some(Secret { start, len }) = secret_after_marker(rest) {
+            out.push_str(&rest[..start]);
             out.push_str(REDACTED);
-            rest = &rest[marker_len + value_len..];
+            rest = &rest[start + len..];
         } else {
             let c = rest.chars().next().expect("not empty");
             out.push(c);
@@ -58,7 +61,8 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 /// What stands where a secret was.
 pub(crate) const REDACTED: &str = "[redacted]";
 
-/// Words after which a secret follows (compared without case).
+/// Words after which a secret follows (compared without case). A space at the end of
+/// one stands for any run of spaces and tabs.
 const MARKERS: [&str; 11] = [
     "bearer ",
     "basic ",
@@ -75,7 +79,10 @@ const MARKERS: [&str; 11] = [
 
 fn needs_redaction(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
-    lower.contains("://") || MARKERS.iter().any(|marker| lower.contains(marker))
+    lower.contains("://")
+        || MARKERS
+            .iter()
+            .any(|marker| lower.contains(marker.trim_end_matches(' ')))
 }
 
 /// The length of the URL that starts `text`, if one does (`scheme://…`).
@@ -173,18 +180,67 @@ fn redact_url(url: &str, before: Option<char>, out: &mut String) {
 /// Punctuation that ends a sentence or a clause after a URL.
 const TRAILING: [char; 5] = [':', ',', '.', ';', '!'];
 
-/// A marker at the start of `text` (at a word's start) and the length of the value
-/// after it.
-fn secret_after_marker(text: &str) -> Option<(usize, usize)> {
-    let marker = MARKERS.iter().find(|marker| {
-        text.len() >= marker.len()
-            && text.is_char_boundary(marker.len())
-            && text[..marker.len()].eq_ignore_ascii_case(marker)
-    })?;
-    let value = text[marker.len()..]
-        .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | ')'))
-        .unwrap_or(text.len() - marker.len());
-    (value > 0).then_some((marker.len(), value))
+/// Where a secret's value is, after a marker.
+struct Secret {
+    /// Where the value starts: past the marker, its spaces and an opening quote.
+    start: usize,
+    /// The value's length, up to a closing quote (left in the text) or, unquoted, to
+    /// the first whitespace, quote, `,`, `;`, `&` or `)`.
+    len: usize,
+}
+
+/// The length of the marker at the start of `text` (at a word's start), with the run of
+/// spaces and tabs after one that ends in a space.
+fn marker_len(text: &str) -> Option<usize> {
+    MARKERS.iter().find_map(|marker| {
+        let word = marker.trim_end_matches(' ');
+        let starts = text.len() >= word.len()
+            && text.is_char_boundary(word.len())
+            && text[..word.len()].eq_ignore_ascii_case(word);
+        if !starts {
+            return None;
+        }
+        if word.len() == marker.len() {
+            return Some(word.len());
+        }
+        let blanks = text[word.len()..]
+            .bytes()
+            .take_while(|b| matches!(b, b' ' | b'\t'))
+            .count();
+        (blanks > 0).then_some(word.len() + blanks)
+    })
+}
+
+/// The secret after a marker at the start of `text`: a quoted value (`"…"` or `'…'`,
+/// with backslash escapes) up to its closing quote, or to the end of the text when it
+/// has none; else up to the first whitespace, quote, `,`, `;`, `&` or `)`.
+fn secret_after_marker(text: &str) -> Option<Secret> {
+    let marker = marker_len(text)?;
+    let value = &text[marker..];
+    let (start, len) = match value.chars().next() {
+        Some(quote @ ('"' | '\'')) => {
+            let inside = &value[1..];
+            let mut escaped = false;
+            let len = inside
+                .char_indices()
+                .find(|&(_, c)| {
+                    let closes = !escaped && c == quote;
+                    escaped = !escaped && c == '\\';
+                    closes
+                })
+                .map_or(inside.len(), |(at, _)| at);
+            (marker + 1, len)
+        }
+        _ => {
+            let len = value
+                .find(|c: char| {
+                    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | ')')
+                })
+                .unwrap_or(value.len());
+            (marker, len)
+        }
+    };
+    (len > 0).then_some(Secret { start, len })
 }
 
 #[cfg(test)]
@@ -258,6 +314,35 @@ mod tests {
         ] {
             assert_eq!(redact(message), shown, "{message}");
         }
+    }
+
+    #[test]
+    fn a_quoted_secret_after_a_marker_is_removed_and_its_quotes_kept() {
+        assert_eq!(
+            redact(r#"auth failed: api_key="sk-live-SECRET123""#),
+            r#"auth failed: api_key="[redacted]""#
+        );
+        assert_eq!(
+            redact("password='SECRET 123' rejected"),
+            "password='[redacted]' rejected"
+        );
+        assert_eq!(redact(r#"token="SEC\"RET" x"#), r#"token="[redacted]" x"#);
+        // A quote never closed: the rest of the text goes.
+        assert_eq!(redact("secret=\"SECRET123 and more"), "secret=\"[redacted]");
+    }
+
+    #[test]
+    fn a_bearer_token_after_several_spaces_or_a_tab_is_removed() {
+        assert_eq!(redact("Bearer  SECRET123"), "Bearer  [redacted]");
+        assert_eq!(redact("Bearer\tSECRET123"), "Bearer\t[redacted]");
+        assert_eq!(
+            redact("X-Api-Key:\t \"SECRET123\""),
+            "X-Api-Key:\t \"[redacted]\""
+        );
+        assert_eq!(
+            redact("Authorization: Token   SECRET123"),
+            "Authorization: Token   [redacted]"
+        );
     }
 
     #[test]
