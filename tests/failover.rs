@@ -23,7 +23,7 @@ use tower_circuit_breaker::http::{
     X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_STALE,
 };
 use tower_circuit_breaker::llm::{
-    LlmClient, LlmClientBuilder, LlmService, NotUnderBaseUrl, Provider,
+    LlmClient, LlmClientBuilder, LlmConfigError, LlmService, NotUnderBaseUrl, Provider,
 };
 use tower_circuit_breaker::retry::RetryBuilder;
 use tower_circuit_breaker::{Builder, Cooldown, Reason, Source, State};
@@ -687,4 +687,25 @@ async fn a_kill_during_a_providers_retry_wait_stops_the_retry_and_the_next_provi
         "no retry reaches a provider killed during the wait"
     );
     assert_eq!(b.requests(), 1);
+}
+
+#[test]
+fn a_base_url_with_a_fragment_is_refused_when_the_client_is_built_without_showing_it() {
+    for base in [
+        "http://127.0.0.1:9/v1#x",
+        "http://127.0.0.1:9/v1#token=SECRET",
+        "http://127.0.0.1:9/v1/#",
+    ] {
+        let error = LlmClient::builder()
+            .provider(Provider::new("a", base))
+            .build(reqwest::Client::new())
+            .unwrap_err();
+        assert!(
+            matches!(error, LlmConfigError::InvalidProvider { ref provider, .. } if provider == "a"),
+            "{base}: {error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("fragment"), "{text}");
+        assert!(!text.contains("SECRET"), "{text}");
+    }
 }

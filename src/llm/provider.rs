@@ -41,7 +41,9 @@ pub struct Provider {
 
 impl Provider {
     /// A provider named `name` (in routes, headers, the admin service and metrics) at
-    /// `base_url` (`https://api.openai.com/v1`); checked when the client is built.
+    /// `base_url` (`https://api.openai.com/v1`); checked when the client is built: an
+    /// `http` or `https` URL without credentials, query or fragment
+    /// ([`LlmConfigError::InvalidProvider`] otherwise).
     pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
         Provider {
             name: name.into(),
@@ -90,6 +92,13 @@ impl Provider {
         if base.query().is_some() || !base.username().is_empty() || base.password().is_some() {
             return Err(invalid(
                 "its base URL has a query or credentials: give a key with `bearer` or `header`",
+            ));
+        }
+        // A request's path is appended to the base URL: after a `#`, every one would be
+        // part of the fragment, never sent, and each call would go to the base path.
+        if base.fragment().is_some() {
+            return Err(invalid(
+                "its base URL has a fragment (`#…`), which no request's path could follow",
             ));
         }
         let mut headers = Vec::new();
