@@ -689,6 +689,48 @@ async fn a_kill_during_a_providers_retry_wait_stops_the_retry_and_the_next_provi
     assert_eq!(b.requests(), 1);
 }
 
+#[tokio::test]
+async fn a_request_whose_body_cannot_be_copied_reaches_no_provider_and_its_503_says_not_prepared() {
+    let a = TestServer::start([], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+    // A streamed body: read once, so it can be made for no provider.
+    let url = llm.url("/chat/completions").parse().unwrap();
+    let mut request = reqwest::Request::new(reqwest::Method::POST, url);
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(b"{}"));
+    *request.body_mut() = Some(reqwest::Body::wrap(body));
+    let answer = tokio::time::timeout(CALL_BOUND, llm.service().oneshot(request))
+        .await
+        .expect("the call ends in time")
+        .expect("an answer");
+
+    assert_eq!(answer.status(), 503);
+    assert_eq!(
+        header(&answer, &X_CIRCUIT_BREAKER),
+        Some("fallback; reason=not_prepared"),
+        "no breaker skipped it and no call failed"
+    );
+    assert_eq!(
+        provenance(&answer).unwrap().source,
+        Source::FallbackNotPrepared
+    );
+    assert_eq!(
+        passed(&answer),
+        Some("a; reason=not_prepared, b; reason=not_prepared")
+    );
+    assert_eq!(header(&answer, &http::header::RETRY_AFTER), None);
+    let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+    assert_eq!(body["error"]["code"], "not_prepared");
+    assert_eq!((a.requests(), b.requests()), (0, 0));
+    for handle in llm.handles() {
+        let snapshot = handle.snapshot();
+        assert_eq!(
+            (snapshot.state, snapshot.counts.arrived),
+            (State::Closed, 0)
+        );
+    }
+}
+
 #[test]
 fn a_base_url_with_a_fragment_is_refused_when_the_client_is_built_without_showing_it() {
     for base in [

@@ -23,6 +23,11 @@ pub enum Source {
     /// The call was made and failed (the breaker counted the failure); a fallback
     /// answered instead ([`recover`](crate::recover)).
     FallbackAfterFailure,
+    /// No call was made and no breaker skipped one: the request could not be prepared
+    /// for any service (a [`Failover`](crate::failover::Failover)'s adapter made none
+    /// from it: a body that cannot be copied, say); a fallback answered. Every breaker is
+    /// as it was.
+    FallbackNotPrepared,
 }
 
 impl Source {
@@ -34,18 +39,25 @@ impl Source {
     /// Whether a fallback produced the answer: for a call the breaker skipped, or for one
     /// that failed.
     pub fn is_fallback(&self) -> bool {
-        matches!(self, Source::Fallback(_) | Source::FallbackAfterFailure)
+        matches!(
+            self,
+            Source::Fallback(_) | Source::FallbackAfterFailure | Source::FallbackNotPrepared
+        )
     }
 
     /// Why the call was not made (or, observing, would not have been).
     pub fn reason(&self) -> Option<Reason> {
         match *self {
             Source::Fallback(reason) | Source::Shadowed(reason) => Some(reason),
-            Source::Service | Source::Probe | Source::FallbackAfterFailure => None,
+            Source::Service
+            | Source::Probe
+            | Source::FallbackAfterFailure
+            | Source::FallbackNotPrepared => None,
         }
     }
 
-    /// `service`, `probe`, `shadowed`, `fallback` or `fallback_after_failure`.
+    /// `service`, `probe`, `shadowed`, `fallback`, `fallback_after_failure` or
+    /// `fallback_not_prepared`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Source::Service => "service",
@@ -53,6 +65,7 @@ impl Source {
             Source::Shadowed(_) => "shadowed",
             Source::Fallback(_) => "fallback",
             Source::FallbackAfterFailure => "fallback_after_failure",
+            Source::FallbackNotPrepared => "fallback_not_prepared",
         }
     }
 }
@@ -141,7 +154,8 @@ macro_rules! heads {
         /// and its seven flags (its reason, state, kind of next probe, and whether the
         /// service asked to wait longer, as [`Skip`] keeps them); from there, a call that
         /// failed and was answered by a fallback, with its state and kind of next probe;
-        /// [`Head::CALLED`], an answer of the wrapped service.
+        /// [`Head::CALLED`], an answer of the wrapped service; [`Head::NOT_PREPARED`], a
+        /// fallback's answer to a request that could not be prepared.
         ///
         /// An enum and not a `u8`: the byte values it never takes are what a `Result` and a
         /// `Poll` around an answer mark themselves with, so that the awaited result of a
@@ -177,7 +191,7 @@ heads! {
     H90 H91 H92 H93 H94 H95 H96 H97 H98 H99 H100 H101 H102 H103 H104 H105 H106 H107 H108
     H109 H110 H111 H112 H113 H114 H115 H116 H117 H118 H119 H120 H121 H122 H123 H124 H125
     H126 H127 H128 H129 H130 H131 H132 H133 H134 H135 H136 H137 H138 H139 H140 H141 H142
-    H143 H144
+    H143 H144 H145
 }
 
 impl Head {
@@ -185,6 +199,8 @@ impl Head {
     const RECOVERED: u64 = 128;
     /// An answer of the wrapped service.
     const CALLED: Head = Head::H144;
+    /// A fallback's answer to a request that could not be prepared for any service.
+    const NOT_PREPARED: Head = Head::H145;
 
     #[inline(always)]
     fn code(self) -> u64 {
@@ -207,6 +223,8 @@ enum Kind {
     /// A call failed; a fallback answered instead. Kept as a skip: the breaker's state
     /// and next probe right after the failure; its reason is not used.
     Recovered(Skip),
+    /// No request could be prepared, so no breaker was asked; a fallback answered.
+    NotPrepared,
 }
 
 /// An answer of the wrapped service's source, state and verdict, in [`Origin::word`]: a
@@ -220,6 +238,7 @@ impl Called {
             Source::Service => 0,
             Source::Probe => 1,
             Source::FallbackAfterFailure => 2,
+            Source::FallbackNotPrepared => 3,
             Source::Shadowed(reason) => 4 | reason.code(),
             Source::Fallback(reason) => 8 | reason.code(),
         };
@@ -238,6 +257,7 @@ impl Called {
             0 => Source::Service,
             1 => Source::Probe,
             2 => Source::FallbackAfterFailure,
+            3 => Source::FallbackNotPrepared,
             code if code & 8 == 0 => Source::Shadowed(Reason::from_code(code)),
             code => Source::Fallback(Reason::from_code(code)),
         };
@@ -292,6 +312,14 @@ impl Origin {
         Self::packed(head, bits >> 8, at)
     }
 
+    /// No request could be prepared for any service, so no breaker was asked; a
+    /// fallback answered ([`Source::FallbackNotPrepared`]). Its state is
+    /// [`State::Closed`] and its next probe [`NextProbe::NotNeeded`]: no breaker stands
+    /// in the way, and no wait is told.
+    pub fn not_prepared() -> Self {
+        Self::packed(Head::NOT_PREPARED, 0, 0)
+    }
+
     #[inline(always)]
     fn packed(head: Head, calls: u64, at: i64) -> Self {
         Origin {
@@ -309,6 +337,9 @@ impl Origin {
         if self.head == Head::CALLED {
             return Called::unpack(self.word);
         }
+        if self.head == Head::NOT_PREPARED {
+            return Kind::NotPrepared;
+        }
         let calls = u64::from(self.calls_low)
             | u64::from(self.calls_mid) << 8
             | u64::from(self.calls_high) << 24;
@@ -325,15 +356,18 @@ impl Origin {
             Kind::Called { source, .. } => source,
             Kind::Skipped(skip) => Source::Fallback(skip.reason()),
             Kind::Recovered(_) => Source::FallbackAfterFailure,
+            Kind::NotPrepared => Source::FallbackNotPrepared,
         }
     }
 
     /// The breaker's state when the call arrived (after any open to half-open change);
-    /// for a fallback's answer after a failure, its state right after the failure.
+    /// for a fallback's answer after a failure, its state right after the failure;
+    /// [`State::Closed`] when no request could be prepared (no breaker was asked).
     pub fn state(&self) -> State {
         match self.kind() {
             Kind::Called { state, .. } => state,
             Kind::Skipped(skip) | Kind::Recovered(skip) => skip.state(),
+            Kind::NotPrepared => State::Closed,
         }
     }
 
@@ -342,7 +376,7 @@ impl Origin {
     pub fn verdict(&self) -> Option<Verdict> {
         match self.kind() {
             Kind::Called { verdict, .. } => Some(verdict),
-            Kind::Skipped(_) | Kind::Recovered(_) => None,
+            Kind::Skipped(_) | Kind::Recovered(_) | Kind::NotPrepared => None,
         }
     }
 
@@ -351,7 +385,7 @@ impl Origin {
     /// wrapped service.
     pub fn next_probe(&self) -> NextProbe {
         match self.kind() {
-            Kind::Called { .. } => NextProbe::NotNeeded,
+            Kind::Called { .. } | Kind::NotPrepared => NextProbe::NotNeeded,
             Kind::Skipped(skip) | Kind::Recovered(skip) => skip.next_probe(),
         }
     }
@@ -361,7 +395,7 @@ impl Origin {
     pub fn skip(&self) -> Option<Skip> {
         match self.kind() {
             Kind::Skipped(skip) => Some(skip),
-            Kind::Called { .. } | Kind::Recovered(_) => None,
+            Kind::Called { .. } | Kind::Recovered(_) | Kind::NotPrepared => None,
         }
     }
 }
@@ -641,7 +675,12 @@ mod tests {
 
     #[test]
     fn an_answer_of_the_service_says_what_it_was_made_with() {
-        let mut sources = vec![Source::Service, Source::Probe, Source::FallbackAfterFailure];
+        let mut sources = vec![
+            Source::Service,
+            Source::Probe,
+            Source::FallbackAfterFailure,
+            Source::FallbackNotPrepared,
+        ];
         for reason in reasons() {
             sources.extend([Source::Shadowed(reason), Source::Fallback(reason)]);
         }
@@ -715,6 +754,7 @@ mod tests {
             Origin::called(Source::Service, State::Closed, Verdict::Success),
             Origin::skipped(skip),
             Origin::fallback_after_failure(State::Open, NextProbe::Manual),
+            Origin::not_prepared(),
         ];
         for (i, a) in kinds.iter().enumerate() {
             for (j, b) in kinds.iter().enumerate() {

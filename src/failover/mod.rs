@@ -385,6 +385,11 @@ where
                         failed.push(&provider.handle);
                         continue;
                     }
+                    // A provider that is itself a failover could prepare nothing either.
+                    Source::FallbackNotPrepared => {
+                        route.pass(name.clone(), PassReason::NotPrepared);
+                        continue;
+                    }
                     _ => Attempted::Answered(answer),
                 },
                 Err(error) => match rejection(error) {
@@ -438,7 +443,8 @@ fn recorded_failure(handle: &CircuitBreakerHandle) -> String {
 }
 
 /// The provenance of the fallback's answer, told the breaker that takes a call soonest:
-/// when every provider was skipped, the earliest of their skips; when a call failed, a
+/// when every provider was skipped, the earliest of their skips; when no request could
+/// be prepared for any, [`Origin::not_prepared`]; when a call failed, a
 /// fallback after a failure, with the state and next probe of the soonest among the
 /// skipped providers and the failed ones' breakers as they are now. A failed provider's
 /// breaker still closed takes a call now: no wait is told then, and so no `Retry-After`.
@@ -455,9 +461,7 @@ fn unanswered_origin(route: &Route, failed: &[&CircuitBreakerHandle]) -> Origin 
         return match skips.min_by_key(|skip| takes_a_call_in(skip.next_probe(), now)) {
             Some(skip) => Origin::skipped(skip),
             // Only providers whose requests could not be made: none was asked.
-            None => {
-                Origin::fallback_after_failure(crate::State::Closed, crate::NextProbe::NotNeeded)
-            }
+            None => Origin::not_prepared(),
         };
     }
     let after_failures = failed.iter().map(|handle| {

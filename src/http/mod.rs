@@ -144,4 +144,4 @@ pub use self::stale::{stale, stale_from_header, X_CIRCUIT_BREAKER_STALE};
 pub use self::stream::{
     StreamBodies, StreamBodiesFuture, StreamBody, StreamBodyLayer, StreamClassifier,
 };
-pub use self::unavailable::{unavailable, CALL_FAILED, CIRCUIT_OPEN};
+pub use self::unavailable::{unavailable, CALL_FAILED, CIRCUIT_OPEN, NOT_PREPARED};

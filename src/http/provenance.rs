@@ -213,8 +213,10 @@ pub fn header_value(source: Source) -> HeaderValue {
 /// ```
 pub fn source_from_header(value: &HeaderValue) -> Option<Source> {
     let text = value.to_str().ok()?.trim();
-    if text.split_whitespace().collect::<String>() == "fallback;reason=failed" {
-        return Some(Source::FallbackAfterFailure);
+    match text.split_whitespace().collect::<String>().as_str() {
+        "fallback;reason=failed" => return Some(Source::FallbackAfterFailure),
+        "fallback;reason=not_prepared" => return Some(Source::FallbackNotPrepared),
+        _ => {}
     }
     let (kind, reason) = match text.split_once(';') {
         Some((kind, rest)) => {
@@ -256,6 +258,7 @@ fn header_str(source: Source) -> &'static str {
             Reason::ForcedOpen => "fallback; reason=forced_open",
         },
         Source::FallbackAfterFailure => "fallback; reason=failed",
+        Source::FallbackNotPrepared => "fallback; reason=not_prepared",
         Source::Shadowed(reason) => match reason {
             Reason::Open => "shadowed; reason=open",
             Reason::HalfOpenFull => "shadowed; reason=half_open_full",
@@ -283,8 +286,11 @@ fn header_str(source: Source) -> &'static str {
 ///
 /// The header's values are `service`, `probe`, `fallback; reason=<reason>` and
 /// `shadowed; reason=<reason>` (the reason as [`Reason::as_str`] writes it: `open`,
-/// `half_open_full`, `killed`, `forced_open`, ...), and `fallback; reason=failed` for a
-/// fallback's answer to a call that failed ([`Source::FallbackAfterFailure`]). A fallback's response gets the
+/// `half_open_full`, `killed`, `forced_open`, ...), `fallback; reason=failed` for a
+/// fallback's answer to a call that failed ([`Source::FallbackAfterFailure`]), and
+/// `fallback; reason=not_prepared` for one to a request that could be prepared for no
+/// service, so that nothing was sent ([`Source::FallbackNotPrepared`]: a failover's
+/// request with a body it cannot copy). A fallback's response gets the
 /// header too: it is the breaker that labels it, not the fallback. Each breaker on the
 /// way appends its value, so a response that went through several carries one value
 /// per breaker, the innermost (or the one farthest away, in another process) first;
@@ -449,6 +455,12 @@ mod tests {
         assert_eq!(
             source_from_header(&failed),
             Some(Source::FallbackAfterFailure)
+        );
+        let not_prepared = header_value(Source::FallbackNotPrepared);
+        assert_eq!(not_prepared, "fallback; reason=not_prepared");
+        assert_eq!(
+            source_from_header(&not_prepared),
+            Some(Source::FallbackNotPrepared)
         );
         for reason in REASONS {
             sources.push(Source::Fallback(reason));

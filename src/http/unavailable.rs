@@ -19,6 +19,12 @@ pub const CIRCUIT_OPEN: &str = "circuit_open";
 /// (answered through a [`RecoverLayer`](crate::recover::RecoverLayer)): `call_failed`.
 pub const CALL_FAILED: &str = "call_failed";
 
+/// The `code` of the unavailable answer an [`LlmClient`](crate::llm::LlmClient) gives a
+/// request it could make for no provider (a body it cannot copy, such as a stream):
+/// `not_prepared`. Nothing was sent and no breaker opened: the request itself must
+/// change (a body of bytes), and asking again as it is gets the same answer.
+pub const NOT_PREPARED: &str = "not_prepared";
+
 /// The ready-made `unavailable` function of a
 /// [`SavedFallback`](crate::saved::SavedFallback) for [`BufferedResponse`]s (convert it
 /// into an `http::Response<Bytes>` or a `reqwest::Response` for other stacks): the

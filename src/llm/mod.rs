@@ -20,7 +20,10 @@
 //!    answer to the same question, marked stale ([`http::stale`](crate::http::stale):
 //!    `Age`, `x-circuit-breaker-stale`, the content labelled), or an honest 503
 //!    "unavailable" JSON error with `Retry-After` when a provider's next probe time is
-//!    known.
+//!    known. A request whose body cannot be copied (a stream) is made for no provider:
+//!    nothing is sent and it gets that 503 with the code
+//!    [`NOT_PREPARED`](crate::http::NOT_PREPARED) and `x-circuit-breaker: fallback;
+//!    reason=not_prepared`; give bodies as bytes (`.json(…)`, `.body(String)`).
 //! 4. For each provider: its breaker, with the [`HttpClassifier`] (a 429 or 503 with
 //!    `Retry-After` opens it for that long; `insufficient_quota` holds it open until a
 //!    reset); a [`RetryLayer`](crate::retry::RetryLayer) inside it (transient failures only, backoff with full
@@ -320,19 +323,21 @@ fn saved_answer(
 
 /// An honest 503: no provider answered, each one's reason, `Retry-After` when every
 /// provider was skipped with a known time, and the code [`CALL_FAILED`] when a provider
-/// was called and failed ([`CIRCUIT_OPEN`] when every one was skipped).
+/// was called and failed, [`CIRCUIT_OPEN`] when none was and a breaker skipped the call,
+/// [`NOT_PREPARED`] when the request could be made for no provider (nothing was sent,
+/// no breaker asked).
 ///
 /// [`CALL_FAILED`]: crate::http::CALL_FAILED
 /// [`CIRCUIT_OPEN`]: crate::http::CIRCUIT_OPEN
+/// [`NOT_PREPARED`]: crate::http::NOT_PREPARED
 fn unavailable(route: &Route) -> BufferedResponse {
-    let failed = route
-        .passed()
-        .iter()
-        .any(|passed| matches!(passed.why(), PassReason::Failed(_)));
-    let code = if failed {
+    let why = |reason: fn(&PassReason) -> bool| route.passed().iter().any(|p| reason(p.why()));
+    let code = if why(|why| matches!(why, PassReason::Failed(_))) {
         crate::http::CALL_FAILED
-    } else {
+    } else if why(|why| matches!(why, PassReason::Skipped(_))) {
         crate::http::CIRCUIT_OPEN
+    } else {
+        crate::http::NOT_PREPARED
     };
     crate::http::unavailable::service_unavailable(&route.to_string(), code, route.retry_after())
 }
