@@ -751,3 +751,32 @@ fn a_base_url_with_a_fragment_is_refused_when_the_client_is_built_without_showin
         assert!(!text.contains("SECRET"), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_429_whose_body_stalls_past_the_timeout_opens_the_primary_for_its_retry_after_and_is_not_retried(
+) {
+    // The head asks for a minute; the body stops halfway, and the attempt's 300 ms run out
+    // while it is read.
+    let a = TestServer::start([Reply::RateLimitedStalling(60)], Reply::Ok).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = client(&[("a", &a), ("b", &b)]);
+
+    let answer = ask(&llm, "q").await;
+    assert_eq!(provider(&answer), Some("b"));
+    let why = route(&answer).passed()[0].why().to_string();
+    assert_eq!(
+        why,
+        "failed: 429 Too Many Requests response body broke off: request timed out"
+    );
+    assert_eq!(
+        a.requests(),
+        1,
+        "asked to wait a minute, it was not asked again"
+    );
+    let handle = llm.handle("a").unwrap();
+    assert_eq!(handle.state(), State::Open);
+    assert!(
+        handle.snapshot().retry_after() > Some(Duration::from_secs(55)),
+        "open for the minute it asked"
+    );
+}

@@ -12,6 +12,8 @@ use ::http::{Extensions, HeaderMap, Response, StatusCode, Version};
 use bytes::Bytes;
 use http_body::Body;
 use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tower::timeout::error::Elapsed;
 use tower::{Layer, Service};
 
 use super::body_broke_off::BodyBrokeOff;
@@ -210,8 +212,8 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
 /// ([`saved`](crate::saved)).
 ///
 /// A `reqwest::Response` or an `http::Response<Incoming>` is not `Clone`: its body is a
-/// stream, read once. Inside the breaker (and inside a timeout, so that a body that
-/// hangs counts as a failure), this layer reads the body (up to a limit, 8 MiB by
+/// stream, read once. Inside the breaker (under a time limit, so that a body that
+/// hangs counts as a failure: see below), this layer reads the body (up to a limit, 8 MiB by
 /// default) and answers a [`BufferedResponse`]: the status, version, headers,
 /// extensions and body bytes. The breaker classifies it with
 /// [`HttpClassifier`] (which reads an error body in it directly:
@@ -224,7 +226,14 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
 /// than [`MAX_EMPTY_FRAMES`] frames with no data in them, is not read further and the
 /// call ends in [`BodyTooLarge`]. Trailers are skipped.
 ///
-/// The order, outside in: provenance, save, breaker, (retry, timeout,) buffer, client.
+/// A hanging body counts as a failure under a time limit: this layer's own
+/// ([`timeout`](Self::timeout)), or a `timeout` layer outside it. Its own keeps the
+/// response's head when the limit cuts the body's read: the call ends in
+/// [`BodyBrokeOff`], and a 429 that asked for a minute still opens the breaker for it. A
+/// `timeout` layer outside drops the head with the read, and the breaker only learns
+/// that the request timed out.
+///
+/// The order, outside in: provenance, save, breaker, (retry,) buffer, client.
 ///
 /// ```
 /// use std::convert::Infallible;
@@ -257,14 +266,58 @@ impl<E: 'static> Classify<BufferedResponse, E> for HttpClassifier {
 #[derive(Debug, Clone, Copy)]
 pub struct BufferBodyLayer {
     limit: usize,
+    timeout: Option<Duration>,
 }
 
 impl BufferBodyLayer {
-    /// Reads bodies of up to [`DEFAULT_BUFFER_LIMIT`] (8 MiB).
+    /// Reads bodies of up to [`DEFAULT_BUFFER_LIMIT`] (8 MiB), with no time limit.
     pub fn new() -> Self {
         BufferBodyLayer {
             limit: DEFAULT_BUFFER_LIMIT,
+            timeout: None,
         }
+    }
+
+    /// Each call, its answer read whole included, may take `timeout`. Past it, a call
+    /// still waiting for the response's head fails with tower's
+    /// [`Elapsed`](tower::timeout::error::Elapsed), as under a `timeout` layer; one whose
+    /// body is still being read fails with [`BodyBrokeOff`] (its source the `Elapsed`),
+    /// which keeps the response's status and wait for the breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use futures::stream;
+    /// use http::{Request, Response};
+    /// use http_body::Frame;
+    /// use http_body_util::StreamBody;
+    /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+    /// use tower_circuit_breaker::http::{BodyBrokeOff, BufferBodyLayer, HttpClassifier};
+    /// use tower_circuit_breaker::{CircuitBreakerLayer, State};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower::BoxError> {
+    /// // A 429 asking for a minute, whose body stops halfway.
+    /// let client = service_fn(|_: Request<()>| async {
+    ///     let start = stream::iter([Ok::<_, std::io::Error>(Frame::data(Bytes::from_static(b"{\"error\":")))]);
+    ///     let body = StreamBody::new(futures::StreamExt::chain(start, stream::pending()));
+    ///     Ok::<_, http::Error>(Response::builder().status(429).header("retry-after", "60").body(body)?)
+    /// });
+    /// let breaker = CircuitBreakerLayer::builder().build()?;
+    /// let handle = breaker.handle();
+    /// let mut svc = ServiceBuilder::new()
+    ///     .layer(breaker.with_classifier(HttpClassifier::new()))
+    ///     .layer(BufferBodyLayer::new().timeout(Duration::from_secs(30)))
+    ///     .service(client);
+    ///
+    /// let error = svc.ready().await?.call(Request::new(())).await.unwrap_err();
+    /// assert_eq!(error.downcast_ref::<BodyBrokeOff>().unwrap().retry_after(), Some(Duration::from_secs(60)));
+    /// assert_eq!(handle.state(), State::Open); // for the minute the server asked
+    /// # Ok(()) }
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Reads bodies of up to `bytes`; a longer one (or one of more than
@@ -289,6 +342,7 @@ impl<S> Layer<S> for BufferBodyLayer {
         BufferBody {
             inner,
             limit: self.limit,
+            timeout: self.timeout,
         }
     }
 }
@@ -298,19 +352,27 @@ impl<S> Layer<S> for BufferBodyLayer {
 ///
 /// # Errors
 ///
-/// The wrapped service's errors, [`BodyBrokeOff`] for a body that breaks off while it is
-/// read, and [`BodyTooLarge`], boxed: for the breaker, each means the call failed (the
-/// last two keep the response's status and `Retry-After` for the classifier).
+/// The wrapped service's errors, [`BodyBrokeOff`] for a body that breaks off (or is
+/// still being read at the time limit) while it is read, [`BodyTooLarge`], and, with a
+/// time limit, tower's `Elapsed` for a response that has not arrived by then, boxed:
+/// for the breaker, each means the call failed (`BodyBrokeOff` and `BodyTooLarge` keep
+/// the response's status and `Retry-After` for the classifier).
 #[derive(Debug, Clone)]
 pub struct BufferBody<S> {
     inner: S,
     limit: usize,
+    timeout: Option<Duration>,
 }
 
 impl<S> BufferBody<S> {
-    /// Reads the bodies of `inner`'s responses, up to `limit` bytes each.
+    /// Reads the bodies of `inner`'s responses, up to `limit` bytes each, with no time
+    /// limit ([`BufferBodyLayer::timeout`] sets one).
     pub fn new(inner: S, limit: usize) -> Self {
-        BufferBody { inner, limit }
+        BufferBody {
+            inner,
+            limit,
+            timeout: None,
+        }
     }
 
     inner_service_accessors!(S);
@@ -363,6 +425,7 @@ where
             state: State::Waiting {
                 future: self.inner.call(request),
             },
+            deadline: self.timeout.map(tokio::time::sleep),
             limit: self.limit,
         }
     }
@@ -373,6 +436,9 @@ pin_project! {
     pub struct BufferBodyFuture<F, B> {
         #[pin]
         state: State<F, B>,
+        // The time limit's end, if one is set.
+        #[pin]
+        deadline: Option<Sleep>,
         limit: usize,
     }
 }
@@ -402,15 +468,33 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
-                StateProj::Waiting { future } => {
-                    let response = ready!(future.poll(cx)).map_err(Into::into)?;
-                    let (head, body) = response.split();
-                    let reading = Reading::new(head, body, *this.limit);
-                    this.state.set(State::Reading { reading });
-                }
-                StateProj::Reading { reading } => return Pin::new(reading).poll(cx),
+            // The call first, as tower's `Timeout` does: what is ready by the deadline is
+            // the answer.
+            let polled = match this.state.as_mut().project() {
+                StateProj::Waiting { future } => match future.poll(cx) {
+                    Poll::Ready(response) => {
+                        let (head, body) = response.map_err(Into::into)?.split();
+                        let reading = Reading::new(head, body, *this.limit);
+                        this.state.set(State::Reading { reading });
+                        continue;
+                    }
+                    Poll::Pending => Poll::Pending,
+                },
+                StateProj::Reading { reading } => Pin::new(reading).poll(cx),
+            };
+            if polled.is_ready() {
+                return polled;
             }
+            let Some(deadline) = this.deadline.as_mut().as_pin_mut() else {
+                return Poll::Pending;
+            };
+            ready!(deadline.poll(cx));
+            let error: BoxError = match this.state.as_mut().project() {
+                StateProj::Waiting { .. } => Box::new(Elapsed::new()),
+                // The head arrived: the error keeps it, for the classifier.
+                StateProj::Reading { reading } => reading.broke_off(Box::new(Elapsed::new())),
+            };
+            return Poll::Ready(Err(error));
         }
     }
 }
@@ -424,6 +508,7 @@ impl<F, B> fmt::Debug for BufferBodyFuture<F, B> {
         f.debug_struct("BufferBodyFuture")
             .field("state", &state)
             .field("limit", &self.limit)
+            .field("deadline", &self.deadline.as_ref().map(Sleep::deadline))
             .finish()
     }
 }
@@ -443,6 +528,14 @@ impl<B> Reading<B> {
             read: BoundedRead::whole(limit),
         }
     }
+
+    /// The error of a read that ended in `error` before the body did: a
+    /// [`BodyBrokeOff`], which keeps the head.
+    fn broke_off(&self, error: BoxError) -> BoxError {
+        let head = self.head.as_ref().expect("polled after completion");
+        let head = KeptHead::of(head.status, &head.headers);
+        Box::new(BodyBrokeOff::new(head, error))
+    }
 }
 
 impl<B> Future for Reading<B>
@@ -456,11 +549,7 @@ where
         let this = &mut *self;
         match ready!(this.read.poll_read_whole(&mut this.body, cx)) {
             Ok(()) => {}
-            Err(Unread::Body(error)) => {
-                let head = this.head.as_ref().expect("polled after completion");
-                let head = KeptHead::of(head.status, &head.headers);
-                return Poll::Ready(Err(Box::new(BodyBrokeOff::new(head, error.into()))));
-            }
+            Err(Unread::Body(error)) => return Poll::Ready(Err(this.broke_off(error.into()))),
             Err(Unread::TooLarge) => {
                 let head = this.head.as_ref().expect("polled after completion");
                 let limit = this.read.limit();

@@ -28,9 +28,10 @@
 //!    `Retry-After` opens it for that long; `insufficient_quota` holds it open until a
 //!    reset); a [`RetryLayer`](crate::retry::RetryLayer) inside it (transient failures only, backoff with full
 //!    jitter, a short `Retry-After` waited, a long one handed back at once so the breaker
-//!    opens; the breaker counts one outcome per user call); a timeout (a hang is a
-//!    failure); [`BufferBodyLayer`] (the answer read whole, so it can be saved and served
-//!    again); the client.
+//!    opens; the breaker counts one outcome per user call); [`BufferBodyLayer`] (the
+//!    answer read whole, so it can be saved and served again), under the attempt's time
+//!    limit (a hang is a failure; a limit reached while a 429's body is read still
+//!    keeps its `Retry-After`); the client.
 //!
 //! ```
 //! use std::time::Duration;
@@ -168,7 +169,10 @@ impl LlmClientBuilder {
         self
     }
 
-    /// How long one attempt may take before it fails (default 60 s).
+    /// How long one attempt may take, its answer read whole included, before it fails
+    /// (default 60 s). A response whose body is still being read then keeps its status
+    /// and `Retry-After` for the breaker
+    /// ([`BufferBodyLayer::timeout`](crate::http::BufferBodyLayer::timeout)).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -239,11 +243,13 @@ impl LlmClientBuilder {
                 ),
                 None => None,
             };
+            // The buffer's own time limit, not a `timeout` layer outside it: one that cuts
+            // a body's read keeps the head, so a 429 whose body stalls still opens the
+            // breaker for the wait it asked for, and is not retried at once.
             let service = ServiceBuilder::new()
                 .layer(breaker.with_classifier(classifier))
                 .option_layer(retry)
-                .timeout(self.timeout)
-                .layer(buffer)
+                .layer(buffer.timeout(self.timeout))
                 .service(client.clone());
             let primary = primary.clone();
             failover = failover.provider_with(

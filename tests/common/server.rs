@@ -15,11 +15,13 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body::Frame;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
@@ -38,6 +40,9 @@ pub(crate) const RATE_LIMIT_BODY: &str =
 enum Answer {
     /// Answers with this response.
     Respond(Response<Full<Bytes>>),
+    /// Answers with this response's head and the start of its body, then sends nothing
+    /// more: the body never ends.
+    Stall(Response<Full<Bytes>>),
     /// Never answers: the request stays in flight until the client gives up or the
     /// server stops.
     Hang,
@@ -76,6 +81,10 @@ impl Answer {
                 response.headers_mut().insert(name, value);
                 Answer::Respond(response)
             }
+            Answer::Stall(mut response) => {
+                response.headers_mut().insert(name, value);
+                Answer::Stall(response)
+            }
             Answer::Hang => Answer::Hang,
         }
     }
@@ -97,6 +106,8 @@ pub(crate) enum Reply {
     ContextTooLong,
     /// 429 with `Retry-After: <secs>` and a rate-limit body ([`RATE_LIMIT_BODY`]).
     RateLimited(u64),
+    /// 429 with `Retry-After: <secs>` whose rate-limit body stops halfway and never ends.
+    RateLimitedStalling(u64),
     /// 429 with `retry-after-ms: <ms>` and a rate-limit body.
     RateLimitedMs(&'static str),
     /// 429 with `Retry-After: <secs>` and a body of this many spaces (no content type).
@@ -127,6 +138,12 @@ impl Reply {
                 Answer::json(400, r#"{"error":{"code":"context_length_exceeded"}}"#)
             }
             Reply::RateLimited(wait) => Answer::json(429, RATE_LIMIT_BODY).retry_after(wait),
+            Reply::RateLimitedStalling(wait) => {
+                let half = &RATE_LIMIT_BODY[..RATE_LIMIT_BODY.len() / 2];
+                let mut response = Response::new(Full::from(half));
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                Answer::Stall(response).retry_after(wait)
+            }
             Reply::RateLimitedMs(ms) => {
                 Answer::json(429, RATE_LIMIT_BODY).with_header("retry-after-ms", ms)
             }
@@ -255,8 +272,28 @@ async fn serve(listener: TcpListener, state: Arc<ServerState>) {
     }
 }
 
+/// A body that sends its start and then nothing, without end.
+struct Stalling(Option<Bytes>);
+
+impl http_body::Body for Stalling {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.0.take() {
+            Some(start) => Poll::Ready(Some(Ok(Frame::data(start)))),
+            None => Poll::Pending,
+        }
+    }
+}
+
 /// Counts the request and answers it with the next reply.
-async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    state: Arc<ServerState>,
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     let next = state
         .script
@@ -265,7 +302,12 @@ async fn answer(state: Arc<ServerState>) -> Result<Response<Full<Bytes>>, Infall
         .pop_front();
     let reply = next.unwrap_or(state.otherwise);
     match reply.answer() {
-        Answer::Respond(response) => Ok(response),
+        Answer::Respond(response) => Ok(response.map(BodyExt::boxed)),
+        Answer::Stall(response) => {
+            let (head, body) = response.into_parts();
+            let start = body.collect().await?.to_bytes();
+            Ok(Response::from_parts(head, Stalling(Some(start)).boxed()))
+        }
         Answer::Hang => std::future::pending().await,
     }
 }
