@@ -537,6 +537,30 @@ async fn a_revoked_key_opens_its_providers_breaker_when_auth_errors_move_on() {
 }
 
 #[tokio::test]
+async fn a_saved_answer_never_answers_the_same_body_sent_with_another_query() {
+    let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
+    let llm = builder(&[("a", &a)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+    let chat = llm.url("/chat/completions");
+    let alice = ask_at(&llm, &format!("{chat}?tenant=alice"), "q")
+        .await
+        .unwrap();
+    assert_eq!(alice.status(), 200);
+    // The provider fails now: alice's question has its saved answer, bob's has none.
+    let bob = ask_at(&llm, &format!("{chat}?tenant=bob"), "q")
+        .await
+        .unwrap();
+    assert_eq!(bob.status(), 503, "never another query's saved answer");
+    let again = ask_at(&llm, &format!("{chat}?tenant=alice"), "q")
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(header(&again, &X_CIRCUIT_BREAKER_STALE), Some("age=0"));
+}
+
+#[tokio::test]
 async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
     let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
     let b = TestServer::start([], Reply::Unavailable).await;

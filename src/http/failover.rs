@@ -117,6 +117,7 @@ impl HttpFailover {
     }
 
     /// Whether a 401 or a 403 moves on ([`auth_errors`](Self::auth_errors)).
+    #[cfg(feature = "llm")]
     pub(crate) fn moves_on_auth_errors(&self) -> bool {
         self.auth_errors
     }

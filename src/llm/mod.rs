@@ -9,8 +9,8 @@
 //!    `x-circuit-breaker` header saying where it came from (`service`, `probe`,
 //!    `fallback; reason=open`), and an [`AnswerInfo`](crate::http::AnswerInfo) extension.
 //! 2. [`SaveLayer`]: each 2xx answer the breaker's classifier called a success is saved
-//!    under its request's method, path and body (the same model and messages to the same
-//!    endpoint: the same question).
+//!    under its request's method, path and query, and body (the same model and messages to
+//!    the same endpoint: the same question).
 //! 3. [`RouteHeadersLayer`] over a [`Failover`]: the providers in order, each under its
 //!    own breaker and kill switch; a provider whose breaker is open or killed is passed
 //!    with nothing sent, one that fails (5xx, 429, a timeout, a connection refused; not a
@@ -307,12 +307,14 @@ trait LayerService<S>: tower::Layer<S> {
 impl<L: tower::Layer<S>, S> LayerService<S> for L {}
 
 /// The same question: the method, the path (a chat completion's saved answer never
-/// answers an embeddings call) and the body (the model and the messages).
+/// answers an embeddings call) with its query (`?api-version=`, a tenant: another query
+/// may be another question), and the body (the model and the messages).
 fn request_key(request: &reqwest::Request) -> Option<String> {
     let body = request.body()?.as_bytes()?;
     let (method, path) = (request.method(), request.url().path());
+    let query = request.url().query().unwrap_or_default();
     Some(format!(
-        "{method} {path}\n{}",
+        "{method} {path}?{query}\n{}",
         String::from_utf8_lossy(body)
     ))
 }
