@@ -148,7 +148,7 @@ impl HttpClassifier {
     /// and every call will get the same answer until a person changes the key. Counted as
     /// failures, they open the breaker: the calls go to a fallback or the next provider
     /// with nothing sent, and a probe tries the key again after the cooldown. This is what
-    /// [`LlmClient`](crate::llm::LlmClient) does for each provider when its failover moves
+    /// `llm::LlmClient` (feature `llm`) does for each provider when its failover moves
     /// on after a 401 or 403 ([`HttpFailover::auth_errors`](super::HttpFailover::auth_errors)).
     ///
     /// ```

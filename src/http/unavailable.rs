@@ -19,7 +19,7 @@ pub const CIRCUIT_OPEN: &str = "circuit_open";
 /// (answered through a [`RecoverLayer`](crate::recover::RecoverLayer)): `call_failed`.
 pub const CALL_FAILED: &str = "call_failed";
 
-/// The `code` of the unavailable answer an [`LlmClient`](crate::llm::LlmClient) gives a
+/// The `code` of the unavailable answer an `llm::LlmClient` (feature `llm`) gives a
 /// request it could make for no provider (a body it cannot copy, such as a stream):
 /// `not_prepared`. Nothing was sent and no breaker opened: the request itself must
 /// change (a body of bytes), and asking again as it is gets the same answer.
