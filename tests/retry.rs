@@ -1081,3 +1081,125 @@ async fn with_the_breakers_handle_a_probe_is_still_retried() {
     assert_eq!(calls.count(), 3, "the probe's retry went out");
     assert_eq!(handle.state(), State::Closed);
 }
+
+/// A service that is ready once, then never again: a retry waits for it for ever.
+#[derive(Clone)]
+struct ReadyOnce {
+    polls: Arc<AtomicUsize>,
+}
+
+impl Service<u8> for ReadyOnce {
+    type Response = u8;
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<u8, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        if self.polls.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: u8) -> Self::Future {
+        std::future::ready(Err("503 Service Unavailable".into()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_a_kill_ends_a_retry_waiting_for_its_service_to_be_ready() {
+    let breaker = CircuitBreakerLayer::builder()
+        .failure_threshold(100)
+        .build()
+        .unwrap();
+    let handle = breaker.handle();
+    let retry = RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(ms(1), ms(1))
+        .breaker(handle.clone())
+        .build()
+        .unwrap();
+    let mut svc = ServiceBuilder::new()
+        .layer(breaker)
+        .layer(retry)
+        .service(ReadyOnce {
+            polls: Arc::new(AtomicUsize::new(0)),
+        });
+    let call = async { svc.ready().await?.call(0).await };
+    let person = async {
+        tokio::time::sleep(secs(1)).await;
+        handle.kill_switch().kill();
+    };
+    let (answer, ()) = tokio::join!(tokio::time::timeout(secs(60), call), person);
+    let answer = answer.expect("the kill ends the retry's wait at once");
+    assert!(answer.is_err(), "the last result, the 503");
+    assert_counts_add_up(&handle.snapshot().counts);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_a_retry_that_waited_for_a_busy_service_is_not_sent_after_a_kill()
+{
+    let breaker = CircuitBreakerLayer::builder()
+        .failure_threshold(100)
+        .build()
+        .unwrap();
+    let handle = breaker.handle();
+    let (calls, after_kill, killed) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let inner = service_fn({
+        let (calls, after_kill, killed) = (calls.clone(), after_kill.clone(), killed.clone());
+        move |who: u8| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            if killed.load(Ordering::SeqCst) {
+                after_kill.fetch_add(1, Ordering::SeqCst);
+            }
+            async move {
+                if who == 1 {
+                    tokio::time::sleep(secs(10)).await;
+                    Ok::<_, BoxError>(1)
+                } else {
+                    Err::<u8, BoxError>("503 Service Unavailable".into())
+                }
+            }
+        }
+    });
+    // One call at a time: the retry waits for the other caller's permit.
+    let limited = tower::limit::ConcurrencyLimit::new(inner, 1);
+    let retry = RetryLayer::builder()
+        .max_attempts(3)
+        .backoff(ms(1), ms(1))
+        .breaker(handle.clone())
+        .build()
+        .unwrap();
+    let mut svc = ServiceBuilder::new()
+        .layer(breaker)
+        .layer(retry)
+        .service(limited.clone());
+    let call = async { svc.ready().await?.call(0).await };
+    let others = async {
+        tokio::task::yield_now().await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the first attempt failed");
+        let mut other = limited.clone();
+        let busy = async move { other.ready().await?.call(1).await };
+        let person = async {
+            tokio::time::sleep(secs(1)).await;
+            killed.store(true, Ordering::SeqCst);
+            handle.kill_switch().kill();
+        };
+        let (busy, ()) = tokio::join!(busy, person);
+        busy.unwrap();
+    };
+    let (answer, ()) = tokio::join!(call, others);
+    assert!(answer.is_err(), "the last result, the 503");
+    assert_eq!(
+        after_kill.load(Ordering::SeqCst),
+        0,
+        "no retry reaches the service after the kill"
+    );
+}

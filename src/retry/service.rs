@@ -112,9 +112,10 @@ pin_project! {
     #[project = StateProj]
     enum State<F, W> {
         Called { #[pin] future: F },
-        // `changed`: the breaker's next change, watched during the wait.
+        // `changed`: the breaker's next change, watched during the wait, and while the
+        // service gets ready for the retry.
         Waiting { #[pin] wait: W, changed: Option<Changed> },
-        Retrying,
+        Retrying { changed: Option<Changed> },
     }
 }
 
@@ -149,45 +150,31 @@ where
                     }
                 }
                 StateProj::Waiting { wait, changed } => {
-                    // A person's kill or forced opening ends the wait at once. Each
-                    // change is subscribed past before the breaker is looked at, so none
-                    // after the look is missed.
-                    let mut acted = false;
-                    let mut looked = 0;
-                    while let Some(watch) = changed.as_mut() {
-                        if Pin::new(watch).poll(cx).is_pending() {
-                            break;
-                        }
-                        *changed = this.policy.breaker_changed();
-                        if this.policy.breaker_skips() {
-                            acted = true;
-                            break;
-                        }
-                        looked += 1;
-                        if looked == CHANGES_PER_POLL {
-                            // Changing on every look: looked at again after the others' turn.
-                            cx.waker().wake_by_ref();
-                            return Poll::Pending;
-                        }
-                    }
+                    // A person's kill or forced opening ends the wait at once.
+                    let acted = ready!(skips_now(changed, this.policy, cx));
                     // Once the wait is over, or cut short by an act: the breaker asked
                     // then (an act it skips for is not undone by a later look).
                     if !acted {
                         ready!(wait.poll(cx));
                     }
                     if acted || this.policy.breaker_skips() {
-                        tracing::debug!(
-                            reason = "the breaker would skip the call",
-                            "not retried after the wait"
-                        );
-                        let last = this.last.take().expect("a result is kept while waiting");
-                        return Poll::Ready(last);
+                        return Poll::Ready(not_retried(this.last));
                     }
-                    this.state.set(State::Retrying);
+                    let changed = changed.take();
+                    this.state.set(State::Retrying { changed });
                 }
-                StateProj::Retrying => {
+                StateProj::Retrying { changed } => {
+                    // The service may take long to be ready (a concurrency limit, a full
+                    // buffer): an act meanwhile ends the retry too, and the breaker is
+                    // asked again once it is ready, before the retry is sent.
+                    if ready!(skips_now(changed, this.policy, cx)) {
+                        return Poll::Ready(not_retried(this.last));
+                    }
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
                         return Poll::Ready(Err(error));
+                    }
+                    if this.policy.breaker_skips() {
+                        return Poll::Ready(not_retried(this.last));
                     }
                     let request = this.request.take().expect("a kept request to retry");
                     *this.request = this.policy.clone_request(&request);
@@ -199,6 +186,41 @@ where
             }
         }
     }
+}
+
+/// Whether a change of the breaker since the last look makes it skip calls (a person's
+/// kill or forced opening, an opening): `Ready(false)` when none has, the next change
+/// then waking the task. Each change is subscribed past before the breaker is looked at,
+/// so none after the look is missed. `Pending` when the breaker changed on every look:
+/// looked at again after the other tasks' turn.
+fn skips_now<C, K>(
+    changed: &mut Option<Changed>,
+    policy: &RetryPolicy<C, K>,
+    cx: &mut Context<'_>,
+) -> Poll<bool> {
+    let mut looked = 0;
+    while let Some(watch) = changed.as_mut() {
+        if Pin::new(watch).poll(cx).is_pending() {
+            break;
+        }
+        *changed = policy.breaker_changed();
+        if policy.breaker_skips() {
+            return Poll::Ready(true);
+        }
+        looked += 1;
+        if looked == CHANGES_PER_POLL {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+    }
+    Poll::Ready(false)
+}
+
+/// The result kept for the retry that is not sent: the breaker would skip it.
+fn not_retried<T>(last: &mut Option<T>) -> T {
+    tracing::debug!(reason = "the breaker would skip the call", "not retried");
+    last.take()
+        .expect("a result is kept until the retry is sent")
 }
 
 impl<S, C, K, Request> fmt::Debug for RetryingFuture<S, C, K, Request>
