@@ -1203,3 +1203,62 @@ async fn with_the_breakers_handle_a_retry_that_waited_for_a_busy_service_is_not_
         "no retry reaches the service after the kill"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_the_breakers_handle_no_retry_goes_out_while_another_calls_probe_holds_the_breaker() {
+    let breaker = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .cooldown(tower_circuit_breaker::Cooldown::Time(secs(1)))
+        .build()
+        .unwrap();
+    let handle = breaker.handle();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let inner = service_fn({
+        let sent = sent.clone();
+        move |_: u8| {
+            let n = sent.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    // The first call's first attempt: slow, then a failure to retry.
+                    0 => tokio::time::sleep(secs(2)).await,
+                    // The probe: it hangs.
+                    2 => tokio::time::sleep(secs(100)).await,
+                    _ => {}
+                }
+                Err::<u8, BoxError>("503 Service Unavailable".into())
+            }
+        }
+    });
+    let retry = RetryLayer::builder()
+        .max_attempts(2)
+        .backoff(ms(1), ms(1))
+        .breaker(handle.clone())
+        .build()
+        .unwrap();
+    let mut first = ServiceBuilder::new()
+        .layer(breaker.clone())
+        .layer(retry)
+        .service(inner.clone());
+    let mut others = ServiceBuilder::new().layer(breaker).service(inner);
+    let first_call = async { first.ready().await?.call(0).await };
+    let rest = async {
+        tokio::task::yield_now().await;
+        // Another call's failure opens the breaker; after the cooldown a third is the probe.
+        assert!(others.ready().await.unwrap().call(1).await.is_err());
+        assert_eq!(handle.state(), State::Open);
+        tokio::time::sleep(ms(1500)).await;
+        let mut prober = others.clone();
+        let probe = prober.ready().await.unwrap().call(2);
+        tokio::select! {
+            _ = probe => {}
+            _ = tokio::time::sleep(secs(5)) => {}
+        }
+    };
+    let (answer, ()) = tokio::join!(first_call, rest);
+    assert!(answer.is_err(), "the first call's last result");
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        3,
+        "the first call's retry is not sent while another call is the probe"
+    );
+}

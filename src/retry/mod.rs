@@ -81,7 +81,12 @@
 //!    retry (from 0) waits a random time in `[0, min(cap, base * 2^n)]`.
 //! 6. With the breaker's handle given ([`RetryBuilder::breaker`]), no retry is sent
 //!    once that breaker would skip a call: opened meanwhile by other calls' failures,
-//!    killed or forced open by a person. The last result is returned.
+//!    killed or forced open by a person, or half-open with every probe slot taken by
+//!    another call (a call that started while the breaker was closed is not its probe;
+//!    the probe's own retries go on). The last result is returned. A person's act ends
+//!    a retry's backoff, and its wait for the service to be ready, at once. (The policy
+//!    given to tower's own `Retry` through [`RetryLayer::policy`] cannot tell its call
+//!    from the probe: every probe slot taken does not stop its retries.)
 //! 7. Every retry is withdrawn from a retry budget (tower's
 //!    [`TpsBudget`](tower::retry::budget::TpsBudget) by default) shared by every call
 //!    the policy serves; each user call deposits once. A retry the budget refuses is not

@@ -63,11 +63,12 @@ impl Common {
 
     /// Whether the breaker outside would now skip a call because it is open (other
     /// calls failed), killed or forced open: a retry now would reach a service the
-    /// breaker has stopped calling. Its probe slot taken is no reason: that probe may
-    /// be this very call.
-    fn breaker_skips(&self) -> bool {
+    /// breaker has stopped calling. Its probe slot taken is no reason for a call that
+    /// `may_be_probe`: that probe may be this very call.
+    fn breaker_skips(&self, may_be_probe: bool) -> bool {
         self.breaker.as_ref().is_some_and(|breaker| {
-            matches!(breaker.peek(), Advice::Skip(skip) if skip.reason() != Reason::HalfOpenFull)
+            matches!(breaker.peek(), Advice::Skip(skip)
+                if skip.reason() != Reason::HalfOpenFull || !may_be_probe)
         })
     }
 
@@ -133,10 +134,21 @@ impl RetryPolicy {
 
 impl<C, K> RetryPolicy<C, K> {
     /// Whether the breaker given to the policy would now skip a call (open by other
-    /// calls' failures, killed, forced open): a retry whose wait is over is then not
-    /// sent, and the last result is returned instead.
-    pub(crate) fn breaker_skips(&self) -> bool {
-        self.common.breaker_skips()
+    /// calls' failures, killed, forced open; every probe slot taken, unless the call
+    /// `may_be_probe`): a retry whose wait is over is then not sent, and the last result
+    /// is returned instead.
+    pub(crate) fn breaker_skips(&self, may_be_probe: bool) -> bool {
+        self.common.breaker_skips(may_be_probe)
+    }
+
+    /// Whether a call starting now may be the probe of the breaker given to the policy:
+    /// the breaker is not plainly letting calls through. A call that starts while it is
+    /// closed is not its probe, so every probe slot taken later is another call's.
+    pub(crate) fn may_be_probe(&self) -> bool {
+        self.common
+            .breaker
+            .as_ref()
+            .is_some_and(|breaker| !matches!(breaker.peek(), Advice::Call))
     }
 
     /// The next change of the breaker given to the policy (a transition, a person's
@@ -225,7 +237,7 @@ where
             // Full jitter: anywhere from no wait to the ceiling.
             Step::Backoff { ceiling } => ceiling.mul_f64(common.next_random()),
         };
-        if common.breaker_skips() {
+        if common.breaker_skips(true) {
             tracing::debug!(
                 reason = GiveUp::BreakerSkips.as_str(),
                 attempts = self.retries + 1,

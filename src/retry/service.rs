@@ -74,6 +74,7 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         let mut policy = self.policy.clone();
         let kept = policy.clone_request(&request);
+        let may_be_probe = policy.may_be_probe();
         // The service polled ready makes this call; a clone takes its place here.
         let clone = self.inner.clone();
         let mut service = std::mem::replace(&mut self.inner, clone);
@@ -82,6 +83,7 @@ where
             request: kept,
             service,
             policy,
+            may_be_probe,
             last: None,
             state: State::Called { future },
         }
@@ -101,6 +103,9 @@ pin_project! {
         request: Option<Request>,
         service: S,
         policy: RetryPolicy<C, K>,
+        // Whether the call may be the breaker's probe (it started while the breaker was
+        // not plainly closed): then every probe slot taken does not stop its retry.
+        may_be_probe: bool,
         // The result the wait is for, returned if the retry is not sent.
         last: Option<Result<S::Response, S::Error>>,
         #[pin]
@@ -140,7 +145,7 @@ where
                             // Subscribed, then looked at: an act between the policy's look
                             // and the subscription is seen here.
                             let changed = this.policy.breaker_changed();
-                            if changed.is_some() && this.policy.breaker_skips() {
+                            if changed.is_some() && this.policy.breaker_skips(*this.may_be_probe) {
                                 return Poll::Ready(result);
                             }
                             *this.last = Some(result);
@@ -151,13 +156,13 @@ where
                 }
                 StateProj::Waiting { wait, changed } => {
                     // A person's kill or forced opening ends the wait at once.
-                    let acted = ready!(skips_now(changed, this.policy, cx));
+                    let acted = ready!(skips_now(changed, this.policy, *this.may_be_probe, cx));
                     // Once the wait is over, or cut short by an act: the breaker asked
                     // then (an act it skips for is not undone by a later look).
                     if !acted {
                         ready!(wait.poll(cx));
                     }
-                    if acted || this.policy.breaker_skips() {
+                    if acted || this.policy.breaker_skips(*this.may_be_probe) {
                         return Poll::Ready(not_retried(this.last));
                     }
                     let changed = changed.take();
@@ -167,13 +172,13 @@ where
                     // The service may take long to be ready (a concurrency limit, a full
                     // buffer): an act meanwhile ends the retry too, and the breaker is
                     // asked again once it is ready, before the retry is sent.
-                    if ready!(skips_now(changed, this.policy, cx)) {
+                    if ready!(skips_now(changed, this.policy, *this.may_be_probe, cx)) {
                         return Poll::Ready(not_retried(this.last));
                     }
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
                         return Poll::Ready(Err(error));
                     }
-                    if this.policy.breaker_skips() {
+                    if this.policy.breaker_skips(*this.may_be_probe) {
                         return Poll::Ready(not_retried(this.last));
                     }
                     let request = this.request.take().expect("a kept request to retry");
@@ -196,6 +201,7 @@ where
 fn skips_now<C, K>(
     changed: &mut Option<Changed>,
     policy: &RetryPolicy<C, K>,
+    may_be_probe: bool,
     cx: &mut Context<'_>,
 ) -> Poll<bool> {
     let mut looked = 0;
@@ -204,7 +210,7 @@ fn skips_now<C, K>(
             break;
         }
         *changed = policy.breaker_changed();
-        if policy.breaker_skips() {
+        if policy.breaker_skips(may_be_probe) {
             return Poll::Ready(true);
         }
         looked += 1;
