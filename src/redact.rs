@@ -15,8 +15,11 @@ use std::borrow::Cow;
 /// backticks in it included (a URL keeps them as they are), save the `:`, `,`, `.`, `;`
 /// or `!` that end it and, before them, a `)`, `'` or backtick that closes one opened
 /// just before the URL. After a marker, a quoted value goes up to its closing quote
-/// (`api_key="…"` becomes `api_key="[redacted]"`), and a space in a marker stands for
-/// any run of spaces and tabs (`Bearer<TAB>…`).
+/// (`api_key="…"` becomes `api_key="[redacted]"`; a quote escaped as in JSON, `\"`, to
+/// the same escaped quote), and a space in a marker stands for any run of spaces and tabs
+/// (`Bearer<TAB>…`), which may be empty after a colon (`X-Api-Key:…`). A URL's user
+/// information is hidden up to its last `@` before the path, a raw `?` or `#` in a
+/// password included.
 ///
 /// ```
 /// use tower_circuit_breaker::redact;
@@ -40,9 +43,22 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
+    // Where the run of scheme characters last looked at, which was no URL, ends: no URL
+    // starts inside it either (each would end where it ends), so none is looked for
+    // there again, and a long run is read once, not once per character.
+    let mut no_url_until = 0;
     while !rest.is_empty() {
-        if let Some(len) = url_len(rest) {
-            let before = text[..text.len() - rest.len()].chars().next_back();
+        let at = text.len() - rest.len();
+        let url = if at >= no_url_until {
+            url_len(rest)
+        } else {
+            None
+        };
+        if url.is_none() && at >= no_url_until {
+            no_url_until = at + scheme_len(rest);
+        }
+        if let Some(len) = url {
+            let before = text[..at].chars().next_back();
             redact_url(&rest[..len], before, &mut out);
             rest = &rest[len..];
         } else if let Some(Secret { start, len }) = secret_after_marker(rest) {
@@ -61,8 +77,8 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 /// What stands where a secret was.
 pub(crate) const REDACTED: &str = "[redacted]";
 
-/// Words after which a secret follows (compared without case). A space at the end of
-/// one stands for any run of spaces and tabs.
+/// Words after which a secret follows (compared without case). A space in one stands
+/// for any run of spaces and tabs, which may be empty after a `:` (`X-Api-Key:…`).
 const MARKERS: [&str; 11] = [
     "bearer ",
     "basic ",
@@ -82,7 +98,7 @@ fn needs_redaction(text: &str) -> bool {
     lower.contains("://")
         || MARKERS
             .iter()
-            .any(|marker| lower.contains(marker.trim_end_matches(' ')))
+            .any(|marker| lower.contains(marker.split(' ').next().unwrap_or(marker)))
 }
 
 /// The length of the URL that starts `text`, if one does (`scheme://…`).
@@ -93,10 +109,7 @@ fn needs_redaction(text: &str) -> bool {
 /// whitespace, quote, bracket, angle bracket or backtick past its user information,
 /// which may hold `)` and `'` as they are (`https://bob:hun)ter2@host`).
 fn url_len(text: &str) -> Option<usize> {
-    let scheme = text
-        .bytes()
-        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
-        .count();
+    let scheme = scheme_len(text);
     if scheme == 0 || !text[scheme..].starts_with("://") {
         return None;
     }
@@ -119,6 +132,13 @@ fn url_len(text: &str) -> Option<usize> {
     Some(len)
 }
 
+/// The length of the run of characters a URL's scheme is made of that starts `text`.
+fn scheme_len(text: &str) -> usize {
+    text.bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        .count()
+}
+
 /// The bracket or quote that closes `opening`, for a URL written inside one: `(…)`,
 /// `'…'`, `` `…` ``.
 fn closing(opening: Option<char>) -> Option<char> {
@@ -135,9 +155,16 @@ fn redact_url(url: &str, before: Option<char>, out: &mut String) {
     let (scheme, rest) = url.split_at(url.find("://").expect("a URL") + 3);
     out.push_str(scheme);
     // User information ends at the last `@` before any query or fragment, even where a
-    // hostile or mistyped one holds a raw `/`: all of it is hidden, none taken for a path.
+    // hostile or mistyped one holds a raw `/`, or before any path, even where one holds a
+    // raw `?` or `#` (`redis://admin:pa#ss@host`): all of it is hidden, none taken for a
+    // path, a query or a fragment.
     let before_query = rest.find(['?', '#']).unwrap_or(rest.len());
-    let host_start = rest[..before_query].rfind('@').map_or(0, |at| at + 1);
+    let before_path = rest.find('/').unwrap_or(rest.len());
+    let host_start = [before_query, before_path]
+        .into_iter()
+        .filter_map(|end| rest[..end].rfind('@'))
+        .max()
+        .map_or(0, |at| at + 1);
     let authority_end = rest[host_start..]
         .find(['/', '?', '#'])
         .map_or(rest.len(), |end| host_start + end);
@@ -189,25 +216,31 @@ struct Secret {
     len: usize,
 }
 
-/// The length of the marker at the start of `text` (at a word's start), with the run of
-/// spaces and tabs after one that ends in a space.
+/// The length of the marker at the start of `text`, with the runs of spaces and tabs
+/// its spaces stand for.
 fn marker_len(text: &str) -> Option<usize> {
     MARKERS.iter().find_map(|marker| {
-        let word = marker.trim_end_matches(' ');
-        let starts = text.len() >= word.len()
-            && text.is_char_boundary(word.len())
-            && text[..word.len()].eq_ignore_ascii_case(word);
-        if !starts {
-            return None;
+        let text = text.as_bytes();
+        let mut at = 0;
+        let mut previous = None;
+        for m in marker.bytes() {
+            if m == b' ' {
+                let blanks = text[at..]
+                    .iter()
+                    .take_while(|b| matches!(b, b' ' | b'\t'))
+                    .count();
+                if blanks == 0 && previous != Some(b':') {
+                    return None;
+                }
+                at += blanks;
+            } else if text.get(at).is_some_and(|b| b.eq_ignore_ascii_case(&m)) {
+                at += 1;
+            } else {
+                return None;
+            }
+            previous = Some(m);
         }
-        if word.len() == marker.len() {
-            return Some(word.len());
-        }
-        let blanks = text[word.len()..]
-            .bytes()
-            .take_while(|b| matches!(b, b' ' | b'\t'))
-            .count();
-        (blanks > 0).then_some(word.len() + blanks)
+        Some(at)
     })
 }
 
@@ -217,6 +250,18 @@ fn marker_len(text: &str) -> Option<usize> {
 fn secret_after_marker(text: &str) -> Option<Secret> {
     let marker = marker_len(text)?;
     let value = &text[marker..];
+    // A quote escaped as in JSON (`api_key=\"…\"` inside a JSON string) opens a value
+    // that the same escaped quote closes.
+    if let Some(quote @ ('"' | '\'')) = value.strip_prefix('\\').and_then(|v| v.chars().next()) {
+        let inside = &value[2..];
+        let len = inside
+            .find(format!("\\{quote}").as_str())
+            .unwrap_or(inside.len());
+        return (len > 0).then_some(Secret {
+            start: marker + 2,
+            len,
+        });
+    }
     let (start, len) = match value.chars().next() {
         Some(quote @ ('"' | '\'')) => {
             let inside = &value[1..];
@@ -380,5 +425,61 @@ mod tests {
     #[test]
     fn unicode_around_secrets_is_kept() {
         assert_eq!(redact("é key=ü ok"), "é key=[redacted] ok");
+    }
+
+    #[test]
+    fn a_marker_with_any_blanks_in_it_or_none_after_its_colon_still_hides_the_value() {
+        for text in [
+            "Authorization:\tToken SECRET",
+            "Authorization:  Token SECRET",
+            "authorization:token\tSECRET",
+            "X-Api-Key:SECRET",
+            "x-api-key:\t SECRET",
+        ] {
+            let shown = redact(text);
+            assert!(!shown.contains("SECRET"), "{text:?} -> {shown:?}");
+            assert!(shown.contains("[redacted]"), "{text:?} -> {shown:?}");
+        }
+        assert_eq!(redact("X-Api-Key:SECRET"), "X-Api-Key:[redacted]");
+    }
+
+    #[test]
+    fn a_json_escaped_quoted_secret_after_a_marker_is_hidden_and_its_quotes_kept() {
+        assert_eq!(
+            redact(r#"{"error":"invalid api_key=\"SECRET\" given"}"#),
+            r#"{"error":"invalid api_key=\"[redacted]\" given"}"#
+        );
+        let unclosed = redact(r#"{"error":"api_key=\"SECRET"#);
+        assert!(!unclosed.contains("SECRET"), "{unclosed}");
+    }
+
+    #[test]
+    fn a_raw_hash_or_question_mark_in_a_password_shows_no_user_information() {
+        for text in [
+            "redis://admin:pa#ssw0rd@cache:6379 refused",
+            "redis://admin:pa?ssw0rd@cache:6379 refused",
+        ] {
+            let shown = redact(text);
+            assert!(!shown.contains("admin"), "{text} -> {shown}");
+            assert!(!shown.contains("ssw0rd"), "{text} -> {shown}");
+        }
+        assert_eq!(
+            redact("redis://admin:pa#ssw0rd@cache:6379 refused"),
+            "redis://[redacted]@cache:6379 refused"
+        );
+        // An `@` in a query past a path is not taken for user information.
+        assert_eq!(
+            redact("https://h/v1?email=a@b failed"),
+            "https://h/v1?[redacted] failed"
+        );
+    }
+
+    #[test]
+    fn a_long_run_of_letters_is_read_once_not_once_per_letter() {
+        // A text a server sends may be this long.
+        let long = format!("see http://h/ and {} end", "a".repeat(400_000));
+        // Read once per letter, this took over half an hour in a debug build.
+        let shown = redact(&long);
+        assert_eq!(shown, long);
     }
 }
