@@ -134,9 +134,11 @@ impl<Response, Error: fmt::Display> Classify<Response, Error> for ToolClassifier
         match result {
             Ok(_) => Outcome::Success,
             Err(error) => {
-                let message = error.to_string();
-                match self.blame(&message) {
-                    Blame::Tool => Outcome::failure_with(message),
+                match self.blame(&error.to_string()) {
+                    // The breaker names the failure by the error and its sources
+                    // (`error sending request: Connection refused`): a cause in a source
+                    // is what tells tools failing together apart from one failing alone.
+                    Blame::Tool => Outcome::failure(),
                     Blame::Caller => Outcome::Ignored,
                 }
             }

@@ -355,3 +355,56 @@ async fn a_tool_reset_while_its_breaker_is_disabled_is_not_named_in_a_later_syst
     }
     Ok(())
 }
+
+/// An HTTP client's error, as reqwest's reads: what failed on top, why in its source.
+#[derive(Debug)]
+struct Sending(std::io::Error);
+
+impl std::fmt::Display for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("error sending request for url (http://127.0.0.1:1/search)")
+    }
+}
+
+impl std::error::Error for Sending {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Fails `tool` `times` times (as its decisions allow) with an error whose cause,
+/// "Connection refused", is in its source only.
+async fn fail_with_the_cause_in_a_source(expediter: &Expediter, tool: &str, times: usize) {
+    let mut svc = tower::ServiceBuilder::new()
+        .layer(expediter.layer(tool).expect("a tool"))
+        .service(tower::service_fn(|_: ()| async {
+            Err::<(), _>(Sending(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "Connection refused",
+            )))
+        }));
+    let run = expediter.default_run();
+    for _ in 0..times {
+        if run.decide(tool).await.expect("a decision").should_call() {
+            let ready = tower::ServiceExt::ready(&mut svc).await.expect("ready");
+            let _ = tower::Service::call(ready, ()).await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_http_tools_refused_a_connection_are_systemic_though_the_cause_is_in_the_errors_source(
+) -> TestResult {
+    let expediter = example_map().failure_budget(10).build()?;
+    fail_with_the_cause_in_a_source(&expediter, "Grep", 3).await;
+    fail_with_the_cause_in_a_source(&expediter, "Bash", 3).await;
+    let report = expediter.report();
+    let systemic = report.systemic.clone().expect("a systemic event");
+    assert_eq!(systemic.signature.as_deref(), Some("connection refused"));
+    assert_eq!(report.budget.used, 1, "counted once: {report}");
+    let grep = expediter.handle("Grep")?.snapshot();
+    let message = grep.last_failure.expect("a failure").message;
+    assert!(message.contains("error sending request"), "{message}");
+    assert!(message.contains("Connection refused"), "{message}");
+    Ok(())
+}
