@@ -471,19 +471,26 @@ async fn a_503_after_failures_tells_the_soonest_providers_time() {
     assert_eq!(body["error"]["code"], "call_failed");
 }
 
+/// Provider `a` refuses its key (401 `invalid_api_key`), `b` answers; the client moves on
+/// after an auth error if `auth_errors`.
+async fn a_revoked_key_then_a_good_one(auth_errors: bool) -> (TestServer, TestServer, LlmClient) {
+    let a = TestServer::start(
+        [],
+        Reply::Json(401, r#"{"error":{"code":"invalid_api_key"}}"#),
+    )
+    .await;
+    let b = TestServer::start([], Reply::Ok).await;
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .failover(HttpFailover::new().auth_errors(auth_errors))
+        .build(reqwest::Client::new())
+        .unwrap();
+    (a, b, llm)
+}
+
 #[tokio::test]
 async fn a_revoked_key_moves_on_only_when_auth_errors_are_asked_to() {
     for moves_on in [false, true] {
-        let a = TestServer::start(
-            [],
-            Reply::Json(401, r#"{"error":{"code":"invalid_api_key"}}"#),
-        )
-        .await;
-        let b = TestServer::start([], Reply::Ok).await;
-        let llm = builder(&[("a", &a), ("b", &b)])
-            .failover(HttpFailover::new().auth_errors(moves_on))
-            .build(reqwest::Client::new())
-            .unwrap();
+        let (a, b, llm) = a_revoked_key_then_a_good_one(moves_on).await;
         let answer = ask(&llm, "q").await;
         if moves_on {
             assert_eq!(
@@ -508,16 +515,7 @@ async fn a_revoked_key_moves_on_only_when_auth_errors_are_asked_to() {
 
 #[tokio::test]
 async fn a_revoked_key_opens_its_providers_breaker_when_auth_errors_move_on() {
-    let a = TestServer::start(
-        [],
-        Reply::Json(401, r#"{"error":{"code":"invalid_api_key"}}"#),
-    )
-    .await;
-    let b = TestServer::start([], Reply::Ok).await;
-    let llm = builder(&[("a", &a), ("b", &b)])
-        .failover(HttpFailover::new().auth_errors(true))
-        .build(reqwest::Client::new())
-        .unwrap();
+    let (a, _b, llm) = a_revoked_key_then_a_good_one(true).await;
     // The breakers open after 3 failures in a row: each 401 is one.
     for _ in 0..3 {
         let answer = ask(&llm, "q").await;

@@ -25,7 +25,7 @@ use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::error::{CallError, Rejected};
 use tower_circuit_breaker::http::{BufferBodyLayer, BufferedResponse, HttpClassifier};
 use tower_circuit_breaker::retry::{BreakerVerdict, RetryConfigError, RetryLayer, RetryPolicy};
-use tower_circuit_breaker::{CircuitBreakerLayer, Reason, Source, State};
+use tower_circuit_breaker::{CircuitBreakerHandle, CircuitBreakerLayer, Reason, Source, State};
 
 use common::counts::assert_counts_add_up;
 use server::{Reply, TestServer, CHAT_BODY, QUOTA_BODY};
@@ -1082,6 +1082,16 @@ async fn with_the_breakers_handle_a_probe_is_still_retried() {
     assert_eq!(handle.state(), State::Closed);
 }
 
+/// `attempts` attempts a millisecond apart, no retry once `handle`'s breaker would skip.
+fn quick_retry_for(handle: &CircuitBreakerHandle, attempts: u32) -> RetryLayer {
+    RetryLayer::builder()
+        .max_attempts(attempts)
+        .backoff(ms(1), ms(1))
+        .breaker(handle.clone())
+        .build()
+        .unwrap()
+}
+
 /// A service that is ready once, then never again: a retry waits for it for ever.
 #[derive(Clone)]
 struct ReadyOnce {
@@ -1116,12 +1126,7 @@ async fn with_the_breakers_handle_a_kill_ends_a_retry_waiting_for_its_service_to
         .build()
         .unwrap();
     let handle = breaker.handle();
-    let retry = RetryLayer::builder()
-        .max_attempts(3)
-        .backoff(ms(1), ms(1))
-        .breaker(handle.clone())
-        .build()
-        .unwrap();
+    let retry = quick_retry_for(&handle, 3);
     let mut svc = ServiceBuilder::new()
         .layer(breaker)
         .layer(retry)
@@ -1171,12 +1176,7 @@ async fn with_the_breakers_handle_a_retry_that_waited_for_a_busy_service_is_not_
     });
     // One call at a time: the retry waits for the other caller's permit.
     let limited = tower::limit::ConcurrencyLimit::new(inner, 1);
-    let retry = RetryLayer::builder()
-        .max_attempts(3)
-        .backoff(ms(1), ms(1))
-        .breaker(handle.clone())
-        .build()
-        .unwrap();
+    let retry = quick_retry_for(&handle, 3);
     let mut svc = ServiceBuilder::new()
         .layer(breaker)
         .layer(retry)
@@ -1229,12 +1229,7 @@ async fn with_the_breakers_handle_no_retry_goes_out_while_another_calls_probe_ho
             }
         }
     });
-    let retry = RetryLayer::builder()
-        .max_attempts(2)
-        .backoff(ms(1), ms(1))
-        .breaker(handle.clone())
-        .build()
-        .unwrap();
+    let retry = quick_retry_for(&handle, 2);
     let mut first = ServiceBuilder::new()
         .layer(breaker.clone())
         .layer(retry)
