@@ -9,21 +9,17 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::escape::one_line;
 
-/// A cell as shown: a character that would break the row or the columns around it
-/// written as its escape (`\n`, `\u{202e}`), so that a row stays one line, reads in its
-/// own order, and is as wide as the terminal shows it (those characters are all of zero
-/// width: the columns would still measure straight while the row showed otherwise).
-fn shown(cell: &str) -> Cow<'_, str> {
-    one_line(cell)
-}
-
 /// Renders `rows` under `header` as an ASCII-ruled table, each row one line. Every row
 /// has as many cells as the header (the report's own rows).
 pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
-    let header: Vec<Cow<'_, str>> = header.iter().map(|cell| shown(cell)).collect();
+    // Each cell as shown (`one_line`): a character that would break the row or the columns
+    // around it is written as its escape, so that a row stays one line, reads in its own
+    // order, and is as wide as the terminal shows it (those characters are all of zero
+    // width: the columns would still measure straight while the row showed otherwise).
+    let header: Vec<Cow<'_, str>> = header.iter().map(|cell| one_line(cell)).collect();
     let rows: Vec<Vec<Cow<'_, str>>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| shown(cell)).collect())
+        .map(|row| row.iter().map(|cell| one_line(cell)).collect())
         .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {

@@ -206,9 +206,8 @@ impl HttpClassifier {
         wait: Option<Duration>,
         message: impl FnOnce() -> String,
     ) -> Outcome {
-        let refused_key =
-            self.auth_errors && matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
-        if !fails_the_service(status) && !refused_key {
+        let fails = fails_the_service(status) || (self.auth_errors && refuses_the_key(status));
+        if !fails {
             return Outcome::Success;
         }
         let failure = Failure::new(message());
@@ -276,6 +275,14 @@ impl<B, E: 'static> Classify<Response<B>, E> for HttpClassifier {
 /// would otherwise hold the breaker open for everyone until a reset).
 fn names_an_account(status: StatusCode) -> bool {
     matches!(status.as_u16(), 402 | 403 | 429) || status.is_server_error()
+}
+
+/// Whether a response of `status` refuses the key it was sent with: a 401 or a 403. A
+/// failure of the service only where the key is the client's own
+/// ([`HttpClassifier::auth_errors`]), and then a reason to move on
+/// ([`HttpFailover::auth_errors`](super::HttpFailover::auth_errors)).
+pub(super) fn refuses_the_key(status: StatusCode) -> bool {
+    matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
 }
 
 /// Whether a response of `status` is a failure of the service: a 5xx, a 429 (too many

@@ -8,7 +8,9 @@ use tower::util::MapResponseLayer;
 use tower::Layer;
 
 use super::buffer::BufferedResponse;
-use super::classify::{contains_json_string, permanent_failure_named, DEFAULT_PERMANENT_MARKERS};
+use super::classify::{
+    contains_json_string, permanent_failure_named, refuses_the_key, DEFAULT_PERMANENT_MARKERS,
+};
 use super::error_body_bytes::ErrorBodyBytes;
 use super::provenance::ProvenanceTarget;
 use super::retry_after::requested_wait;
@@ -123,7 +125,7 @@ impl HttpFailover {
     }
 
     fn moves_on(&self, status: StatusCode, verdict: Option<Verdict>, body: Option<&[u8]>) -> bool {
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) && self.auth_errors {
+        if self.auth_errors && refuses_the_key(status) {
             return true;
         }
         if status == StatusCode::TOO_MANY_REQUESTS {
