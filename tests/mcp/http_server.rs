@@ -35,6 +35,11 @@ impl EverythingHttp {
         self.port
     }
 
+    /// Its MCP endpoint, with `query` (`?…`, or empty) after it.
+    pub fn url(&self, query: &str) -> String {
+        format!("http://127.0.0.1:{}/mcp{query}", self.port)
+    }
+
     /// `kill -9` by pid, and the process reaped.
     pub fn kill_9(&mut self) {
         let mut child = self.child.take().expect("it runs");

@@ -104,7 +104,7 @@ async fn a_url_s_query_string_never_reaches_the_logs_when_the_server_dies_or_ref
     };
     let logs = CapturedLogs::start();
     let mut everything = EverythingHttp::start(servers).await;
-    let url = format!("http://127.0.0.1:{}/mcp?key=LOG-SECRET", everything.port());
+    let url = everything.url("?key=LOG-SECRET");
     let server = remote("everything", &url).start()?;
     running(&server).await;
     assert_eq!(echo(&server, "hello").await?, "Echo: hello");
@@ -395,7 +395,7 @@ async fn a_server_restarted_while_idle_refuses_the_old_session_and_a_new_one_is_
     // restart with 400 and an error that names no request, where the specification says
     // 404.
     let mut everything = EverythingHttp::start(servers).await;
-    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    let url = everything.url("");
     let server = remote("everything", &url).start()?;
     let first = running(&server).await;
     assert_eq!(echo(&server, "before").await?, "Echo: before");
@@ -439,7 +439,7 @@ async fn a_remote_server_down_for_long_is_tried_again_until_it_answers_never_giv
         return Ok(());
     };
     let mut everything = EverythingHttp::start(servers).await;
-    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    let url = everything.url("");
     // At most 3 restarts within a minute, 50 to 100 ms apart: a crashing process would be
     // given up on within half a second.
     let server = remote("everything", &url)
@@ -503,7 +503,7 @@ async fn a_remote_server_killed_while_idle_is_taken_as_down_by_the_first_call_th
         return Ok(());
     };
     let mut everything = EverythingHttp::start(servers).await;
-    let url = format!("http://127.0.0.1:{}/mcp", everything.port());
+    let url = everything.url("");
     let server = remote("everything", &url).start()?;
     running(&server).await;
     everything.kill_9();
