@@ -15,7 +15,7 @@ use crate::breaker::fallback::{FallbackService, NoFallback};
 use crate::breaker::future::ResponseFuture;
 use crate::breaker::handle::CircuitBreakerHandle;
 use crate::breaker::outcome::Outcome;
-use crate::breaker::shared::{Decision, Permit, Shared};
+use crate::breaker::shared::{Admitted, Decision, HeldCall, Permit, Shared};
 use crate::breaker::state::Skip;
 
 /// A `tower::Service` guarded by a circuit breaker.
@@ -54,8 +54,10 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     inner: S,
     fallback: F,
     classifier: C,
-    shared: Arc<Shared>,
-    /// What `poll_ready` decided for the next call: a call (its permit) or a skip, in
+    /// The breaker, and the plain call it admitted at once, if that is what `poll_ready`
+    /// decided for the next call.
+    breaker: Held,
+    /// What else `poll_ready` decided for the next call: a call (its permit) or a skip, in
     /// one of these two (each two words, which move in registers: a three-word decision
     /// written here and read back at once costs a stall on every call).
     permit: Option<Permit>,
@@ -76,7 +78,10 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             inner,
             fallback,
             classifier,
-            shared,
+            breaker: Held {
+                shared,
+                admitted: None,
+            },
             permit: None,
             skip: None,
             skip_unready: false,
@@ -85,7 +90,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
 
     /// The breaker's handle.
     pub fn handle(&self) -> CircuitBreakerHandle {
-        CircuitBreakerHandle::new(self.shared.clone())
+        CircuitBreakerHandle::new(self.breaker.shared.clone())
     }
 
     inner_service_accessors!(S, into_inner: " A call this service had reserved is handed back.");
@@ -101,12 +106,21 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             None if self.skip.is_some() => return,
             None => {}
         }
-        if let Some(permit) = self.shared.call_at_once() {
-            self.permit = Some(permit);
+        let breaker = &mut self.breaker;
+        if let Some(admitted) = breaker.admitted {
+            if breaker.shared.still_admits(admitted) {
+                return;
+            }
+            // Handed back, as a permit that no longer stands is: not counted.
+            breaker.admitted = None;
+        }
+        if let Some(admitted) = breaker.shared.admit_at_once() {
+            breaker.admitted = Some(admitted);
             return;
         }
         let (permit, skip) = (&mut self.permit, &mut self.skip);
-        self.shared
+        breaker
+            .shared
             .decide_by_door_with(|held| hold(permit, skip, held));
     }
 
@@ -118,7 +132,11 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         if let Some(permit) = self.permit.take() {
             permit.withdraw();
         }
-        hold(&mut self.permit, &mut self.skip, self.shared.decide());
+        hold(
+            &mut self.permit,
+            &mut self.skip,
+            self.breaker.shared.decide(),
+        );
     }
 
     /// The wrapped service's `poll_ready` failed with `error`: a failure for the call
@@ -143,10 +161,33 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
     /// Records a failure for the call decided: the wrapped service failed or panicked
     /// in `poll_ready`.
     fn fail_decided(&mut self, message: String) {
-        if let Some(mut permit) = self.permit.take() {
+        if let Some(mut permit) = self.breaker.take_admitted().or_else(|| self.permit.take()) {
             permit.mark_called();
             permit.settle(Outcome::failure_with(message), None);
         }
+    }
+}
+
+/// A service's breaker, and the plain call it admitted at once for the service's next
+/// call, if any: `call` makes its permit. Dropped with the call still held (the service
+/// dropped after `poll_ready`), the call counts as abandoned, as a held permit's does.
+struct Held {
+    shared: Arc<Shared>,
+    admitted: Option<Admitted>,
+}
+
+impl Held {
+    /// The permit of the call admitted at once, if one is held.
+    #[inline]
+    fn take_admitted(&mut self) -> Option<Permit> {
+        let admitted = self.admitted.take()?;
+        Some(self.shared.permit_for(admitted))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        drop(self.take_admitted());
     }
 }
 
@@ -191,7 +232,11 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         // Each kind of future is made here, from values in registers: a future made out of
         // line would meet this one in memory, and every call would copy it from there.
-        let permit = match self.permit.take() {
+        let permit = match self.breaker.take_admitted() {
+            Some(admitted) => Some(admitted),
+            None => self.permit.take(),
+        };
+        let permit = match permit {
             // Without the clock: a call out of line would keep the permit in memory, to
             // be dropped if it unwound, on every call.
             Some(permit) if permit.stands_at_once() => Some(permit),
@@ -204,9 +249,10 @@ where
         }
         let skip = self.skip.take().expect("poll_ready must be called first");
         let future = if std::mem::take(&mut self.skip_unready) {
-            self.fallback.call_unready(request, skip, &self.shared)
+            self.fallback
+                .call_unready(request, skip, &self.breaker.shared)
         } else {
-            self.fallback.call(request, skip, &self.shared)
+            self.fallback.call(request, skip, &self.breaker.shared)
         };
         ResponseFuture::answered(future, skip)
     }
@@ -233,12 +279,23 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
     }
 }
 
+impl<S, F, C> CircuitBreaker<S, F, C> {
+    /// The call held for the next `call`, if one is.
+    fn held_call(&self) -> Option<HeldCall<'_>> {
+        let breaker = &self.breaker;
+        match (breaker.admitted, &self.permit) {
+            (Some(admitted), _) => Some(HeldCall::Admitted(&breaker.shared, admitted)),
+            (None, permit) => permit.as_ref().map(HeldCall::Permit),
+        }
+    }
+}
+
 impl<S: Clone, F: Clone, C: Clone> Clone for CircuitBreaker<S, F, C> {
     /// A clone shares the breaker but not this service's decision.
     fn clone(&self) -> Self {
         CircuitBreaker::new(
             self.inner.clone(),
-            self.shared.clone(),
+            self.breaker.shared.clone(),
             self.fallback.clone(),
             self.classifier.clone(),
         )
@@ -248,10 +305,10 @@ impl<S: Clone, F: Clone, C: Clone> Clone for CircuitBreaker<S, F, C> {
 impl<S: fmt::Debug, F, C> fmt::Debug for CircuitBreaker<S, F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
-            .field("name", &self.shared.name)
+            .field("name", &self.breaker.shared.name)
             .field("inner", &self.inner)
             .field("fallback", &std::any::type_name::<F>())
-            .field("permit", &self.permit)
+            .field("permit", &self.held_call())
             .field("skip", &self.skip)
             .finish()
     }

@@ -8,7 +8,7 @@
 //! function on its own door. Either way the decision is carried out by one function
 //! ([`Shared::carry_out`]) into one [`Decision`]. A plain call at a closed door with the
 //! kill switch off, the decision of most calls, is made from the door's first word and the
-//! switch before the door is asked ([`Shared::call_at_once`]): the call `Door::admit`
+//! switch before the door is asked ([`Shared::admit_at_once`]): the call `Door::admit`
 //! would admit there.
 
 // Each `#[inline(always)]` here pays in the awaited benchmark (the shared state:
@@ -40,8 +40,8 @@ mod tally;
 
 pub(in crate::breaker) use self::events::Observer;
 use self::events::{Events, Queued, Reporter};
-pub(in crate::breaker) use self::permit::Permit;
 use self::permit::Ticket;
+pub(in crate::breaker) use self::permit::{Admitted, HeldCall, Permit};
 use self::published::Published;
 use self::tally::Tally;
 
@@ -389,7 +389,7 @@ impl Shared {
         Self::decide_by(self, |decision| decision)
     }
 
-    /// [`decide`](Self::decide), by a caller whose call [`call_at_once`](Self::call_at_once)
+    /// [`decide`](Self::decide), by a caller whose call [`admit_at_once`](Self::admit_at_once)
     /// did not admit, handing the decision to `hold`: a decision made here goes on in
     /// registers, one made out of line is handed on from there.
     #[inline(always)]
@@ -401,7 +401,7 @@ impl Shared {
     }
 
     /// The decision, taking the caller's reference as `this` says; see
-    /// [`decide`](Self::decide). A call [admitted at once](Self::call_at_once) is decided
+    /// [`decide`](Self::decide). A call [admitted at once](Self::admit_at_once) is decided
     /// first.
     #[inline(always)]
     fn decide_by<O: Owner, R>(this: O, hold: impl FnOnce(Owned<O>) -> R) -> R {
@@ -412,22 +412,43 @@ impl Shared {
     }
 
     /// A plain call's permit, if the door admits one at once (see
-    /// [`decide_by`](Self::decide_by)); otherwise `None`, for
-    /// [`decide_by_door_with`](Self::decide_by_door_with).
-    #[inline(always)]
-    pub(in crate::breaker) fn call_at_once(self: &Arc<Self>) -> Option<Permit> {
-        Self::called_at_once(self).ok()
-    }
-
-    /// [`call_at_once`](Self::call_at_once), or the caller's reference back.
+    /// [`decide_by`](Self::decide_by) and [`admit_at_once`](Self::admit_at_once)), or the
+    /// caller's reference back.
     #[inline(always)]
     fn called_at_once<O: Owner>(this: O) -> Result<Permit, O> {
-        let shared = this.shared();
-        let word = shared.published.word();
-        if Door::calls_at_once(word) && !shared.kill.is_killed() {
-            return Ok(this.permit(Ticket::new(&Door::alone(word), Kind::Call, None)));
+        match this.shared().admit_at_once() {
+            Some(admitted) => Ok(this.permit(admitted.ticket())),
+            None => Err(this),
         }
-        Err(this)
+    }
+
+    /// A plain call, if the door admits one at once, without its permit: a service
+    /// holds it from `poll_ready` to `call`, where [`permit_for`](Self::permit_for) makes
+    /// the permit.
+    #[inline]
+    pub(in crate::breaker) fn admit_at_once(&self) -> Option<Admitted> {
+        let word = self.published.word();
+        if Door::calls_at_once(word) && !self.kill.is_killed() {
+            return Some(Admitted::new(Ticket::new(
+                &Door::alone(word),
+                Kind::Call,
+                None,
+            )));
+        }
+        None
+    }
+
+    /// The permit of a call [admitted at once](Self::admit_at_once).
+    #[inline]
+    pub(in crate::breaker) fn permit_for(self: &Arc<Self>, admitted: Admitted) -> Permit {
+        Permit::new(self.clone(), admitted.ticket())
+    }
+
+    /// Whether a call [admitted at once](Self::admit_at_once) may still be made as
+    /// admitted, as [`Permit::stands`] says of a permit.
+    #[inline]
+    pub(in crate::breaker) fn still_admits(&self, admitted: Admitted) -> bool {
+        self.stands(admitted.ticket(), true)
     }
 
     /// The decision of a door that does not admit a plain call at once: by the door, or
