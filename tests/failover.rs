@@ -559,6 +559,45 @@ async fn a_saved_answer_never_answers_the_same_body_sent_with_another_query() {
 }
 
 #[tokio::test]
+async fn a_saved_answer_never_answers_a_body_that_differs_only_in_bytes_that_are_not_utf8() {
+    let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
+    let llm = builder(&[("a", &a)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .unwrap();
+    // Latin-1 text, as some clients send it: "café" and "cafè".
+    let body = |last: u8| {
+        let mut body = br#"{"model":"any","messages":[{"role":"user","content":"caf"#.to_vec();
+        body.extend_from_slice(&[last, b'"', b'}', b']', b'}']);
+        body
+    };
+    let send = |body: Vec<u8>| {
+        let request = reqwest::Client::new()
+            .post(llm.url("/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .build()
+            .expect("a request");
+        let mut service: LlmService = llm.service();
+        async move {
+            tokio::time::timeout(CALL_BOUND, async {
+                service.ready().await?.call(request).await
+            })
+            .await
+            .expect("the call ends in time")
+            .unwrap()
+        }
+    };
+    assert_eq!(send(body(0xE9)).await.status(), 200);
+    // The provider fails now: the first body has its saved answer, the second none.
+    let other = send(body(0xE8)).await;
+    assert_eq!(other.status(), 503, "never another body's saved answer");
+    let again = send(body(0xE9)).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(header(&again, &X_CIRCUIT_BREAKER_STALE), Some("age=0"));
+}
+
+#[tokio::test]
 async fn a_saved_answer_answers_the_same_question_to_the_same_endpoint_only() {
     let a = TestServer::start([Reply::Ok], Reply::Unavailable).await;
     let b = TestServer::start([], Reply::Unavailable).await;

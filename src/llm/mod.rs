@@ -308,15 +308,31 @@ impl<L: tower::Layer<S>, S> LayerService<S> for L {}
 
 /// The same question: the method, the path (a chat completion's saved answer never
 /// answers an embeddings call) with its query (`?api-version=`, a tenant: another query
-/// may be another question), and the body (the model and the messages).
+/// may be another question), and the body (the model and the messages), byte for byte.
 fn request_key(request: &reqwest::Request) -> Option<String> {
     let body = request.body()?.as_bytes()?;
     let (method, path) = (request.method(), request.url().path());
     let query = request.url().query().unwrap_or_default();
-    Some(format!(
-        "{method} {path}?{query}\n{}",
-        String::from_utf8_lossy(body)
-    ))
+    Some(format!("{method} {path}?{query}\n{}", body_key(body)))
+}
+
+/// A body as a key holds it: `t` and its text, or, for a body that is not UTF-8 (Latin-1
+/// text, bytes), `b` and its bytes in hex. Bodies that differ have different keys: read
+/// as lossy UTF-8, `caf\xe9` and `caf\xe8` were one key, and one's saved answer was
+/// served to the other.
+fn body_key(body: &[u8]) -> String {
+    match std::str::from_utf8(body) {
+        Ok(text) => format!("t{text}"),
+        Err(_) => {
+            use std::fmt::Write as _;
+            let mut key = String::with_capacity(1 + 2 * body.len());
+            key.push('b');
+            for byte in body {
+                let _ = write!(key, "{byte:02x}");
+            }
+            key
+        }
+    }
 }
 
 /// The saved answer to the request, marked stale: `Age`, `x-circuit-breaker-stale`, and
