@@ -57,6 +57,7 @@
 //! ```
 
 mod addressed;
+mod body_model;
 mod provider;
 
 use std::convert::Infallible;

@@ -6,6 +6,7 @@ use std::fmt;
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 
+use super::body_model::with_model;
 use super::LlmConfigError;
 use crate::redact::REDACTED;
 
@@ -67,7 +68,10 @@ impl Provider {
         self
     }
 
-    /// Writes this model name into the JSON body's `"model"`.
+    /// Writes this model name into the JSON body's `"model"`: the value of each of the body
+    /// object's top-level `"model"` members is replaced, and every other byte of the body is
+    /// sent as the caller wrote it (numbers past a 64-bit float's range or precision, escapes
+    /// that a JSON parser refuses, the members' order and spacing).
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
         self
@@ -170,8 +174,8 @@ impl Prepared {
             prepared.headers_mut().insert(name.clone(), value.clone());
         }
         if let Some(model) = &self.model {
-            if let Some(body) = with_model(prepared.body().and_then(reqwest::Body::as_bytes), model)
-            {
+            let body = prepared.body().and_then(reqwest::Body::as_bytes);
+            if let Some(body) = body.and_then(|body| with_model(body, model)) {
                 prepared
                     .headers_mut()
                     .insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
@@ -187,21 +191,6 @@ impl Prepared {
 pub(super) fn under<'a>(base: &str, url: &'a str) -> Option<&'a str> {
     let rest = url.strip_prefix(base)?;
     (rest.is_empty() || rest.starts_with(['/', '?'])).then_some(rest)
-}
-
-/// The JSON object `body` with its `"model"` set to `model`; `None` if it is not a JSON
-/// object with a `"model"` (left as it is).
-fn with_model(body: Option<&[u8]>, model: &str) -> Option<Vec<u8>> {
-    let mut json: serde_json::Value = serde_json::from_slice(body?).ok()?;
-    let object = json.as_object_mut()?;
-    if !object.contains_key("model") {
-        return None;
-    }
-    object.insert(
-        "model".to_owned(),
-        serde_json::Value::String(model.to_owned()),
-    );
-    serde_json::to_vec(&json).ok()
 }
 
 #[cfg(test)]
@@ -262,6 +251,22 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out.body().unwrap().as_bytes().unwrap(), b"not json");
+    }
+
+    #[test]
+    fn a_body_a_json_parser_refuses_is_sent_with_the_providers_model_and_its_own_bytes() {
+        let prepared = Provider::new("b", "http://b.test/v1")
+            .model("m2")
+            .check()
+            .unwrap();
+        let body = r#"{"model":"m1","messages":[{"content":"half \ud83d"}],"seed":123456789012345678901234567890}"#;
+        let out = prepared
+            .prepare("http://a.test/v1", &request("http://a.test/v1/x", body))
+            .unwrap();
+        let sent = r#"{"model":"m2","messages":[{"content":"half \ud83d"}],"seed":123456789012345678901234567890}"#;
+        assert_eq!(out.body().unwrap().as_bytes().unwrap(), sent.as_bytes());
+        let length = out.headers().get(http::header::CONTENT_LENGTH).unwrap();
+        assert_eq!(length, &sent.len().to_string());
     }
 
     #[test]
