@@ -403,6 +403,81 @@ async fn a_caller_waiting_on_inner_readiness_is_released_to_the_fallback_once_ki
     assert_eq!(answer.source(), Source::Fallback(Reason::Killed));
 }
 
+/// The same caller, as `ready().await` waits: it is woken by the kill, by a person's
+/// force-open and by the breaker opening on another clone's failure, not only when the
+/// wrapped service becomes ready (which it may never do while hung calls hold it), and is
+/// answered by the fallback.
+#[tokio::test(start_paused = true)]
+async fn a_caller_waiting_on_inner_readiness_is_woken_by_a_kill_a_force_open_or_an_opening() {
+    for (act, reason) in [
+        ("kill", Reason::Killed),
+        ("force_open", Reason::ForcedOpen),
+        ("an opening by another clone's failure", Reason::Open),
+    ] {
+        let (mut svc, mut mock, breaker) =
+            with_mock(build(Builder::new().failure_threshold(1)).with_fallback(Canned));
+        let mut other = mock::Spawn::new(svc.get_ref().clone());
+        if reason == Reason::Open {
+            // The other clone holds its call before the wrapped service fills up.
+            mock.allow(1);
+            assert!(other.poll_ready().is_ready());
+        }
+        mock.allow(0);
+        assert!(svc.poll_ready().is_pending());
+        assert!(!svc.is_woken());
+        match reason {
+            Reason::Killed => breaker.kill_switch().kill(),
+            Reason::ForcedOpen => breaker.force_open(),
+            _ => {
+                let call = other.call("fail");
+                let (_, respond) = mock.next_request().await.expect("the other clone's call");
+                respond.send_error(io::Error::other("down"));
+                assert!(call.await.is_err());
+                assert_eq!(breaker.state(), State::Open);
+            }
+        }
+        assert!(svc.is_woken(), "{act}: the waiting caller was not woken");
+        assert!(svc.poll_ready().is_ready(), "{act}");
+        let answer = call_not_forwarded(&mut svc, &mut mock).await.unwrap();
+        assert_eq!(answer.source(), Source::Fallback(reason), "{act}");
+    }
+}
+
+/// A wrapped service whose `poll_ready` flips the kill switch, then says it is not ready:
+/// the kill comes between the breaker's decision and the start of its wait.
+#[derive(Clone)]
+struct KillsWhileAsked(CircuitBreakerHandle);
+
+impl Service<Req> for KillsWhileAsked {
+    type Response = Resp;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Resp, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.kill_switch().kill();
+        Poll::Pending
+    }
+
+    fn call(&mut self, _: Req) -> Self::Future {
+        unreachable!("never ready")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_between_the_decision_and_the_wait_still_wakes_the_caller() {
+    let layer = build(Builder::new()).with_fallback(Canned);
+    let inner = KillsWhileAsked(layer.handle());
+    let mut svc = mock::Spawn::new(layer.layer(inner));
+    assert!(svc.poll_ready().is_pending());
+    assert!(
+        svc.is_woken(),
+        "the kill came after the decision: the caller must look again"
+    );
+    assert!(svc.poll_ready().is_ready());
+    let answer = svc.call("request").await.unwrap();
+    assert_eq!(answer.source(), Source::Fallback(Reason::Killed));
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_inner_poll_ready_error_counts_as_a_failure_and_is_returned() {
     let (mut svc, mut mock, breaker) =

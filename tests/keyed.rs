@@ -475,6 +475,11 @@ async fn a_killed_registry_answers_without_waiting_for_the_wrapped_service() {
         "waits for the wrapped service"
     );
     registry.kill_switch().kill();
+    // Woken by the kill, as `ready().await` needs: the wrapped service may never be ready.
+    assert!(
+        svc.is_woken(),
+        "the waiting caller was not woken by the kill"
+    );
     assert!(matches!(svc.poll_ready(), Poll::Ready(Ok(()))));
     let answer = svc.call("a:ok").await.unwrap();
     assert_eq!(answer.source(), Source::Fallback(Reason::Killed));

@@ -1,7 +1,9 @@
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
 use std::fmt;
+use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -9,6 +11,7 @@ use tower::Service;
 
 use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
+use crate::breaker::changed::Changed;
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
@@ -65,6 +68,11 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     /// The skip held was decided in `call`, after the wrapped service was polled ready:
     /// the fallback was not.
     skip_unready: bool,
+    /// The breaker's next change or flip of its kill switch, watched while a call held
+    /// waits for the wrapped service to be ready: the waiting caller is woken to decide
+    /// again (a kill or an opening sends it to the fallback), not left to wait on a
+    /// service it no longer calls. Kept once made (a change seen wakes the caller once).
+    changes: Option<Changed>,
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
@@ -85,6 +93,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             permit: None,
             skip: None,
             skip_unready: false,
+            changes: None,
         }
     }
 
@@ -158,6 +167,34 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
         resume_unwind(panic)
     }
 
+    /// The call held waits for the wrapped service to be ready: `cx` is woken by the
+    /// breaker's next change or flip of its kill switch too, or at once if one came since
+    /// the call was decided. Out of line: only a service that is not ready comes here.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_changes(&mut self, cx: &mut Context<'_>) {
+        let fresh = self.changes.is_none();
+        let shared = &self.breaker.shared;
+        let changes = self.changes.get_or_insert_with(|| shared.changed());
+        if Pin::new(changes).poll(cx).is_ready() {
+            // A change since the watch began: watch anew, and decide again now.
+            self.changes = None;
+            cx.waker().wake_by_ref();
+        } else if fresh && !self.held_call_stands() {
+            // A change between the decision and the watch.
+            cx.waker().wake_by_ref();
+        }
+    }
+
+    /// Whether the call held still stands (see [`decide`](Self::decide)).
+    fn held_call_stands(&self) -> bool {
+        match (&self.breaker.admitted, &self.permit) {
+            (Some(admitted), _) => self.breaker.shared.still_admits(*admitted),
+            (None, Some(permit)) => permit.stands(),
+            (None, None) => true,
+        }
+    }
+
     /// Records a failure for the call decided: the wrapped service failed or panicked
     /// in `poll_ready`.
     fn fail_decided(&mut self, message: String) {
@@ -221,7 +258,10 @@ where
         }
         let inner = &mut self.inner;
         match catch_unwind(AssertUnwindSafe(|| inner.poll_ready(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Pending) => {
+                self.wait_for_changes(cx);
+                Poll::Pending
+            }
             Ok(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
             Ok(Poll::Ready(Err(error))) => Poll::Ready(Err(self.not_ready(error))),
             Err(panic) => self.panicked_in_poll_ready(panic),

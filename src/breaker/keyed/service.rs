@@ -1,8 +1,10 @@
 //! The service guarded by one circuit breaker per key.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::mem;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -34,6 +36,10 @@ pub struct KeyedCircuitBreaker<S, K, KF, F = NoFallback, C = DefaultClassifier> 
     classifier: C,
     registry: Arc<Registry<K>>,
     ready: Ready,
+    /// The kill switch's next flip, watched while the wrapped service is not ready: a
+    /// kill wakes the waiting caller, whose call the kill then skips, rather than leaving
+    /// it to wait on a service it no longer calls. Kept once made.
+    kill_flip: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
 }
 
 /// What `poll_ready` found.
@@ -63,6 +69,7 @@ impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
             classifier,
             registry,
             ready: Ready::No,
+            kill_flip: None,
         }
     }
 
@@ -74,6 +81,31 @@ impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
     }
 
     inner_service_accessors!(S);
+
+    /// The wrapped service is not ready: `cx` is woken by the kill switch's next flip too,
+    /// or at once if it was flipped on since `poll_ready` looked. Out of line: only a
+    /// service that is not ready comes here.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_a_kill(&mut self, cx: &mut Context<'_>) {
+        let fresh = self.kill_flip.is_none();
+        let kill = self.registry.kill_switch();
+        let flip = self.kill_flip.get_or_insert_with(|| {
+            let mut flips = kill.watch();
+            Box::pin(async move {
+                // A switch dropped ends the wait too.
+                let _ = flips.changed().await;
+            })
+        });
+        if flip.as_mut().poll(cx).is_ready() {
+            // A flip since the watch began: watch anew, and look again now.
+            self.kill_flip = None;
+            cx.waker().wake_by_ref();
+        } else if fresh && kill.is_killed() {
+            // Killed between the look and the watch.
+            cx.waker().wake_by_ref();
+        }
+    }
 }
 
 impl<S, K, KF, F, C, Request> Service<Request> for KeyedCircuitBreaker<S, K, KF, F, C>
@@ -107,6 +139,7 @@ where
             }
             Poll::Pending => {
                 self.ready = Ready::No;
+                self.wait_for_a_kill(cx);
                 Poll::Pending
             }
         }
