@@ -585,6 +585,49 @@ async fn a_hung_probe_reopens_the_breaker_after_the_max_half_open_dwell() {
     assert_eq!(handle.state(), State::Closed);
 }
 
+/// The first call after a hung probe's half-open outlived its dwell limit and the cooldown
+/// of the re-opening that follows: it re-opens the breaker and starts the next half-open as
+/// its probe, and both changes are told, in order, each from the state the one before left.
+#[tokio::test(start_paused = true)]
+async fn a_call_long_after_the_dwell_limit_tells_the_reopening_and_the_next_half_open() {
+    let (mut svc, handle) = breaker(
+        Builder::new()
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(secs(10)))
+            .max_half_open_dwell(Some(secs(5))),
+    );
+    let mut events = handle.subscribe();
+    expect_service(&mut svc, 500).await;
+    advance(secs(10)).await;
+    let release = Arc::new(Notify::new());
+    let probe = svc.ready().await.unwrap().call(Req::Wait(release.clone()));
+    let probe = tokio::spawn(probe);
+    tokio::task::yield_now().await;
+    let probed_at = now();
+
+    // Nobody looks at the breaker until the dwell limit and the next cooldown are past.
+    advance(secs(60)).await;
+    expect_probe(&mut svc, 200).await;
+    let events = transitions(&mut events);
+    assert_eq!(
+        steps(&events),
+        vec![
+            (State::Closed, State::Open, Cause::Tripped),
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Open, Cause::DwellExceeded),
+            (State::Open, State::HalfOpen, Cause::CooldownElapsed),
+            (State::HalfOpen, State::Closed, Cause::ProbeSucceeded),
+        ]
+    );
+    assert_eq!(events[2].at, probed_at + secs(5));
+    for pair in events.windows(2) {
+        assert_eq!(pair[0].to, pair[1].from);
+        assert_eq!(pair[0].generation + 1, pair[1].generation, "{pair:?}");
+    }
+    release.notify_one();
+    let _ = probe.await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unpolled_probe_future_kept_past_the_dwell_limit_is_late_when_it_finally_runs() {
     let (mut svc, handle) = breaker(

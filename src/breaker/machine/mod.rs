@@ -336,18 +336,21 @@ impl Machine {
     /// Decides an arriving call on the door, and carries out a decision that changes
     /// the state: a deadline that passed is applied first (see [`Machine::tick`]); a
     /// probe turns an open breaker half-open and takes a slot. A returned
-    /// [`Admission::Probe`] was granted in [`Machine::epoch`] as it is now.
+    /// [`Admission::Probe`] was granted in [`Machine::epoch`] as it is now. The changes
+    /// come in the order made: a half-open past its dwell limit re-opened, then the
+    /// half-open this call started (both, when the cooldown of the re-opening is over too).
     pub(in crate::breaker) fn admit(
         &mut self,
         killed: bool,
         clock: &mut impl Clock,
-    ) -> (Admission, Option<Transition>) {
+    ) -> (Admission, Option<Transition>, Option<Transition>) {
         let mut admission = self.door().admit(killed, clock);
-        let mut transition = None;
+        let mut reopened = None;
         if admission == Admission::Expired {
-            transition = self.tick(clock.fixed());
+            reopened = self.tick(clock.fixed());
             admission = self.door().admit(killed, clock);
         }
+        let mut transition = None;
         if admission == Admission::Probe && matches!(self.phase, Phase::Open { .. }) {
             // The wait is over: half-open starts, whatever probes of earlier ones still
             // run; the call is its probe if they leave a slot.
@@ -374,7 +377,10 @@ impl Machine {
                 started.next_probe = self.door().next_probe(clock.fixed());
             }
         }
-        (admission, transition)
+        match reopened {
+            Some(reopened) => (admission, Some(reopened), transition),
+            None => (admission, transition, None),
+        }
     }
 
     /// This half-open's dwell limit, if there is one.

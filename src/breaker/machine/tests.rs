@@ -267,7 +267,7 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     taken: None,
                     now,
                 };
-                let (admission, transition) = machine.admit(killed, &mut clock);
+                let (admission, first, then) = machine.admit(killed, &mut clock);
                 let kind = match admission {
                     Admission::Call => Some(Kind::Call),
                     Admission::Probe => Some(Kind::Probe),
@@ -282,10 +282,17 @@ fn run(builder: Builder, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Admission::Probe => prop_assert_eq!(machine.state(), State::HalfOpen),
                     _ => {}
                 }
-                if let Some(t) = &transition {
-                    prop_assert_eq!(t.from, state_before);
-                    prop_assert_eq!(t.to, machine.state());
+                // Each change from the state the one before left, the last to the state now.
+                let mut from = state_before;
+                for t in first.iter().chain(&then) {
+                    prop_assert_eq!(t.from, from);
+                    from = t.to;
                 }
+                prop_assert_eq!(from, machine.state());
+                prop_assert!(
+                    then.is_none() || first.is_some(),
+                    "the first change comes first"
+                );
                 if machine.state() == State::HalfOpen && state_before != State::HalfOpen {
                     entered_half_open = Some(now);
                 }
@@ -439,7 +446,7 @@ fn a_known_twenty_call_trace_through_the_bare_machine() {
             now,
         };
         let state = machine.state();
-        let (admission, _) = machine.admit(killed, &mut clock);
+        let (admission, ..) = machine.admit(killed, &mut clock);
         let found = if admission == Admission::Probe {
             State::HalfOpen
         } else {

@@ -495,8 +495,12 @@ impl Shared {
                 step: read.step,
                 now: read.now,
             };
-            let (admission, transition) = machine.admit(killed, &mut clock);
-            ((machine.door(), admission), None, transition)
+            let (admission, first, then) = machine.admit(killed, &mut clock);
+            (
+                (machine.door(), admission),
+                first.map(Queued::Transition),
+                then,
+            )
         });
         Self::carry_out(this, &door, admission)
     }
