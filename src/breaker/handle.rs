@@ -264,8 +264,10 @@ impl CircuitBreakerHandle {
     }
 
     /// A future that completes at the breaker's next change: of state or mode, a hold
-    /// set or released, a probe allowed, a probe slot taken or freed, or a flip of its kill
-    /// switch. For what must act at once on a person's act or a probe's end (a service
+    /// set or released, a probe allowed, the half-open's last free probe slot taken or a
+    /// slot freed when none was free (what decides whether the next call may probe; with
+    /// several slots, one taken while others stay free changes nothing a call is decided
+    /// on), or a flip of its kill switch. For what must act at once on a person's act or a probe's end (a service
     /// that is not ready while the breaker is open, as [`readiness`](crate::readiness)
     /// does; a dashboard): look at the breaker after making it, and wait for it if
     /// nothing there is what you wait for. No change made after this call is missed, even
