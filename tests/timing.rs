@@ -527,24 +527,51 @@ async fn the_same_jitter_seed_gives_the_same_cooldowns() {
     assert_eq!(cooldowns(7).await, cooldowns(7).await);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_hung_probe_reopens_the_breaker_after_the_max_half_open_dwell() {
+/// A breaker (cooldown 10 s, dwell limit 5 s) opened by a failure and half-open 10 s later
+/// with its probe hung: its inner future never completes until `release` is notified.
+struct HungProbe {
+    svc: Svc,
+    handle: CircuitBreakerHandle,
+    events: broadcast::Receiver<Transition>,
+    release: Arc<Notify>,
+    probe: tokio::task::JoinHandle<Result<Answer<u16>, BoxError>>,
+    probed_at: Instant,
+}
+
+async fn hung_probe() -> HungProbe {
     let (mut svc, handle) = breaker(
         Builder::new()
             .failure_threshold(1)
             .cooldown(Cooldown::Time(secs(10)))
             .max_half_open_dwell(Some(secs(5))),
     );
-    let mut events = handle.subscribe();
+    let events = handle.subscribe();
     expect_service(&mut svc, 500).await;
     advance(secs(10)).await;
-
-    // The probe's inner future never completes (until released, much later).
     let release = Arc::new(Notify::new());
     let probe = svc.ready().await.unwrap().call(Req::Wait(release.clone()));
     let probe = tokio::spawn(probe);
     tokio::task::yield_now().await;
-    let probed_at = now();
+    HungProbe {
+        svc,
+        handle,
+        events,
+        release,
+        probe,
+        probed_at: now(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_probe_reopens_the_breaker_after_the_max_half_open_dwell() {
+    let HungProbe {
+        mut svc,
+        handle,
+        mut events,
+        release,
+        probe,
+        probed_at,
+    } = hung_probe().await;
     assert_eq!(handle.state(), State::HalfOpen);
 
     advance(secs(5) - NS).await;
@@ -590,20 +617,14 @@ async fn a_hung_probe_reopens_the_breaker_after_the_max_half_open_dwell() {
 /// its probe, and both changes are told, in order, each from the state the one before left.
 #[tokio::test(start_paused = true)]
 async fn a_call_long_after_the_dwell_limit_tells_the_reopening_and_the_next_half_open() {
-    let (mut svc, handle) = breaker(
-        Builder::new()
-            .failure_threshold(1)
-            .cooldown(Cooldown::Time(secs(10)))
-            .max_half_open_dwell(Some(secs(5))),
-    );
-    let mut events = handle.subscribe();
-    expect_service(&mut svc, 500).await;
-    advance(secs(10)).await;
-    let release = Arc::new(Notify::new());
-    let probe = svc.ready().await.unwrap().call(Req::Wait(release.clone()));
-    let probe = tokio::spawn(probe);
-    tokio::task::yield_now().await;
-    let probed_at = now();
+    let HungProbe {
+        mut svc,
+        mut events,
+        release,
+        probe,
+        probed_at,
+        ..
+    } = hung_probe().await;
 
     // Nobody looks at the breaker until the dwell limit and the next cooldown are past.
     advance(secs(60)).await;
