@@ -298,7 +298,10 @@ impl Expediter {
     /// availability someone watches (a supervisor that sees the tool's server die and
     /// come back, a health endpoint that pushes changes): decisions, routing, the offer
     /// and the report use it as they use a pre-call check's result, and `why` (one
-    /// line) says why the tool is unavailable or degraded in the offer and the report.
+    /// line) says why the tool is unavailable or degraded in the offer and the report,
+    /// [redacted](crate::redact) as a sub-task's failure is: a URL's user information and
+    /// query string, bearer tokens and `key=` values are taken out (a health check's error
+    /// text may hold them).
     ///
     /// Unlike a check's result, a report is not dropped at a new cycle or a systemic
     /// event: it stands until it is reported again or
@@ -336,8 +339,11 @@ impl Expediter {
         why: &str,
     ) -> Result<(), ExpediterError> {
         let tool = self.tool(tool)?;
+        // The one place a reported reason enters the ledger, from which the offer and the
+        // report show it: what looks like a credential is taken out here.
+        let why = crate::redact(why).into();
         self.lock()
-            .report_availability(&tool.spec.name, Some((availability, why.into())));
+            .report_availability(&tool.spec.name, Some((availability, why)));
         tool.handle
             .set_threshold_relief(u32::from(availability == Availability::Degraded));
         Ok(())

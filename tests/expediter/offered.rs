@@ -207,6 +207,24 @@ async fn a_tools_error_text_never_adds_a_line_to_the_offer_or_the_report() -> Te
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reported_availabilitys_reason_shows_no_secret_in_the_offer_or_the_report() -> TestResult
+{
+    let expediter = example_expediter();
+    let why =
+        "health check https://bob:hunter2@h.example/v1?api_key=SECRETKEY failed; api_key=SECRET2";
+    expediter.set_availability("Read", Availability::Unavailable, why)?;
+    let offer = expediter.offered_tools().to_string();
+    let report = expediter.report().to_string();
+    for shown in [&offer, &report] {
+        for secret in ["hunter2", "SECRETKEY", "SECRET2"] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+        assert!(shown.contains("h.example/v1?[redacted] failed"), "{shown}");
+    }
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_killed_tool_forced_open_is_said_to_need_a_revive_then_a_reset() -> TestResult {
     let expediter = example_expediter();
     let run = expediter.default_run();
