@@ -279,13 +279,13 @@ async fn bad_paths_methods_and_bodies_get_a_4xx_json_error_over_tcp() {
         assert_eq!(error["error"]["code"], *code, "{method} {path} {body}");
         assert!(error["error"]["message"].is_string());
     }
-    // A `405` names the method that would do.
+    // A `405` names the methods that would do: a read path answers HEAD as it does GET.
     let response = reqwest::Client::new()
         .delete(server.url("/breakers/chat"))
         .send()
         .await
         .unwrap();
-    assert_eq!(response.headers()["allow"], "GET");
+    assert_eq!(response.headers()["allow"], "GET, HEAD");
 
     // A body past 4 KiB: refused, whether its length is announced or streamed.
     let big = format!(r#"{{"seconds": 1, "pad": "{}"}}"#, "x".repeat(5000));
@@ -563,6 +563,29 @@ async fn an_open_for_too_long_naming_a_field_twice_or_not_an_object_is_refused()
     )
     .await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_whole_number_of_milliseconds_written_as_a_decimal_is_taken_and_a_fraction_is_named() {
+    let (all, chat, embed) = breakers();
+    let server = AdminServer::start(admin(&all, &chat, &embed, true)).await;
+    for body in [r#"{"duration_ms": 1000.0}"#, r#"{"duration_ms": 1e3}"#] {
+        let (status, answer) =
+            send(Method::POST, &server.url("/breakers/chat/open_for"), body).await;
+        assert_eq!(status, StatusCode::OK, "{body}: {answer}");
+        assert_eq!(chat.state(), State::ForcedOpen, "{body}");
+        chat.reset();
+    }
+    let (status, error) = send(
+        Method::POST,
+        &server.url("/breakers/chat/open_for"),
+        r#"{"duration_ms": 1.5}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("whole number of milliseconds"), "{error}");
+    assert_eq!(chat.state(), State::Closed, "nothing acted");
 }
 
 #[tokio::test(start_paused = true)]

@@ -440,6 +440,38 @@ async fn a_health_rule_decides_which_states_count() {
     task.abort();
 }
 
+/// A revive of a shared switch lets through only the breakers whose own state does: one
+/// forced open is named as still skipping its calls, never as let through.
+#[tokio::test]
+async fn a_revive_never_says_it_lets_through_a_breaker_still_forced_open() {
+    let (all, chat, embed) = breakers();
+    let server = AdminServer::start(guarded(&all, &chat, &embed)).await;
+    let right = Some("Bearer s3cret-operator-token");
+    for act in [
+        "/breakers/embed/force_open",
+        "/kill_switches/all-models/kill",
+    ] {
+        let answer = send(Method::POST, &server.url(act), right, "").await;
+        assert_eq!(answer.status, 200, "{act}");
+    }
+    let revived = send(
+        Method::POST,
+        &server.url("/breakers/chat/revive"),
+        right,
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(revived["state"], "closed");
+    assert_eq!(
+        revived["notes"],
+        json!([
+            "the kill switch is shared: embed is still forced_open on its own and skips its calls"
+        ])
+    );
+    assert_eq!(embed.state(), State::ForcedOpen);
+}
+
 #[tokio::test]
 async fn a_kill_names_every_breaker_it_stops_and_a_reset_says_the_kill_still_holds() {
     let (all, chat, embed) = breakers();

@@ -480,6 +480,12 @@ impl Inner {
         self.switch_view(name, kill)
     }
 
+    /// The state of the registered breaker named `name`, if there is one.
+    fn state_of(&self, name: &str) -> Option<crate::State> {
+        let handle = self.breakers.iter().find(|handle| handle.name() == name)?;
+        Some(handle.state())
+    }
+
     /// The answer to `act` on `handle`, done: the snapshot after, the switch it obeys,
     /// and what the operator might not expect.
     fn act_answer(&self, act: Act, handle: &CircuitBreakerHandle) -> ActAnswer {
@@ -492,16 +498,34 @@ impl Inner {
             .map(String::as_str)
             .filter(|name| *name != handle.name())
             .collect();
-        if matches!(act, Act::Kill | Act::Revive) && !others.is_empty() {
-            let done = if act == Act::Kill {
-                "stops"
-            } else {
-                "lets through"
-            };
+        if act == Act::Kill && !others.is_empty() {
             notes.push(format!(
-                "the kill switch is shared: it also {done} {}; force_open acts on this breaker alone",
+                "the kill switch is shared: it also stops {}; force_open acts on this breaker alone",
                 others.join(", ")
             ));
+        }
+        if act == Act::Revive && !others.is_empty() {
+            // A revive lets through only the breakers whose own state does: one open or
+            // forced open still skips its calls, and the operator is told so.
+            let (held, freed): (Vec<_>, Vec<_>) = others
+                .iter()
+                .map(|name| (*name, self.state_of(name)))
+                .partition(|(_, state)| {
+                    matches!(state, Some(crate::State::Open | crate::State::ForcedOpen))
+                });
+            if !freed.is_empty() {
+                let freed: Vec<&str> = freed.iter().map(|(name, _)| *name).collect();
+                notes.push(format!(
+                    "the kill switch is shared: it also lets through {}; force_open acts on this breaker alone",
+                    freed.join(", ")
+                ));
+            }
+            for (name, state) in held {
+                let state = state.map_or("open", |state| state.as_str());
+                notes.push(format!(
+                    "the kill switch is shared: {name} is still {state} on its own and skips its calls"
+                ));
+            }
         }
         if snapshot.killed && act != Act::Kill {
             notes.push(
@@ -651,7 +675,22 @@ fn duration_of(body: &[u8]) -> Result<Duration, Problem> {
             .as_f64()
             .filter(|s| s.is_finite() && *s > 0.0)
             .and_then(|s| Duration::try_from_secs_f64(s).ok()),
-        (None, Some(ms)) => ms.as_u64().filter(|ms| *ms > 0).map(Duration::from_millis),
+        (None, Some(ms)) => match ms.as_u64() {
+            Some(ms) => Some(Duration::from_millis(ms)),
+            // A whole number written as a decimal (`1000.0`, `1e3`) is that many
+            // milliseconds; a fraction of one is refused for what it is.
+            None => match ms.as_f64() {
+                Some(ms) if ms.is_finite() && ms.fract() != 0.0 => {
+                    return Err(Problem::bad_request(
+                        "duration_ms must be a whole number of milliseconds (or give seconds)",
+                    ))
+                }
+                Some(ms) if ms > 0.0 && ms < u64::MAX as f64 => {
+                    Some(Duration::from_millis(ms as u64))
+                }
+                _ => None,
+            },
+        },
         _ => return Err(Problem::bad_request(asked)),
     };
     // A number of seconds more than zero can still round to no time at all.

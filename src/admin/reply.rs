@@ -130,10 +130,17 @@ impl Problem {
     }
 
     pub(super) fn method_not_allowed(allowed: Method) -> Self {
+        // Every path that answers GET answers HEAD too (RFC 9110 §9.1), and its `Allow`
+        // says so.
+        let methods = if allowed == Method::GET {
+            "GET and HEAD".to_owned()
+        } else {
+            allowed.to_string()
+        };
         let mut problem = Problem::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
-            format!("this path answers {allowed} only"),
+            format!("this path answers {methods} only"),
         );
         problem.allow = Some(allowed);
         problem
@@ -191,7 +198,12 @@ impl Problem {
         };
         let mut response = json(self.status, &body);
         if let Some(allow) = &self.allow {
-            if let Ok(value) = HeaderValue::from_str(allow.as_str()) {
+            let allow = if allow == Method::GET {
+                "GET, HEAD"
+            } else {
+                allow.as_str()
+            };
+            if let Ok(value) = HeaderValue::from_str(allow) {
                 response.headers_mut().insert(ALLOW, value);
             }
         }
