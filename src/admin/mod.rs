@@ -677,16 +677,18 @@ fn duration_of(body: &[u8]) -> Result<Duration, Problem> {
             .and_then(|s| Duration::try_from_secs_f64(s).ok()),
         (None, Some(ms)) => match ms.as_u64() {
             Some(ms) => Some(Duration::from_millis(ms)),
-            // A whole number written as a decimal (`1000.0`, `1e3`) is that many
-            // milliseconds; a fraction of one is refused for what it is.
+            // Not an integer: refused, with a message that says so (not the range's, which
+            // `1000.0` is within).
             None => match ms.as_f64() {
                 Some(ms) if ms.is_finite() && ms.fract() != 0.0 => {
                     return Err(Problem::bad_request(
-                        "duration_ms must be a whole number of milliseconds (or give seconds)",
+                        "duration_ms must be a whole number of milliseconds (seconds may have a fraction)",
                     ))
                 }
                 Some(ms) if ms > 0.0 && ms < u64::MAX as f64 => {
-                    Some(Duration::from_millis(ms as u64))
+                    return Err(Problem::bad_request(
+                        "duration_ms must be written as an integer (1000, not 1000.0 or 1e3)",
+                    ))
                 }
                 _ => None,
             },
