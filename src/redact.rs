@@ -6,7 +6,8 @@ use std::borrow::Cow;
 /// information (`https://user:pass@host` becomes `https://[redacted]@host`) and query
 /// string (`?key=…` becomes `?[redacted]`), and the value after `Bearer `, `Basic `,
 /// `api-key=`, `api_key=`, `token=`, `key=`, `password=`, `passwd=`, `secret=`,
-/// `api-key: ` (`X-Api-Key: …`) or `Authorization: Token ` outside a URL.
+/// `api-key: ` (`X-Api-Key: …`) or `Authorization: Token ` outside a URL, and the whole
+/// value of a `Cookie: ` or `Set-Cookie: ` header, up to the end of its line.
 ///
 /// The crate runs every message it shows outside the process (failure messages in
 /// reports, headers and route descriptions) through it; use it for your own texts too.
@@ -79,7 +80,7 @@ pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Words after which a secret follows (compared without case). A space in one stands
 /// for any run of spaces and tabs, which may be empty after a `:` (`X-Api-Key:…`).
-const MARKERS: [&str; 11] = [
+const MARKERS: [&str; 12] = [
     "bearer ",
     "basic ",
     "api-key=",
@@ -91,6 +92,7 @@ const MARKERS: [&str; 11] = [
     "secret=",
     "api-key: ",
     "authorization: token ",
+    "cookie: ",
 ];
 
 fn needs_redaction(text: &str) -> bool {
@@ -276,6 +278,14 @@ fn secret_after_marker(text: &str) -> Option<Secret> {
                 .map_or(inside.len(), |(at, _)| at);
             (marker + 1, len)
         }
+        // A cookie header's value is every cookie in it, `;` and spaces included.
+        _ if text
+            .get(..6)
+            .is_some_and(|m| m.eq_ignore_ascii_case("cookie")) =>
+        {
+            let len = value.find(['\n', '\r']).unwrap_or(value.len());
+            (marker, value[..len].trim_end().len())
+        }
         _ => {
             let len = value
                 .find(|c: char| {
@@ -299,6 +309,19 @@ mod tests {
             "GET http://[redacted]@h:8080/a/b?[redacted]#[redacted] failed"
         );
         assert_eq!(redact("http://h/a"), "http://h/a");
+    }
+
+    #[test]
+    fn a_cookie_headers_whole_value_never_shows() {
+        assert_eq!(
+            redact("sent Cookie: session=abc123; csrf=xyz\nHost: h"),
+            "sent Cookie: [redacted]\nHost: h"
+        );
+        assert_eq!(
+            redact("set-cookie:\tid=s3cret; Path=/; HttpOnly"),
+            "set-cookie:\t[redacted]"
+        );
+        assert_eq!(redact("cookies are off"), "cookies are off");
     }
 
     #[test]
