@@ -3,8 +3,7 @@
 
 use bytes::Bytes;
 
-/// How deep a body may nest before it is not read: serde_json's limit.
-const MAX_DEPTH: usize = 128;
+use super::json_text::{self, escape_json_into};
 
 /// Why [`label_chat_completion`] left a body as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -55,50 +54,29 @@ pub enum NotLabelled {
 /// # Ok::<(), NotLabelled>(())
 /// ```
 pub fn label_chat_completion(body: &[u8], label: &str) -> Result<Bytes, NotLabelled> {
-    let text = std::str::from_utf8(body).map_err(|_| NotLabelled::NotJson)?;
-    let mut scan = Scan {
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: 0,
-        contents: Vec::new(),
-    };
-    scan.document().ok_or(NotLabelled::NotJson)?;
-    if scan.contents.is_empty() {
+    std::str::from_utf8(body).map_err(|_| NotLabelled::NotJson)?;
+    let values = json_text::noted_values::<Place>(body).ok_or(NotLabelled::NotJson)?;
+    // Where each content that is a string starts, just after its opening quote.
+    let contents: Vec<usize> = values
+        .into_iter()
+        .filter(|value| body[value.start] == b'"')
+        .map(|value| value.start + 1)
+        .collect();
+    if contents.is_empty() {
         return Err(NotLabelled::NoContent);
     }
     let mut prefix = String::with_capacity(label.len() + 2);
     escape_json_into(label, &mut prefix);
     prefix.push_str("\\n");
-    let mut labelled = Vec::with_capacity(body.len() + prefix.len() * scan.contents.len());
+    let mut labelled = Vec::with_capacity(body.len() + prefix.len() * contents.len());
     let mut copied = 0;
-    for at in scan.contents {
+    for at in contents {
         labelled.extend_from_slice(&body[copied..at]);
         labelled.extend_from_slice(prefix.as_bytes());
         copied = at;
     }
     labelled.extend_from_slice(&body[copied..]);
     Ok(Bytes::from(labelled))
-}
-
-/// Appends `text` to `out` as the inside of a JSON string: `"` and `\` escaped, control
-/// characters as `\n`, `\t`, ... or `\u00XX`; everything else as it is (JSON text is
-/// UTF-8, so non-ASCII characters need no escape).
-pub(crate) fn escape_json_into(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
 }
 
 /// Where a value sits on the way to `choices[].message.content`.
@@ -118,8 +96,9 @@ enum Place {
     Elsewhere,
 }
 
-impl Place {
-    /// The place of the value of `key` in an object at this place.
+impl json_text::Place for Place {
+    const ROOT: Place = Place::Root;
+
     fn member(self, key: &str) -> Place {
         match (self, key) {
             (Place::Root, "choices") => Place::Choices,
@@ -129,243 +108,17 @@ impl Place {
         }
     }
 
-    /// The place of an element of an array at this place.
     fn element(self) -> Place {
         match self {
             Place::Choices => Place::Choice,
             _ => Place::Elsewhere,
         }
     }
-}
 
-/// A validating reader of one JSON text (RFC 8259) that notes where each
-/// `choices[].message.content` string starts. `None` from any step: not JSON.
-struct Scan<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    depth: usize,
-    /// The offset just after the opening quote of each content string, in order.
-    contents: Vec<usize>,
-}
-
-impl<'a> Scan<'a> {
-    fn document(&mut self) -> Option<()> {
-        self.value(Place::Root)?;
-        self.whitespace();
-        (self.pos == self.bytes.len()).then_some(())
+    /// A message's content, labelled if it is a string.
+    fn noted(self) -> bool {
+        self == Place::Content
     }
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
-        }
-    }
-
-    fn eat(&mut self, byte: u8) -> Option<()> {
-        (self.peek() == Some(byte)).then(|| self.pos += 1)
-    }
-
-    fn value(&mut self, place: Place) -> Option<()> {
-        self.whitespace();
-        match self.peek()? {
-            b'{' => self.nested(|scan| scan.object(place)),
-            b'[' => self.nested(|scan| scan.array(place)),
-            b'"' => {
-                if place == Place::Content {
-                    self.contents.push(self.pos + 1);
-                }
-                self.string().map(drop)
-            }
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            _ => self.number(),
-        }
-    }
-
-    fn nested(&mut self, read: impl FnOnce(&mut Self) -> Option<()>) -> Option<()> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return None;
-        }
-        read(self)?;
-        self.depth -= 1;
-        Some(())
-    }
-
-    fn object(&mut self, place: Place) -> Option<()> {
-        self.eat(b'{')?;
-        self.whitespace();
-        if self.eat(b'}').is_some() {
-            return Some(());
-        }
-        loop {
-            self.whitespace();
-            let key = self.string()?;
-            let member = place.member(&key.decoded()?);
-            self.whitespace();
-            self.eat(b':')?;
-            self.value(member)?;
-            self.whitespace();
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b'}' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    fn array(&mut self, place: Place) -> Option<()> {
-        self.eat(b'[')?;
-        self.whitespace();
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            self.value(place.element())?;
-            self.whitespace();
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// A string, validated; what is between its quotes.
-    fn string(&mut self) -> Option<Raw<'a>> {
-        self.eat(b'"')?;
-        let start = self.pos;
-        let mut escaped = false;
-        loop {
-            match self.peek()? {
-                b'"' => break,
-                b'\\' => {
-                    escaped = true;
-                    self.pos += 1;
-                    match self.peek()? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 1,
-                        b'u' => {
-                            let hex = self.bytes.get(self.pos + 1..self.pos + 5)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            self.pos += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                byte if byte < 0x20 => return None,
-                _ => self.pos += 1,
-            }
-        }
-        let bytes = self.bytes;
-        let raw = &bytes[start..self.pos];
-        self.pos += 1;
-        Some(Raw { raw, escaped })
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        let end = self.pos + word.len();
-        (self.bytes.get(self.pos..end)? == word).then(|| self.pos = end)
-    }
-
-    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
-    fn number(&mut self) -> Option<()> {
-        let _ = self.eat(b'-');
-        match self.peek()? {
-            b'0' => self.pos += 1,
-            b'1'..=b'9' => self.digits(),
-            _ => return None,
-        }
-        if self.eat(b'.').is_some() {
-            self.peek().filter(u8::is_ascii_digit)?;
-            self.digits();
-        }
-        if matches!(self.peek(), Some(b'e' | b'E')) {
-            self.pos += 1;
-            if matches!(self.peek(), Some(b'+' | b'-')) {
-                self.pos += 1;
-            }
-            self.peek().filter(u8::is_ascii_digit)?;
-            self.digits();
-        }
-        Some(())
-    }
-
-    fn digits(&mut self) {
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.pos += 1;
-        }
-    }
-}
-
-/// A string as it is written between its quotes (valid UTF-8: the whole body is).
-struct Raw<'a> {
-    raw: &'a [u8],
-    escaped: bool,
-}
-
-impl Raw<'_> {
-    /// The string it stands for, its escapes decoded; `None` for an escape that stands
-    /// for no character (a lone surrogate), which no key of a chat completion is.
-    fn decoded(&self) -> Option<std::borrow::Cow<'_, str>> {
-        let text = std::str::from_utf8(self.raw).ok()?;
-        if !self.escaped {
-            return Some(text.into());
-        }
-        let mut out = String::with_capacity(text.len());
-        let mut chars = text.chars();
-        while let Some(c) = chars.next() {
-            if c != '\\' {
-                out.push(c);
-                continue;
-            }
-            let decoded = match chars.next()? {
-                'b' => '\u{8}',
-                'f' => '\u{c}',
-                'n' => '\n',
-                'r' => '\r',
-                't' => '\t',
-                'u' => {
-                    let high = hex4(&mut chars)?;
-                    if (0xD800..0xDC00).contains(&high) {
-                        if (chars.next()?, chars.next()?) != ('\\', 'u') {
-                            return None;
-                        }
-                        let low = hex4(&mut chars)?;
-                        if !(0xDC00..0xE000).contains(&low) {
-                            return None;
-                        }
-                        char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))?
-                    } else {
-                        char::from_u32(high)?
-                    }
-                }
-                other => other, // `"`, `\`, `/`
-            };
-            out.push(decoded);
-        }
-        Some(out.into())
-    }
-}
-
-fn hex4(chars: &mut std::str::Chars<'_>) -> Option<u32> {
-    let mut value = 0;
-    for _ in 0..4 {
-        value = value * 16 + chars.next()?.to_digit(16)?;
-    }
-    Some(value)
 }
 
 #[cfg(test)]

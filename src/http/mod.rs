@@ -109,6 +109,7 @@ mod classify;
 pub(crate) mod error_body;
 mod error_body_bytes;
 mod failover;
+pub(crate) mod json_text;
 mod kept_head;
 mod provenance;
 #[cfg(feature = "reqwest")]

@@ -7,7 +7,7 @@ use ::http::{Response, StatusCode};
 use bytes::Bytes;
 
 use super::buffer::BufferedResponse;
-use super::chat_label::escape_json_into;
+use super::json_text::escape_json_into;
 use super::retry_after::retry_after_value;
 use crate::saved::Unavailable;
 

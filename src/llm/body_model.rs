@@ -8,157 +8,55 @@
 //! two by a client) does not parse at all, and such a body went to every provider with the
 //! caller's model.
 
-use std::ops::Range;
+use crate::http::json_text::{self, escape_json_into};
 
 /// `body` with the value of each of its top-level `"model"` members set to `model`, if
 /// `body` is a JSON object with one; `None` (the body is left as it is) if it is not.
 pub(super) fn with_model(body: &[u8], model: &str) -> Option<Vec<u8>> {
-    let values = model_values(body)?;
-    let model = serde_json::to_string(model).ok()?;
-    let mut out = Vec::with_capacity(body.len() + model.len());
+    let values = json_text::noted_values::<Place>(body)?;
+    if values.is_empty() {
+        return None;
+    }
+    let mut quoted = String::with_capacity(model.len() + 2);
+    quoted.push('"');
+    escape_json_into(model, &mut quoted);
+    quoted.push('"');
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
     let mut from = 0;
     for value in values {
         out.extend_from_slice(&body[from..value.start]);
-        out.extend_from_slice(model.as_bytes());
+        out.extend_from_slice(quoted.as_bytes());
         from = value.end;
     }
     out.extend_from_slice(&body[from..]);
     Some(out)
 }
 
-/// Where the values of a JSON object's top-level `"model"` members are in `body`; `None`
-/// if `body` is not a JSON object, or has no such member.
-fn model_values(body: &[u8]) -> Option<Vec<Range<usize>>> {
-    let mut scan = Scan { body, at: 0 };
-    let mut values = Vec::new();
-    scan.blank();
-    scan.expect(b'{')?;
-    scan.blank();
-    if scan.peek() == Some(b'}') {
-        scan.at += 1;
-    } else {
-        loop {
-            let key = scan.string()?;
-            scan.blank();
-            scan.expect(b':')?;
-            scan.blank();
-            let start = scan.at;
-            scan.value()?;
-            if is_model(&body[key]) {
-                values.push(start..scan.at);
-            }
-            scan.blank();
-            match scan.next()? {
-                b',' => scan.blank(),
-                b'}' => break,
-                _ => return None,
-            }
-        }
-    }
-    scan.blank();
-    (scan.at == body.len() && !values.is_empty()).then_some(values)
+/// Where a value sits in a request body: the value of its top-level `"model"`, or
+/// anywhere else.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Root,
+    Model,
+    Elsewhere,
 }
 
-/// Whether a member's key, quotes included, is `"model"`, however it is escaped.
-fn is_model(key: &[u8]) -> bool {
-    if key == b"\"model\"" {
-        return true;
-    }
-    key.contains(&b'\\') && serde_json::from_slice::<String>(key).is_ok_and(|key| key == "model")
-}
+impl json_text::Place for Place {
+    const ROOT: Place = Place::Root;
 
-/// A reading position in a JSON text. It checks the structure (objects, arrays, strings)
-/// and takes any other run of characters for a number or a literal: what it does not
-/// check, the provider does.
-struct Scan<'a> {
-    body: &'a [u8],
-    at: usize,
-}
-
-impl Scan<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.body.get(self.at).copied()
-    }
-
-    fn next(&mut self) -> Option<u8> {
-        let byte = self.peek()?;
-        self.at += 1;
-        Some(byte)
-    }
-
-    fn expect(&mut self, byte: u8) -> Option<()> {
-        (self.next()? == byte).then_some(())
-    }
-
-    /// Skips blanks.
-    fn blank(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
+    fn member(self, key: &str) -> Place {
+        match (self, key) {
+            (Place::Root, "model") => Place::Model,
+            _ => Place::Elsewhere,
         }
     }
 
-    /// A string, its quotes included.
-    fn string(&mut self) -> Option<Range<usize>> {
-        let start = self.at;
-        self.expect(b'"')?;
-        loop {
-            match self.next()? {
-                b'"' => return Some(start..self.at),
-                b'\\' => {
-                    self.next()?;
-                }
-                _ => {}
-            }
-        }
+    fn element(self) -> Place {
+        Place::Elsewhere
     }
 
-    /// Skips a value. Nested objects and arrays are followed with a stack of their closing
-    /// brackets, not by recursion: a hostile body nested a million deep costs memory in
-    /// proportion to its size, not the stack.
-    fn value(&mut self) -> Option<()> {
-        let mut open = Vec::new();
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    self.string()?;
-                }
-                b'{' => {
-                    self.at += 1;
-                    open.push(b'}');
-                }
-                b'[' => {
-                    self.at += 1;
-                    open.push(b']');
-                }
-                close @ (b'}' | b']') => {
-                    if open.pop()? != close {
-                        return None;
-                    }
-                    self.at += 1;
-                }
-                b',' | b':' if !open.is_empty() => self.at += 1,
-                b' ' | b'\t' | b'\n' | b'\r' => self.blank(),
-                _ => self.scalar()?,
-            }
-            if open.is_empty() {
-                return Some(());
-            }
-        }
-    }
-
-    /// Skips a number or a literal: the characters up to the next blank or punctuation.
-    fn scalar(&mut self) -> Option<()> {
-        let start = self.at;
-        while let Some(byte) = self.peek() {
-            if matches!(
-                byte,
-                b' ' | b'\t' | b'\n' | b'\r' | b',' | b':' | b'}' | b']' | b'{' | b'[' | b'"'
-            ) {
-                break;
-            }
-            self.at += 1;
-        }
-        (self.at > start).then_some(())
+    fn noted(self) -> bool {
+        self == Place::Model
     }
 }
 
@@ -236,14 +134,21 @@ mod tests {
     }
 
     #[test]
-    fn a_body_nested_a_million_deep_is_read_without_recursion() {
+    fn a_body_nested_as_deep_as_serde_json_reads_gets_the_model_and_a_deeper_one_is_left() {
+        // 127 arrays inside the object: 128 levels, serde_json's limit.
         let deep = format!(
+            r#"{{"x":{}{},"model":"a"}}"#,
+            "[".repeat(127),
+            "]".repeat(127)
+        );
+        assert!(set(&deep).unwrap().ends_with(r#","model":"m2"}"#));
+        // A million: not read past the limit, so the stack holds, and the body goes as it is.
+        let deeper = format!(
             r#"{{"x":{}{},"model":"a"}}"#,
             "[".repeat(1 << 20),
             "]".repeat(1 << 20)
         );
-        let out = set(&deep).unwrap();
-        assert!(out.ends_with(r#","model":"m2"}"#));
+        assert_eq!(set(&deeper), None);
         let unclosed = format!(r#"{{"model":"a","x":{}}}"#, "[".repeat(1 << 20));
         assert_eq!(set(&unclosed), None);
     }
