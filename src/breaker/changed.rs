@@ -9,8 +9,9 @@ use std::task::{Context, Poll};
 use tokio::sync::watch;
 
 /// Completes once the breaker it was made from changes after it was made: a change of
-/// state or mode, a hold set, lengthened or released, a probe allowed, a probe slot taken
-/// or freed, or a flip of its kill switch. Made by
+/// state or mode, a hold set, lengthened or released, a probe allowed, the half-open's
+/// last free probe slot taken or a slot freed when none was free, or a flip of its kill
+/// switch. Made by
 /// [`CircuitBreakerHandle::changed`](crate::CircuitBreakerHandle::changed).
 ///
 /// It says that something changed, not what: look at the breaker again
@@ -84,5 +85,37 @@ impl fmt::Debug for Changed {
         f.debug_struct("Changed")
             .field("breaker", &self.name)
             .finish_non_exhaustive()
+    }
+}
+
+/// A change (`W`: a [`Changed`], or a kill switch's flip) watched while a caller waits on
+/// something else: a service's `poll_ready` waiting for the service it wraps to be ready,
+/// whose caller a kill or an opening must wake to decide again, not leave waiting on a
+/// service it no longer calls. Kept from one wait to the next; a change seen ends it.
+pub(in crate::breaker) struct WakeOnChange<W>(Option<W>);
+
+impl<W: Future<Output = ()> + Unpin> WakeOnChange<W> {
+    pub(in crate::breaker) fn new() -> Self {
+        WakeOnChange(None)
+    }
+
+    /// Wakes `cx` at the next change: watched from now (`watch`) unless a watch runs
+    /// already, and at once if a change came since it began, or if `still_holds` says
+    /// that what the caller looked at before a new watch began no longer holds (a change
+    /// between the look and the watch).
+    pub(in crate::breaker) fn wake_on_change(
+        &mut self,
+        cx: &mut Context<'_>,
+        watch: impl FnOnce() -> W,
+        still_holds: impl FnOnce() -> bool,
+    ) {
+        let fresh = self.0.is_none();
+        let change = self.0.get_or_insert_with(watch);
+        if Pin::new(change).poll(cx).is_ready() {
+            self.0 = None;
+            cx.waker().wake_by_ref();
+        } else if fresh && !still_holds() {
+            cx.waker().wake_by_ref();
+        }
     }
 }

@@ -1,9 +1,7 @@
 // Each `#[inline(always)]` here pays in the awaited benchmark (the permit, the tally and
 // the service: docs/performance.md, "Inlining").
 use std::fmt;
-use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,7 +9,7 @@ use tower::Service;
 
 use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
-use crate::breaker::changed::Changed;
+use crate::breaker::changed::{Changed, WakeOnChange};
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
@@ -69,10 +67,9 @@ pub struct CircuitBreaker<S, F = NoFallback, C = DefaultClassifier> {
     /// the fallback was not.
     skip_unready: bool,
     /// The breaker's next change or flip of its kill switch, watched while a call held
-    /// waits for the wrapped service to be ready: the waiting caller is woken to decide
-    /// again (a kill or an opening sends it to the fallback), not left to wait on a
-    /// service it no longer calls. Kept once made (a change seen wakes the caller once).
-    changes: Option<Changed>,
+    /// waits for the wrapped service to be ready: a kill or an opening sends the waiting
+    /// caller to the fallback.
+    changes: WakeOnChange<Changed>,
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
@@ -93,7 +90,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
             permit: None,
             skip: None,
             skip_unready: false,
-            changes: None,
+            changes: WakeOnChange::new(),
         }
     }
 
@@ -168,31 +165,17 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
     }
 
     /// The call held waits for the wrapped service to be ready: `cx` is woken by the
-    /// breaker's next change or flip of its kill switch too, or at once if one came since
-    /// the call was decided. Out of line: only a service that is not ready comes here.
+    /// breaker's next change or flip of its kill switch too, or at once if the call no
+    /// longer stands. Out of line: only a service that is not ready comes here.
     #[cold]
     #[inline(never)]
     fn wait_for_changes(&mut self, cx: &mut Context<'_>) {
-        let fresh = self.changes.is_none();
-        let shared = &self.breaker.shared;
-        let changes = self.changes.get_or_insert_with(|| shared.changed());
-        if Pin::new(changes).poll(cx).is_ready() {
-            // A change since the watch began: watch anew, and decide again now.
-            self.changes = None;
-            cx.waker().wake_by_ref();
-        } else if fresh && !self.held_call_stands() {
-            // A change between the decision and the watch.
-            cx.waker().wake_by_ref();
-        }
-    }
-
-    /// Whether the call held still stands (see [`decide`](Self::decide)).
-    fn held_call_stands(&self) -> bool {
-        match (&self.breaker.admitted, &self.permit) {
-            (Some(admitted), _) => self.breaker.shared.still_admits(*admitted),
-            (None, Some(permit)) => permit.stands(),
-            (None, None) => true,
-        }
+        let (breaker, permit) = (&self.breaker, &self.permit);
+        self.changes.wake_on_change(
+            cx,
+            || breaker.shared.changed(),
+            || breaker.call_stands(permit.as_ref()),
+        );
     }
 
     /// Records a failure for the call decided: the wrapped service failed or panicked
@@ -214,6 +197,16 @@ struct Held {
 }
 
 impl Held {
+    /// Whether the call held (the one admitted at once, else `permit`) still stands, as
+    /// [`decide`](CircuitBreaker::decide) asks.
+    fn call_stands(&self, permit: Option<&Permit>) -> bool {
+        match (self.admitted, permit) {
+            (Some(admitted), _) => self.shared.still_admits(admitted),
+            (None, Some(permit)) => permit.stands(),
+            (None, None) => true,
+        }
+    }
+
     /// The permit of the call admitted at once, if one is held.
     #[inline]
     fn take_admitted(&mut self) -> Option<Permit> {

@@ -14,6 +14,7 @@ use super::handle::KeyedCircuitBreakerHandle;
 use super::registry::Registry;
 use crate::accessors::inner_service_accessors;
 use crate::breaker::answer::Answer;
+use crate::breaker::changed::WakeOnChange;
 use crate::breaker::classify::{Classify, DefaultClassifier};
 use crate::breaker::error::{BoxError, BreakerError};
 use crate::breaker::fallback::{FallbackService, NoFallback};
@@ -37,9 +38,8 @@ pub struct KeyedCircuitBreaker<S, K, KF, F = NoFallback, C = DefaultClassifier> 
     registry: Arc<Registry<K>>,
     ready: Ready,
     /// The kill switch's next flip, watched while the wrapped service is not ready: a
-    /// kill wakes the waiting caller, whose call the kill then skips, rather than leaving
-    /// it to wait on a service it no longer calls. Kept once made.
-    kill_flip: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// kill wakes the waiting caller, whose call the kill then skips.
+    kill_flip: WakeOnChange<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
 }
 
 /// What `poll_ready` found.
@@ -69,7 +69,7 @@ impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
             classifier,
             registry,
             ready: Ready::No,
-            kill_flip: None,
+            kill_flip: WakeOnChange::new(),
         }
     }
 
@@ -88,23 +88,16 @@ impl<S, K, KF, F, C> KeyedCircuitBreaker<S, K, KF, F, C> {
     #[cold]
     #[inline(never)]
     fn wait_for_a_kill(&mut self, cx: &mut Context<'_>) {
-        let fresh = self.kill_flip.is_none();
         let kill = self.registry.kill_switch();
-        let flip = self.kill_flip.get_or_insert_with(|| {
+        let watch = || {
             let mut flips = kill.watch();
             Box::pin(async move {
                 // A switch dropped ends the wait too.
                 let _ = flips.changed().await;
-            })
-        });
-        if flip.as_mut().poll(cx).is_ready() {
-            // A flip since the watch began: watch anew, and look again now.
-            self.kill_flip = None;
-            cx.waker().wake_by_ref();
-        } else if fresh && kill.is_killed() {
-            // Killed between the look and the watch.
-            cx.waker().wake_by_ref();
-        }
+            }) as Pin<Box<dyn Future<Output = ()> + Send + Sync>>
+        };
+        self.kill_flip
+            .wake_on_change(cx, watch, || !kill.is_killed());
     }
 }
 
