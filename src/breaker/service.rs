@@ -181,7 +181,7 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
     /// Records a failure for the call decided: the wrapped service failed or panicked
     /// in `poll_ready`.
     fn fail_decided(&mut self, message: String) {
-        if let Some(mut permit) = self.breaker.take_admitted().or_else(|| self.permit.take()) {
+        if let Some(mut permit) = self.take_call() {
             permit.mark_called();
             permit.settle(Outcome::failure_with(message), None);
         }
@@ -265,11 +265,7 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         // Each kind of future is made here, from values in registers: a future made out of
         // line would meet this one in memory, and every call would copy it from there.
-        let permit = match self.breaker.take_admitted() {
-            Some(admitted) => Some(admitted),
-            None => self.permit.take(),
-        };
-        let permit = match permit {
+        let permit = match self.take_call() {
             // Without the clock: a call out of line would keep the permit in memory, to
             // be dropped if it unwound, on every call.
             Some(permit) if permit.stands_at_once() => Some(permit),
@@ -313,6 +309,13 @@ impl<S, F, C> CircuitBreaker<S, F, C> {
 }
 
 impl<S, F, C> CircuitBreaker<S, F, C> {
+    /// The permit of the call held for the next `call`, taken: made now for the call
+    /// admitted at once, else the one `poll_ready` decided.
+    #[inline]
+    fn take_call(&mut self) -> Option<Permit> {
+        self.breaker.take_admitted().or_else(|| self.permit.take())
+    }
+
     /// The call held for the next `call`, if one is.
     fn held_call(&self) -> Option<HeldCall<'_>> {
         let breaker = &self.breaker;
