@@ -81,7 +81,7 @@ pub(super) struct Problem {
     status: StatusCode,
     code: &'static str,
     message: String,
-    allow: Option<Method>,
+    allow: Option<String>,
     /// Whether to answer `WWW-Authenticate: Bearer`.
     challenge: bool,
 }
@@ -133,7 +133,7 @@ impl Problem {
         // Every path that answers GET answers HEAD too (RFC 9110 §9.1), and its `Allow`
         // says so.
         let methods = if allowed == Method::GET {
-            "GET and HEAD".to_owned()
+            "GET, HEAD".to_owned()
         } else {
             allowed.to_string()
         };
@@ -142,7 +142,7 @@ impl Problem {
             "method_not_allowed",
             format!("this path answers {methods} only"),
         );
-        problem.allow = Some(allowed);
+        problem.allow = Some(methods);
         problem
     }
 
@@ -198,11 +198,6 @@ impl Problem {
         };
         let mut response = json(self.status, &body);
         if let Some(allow) = &self.allow {
-            let allow = if allow == Method::GET {
-                "GET, HEAD"
-            } else {
-                allow.as_str()
-            };
             if let Ok(value) = HeaderValue::from_str(allow) {
                 response.headers_mut().insert(ALLOW, value);
             }
