@@ -119,8 +119,10 @@ pub(crate) struct Register {
     pub(crate) act: Option<KillAct>,
     /// `act` was made here and is not written yet.
     pub(crate) pending: Option<Pending>,
-    /// The switch's state as the fleet last left it: a switch found otherwise was
-    /// flipped in code since.
+    /// The shared switch's state as the fleet last left it, once the link's task has
+    /// taken the switch in ([`adopt`](Self::adopt)): a switch found otherwise was
+    /// flipped in code since. `None` while no switch is taken in: acts made or heard
+    /// then are the fleet's, and no switch's state is one.
     pub(crate) flag: Option<bool>,
     /// What the key is believed to hold (see [`Believed`]), for the compare and set.
     pub(crate) key: Believed,
@@ -173,7 +175,7 @@ impl Register {
                     Some(_) => self.act.clone(),
                     None => None,
                 };
-                self.flag = Some(theirs.killed);
+                self.left(theirs.killed);
                 self.act = Some(theirs);
                 Heard::Later { overridden }
             }
@@ -182,16 +184,40 @@ impl Register {
 
     /// An act made on this replica: it is the latest.
     pub(crate) fn made(&mut self, act: KillAct, pending: Pending) {
-        self.flag = Some(act.killed);
+        self.left(act.killed);
         self.act = Some(act);
         self.pending = Some(pending);
     }
 
-    /// The switch is `current` now: whether it was flipped in code since the fleet last
-    /// left it (the first look only takes it in).
-    pub(crate) fn flipped_in_code(&mut self, current: bool) -> bool {
-        let flag = *self.flag.get_or_insert(current);
-        flag != current
+    /// The switch taken in is left `killed` by the fleet (none taken in: nothing to
+    /// leave).
+    pub(crate) fn left(&mut self, killed: bool) {
+        if let Some(flag) = &mut self.flag {
+            *flag = killed;
+        }
+    }
+
+    /// A switch shared under this name is taken in, found `found` when it was shared:
+    /// that state is no act of anyone's. The act the switch must follow now, if one is
+    /// known and the switch was not flipped since it was shared (`current`); a flip
+    /// since is an act made after every act known, and noticed as such.
+    pub(crate) fn adopt(&mut self, found: bool, current: bool) -> Option<bool> {
+        self.flag = Some(found);
+        match &self.act {
+            Some(act) if found == current => Some(act.killed),
+            _ => None,
+        }
+    }
+
+    /// Whether a switch is taken in.
+    pub(crate) fn has_switch(&self) -> bool {
+        self.flag.is_some()
+    }
+
+    /// The switch taken in is `current` now: whether it was flipped in code since the
+    /// fleet last left it (none taken in: no flip).
+    pub(crate) fn flipped_in_code(&self, current: bool) -> bool {
+        self.flag.is_some_and(|flag| flag != current)
     }
 }
 
@@ -249,7 +275,10 @@ mod tests {
                 overridden: Some(act(false, 20, "here"))
             }
         );
-        assert_eq!((register.flag, register.pending), (Some(true), None));
+        assert_eq!(
+            (register.act.as_ref().map(|a| a.killed), register.pending),
+            (Some(true), None)
+        );
         // A later act that replaces none made here overrides nothing.
         assert_eq!(
             register.hear(act(false, 40, "there")),
@@ -260,12 +289,30 @@ mod tests {
     #[test]
     fn a_flip_in_code_is_told_from_the_fleets_own() {
         let mut register = Register::default();
-        assert!(
-            !register.flipped_in_code(false),
-            "the first look takes it in"
-        );
+        assert!(!register.flipped_in_code(true), "no switch taken in");
+        assert_eq!(register.adopt(false, false), None, "no act known");
+        assert!(!register.flipped_in_code(false), "its state when shared");
         register.hear(act(true, 1, "there"));
         assert!(!register.flipped_in_code(true), "the fleet's own flip");
         assert!(register.flipped_in_code(false));
+    }
+
+    #[test]
+    fn a_switch_shared_after_an_act_follows_the_act_unless_flipped_since() {
+        let kept = Pending {
+            by_command: true,
+            kept: true,
+        };
+        // A kill made before any switch was shared leaves no switch's state behind.
+        let mut register = Register::default();
+        register.made(act(true, 10, "here"), kept);
+        assert_eq!(register.flag, None);
+        // A live switch shared afterwards follows the kill: its state is no act.
+        assert_eq!(register.adopt(false, false), Some(true));
+        // One flipped in code after it was shared keeps its flip, noticed as an act.
+        let mut register = Register::default();
+        register.hear(act(false, 10, "there"));
+        assert_eq!(register.adopt(false, true), None);
+        assert!(register.flipped_in_code(true));
     }
 }

@@ -311,7 +311,11 @@ impl Fleet {
         let name: Arc<str> = name.into();
         // Watching before the key is read: no flip after it is missed.
         let flips = switch.watch();
-        let _ = self.inner.commands.send(Command::ReadKey(name.clone()));
+        let found = switch.is_killed();
+        let _ = self.inner.commands.send(Command::ReadKey {
+            name: name.clone(),
+            found,
+        });
         let task = self
             .inner
             .runtime
@@ -396,7 +400,8 @@ impl Fleet {
     }
 
     /// Turns kill switch `name` off for the whole fleet, as [`kill`](Fleet::kill)
-    /// turns it on (its key is deleted).
+    /// turns it on: the key holds the revive, stamped, so that no earlier kill kept by
+    /// a replica cut off meanwhile undoes it.
     ///
     /// # Errors
     ///

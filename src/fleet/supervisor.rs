@@ -75,8 +75,8 @@ type Reply = oneshot::Sender<Result<(), FleetError>>;
 /// What the replica's handles ask of the task.
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// A kill switch was shared: read its key.
-    ReadKey(Arc<str>),
+    /// A kill switch was shared, found killed or not: take it in, and read its key.
+    ReadKey { name: Arc<str>, found: bool },
     /// A shared breaker made a transition.
     Transition {
         breaker: Arc<str>,
@@ -377,11 +377,14 @@ impl Supervisor {
         session: Option<&mut Session>,
     ) -> Result<(), Failed> {
         match command {
-            Command::ReadKey(name) => match session {
-                Some(session) => self.read_kill_keys(session, vec![name]).await,
-                // Read with every other key when the link comes up.
-                None => Ok(()),
-            },
+            Command::ReadKey { name, found } => {
+                self.take_in(&name, found);
+                match session {
+                    Some(session) => self.read_kill_keys(session, vec![name]).await,
+                    // Read with every other key when the link comes up.
+                    None => Ok(()),
+                }
+            }
             Command::Transition {
                 breaker,
                 transition,
@@ -421,11 +424,23 @@ impl Supervisor {
                 killed,
                 reply,
             } => {
-                let act = self.flip_here(&name, killed, session.is_some());
                 let Some(session) = session else {
+                    self.flip_here(&name, killed, false);
                     let _ = reply.send(Err(self.link_down_error()));
                     return Ok(());
                 };
+                // The key first: the act is stamped after what it holds. A peer's act
+                // this replica never heard of (it shares no switch by the name), stamped
+                // by a clock a little ahead, would otherwise win over a person's act
+                // made after it was written.
+                if let Err(error) = self.read_kill_keys(session, vec![name.clone()]).await {
+                    // The link failed: the act holds here, kept to be written.
+                    self.flip_here(&name, killed, false);
+                    let _ =
+                        reply.send(Err(FleetError::Redis(self.replica.settings.redact(&error))));
+                    return Err(error);
+                }
+                let act = self.flip_here(&name, killed, true);
                 let result = self.settle(session, &name, None).await;
                 let answer = match &result {
                     Err(error) => Err(FleetError::Redis(self.replica.settings.redact(error))),
@@ -818,11 +833,37 @@ impl Supervisor {
         self.replica.emit(FleetEvent::Rejected { channel, why });
     }
 
-    /// A shared kill switch by its name, with the name as registered.
+    /// A shared kill switch by its name, with the name as registered, once taken in.
     fn switch(&self, name: &str) -> Option<(Arc<str>, KillSwitch)> {
+        if !self.registers.get(name).is_some_and(Register::has_switch) {
+            return None;
+        }
+        self.shared_switch(name)
+    }
+
+    /// A kill switch shared under `name`, taken in or not.
+    fn shared_switch(&self, name: &str) -> Option<(Arc<str>, KillSwitch)> {
         let registry = self.replica.registry();
         let (name, switch) = registry.switches.get_key_value(name)?;
         Some((name.clone(), switch.clone()))
+    }
+
+    /// Switch `name`, found `found` when it was shared, is taken in: it follows the act
+    /// known for its name (a person's kill made through this replica before it was
+    /// shared, say), unless it was flipped in code since it was shared: that flip is
+    /// the later act.
+    fn take_in(&mut self, name: &str, found: bool) {
+        let Some((name, switch)) = self.shared_switch(name) else {
+            return;
+        };
+        let register = self.registers.entry(name.clone()).or_default();
+        let origin = match register.pending {
+            Some(pending) if pending.by_command => KillOrigin::Command,
+            _ => KillOrigin::Key,
+        };
+        if let Some(killed) = register.adopt(found, switch.is_killed()) {
+            self.apply_switch(&name, killed, origin);
+        }
     }
 
     /// Sets shared switch `name` as the fleet says, if this replica shares one by that
@@ -832,7 +873,7 @@ impl Supervisor {
             return;
         };
         if let Some(register) = self.registers.get_mut(&name) {
-            register.flag = Some(killed);
+            register.left(killed);
         }
         if switch.is_killed() == killed {
             return;

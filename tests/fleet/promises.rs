@@ -592,3 +592,117 @@ async fn the_password_in_a_redis_url_shows_in_no_error_event_or_status() {
     }
     assert!(said.iter().any(|t| t.contains("down for")), "{said:?}");
 }
+
+/// The JSON kill switch `model`'s key holds, as it is.
+async fn key_text(url: &str, prefix: &str) -> Option<String> {
+    let mut raw = by_hand(url).await;
+    redis::cmd("GET")
+        .arg(format!("{prefix}:kill:model"))
+        .query_async(&mut raw)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_shared_after_a_kill_made_through_the_same_replica_follows_the_kill() {
+    let Some(server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("shared_after_kill");
+    let acting = quick(&url, &prefix, "acting");
+    let (other, other_stop) = sharing(&url, &prefix, "other").await;
+    up(&acting).await;
+    acting.kill("model").await.unwrap();
+    poll_until(BOUND, "the kill on the other replica", || {
+        other_stop.is_killed()
+    })
+    .await;
+
+    // Later, the acting replica makes its breaker for the name, with a live switch.
+    let stop = KillSwitch::new();
+    acting.share_kill_switch("model", &stop).unwrap();
+    acting.sync().await.unwrap();
+    other.sync().await.unwrap();
+
+    assert!(stop.is_killed(), "the switch shared follows the kill");
+    assert!(other_stop.is_killed(), "the kill is not undone elsewhere");
+    let (killed, _) = key_act(&url, &prefix).await.expect("the kill in the key");
+    assert!(killed, "{:?}", key_text(&url, &prefix).await);
+    // A flip made on the switch afterwards is an act, as ever.
+    stop.revive();
+    poll_until(BOUND, "the revive on the other replica", || {
+        !other_stop.is_killed()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_kept_during_an_outage_holds_a_switch_shared_meanwhile_and_is_written() {
+    let Some(mut server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("kept_then_shared");
+    let acting = quick(&url, &prefix, "acting");
+    up(&acting).await;
+    server.kill_by_pid();
+    down(&acting).await;
+    let error = acting.kill("model").await;
+    assert!(
+        matches!(error, Err(FleetError::LinkDown { .. })),
+        "{error:?}"
+    );
+
+    let stop = KillSwitch::new();
+    acting.share_kill_switch("model", &stop).unwrap();
+    poll_until(BOUND, "the kept kill on the switch shared", || {
+        stop.is_killed()
+    })
+    .await;
+    let snapshot = acting.snapshot().kill_switches[0].clone();
+    assert!(snapshot.killed, "{snapshot:?}");
+    assert!(
+        snapshot.kept.as_ref().is_some_and(|kept| kept.killed),
+        "{snapshot:?}"
+    );
+
+    server.restart().await;
+    up(&acting).await;
+    acting.sync().await.unwrap();
+    let (killed, _) = key_act(&url, &prefix).await.expect("the kept act written");
+    assert!(killed, "{:?}", key_text(&url, &prefix).await);
+    assert!(stop.is_killed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_made_after_a_peers_revive_wins_though_the_peers_clock_is_ahead() {
+    let Some(server) = RedisServer::start(&[]).await else {
+        return;
+    };
+    let url = server.url();
+    let prefix = unique_prefix("skewed_peer");
+    // A peer's revive, written by a clock 3 s ahead, that the operator never heard of.
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 3_000;
+    let revive = format!(
+        r#"{{"v":1,"killed":false,"at_ms":{ahead},"replica":"peer","run":"0123456789abcdef"}}"#
+    );
+    let mut raw = by_hand(&url).await;
+    redis::cmd("SET")
+        .arg(format!("{prefix}:kill:model"))
+        .arg(revive)
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+
+    let operator = quick(&url, &prefix, "operator");
+    up(&operator).await;
+    operator.kill("model").await.expect("the later act wins");
+    let (killed, at_ms) = key_act(&url, &prefix).await.expect("the kill");
+    assert!(killed);
+    assert!(at_ms > ahead, "stamped after the act it replaced");
+}
