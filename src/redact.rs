@@ -7,7 +7,12 @@ use std::borrow::Cow;
 /// string (`?key=…` becomes `?[redacted]`), and the value after `Bearer `, `Basic `,
 /// `api-key=`, `api_key=`, `token=`, `key=`, `password=`, `passwd=`, `secret=`,
 /// `api-key: ` (`X-Api-Key: …`) or `Authorization: Token ` outside a URL, and the whole
-/// value of a `Cookie: ` or `Set-Cookie: ` header, up to the end of its line.
+/// value of a `Cookie: ` or `Set-Cookie: ` header, up to the end of its line; and a
+/// provider's key written bare, known by its shape: a word that starts with `sk-`
+/// (OpenAI, Anthropic's `sk-ant-`, OpenRouter's `sk-or-`), `AIza` (Google), `gsk_` (Groq),
+/// `hf_` (Hugging Face), `ghp_`, `gho_` or `github_pat_` (GitHub), `xoxb-` or `xoxp-`
+/// (Slack) or `AKIA` (AWS), followed by at least 16 letters, digits, `-` or `_`, keeps its
+/// prefix and loses the rest (`sk-[redacted]`).
 ///
 /// The crate runs every message it shows outside the process (failure messages in
 /// reports, headers and route descriptions) through it; use it for your own texts too.
@@ -36,6 +41,10 @@ use std::borrow::Cow;
 ///     "failed (https://h/v1?[redacted])",
 /// );
 /// assert_eq!(redact(r#"api_key="sk-123" rejected"#), r#"api_key="[redacted]" rejected"#);
+/// assert_eq!(
+///     redact("invalid key sk-proj-4f9aQ2x7Lm0ZpR8sT1vB"),
+///     "invalid key sk-[redacted]",
+/// );
 /// assert_eq!(redact("connection refused"), "connection refused"); // borrowed, unchanged
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
@@ -62,7 +71,9 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             let before = text[..at].chars().next_back();
             redact_url(&rest[..len], before, &mut out);
             rest = &rest[len..];
-        } else if let Some(Secret { start, len }) = secret_after_marker(rest) {
+        } else if let Some(Secret { start, len }) =
+            secret_after_marker(rest).or_else(|| key_shaped(rest, text[..at].chars().next_back()))
+        {
             out.push_str(&rest[..start]);
             out.push_str(REDACTED);
             rest = &rest[start + len..];
@@ -95,12 +106,54 @@ const MARKERS: [&str; 12] = [
     "cookie: ",
 ];
 
+/// How a provider's key written bare starts (compared with case): what follows is
+/// hidden when it is long enough to be a key ([`KEY_TAIL`]).
+const KEY_PREFIXES: [&str; 11] = [
+    "sk-",
+    "AIza",
+    "gsk_",
+    "hf_",
+    "ghp_",
+    "gho_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+    "ASIA",
+];
+
+/// The fewest characters after a prefix of [`KEY_PREFIXES`] that make a key: fewer, and
+/// it is a word (`sk-learn`).
+const KEY_TAIL: usize = 16;
+
 fn needs_redaction(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     lower.contains("://")
         || MARKERS
             .iter()
             .any(|marker| lower.contains(marker.split(' ').next().unwrap_or(marker)))
+        || KEY_PREFIXES.iter().any(|prefix| text.contains(prefix))
+}
+
+/// Whether `c` may be part of a key written bare.
+fn in_key(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_')
+}
+
+/// A provider's key written bare at the start of `text` (`before`: the character before
+/// it, which must not be part of a word): the part after its prefix.
+fn key_shaped(text: &str, before: Option<char>) -> Option<Secret> {
+    if before.is_some_and(in_key) {
+        return None;
+    }
+    let prefix = KEY_PREFIXES.iter().find(|p| text.starts_with(*p))?;
+    let len = text[prefix.len()..]
+        .find(|c: char| !in_key(c))
+        .unwrap_or(text.len() - prefix.len());
+    (len >= KEY_TAIL).then_some(Secret {
+        start: prefix.len(),
+        len,
+    })
 }
 
 /// The length of the URL that starts `text`, if one does (`scheme://…`).
@@ -435,6 +488,36 @@ mod tests {
     fn a_marker_inside_a_word_is_only_redacted_with_its_value() {
         // "monkey=1" ends with "key=": its value goes too, erring towards less.
         assert_eq!(redact("monkey=1"), "mon".to_owned() + "key=[redacted]");
+    }
+
+    #[test]
+    fn a_providers_key_written_bare_loses_all_but_its_prefix() {
+        for (key, shown) in [
+            ("sk-proj-4f9aQ2x7Lm0ZpR8sT1vB", "sk-[redacted]"),
+            ("sk-ant-api03-AbCdEfGhIjKlMnOpQr", "sk-[redacted]"),
+            ("AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrS", "AIza[redacted]"),
+            ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", "ghp_[redacted]"),
+            ("AKIAIOSFODNN7EXAMPLE", "AKIA[redacted]"),
+            ("gsk_0123456789abcdefXYZ", "gsk_[redacted]"),
+        ] {
+            assert_eq!(
+                redact(&format!("rejected ({key}), try again")),
+                format!("rejected ({shown}), try again"),
+            );
+            assert_eq!(redact(key), shown);
+        }
+    }
+
+    #[test]
+    fn a_word_that_only_starts_like_a_key_is_kept() {
+        for text in [
+            "pip install sk-learn",
+            "the task-sk-0123456789abcdefgh is done",
+            "AKIA1",
+            "ask-0123456789abcdefghij",
+        ] {
+            assert_eq!(redact(text), text);
+        }
     }
 
     #[test]
