@@ -841,3 +841,37 @@ async fn a_429_whose_body_stalls_past_the_timeout_opens_the_primary_for_its_retr
         "open for the minute it asked"
     );
 }
+
+#[tokio::test]
+async fn the_callers_key_for_the_primary_never_reaches_a_provider_elsewhere() {
+    let a = TestServer::start([], Reply::Unavailable).await;
+    let b = TestServer::start([], Reply::Ok).await;
+    // b has no key of its own: it must not get the one the caller wrote for a.
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .expect("valid settings");
+    let request = reqwest::Client::new()
+        .post(llm.url("/chat/completions"))
+        .bearer_auth("sk-CALLER-KEY-FOR-A")
+        .header("x-api-key", "CALLER-X-API-KEY")
+        .header("x-request-id", "42")
+        .json(&serde_json::json!({"model": "any", "messages": []}))
+        .build()
+        .expect("a request");
+    let mut service: LlmService = llm.service();
+    let answer = tokio::time::timeout(CALL_BOUND, async {
+        service.ready().await?.call(request).await
+    })
+    .await
+    .expect("the call ends in time")
+    .expect("b answers");
+    assert_eq!(provider(&answer), Some("b"));
+
+    let to_a = &a.headers_seen()[0];
+    assert_eq!(to_a["authorization"], "Bearer sk-CALLER-KEY-FOR-A");
+    let to_b = &b.headers_seen()[0];
+    assert_eq!(to_b.get("authorization"), None, "{to_b:?}");
+    assert_eq!(to_b.get("x-api-key"), None, "{to_b:?}");
+    assert_eq!(to_b["x-request-id"], "42");
+}

@@ -216,9 +216,14 @@ impl LlmClientBuilder {
             .iter()
             .map(Provider::check)
             .collect::<Result<Vec<_>, _>>()?;
-        let Some(primary) = prepared.first().map(|first| first.base.clone()) else {
+        let Some(first) = prepared.first().cloned() else {
             return Err(FailoverConfigError::NoProviders.into());
         };
+        let primary = first.base.clone();
+        let prepared: Vec<_> = prepared
+            .into_iter()
+            .map(|p| p.for_primary(&first))
+            .collect();
         let buffer = match self.buffer_limit {
             Some(limit) => BufferBodyLayer::new().limit(limit),
             None => BufferBodyLayer::new(),

@@ -18,6 +18,13 @@ use crate::redact::REDACTED;
 /// bearer token (replacing the caller's `Authorization`), its headers, and, when the
 /// body is a JSON object with a `"model"`, the provider's model name.
 ///
+/// The caller's own credentials go only to providers at the first provider's origin
+/// (scheme, host and port), as an HTTP client drops them on a redirect to another host:
+/// for a provider elsewhere, the request loses its `Authorization`,
+/// `Proxy-Authorization`, `Cookie`, `x-api-key`, `api-key` and `x-goog-api-key` headers
+/// before the provider's own key and headers are set. A key written for the primary never
+/// reaches a fallback provider with no key of its own.
+///
 /// ```
 /// use tower_circuit_breaker::llm::Provider;
 ///
@@ -122,6 +129,8 @@ impl Provider {
         }
         Ok(Prepared {
             base: base.to_string().trim_end_matches('/').to_owned(),
+            origin: base.origin().ascii_serialization(),
+            callers_credentials: true,
             headers,
             model: self.model.clone(),
         })
@@ -154,11 +163,31 @@ impl fmt::Debug for Provider {
 pub(super) struct Prepared {
     /// The base URL, without a trailing `/`.
     pub(super) base: String,
+    /// The base URL's scheme, host and port.
+    origin: String,
+    /// Whether the caller's credentials are sent to it: it is at the primary's origin.
+    callers_credentials: bool,
     headers: Vec<(HeaderName, HeaderValue)>,
     model: Option<String>,
 }
 
+/// The headers that carry a caller's credentials: sent only to its primary's origin.
+const CREDENTIALS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+];
+
 impl Prepared {
+    /// Sends the caller's credentials only if it is at `primary`'s origin.
+    pub(super) fn for_primary(mut self, primary: &Prepared) -> Prepared {
+        self.callers_credentials = self.origin == primary.origin;
+        self
+    }
+
     /// The caller's request, addressed to `primary` (a base URL without a trailing
     /// `/`), made for this provider; `None` if it is not addressed under `primary` or its
     /// body cannot be copied (a stream).
@@ -170,6 +199,11 @@ impl Prepared {
         let rest = under(primary, request.url().as_str())?;
         let mut prepared = request.try_clone()?;
         *prepared.url_mut() = Url::parse(&format!("{}{rest}", self.base)).ok()?;
+        if !self.callers_credentials {
+            for name in CREDENTIALS {
+                prepared.headers_mut().remove(name);
+            }
+        }
         for (name, value) in &self.headers {
             prepared.headers_mut().insert(name.clone(), value.clone());
         }
@@ -224,6 +258,44 @@ mod tests {
         let body: serde_json::Value =
             serde_json::from_slice(out.body().unwrap().as_bytes().unwrap()).unwrap();
         assert_eq!(body, serde_json::json!({"model": "m2", "n": 1}));
+    }
+
+    #[test]
+    fn the_callers_credentials_reach_only_providers_at_the_primarys_origin() {
+        let primary = Provider::new("a", "http://a.test/v1").check().unwrap();
+        let mut sent = request("http://a.test/v1/chat/completions", "{}");
+        for (name, value) in [
+            ("authorization", "Bearer sk-CALLER"),
+            ("x-api-key", "CALLER-KEY"),
+            ("cookie", "session=CALLER"),
+            ("x-request-id", "42"),
+        ] {
+            sent.headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
+        let at = |base: &str| {
+            Provider::new("b", base)
+                .check()
+                .unwrap()
+                .for_primary(&primary)
+                .prepare("http://a.test/v1", &sent)
+                .unwrap()
+        };
+        let elsewhere = at("http://b.test/v1");
+        for name in ["authorization", "x-api-key", "cookie"] {
+            assert!(
+                elsewhere.headers().get(name).is_none(),
+                "{name} sent elsewhere"
+            );
+        }
+        assert_eq!(elsewhere.headers()["x-request-id"], "42");
+        let same_origin = at("http://a.test/other/v1");
+        assert_eq!(same_origin.headers()[AUTHORIZATION], "Bearer sk-CALLER");
+        // Another port is another origin.
+        assert!(at("http://a.test:8080/v1")
+            .headers()
+            .get(AUTHORIZATION)
+            .is_none());
     }
 
     #[test]

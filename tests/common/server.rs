@@ -173,6 +173,8 @@ pub(crate) fn refused_addr() -> SocketAddr {
 /// What the server and its connections share, across restarts.
 struct ServerState {
     requests: AtomicUsize,
+    /// Each request's headers, in order.
+    heads: Mutex<Vec<http::HeaderMap>>,
     script: Mutex<VecDeque<Reply>>,
     otherwise: Reply,
 }
@@ -194,6 +196,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("local address");
         let state = Arc::new(ServerState {
             requests: AtomicUsize::new(0),
+            heads: Mutex::new(Vec::new()),
             script: Mutex::new(script.into_iter().collect()),
             otherwise,
         });
@@ -226,6 +229,15 @@ impl TestServer {
     /// Requests received so far.
     pub(crate) fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// The headers of each request received so far, in order.
+    pub(crate) fn headers_seen(&self) -> Vec<http::HeaderMap> {
+        self.state
+            .heads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The address it listens on.
@@ -262,8 +274,14 @@ async fn serve(listener: TcpListener, state: Arc<ServerState>) {
         };
         let state = state.clone();
         connections.spawn(async move {
-            let answer =
-                hyper::service::service_fn(move |_: Request<Incoming>| answer(state.clone()));
+            let answer = hyper::service::service_fn(move |request: Request<Incoming>| {
+                state
+                    .heads
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(request.headers().clone());
+                answer(state.clone())
+            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), answer)
                 .await;
