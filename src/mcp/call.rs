@@ -14,7 +14,7 @@ use tower::Service;
 
 use super::connection::Connection;
 use super::error::McpError;
-use super::quote::{quote, said, service_error};
+use super::quote::Secrets;
 #[cfg(feature = "mcp-http")]
 use super::remote::SendFailure;
 
@@ -47,6 +47,8 @@ pub(crate) struct CallInner {
     pub(crate) server: Arc<str>,
     pub(crate) timeout: Duration,
     pub(crate) counters: Arc<Counters>,
+    /// What the server was given: never shown in what it says.
+    pub(crate) secrets: Secrets,
 }
 
 impl Service<Call> for CallInner {
@@ -59,8 +61,12 @@ impl Service<Call> for CallInner {
     }
 
     fn call(&mut self, call: Call) -> McpFuture {
-        let (server, timeout, counters) =
-            (self.server.clone(), self.timeout, self.counters.clone());
+        let (server, timeout, counters, secrets) = (
+            self.server.clone(),
+            self.timeout,
+            self.counters.clone(),
+            self.secrets.clone(),
+        );
         Box::pin(async move {
             let params =
                 CallToolRequestParams::new(call.tool.to_string()).with_arguments(call.arguments);
@@ -73,8 +79,8 @@ impl Service<Call> for CallInner {
                     tool: call.tool,
                     after: timeout,
                 }),
-                Ok(Ok(result)) => checked(server, call.tool, result),
-                Ok(Err(error)) => Err(from_service_error(server, call.tool, error)),
+                Ok(Ok(result)) => checked(&secrets, server, call.tool, result),
+                Ok(Err(error)) => Err(from_service_error(&secrets, server, call.tool, error)),
             }
         })
     }
@@ -90,8 +96,10 @@ impl Drop for InFlight<'_> {
 }
 
 /// A result as it is: a tool's failure (`isError: true`) is an error, and one that is
-/// really invalid arguments (as the TypeScript SDK reports them) is the caller's.
+/// really invalid arguments (as the TypeScript SDK reports them) is the caller's. Its
+/// text, in the error's message, is shown as [`Secrets::said`] makes it.
 fn checked(
+    secrets: &Secrets,
     server: Arc<str>,
     tool: Arc<str>,
     result: CallToolResult,
@@ -110,13 +118,13 @@ fn checked(
         return Err(McpError::InvalidArguments {
             server,
             tool,
-            message: quote(rest.trim()),
+            message: secrets.said(rest.trim()),
         });
     }
     let message = if text.trim().is_empty() {
         "the tool reported an error and said nothing more".to_string()
     } else {
-        quote(text.trim())
+        secrets.said(text.trim())
     };
     Err(McpError::Tool {
         server,
@@ -126,24 +134,31 @@ fn checked(
     })
 }
 
-fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> McpError {
+/// A call's error in our words: whatever the server said in it shown as
+/// [`Secrets::said`] makes it.
+fn from_service_error(
+    secrets: &Secrets,
+    server: Arc<str>,
+    tool: Arc<str>,
+    error: ServiceError,
+) -> McpError {
     match error {
         ServiceError::McpError(data) if data.code == ErrorCode::INVALID_PARAMS => {
             McpError::InvalidArguments {
                 server,
                 tool,
-                message: quote(&data.message),
+                message: secrets.said(&data.message),
             }
         }
         ServiceError::McpError(data) => McpError::Server {
             server,
             tool,
             code: data.code.0,
-            message: quote(&data.message),
+            message: secrets.said(&data.message),
         },
         ServiceError::TransportClosed => McpError::ConnectionLost { server, tool },
         ServiceError::TransportSend(error) => {
-            let message = said(&error.to_string());
+            let message = secrets.said(&error.to_string());
             #[cfg(feature = "mcp-http")]
             match SendFailure::of(&error) {
                 SendFailure::SessionExpired => return McpError::SessionExpired { server, tool },
@@ -157,7 +172,7 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
                 SendFailure::Lost => return McpError::ConnectionLost { server, tool },
                 SendFailure::Unreachable => {
                     let message = super::remote::unreachable_cause(&error)
-                        .map_or(message, |cause| said(&cause));
+                        .map_or(message, |cause| secrets.said(&cause));
                     return McpError::Unreachable {
                         server,
                         tool,
@@ -180,12 +195,12 @@ fn from_service_error(server: Arc<str>, tool: Arc<str>, error: ServiceError) -> 
         ServiceError::Cancelled { reason } => McpError::Cancelled {
             server,
             tool,
-            reason: quote(reason.as_deref().unwrap_or("no reason given")),
+            reason: secrets.said(reason.as_deref().unwrap_or("no reason given")),
         },
         other => McpError::Protocol {
             server,
             tool,
-            message: service_error(&other),
+            message: secrets.service_error(&other),
         },
     }
 }

@@ -29,7 +29,7 @@ use crate::later::later;
 
 use super::error::StartError;
 use super::exit::Exit;
-use super::quote::{said, service_error, MAX_QUOTE};
+use super::quote::{Secrets, MAX_QUOTE};
 use super::settings::ServerSettings;
 use super::status::Down;
 use super::tool_list::ToolList;
@@ -111,7 +111,7 @@ pub(crate) struct StderrTail {
 }
 
 impl StderrTail {
-    fn follow(server: Arc<str>, stderr: ChildStderr) -> StderrTail {
+    fn follow(server: Arc<str>, secrets: Secrets, stderr: ChildStderr) -> StderrTail {
         let lines: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let (finished, done) = watch::channel(false);
         let kept = lines.clone();
@@ -130,11 +130,11 @@ impl StderrTail {
                 line.push(&chunk[..read - usize::from(ended)]);
                 reader.consume(read);
                 if ended {
-                    keep(&server, &kept, line.take());
+                    keep(&server, &kept, line.take(&secrets));
                 }
             }
             if !line.is_empty() {
-                keep(&server, &kept, line.take());
+                keep(&server, &kept, line.take(&secrets));
             }
             let _ = finished.send(true);
         });
@@ -175,9 +175,9 @@ impl StderrLine {
         self.head.is_empty() && !self.cut
     }
 
-    /// The line, quoted ([`quote`]: bad UTF-8 replaced, cut short with `…`); the next
-    /// starts empty.
-    fn take(&mut self) -> String {
+    /// The line, as [`Secrets::said`] shows it (bad UTF-8 replaced, cut short with `…`);
+    /// the next starts empty.
+    fn take(&mut self, secrets: &Secrets) -> String {
         let line = std::mem::take(self);
         let text = String::from_utf8_lossy(&line.head);
         let text = text.strip_suffix('\r').unwrap_or(&text);
@@ -194,7 +194,7 @@ impl StderrLine {
             false => text,
         };
         // A server may print a URL with its password, or a token: shown, it is redacted.
-        let quoted = said(text);
+        let quoted = secrets.said(text);
         if line.cut && !quoted.ends_with('…') {
             format!("{quoted}…")
         } else {
@@ -361,11 +361,11 @@ where
             #[cfg(feature = "mcp-http")]
             if let Some(why) = super::remote::unreachable(&error) {
                 return Err(StartError::Unreachable {
-                    message: said(&why),
+                    message: settings.secrets.said(&why),
                 });
             }
             return Err(StartError::Handshake {
-                message: said(&error.to_string()),
+                message: settings.secrets.said(&error.to_string()),
             });
         }
         Err(_) => {
@@ -422,7 +422,7 @@ async fn spawn(
             message: "its stdin, stdout or stderr could not be opened".into(),
         });
     };
-    let stderr = StderrTail::follow(settings.name.clone(), pipe);
+    let stderr = StderrTail::follow(settings.name.clone(), settings.secrets.clone(), pipe);
     let transport = AsyncRwTransport::new_client(stdout, stdin)
         .with_max_line_length(settings.max_message_bytes);
     let (session, listed) = match handshake(settings, handler, transport, deadline).await {
@@ -518,7 +518,7 @@ pub(crate) async fn list_tools(
             }
             Err(error) => {
                 return Err(StartError::ToolList {
-                    message: service_error(&error),
+                    message: settings.secrets.service_error(&error),
                 })
             }
         };
@@ -570,18 +570,18 @@ mod tests {
     fn a_stderr_line_is_kept_cut_short_and_bad_utf8_replaced() {
         let mut line = StderrLine::default();
         line.push(b"\xff\xfebad\r");
-        assert_eq!(line.take(), "\u{fffd}\u{fffd}bad");
+        assert_eq!(line.take(&Secrets::default()), "\u{fffd}\u{fffd}bad");
         for _ in 0..1000 {
             line.push(&[b'x'; 1024]);
         }
         assert!(line.head.len() <= MAX_STDERR_LINE_BYTES);
-        let long = line.take();
+        let long = line.take(&Secrets::default());
         assert!(long.ends_with('…'), "{long}");
         assert_eq!(long.chars().count(), MAX_QUOTE + 1);
         assert!(line.is_empty());
         // Cut inside a URL, before its `@`: the URL goes whole.
         line.push(b"fatal: GET https://bob:hun");
         line.cut = true;
-        assert_eq!(line.take(), "fatal: GET …");
+        assert_eq!(line.take(&Secrets::default()), "fatal: GET …");
     }
 }

@@ -2,6 +2,7 @@
 //! ([`StartError`]), and a call that failed ([`McpError`]), each saying whose fault it
 //! is.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,7 +192,13 @@ pub enum StartError {
 /// faults (it is down, it died under the call, it timed out, it sent what is not a
 /// message) and the tool's ([`McpError::Tool`], by default) count against the breakers;
 /// the caller's (invalid arguments, a tool the server does not have) do not.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+///
+/// Every message in it is shown as the crate shows what a server says: what looks like a
+/// credential redacted ([`redact`](crate::redact)), and what the server was given (a
+/// remote server's header values and bearer token, the secrets on a stdio server's
+/// command line) taken out. [`McpError::Tool`]'s `result` is the tool's answer as it
+/// came, for the caller; its `Debug` shows the result's shape, not its text.
+#[derive(Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum McpError {
     /// The server is not serving (starting, down, restarting, given up, stopped, its
@@ -317,9 +324,10 @@ pub enum McpError {
         server: Arc<str>,
         /// The tool.
         tool: Arc<str>,
-        /// The result's text.
+        /// The result's text, as it may be shown.
         message: String,
-        /// The whole result.
+        /// The whole result, as the tool answered (its text not redacted: the caller's
+        /// data, for the model).
         result: Box<CallToolResult>,
     },
     /// The server cancelled the call.
@@ -334,7 +342,110 @@ pub enum McpError {
     },
 }
 
+/// Every field but a tool result's content, which is the tool's text as it came: its
+/// size is shown instead.
+impl fmt::Debug for McpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (variant, message) = match self {
+            McpError::Unavailable { server, why } => {
+                return f
+                    .debug_struct("Unavailable")
+                    .field("server", server)
+                    .field("why", why)
+                    .finish();
+            }
+            McpError::Timeout {
+                server,
+                tool,
+                after,
+            } => {
+                return f
+                    .debug_struct("Timeout")
+                    .field("server", server)
+                    .field("tool", tool)
+                    .field("after", after)
+                    .finish();
+            }
+            McpError::Server {
+                server,
+                tool,
+                code,
+                message,
+            } => {
+                return f
+                    .debug_struct("Server")
+                    .field("server", server)
+                    .field("tool", tool)
+                    .field("code", code)
+                    .field("message", message)
+                    .finish();
+            }
+            McpError::Tool {
+                server,
+                tool,
+                message,
+                result,
+            } => {
+                return f
+                    .debug_struct("Tool")
+                    .field("server", server)
+                    .field("tool", tool)
+                    .field("message", message)
+                    .field(
+                        "result",
+                        &format_args!(
+                            "CallToolResult {{ content: [{} items], is_error: {:?}, .. }}",
+                            result.content.len(),
+                            result.is_error
+                        ),
+                    )
+                    .finish();
+            }
+            McpError::ConnectionLost { .. } => ("ConnectionLost", None),
+            McpError::SessionExpired { .. } => ("SessionExpired", None),
+            McpError::UnknownTool { .. } => ("UnknownTool", None),
+            McpError::ToolVanished { .. } => ("ToolVanished", None),
+            McpError::Unreachable { message, .. } => ("Unreachable", Some(("message", message))),
+            McpError::Transport { message, .. } => ("Transport", Some(("message", message))),
+            McpError::Protocol { message, .. } => ("Protocol", Some(("message", message))),
+            McpError::InvalidArguments { message, .. } => {
+                ("InvalidArguments", Some(("message", message)))
+            }
+            McpError::Cancelled { reason, .. } => ("Cancelled", Some(("reason", reason))),
+        };
+        let mut shown = f.debug_struct(variant);
+        shown.field("server", &self.server());
+        if let Some(tool) = self.tool() {
+            shown.field("tool", &tool);
+        }
+        if let Some((name, text)) = message {
+            shown.field(name, text);
+        }
+        shown.finish()
+    }
+}
+
 impl McpError {
+    /// The tool the call was of (`None`: [`McpError::Unavailable`], which is about the
+    /// server).
+    fn tool(&self) -> Option<&str> {
+        match self {
+            McpError::Unavailable { .. } => None,
+            McpError::ConnectionLost { tool, .. }
+            | McpError::SessionExpired { tool, .. }
+            | McpError::Unreachable { tool, .. }
+            | McpError::Timeout { tool, .. }
+            | McpError::Transport { tool, .. }
+            | McpError::Protocol { tool, .. }
+            | McpError::Server { tool, .. }
+            | McpError::InvalidArguments { tool, .. }
+            | McpError::UnknownTool { tool, .. }
+            | McpError::ToolVanished { tool, .. }
+            | McpError::Tool { tool, .. }
+            | McpError::Cancelled { tool, .. } => Some(tool),
+        }
+    }
+
     /// The server the call was for.
     pub fn server(&self) -> &str {
         match self {

@@ -21,7 +21,7 @@ use std::borrow::Cow;
 use rmcp::model::{ClientJsonRpcMessage, JsonRpcError, JsonRpcMessage, RequestId};
 use rmcp::transport::streamable_http_client::{StreamableHttpError, StreamableHttpPostResponse};
 
-use super::quote::said;
+use super::quote::Secrets;
 
 /// Whether a POST of `message` waits for an answer: a request.
 pub(crate) fn awaits_answer(message: &ClientJsonRpcMessage) -> bool {
@@ -31,6 +31,7 @@ pub(crate) fn awaits_answer(message: &ClientJsonRpcMessage) -> bool {
 /// The answer to a POST ([`awaits_answer`]: of a request), with a refusal that names no
 /// request read as above; `session_attached`: the POST was sent in a session.
 pub(crate) fn read<E: std::error::Error + Send + Sync + 'static>(
+    secrets: &Secrets,
     awaits_answer: bool,
     session_attached: bool,
     answer: Result<StreamableHttpPostResponse, StreamableHttpError<E>>,
@@ -50,7 +51,7 @@ pub(crate) fn read<E: std::error::Error + Send + Sync + 'static>(
                 format!(
                     "the server refused the request without naming it: error {}: {}",
                     error.code.0,
-                    said(&error.message)
+                    secrets.said(&error.message)
                 ),
             )))
         }
@@ -130,7 +131,12 @@ mod tests {
             "Bad Request: Server not initialized",
         ] {
             for id in [None, server_error()] {
-                let answer = read(awaits_answer(&ping()), true, refusal(message, id));
+                let answer = read(
+                    &Secrets::default(),
+                    awaits_answer(&ping()),
+                    true,
+                    refusal(message, id),
+                );
                 assert!(
                     matches!(answer, Err(StreamableHttpError::SessionExpired)),
                     "{message}: {answer:?}"
@@ -142,7 +148,7 @@ mod tests {
             Cow::Borrowed("HTTP 400 Bad Request: Bad Request: No valid session ID provided"),
         ));
         assert!(matches!(
-            read(true, true, plain),
+            read(&Secrets::default(), true, true, plain),
             Err(StreamableHttpError::SessionExpired)
         ));
     }
@@ -155,7 +161,7 @@ mod tests {
             // Outside a session (the handshake), even one that speaks of a session.
             (false, "No valid session ID provided"),
         ] {
-            let answer = read(true, session, refusal(message, None));
+            let answer = read(&Secrets::default(), true, session, refusal(message, None));
             match answer {
                 Err(StreamableHttpError::UnexpectedServerResponse(text)) => {
                     assert!(text.contains(message), "{text}");
@@ -167,7 +173,7 @@ mod tests {
             Cow::Borrowed("HTTP 400 Bad Request: the arguments are wrong"),
         ));
         assert!(matches!(
-            read(true, true, plain),
+            read(&Secrets::default(), true, true, plain),
             Err(StreamableHttpError::UnexpectedServerResponse(_))
         ));
     }
@@ -178,12 +184,14 @@ mod tests {
             rmcp::model::ClientNotification::InitializedNotification(Default::default()),
         );
         let answer = read(
+            &Secrets::default(),
             awaits_answer(&notification),
             true,
             refusal("Session not found", None),
         );
         assert!(matches!(answer, Ok(StreamableHttpPostResponse::Json(..))));
         let answer = read(
+            &Secrets::default(),
             true,
             true,
             refusal("session gone", Some(RequestId::Number(3))),

@@ -17,7 +17,7 @@ use rmcp::transport::{DynamicTransportError, StreamableHttpClientTransport};
 use crate::redact;
 
 use super::error::McpConfigError;
-use super::quote::quote;
+use super::quote::{quote, Secrets};
 use super::url_free_client::UrlFreeClient;
 use crate::redact::REDACTED;
 
@@ -58,6 +58,12 @@ impl Remote {
 
     pub(crate) fn bearer_token(&mut self, token: &str) {
         self.bearer = Some(token.to_string());
+    }
+
+    /// Its header values and bearer token: what it must never be shown saying back.
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        let values = self.headers.iter().map(|(_, value)| value.clone());
+        values.chain(self.bearer.clone()).collect()
     }
 
     /// The URL as it may be shown: its user information and query string redacted.
@@ -142,11 +148,12 @@ impl Remote {
         if let Some(token) = &self.bearer {
             config = config.auth_header(token.clone());
         }
-        let client = UrlFreeClient::new().map_err(|e| McpConfigError::Url {
-            server: server.to_string(),
-            url: self.shown(),
-            why: format!("no HTTP client could be made: {}", e.without_url()),
-        })?;
+        let client =
+            UrlFreeClient::new(Secrets::new(self.secrets())).map_err(|e| McpConfigError::Url {
+                server: server.to_string(),
+                url: self.shown(),
+                why: format!("no HTTP client could be made: {}", e.without_url()),
+            })?;
         Ok(StreamableHttpClientTransport::with_client(client, config))
     }
 }

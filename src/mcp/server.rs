@@ -43,7 +43,8 @@ struct Control {
 impl McpServer {
     /// Starts the server `settings` (checked) set up: its breaker, and its supervisor on
     /// the tokio runtime it is called on.
-    pub(crate) fn start(settings: ServerSettings) -> Result<McpServer, McpConfigError> {
+    pub(crate) fn start(mut settings: ServerSettings) -> Result<McpServer, McpConfigError> {
+        settings.secrets = settings.transport.secrets();
         let name = settings.name.clone();
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| McpConfigError::NoRuntime(name.to_string()))?;
@@ -63,6 +64,7 @@ impl McpServer {
             server: name.clone(),
             timeout: settings.call_timeout,
             counters: counters.clone(),
+            secrets: settings.secrets.clone(),
         });
         let starts = layer.clone().with_classifier(ServerStarts).layer(Starter);
         let (notices, notices_rx) = mpsc::unbounded_channel();

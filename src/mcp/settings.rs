@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::KillSwitch;
 
+use super::quote::Secrets;
 use super::restart::RestartPolicy;
 use super::tool_list::ToolLimits;
 use super::transport::Transport;
@@ -25,6 +26,9 @@ pub(crate) struct ServerSettings {
     pub(crate) limits: ToolLimits,
     pub(crate) max_message_bytes: usize,
     pub(crate) expected: Vec<Arc<str>>,
+    /// What the server is given that must never show ([`Transport::secrets`]), taken out
+    /// of whatever it says that is shown.
+    pub(crate) secrets: Secrets,
 }
 
 impl ServerSettings {
@@ -42,6 +46,7 @@ impl ServerSettings {
             limits: ToolLimits::default(),
             max_message_bytes: rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH,
             expected: Vec::new(),
+            secrets: Secrets::default(),
         }
     }
 }

@@ -1,10 +1,15 @@
 //! How a server is reached: [`Transport`], a process it spawns ([`Command`]) or a remote
 //! server over Streamable HTTP.
 
-use crate::redact::REDACTED;
+use std::borrow::Cow;
 use std::ffi::OsString;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use crate::redact::REDACTED;
+
+use super::quote::Secrets;
 
 /// How the server is reached.
 #[derive(Debug, Clone)]
@@ -17,7 +22,7 @@ pub(crate) enum Transport {
 }
 
 /// The command of a stdio server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Command {
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
@@ -25,11 +30,30 @@ pub(crate) struct Command {
     pub(crate) current_dir: Option<PathBuf>,
 }
 
-/// Whether a command-line word is a flag whose value, the next word, is a secret:
-/// `--token`, `--api-key`, `--password`, `-p`...
-fn names_a_secret(word: &str) -> bool {
-    // `--api-key=…` carries its own value (redacted with the line).
-    let Some(flag) = word.strip_prefix('-').filter(|flag| !flag.contains('=')) else {
+/// Its arguments as the command line shows them, its environment's names (never their
+/// values).
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|(name, value)| match value {
+                Some(_) => format!("{}={REDACTED}", name.to_string_lossy()),
+                None => format!("-{}", name.to_string_lossy()),
+            })
+            .collect();
+        f.debug_struct("Command")
+            .field("command_line", &self.line())
+            .field("env", &env)
+            .field("current_dir", &self.current_dir)
+            .finish()
+    }
+}
+
+/// Whether a flag (a command-line word before any `=`) names a secret: `--token`,
+/// `--api-key`, `--password`, `--auth`, `-p`...
+fn names_a_secret(flag: &str) -> bool {
+    let Some(flag) = flag.strip_prefix('-') else {
         return false;
     };
     let flag = flag.trim_start_matches('-').to_ascii_lowercase();
@@ -48,25 +72,68 @@ fn names_a_secret(word: &str) -> bool {
         .any(|secret| flag.contains(secret))
 }
 
+/// The one rule for a secret on a command line: the word after a flag that names a
+/// secret (`--token T0P`), and the value a flag that names one carries (`--token=T0P`).
+/// Returns where the secret starts in `word` (`after`: the word before it), if it is one.
+fn secret_at(after: Option<&str>, word: &str) -> Option<usize> {
+    if after.is_some_and(|flag| !flag.contains('=') && names_a_secret(flag)) {
+        return Some(0);
+    }
+    let (flag, _) = word.split_once('=')?;
+    names_a_secret(flag).then_some(flag.len() + 1)
+}
+
+impl Command {
+    /// The command line, each secret redacted ([`secret_at`]), and then what looks like
+    /// a credential in it (a URL's password).
+    fn line(&self) -> String {
+        let mut words = vec![self.program.to_string_lossy()];
+        let mut before: Option<Cow<'_, str>> = None;
+        for arg in &self.args {
+            let arg = arg.to_string_lossy();
+            words.push(match secret_at(before.as_deref(), &arg) {
+                Some(at) => format!("{}{REDACTED}", &arg[..at]).into(),
+                None => arg.clone(),
+            });
+            before = Some(arg);
+        }
+        crate::redact(&words.join(" ")).into_owned()
+    }
+
+    /// The secrets on its command line ([`secret_at`]).
+    fn secrets(&self) -> Vec<String> {
+        let mut secrets = Vec::new();
+        let mut before: Option<Cow<'_, str>> = None;
+        for arg in &self.args {
+            let arg = arg.to_string_lossy();
+            if let Some(at) = secret_at(before.as_deref(), &arg) {
+                secrets.push(arg[at..].to_string());
+            }
+            before = Some(arg);
+        }
+        secrets
+    }
+}
+
 impl Transport {
     /// The command line (what looks like a credential in it redacted: `--token=…`, a
     /// URL's password), or a remote server's URL (redacted), for messages.
     pub(crate) fn command_line(&self) -> String {
         match self {
-            Transport::Stdio(command) => {
-                let mut words = vec![command.program.to_string_lossy()];
-                for arg in &command.args {
-                    // The value after `--token`, `--api-key`, `--password`...
-                    let after_a_secret = words.last().is_some_and(|flag| names_a_secret(flag));
-                    words.push(match after_a_secret {
-                        true => REDACTED.into(),
-                        false => arg.to_string_lossy(),
-                    });
-                }
-                crate::redact(&words.join(" ")).into_owned()
-            }
+            Transport::Stdio(command) => command.line(),
             #[cfg(feature = "mcp-http")]
             Transport::Remote(remote) => remote.shown(),
+        }
+    }
+
+    /// What the server is given that must never show, and that it may say back: a
+    /// remote server's header values and bearer token, the secrets on a stdio server's
+    /// command line.
+    pub(crate) fn secrets(&self) -> Secrets {
+        match self {
+            Transport::Stdio(command) => Secrets::new(command.secrets()),
+            #[cfg(feature = "mcp-http")]
+            Transport::Remote(remote) => Secrets::new(remote.secrets()),
         }
     }
 
@@ -105,6 +172,51 @@ mod tests {
         assert_eq!(
             Transport::Stdio(command).command_line(),
             "mcp-server --token [redacted] --api-key=[redacted] --port 80 -p [redacted]"
+        );
+    }
+
+    #[test]
+    fn a_secret_flags_value_is_redacted_in_either_form_and_kept_out_of_debug() {
+        let command = Command {
+            program: "mcp-server".into(),
+            args: [
+                "--auth=AUTHSECRET",
+                "--credential=CREDSECRET",
+                "--auth",
+                "AUTH2SECRET",
+                "--mode=fast",
+                "-p=PWSECRET",
+            ]
+            .map(OsString::from)
+            .into(),
+            env: vec![
+                ("API_KEY".into(), Some("ENVSECRET".into())),
+                ("HOME".into(), None),
+            ],
+            current_dir: None,
+        };
+        let transport = Transport::Stdio(command.clone());
+        assert_eq!(
+            transport.command_line(),
+            "mcp-server --auth=[redacted] --credential=[redacted] --auth [redacted] --mode=fast -p=[redacted]"
+        );
+        assert_eq!(
+            command.secrets(),
+            ["AUTHSECRET", "CREDSECRET", "AUTH2SECRET", "PWSECRET"]
+        );
+        let debug = format!("{command:?}");
+        for secret in [
+            "AUTHSECRET",
+            "CREDSECRET",
+            "AUTH2SECRET",
+            "PWSECRET",
+            "ENVSECRET",
+        ] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        assert!(
+            debug.contains("API_KEY") && debug.contains("--mode=fast"),
+            "{debug}"
         );
     }
 }

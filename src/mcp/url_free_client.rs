@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::quote::Secrets;
 use super::refusal;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
@@ -23,16 +24,20 @@ use rmcp::transport::streamable_http_client::{
 /// How many same-origin redirects a request follows.
 const MAX_REDIRECTS: usize = 10;
 
-/// reqwest's client, whose errors never name the URL.
+/// reqwest's client, whose errors never name the URL, nor what the server was given
+/// (its [`Secrets`]: a server may say its headers back in an error).
 #[derive(Debug, Clone)]
-pub(crate) struct UrlFreeClient(reqwest::Client);
+pub(crate) struct UrlFreeClient {
+    client: reqwest::Client,
+    secrets: Secrets,
+}
 
 impl UrlFreeClient {
     /// A client as rmcp makes its own: no idle connections kept (a response not read to
     /// its end would stall the next request on it), and only redirects that keep the
     /// request whole (307, 308) to the same origin followed, so a message is never
     /// dropped and the session and headers never go to another host.
-    pub(crate) fn new() -> Result<Self, reqwest::Error> {
+    pub(crate) fn new(secrets: Secrets) -> Result<Self, reqwest::Error> {
         let redirects = reqwest::redirect::Policy::custom(|attempt| {
             let keeps_the_body = matches!(attempt.status().as_u16(), 307 | 308);
             let same_origin = attempt
@@ -51,18 +56,25 @@ impl UrlFreeClient {
             .pool_max_idle_per_host(0)
             .redirect(redirects)
             .build()?;
-        Ok(UrlFreeClient(client))
+        Ok(UrlFreeClient { client, secrets })
     }
-}
 
-/// The error with reqwest's URL taken out of it (the only variant that holds one).
-fn url_free<T>(
-    result: Result<T, StreamableHttpError<reqwest::Error>>,
-) -> Result<T, StreamableHttpError<reqwest::Error>> {
-    result.map_err(|error| match error {
-        StreamableHttpError::Client(error) => StreamableHttpError::Client(error.without_url()),
-        other => other,
-    })
+    /// The error with reqwest's URL taken out of it (the only variant that holds one),
+    /// and the server's secrets out of what it answered (an HTTP error's body).
+    fn url_free<T>(
+        &self,
+        result: Result<T, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>> {
+        result.map_err(|error| match error {
+            StreamableHttpError::Client(error) => StreamableHttpError::Client(error.without_url()),
+            StreamableHttpError::UnexpectedServerResponse(text) => {
+                StreamableHttpError::UnexpectedServerResponse(
+                    self.secrets.scrubbed(&text).into_owned().into(),
+                )
+            }
+            other => other,
+        })
+    }
 }
 
 /// Each method forwards to reqwest's implementation (so its size limits apply), and
@@ -81,10 +93,10 @@ impl StreamableHttpClient for UrlFreeClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
-            .0
+            .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        refusal::read(awaits, in_session, url_free(answer))
+        refusal::read(&self.secrets, awaits, in_session, self.url_free(answer))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -98,7 +110,7 @@ impl StreamableHttpClient for UrlFreeClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
-            .0
+            .client
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -108,7 +120,7 @@ impl StreamableHttpClient for UrlFreeClient {
                 max_sse_event_size,
             )
             .await;
-        refusal::read(awaits, in_session, url_free(answer))
+        refusal::read(&self.secrets, awaits, in_session, self.url_free(answer))
     }
 
     async fn post_message_with_response_limits(
@@ -122,7 +134,7 @@ impl StreamableHttpClient for UrlFreeClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let (awaits, in_session) = (refusal::awaits_answer(&message), session_id.is_some());
         let answer = self
-            .0
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -132,7 +144,7 @@ impl StreamableHttpClient for UrlFreeClient {
                 limits,
             )
             .await;
-        refusal::read(awaits, in_session, url_free(answer))
+        refusal::read(&self.secrets, awaits, in_session, self.url_free(answer))
     }
 
     async fn delete_session(
@@ -142,8 +154,8 @@ impl StreamableHttpClient for UrlFreeClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
+        self.url_free(
+            self.client
                 .delete_session(uri, session_id, auth_header, custom_headers)
                 .await,
         )
@@ -157,8 +169,8 @@ impl StreamableHttpClient for UrlFreeClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
+        self.url_free(
+            self.client
                 .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
                 .await,
         )
@@ -173,8 +185,8 @@ impl StreamableHttpClient for UrlFreeClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxedSseResponse, StreamableHttpError<reqwest::Error>> {
-        url_free(
-            self.0
+        self.url_free(
+            self.client
                 .get_stream_with_max_sse_event_size(
                     uri,
                     session_id,
@@ -198,7 +210,7 @@ mod tests {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let client = UrlFreeClient::new().expect("a client");
+        let client = UrlFreeClient::new(Secrets::default()).expect("a client");
         let error = client
             .delete_session(
                 format!("http://127.0.0.1:{port}/mcp?key=SECRET").into(),

@@ -14,7 +14,7 @@ use tower_circuit_breaker::mcp::{
 use tower_circuit_breaker::State;
 
 use crate::common::{
-    alive, args, assert_gone, eventually, running, tool_breaker, until, TestResult,
+    alive, args, assert_gone, eventually, running, tool_breaker, until, TestResult, PATIENCE,
 };
 use crate::servers::{self, Servers};
 
@@ -520,5 +520,81 @@ async fn a_server_renaming_its_tools_on_every_list_cannot_grow_the_tool_set_with
         declared <= 2 * MAX_TOOLS && vanished <= 2 * MAX_TOOLS,
         "with max_tools {MAX_TOOLS}: {declared} tools declared in the expediter, {vanished} kept as vanished"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_server_or_tool_says_in_an_error_never_shows_a_secret_in_its_message_debug_or_report(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    // It says back a URL's password, a key, a bearer token, and its own command line:
+    // the value of `--token` and of `--auth=`.
+    let server = servers
+        .hostile("leaky", "secret-errors")
+        .args(["--token", "ARGSECRET1", "--auth=ARGSECRET2"])
+        .start()?;
+    running(&server).await;
+    let secrets = [
+        "hunter2",
+        "QUERYSECRET",
+        "sk-TOKENSECRET",
+        "ARGSECRET1",
+        "ARGSECRET2",
+    ];
+    for tool in ["rpc_secret", "tool_secret", "invalid_secret"] {
+        let error = tokio::time::timeout(PATIENCE, server.tool(tool).oneshot(args(json!({}))))
+            .await?
+            .expect_err("every tool of it fails");
+        match (tool, &error) {
+            ("rpc_secret", McpError::Server { .. })
+            | ("tool_secret", McpError::Tool { .. })
+            | ("invalid_secret", McpError::InvalidArguments { .. }) => {}
+            _ => panic!("{tool}: {error:?}"),
+        }
+        let shown = format!("{error} | {error:?}");
+        // What it said is still there to read, its secrets out.
+        assert!(
+            shown.contains("https://[redacted]@api.example.com/v1"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("--token [redacted] --auth=[redacted]"),
+            "{shown}"
+        );
+        for secret in secrets {
+            assert!(!shown.contains(secret), "{tool}: {secret} shown: {shown}");
+        }
+    }
+    // The tool's own answer stays whole for the caller.
+    let error = tokio::time::timeout(
+        PATIENCE,
+        server.tool("tool_secret").oneshot(args(json!({}))),
+    )
+    .await?
+    .expect_err("the tool fails");
+    let McpError::Tool { result, .. } = &error else {
+        panic!("{error:?}")
+    };
+    let text = &result.content[0].as_text().expect("a text").text;
+    assert!(
+        text.contains("hunter2"),
+        "the result is the caller's, as it came: {text}"
+    );
+
+    // Through an expediter: the failure it records and reports.
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    tools.add_server(&server)?;
+    for tool in ["leaky__rpc_secret", "leaky__tool_secret"] {
+        tokio::time::timeout(PATIENCE, tools.execute(tool, args(json!({})))).await??;
+    }
+    let report = format!("{} | {:?}", expediter.report(), expediter.report());
+    assert!(report.contains("[redacted]"), "{report}");
+    for secret in secrets {
+        assert!(!report.contains(secret), "{secret} in the report: {report}");
+    }
+    server.stop().await;
     Ok(())
 }

@@ -262,6 +262,52 @@ async fn secrets_in_a_servers_command_line_or_stderr_never_show_in_errors_or_sta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_flags_value_never_shows_in_either_form_nor_the_builders_debug() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let builder = quick(McpServer::builder("ghost", "/nonexistent/mcp-server"))
+        .args([
+            "--token",
+            "TOKSECRET",
+            "--auth=AUTHSECRET",
+            "--credential=CREDSECRET",
+        ])
+        .args(["--auth", "AUTH2SECRET", "--mode=fast"])
+        .env("API_KEY", "ENVSECRET")
+        .restart(RestartPolicy::new().backoff(Duration::from_secs(10), Duration::from_secs(10)));
+    let builder_debug = format!("{builder:?}");
+    // The builder shows what it will run: the environment's names, not their values.
+    assert!(builder_debug.contains("API_KEY"), "{builder_debug}");
+    assert!(builder_debug.contains("--mode=fast"), "{builder_debug}");
+    let server = builder.start()?;
+    let error = server.wait_ready(PATIENCE).await.unwrap_err();
+    let status = server.status();
+    let shown = format!("{error} | {error:?} | {status} | {status:?} | {server:?}");
+    assert!(
+        shown.contains(
+            "--token [redacted] --auth=[redacted] --credential=[redacted] --auth [redacted] --mode=fast"
+        ),
+        "{shown}"
+    );
+    for secret in [
+        "TOKSECRET",
+        "AUTHSECRET",
+        "CREDSECRET",
+        "AUTH2SECRET",
+        "ENVSECRET",
+    ] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        assert!(
+            !builder_debug.contains(secret),
+            "{secret} in the builder's Debug: {builder_debug}"
+        );
+    }
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_dying_on_every_start_backs_off_and_gives_up_at_the_crash_loop_limit() -> TestResult
 {
     if servers::get().is_none() {

@@ -48,6 +48,10 @@
 //                   says which)
 //   rpc-errors      `internal` answers JSON-RPC error -32603, `invalid` -32602
 //   exit-mid-list   its tool list has two pages; asked for the second, it exits with 4
+//   secret-errors ARGS...  `rpc_secret` answers a JSON-RPC error, `tool_secret` an
+//                   `isError` result, `invalid_secret` invalid parameters (-32602), each
+//                   saying a URL with a password, a `key=`, a bearer token, and its own
+//                   arguments after the mode (its command line's secrets, said back)
 "use strict";
 
 const mode = process.argv[2];
@@ -155,6 +159,8 @@ function tools(params) {
       };
     case "rpc-errors":
       return { tools: [tool("internal"), tool("invalid")] };
+    case "secret-errors":
+      return { tools: [tool("rpc_secret"), tool("tool_secret"), tool("invalid_secret")] };
     case "exit-mid-list":
       if (params && params.cursor) {
         process.exit(4);
@@ -235,6 +241,18 @@ function call(id, params) {
   if (mode === "rpc-errors") {
     const code = params.name === "invalid" ? -32602 : -32603;
     send({ jsonrpc: "2.0", id, error: { code, message: `the ${params.name} error` } });
+    return;
+  }
+  if (mode === "secret-errors") {
+    const said =
+      "upstream https://bob:hunter2@api.example.com/v1?key=QUERYSECRET failed; " +
+      "Authorization: Bearer sk-TOKENSECRET; started as " + process.argv.slice(3).join(" ");
+    if (params.name === "tool_secret") {
+      send({ jsonrpc: "2.0", id, result: { isError: true, content: [{ type: "text", text: said }] } });
+    } else {
+      const code = params.name === "invalid_secret" ? -32602 : -32000;
+      send({ jsonrpc: "2.0", id, error: { code, message: said } });
+    }
     return;
   }
   if (mode === "twice") {

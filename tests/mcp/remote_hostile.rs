@@ -20,7 +20,9 @@ use tower::{Layer, Service, ServiceExt};
 use tower_circuit_breaker::mcp::{Down, McpError, McpServer, ServerState, StartError};
 use tower_circuit_breaker::State;
 
-use crate::common::{args, running, tool_breaker, until, waiting_for_its_probe, TestResult};
+use crate::common::{
+    args, running, tool_breaker, until, waiting_for_its_probe, TestResult, PATIENCE,
+};
 
 /// What the server does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +37,10 @@ enum Mode {
     BadJson,
     /// Answers a tool call with an event stream that breaks off mid-event.
     BrokenStream,
+    /// Answers a tool call with a JSON-RPC error that says the request's
+    /// `Authorization` and `X-Api-Key` headers back, and `whoami_tool` with an `isError`
+    /// result that does.
+    EchoCredentials,
 }
 
 type Body = BoxBody<Bytes, std::io::Error>;
@@ -125,6 +131,16 @@ async fn answer(
         hyper::Method::DELETE => return Ok(full(StatusCode::OK, "", "")),
         _ => {}
     }
+    // As they came, with nothing around them a pattern would know a secret by.
+    let header = |name: &str| {
+        let value = request.headers().get(name);
+        String::from_utf8_lossy(value.map_or(&b"none"[..], |v| v.as_bytes())).into_owned()
+    };
+    let said_back = format!(
+        "rejected credentials: {} / {}",
+        header("authorization"),
+        header("x-api-key")
+    );
     let body = request.into_body().collect().await.map(|b| b.to_bytes());
     let message: Value = body
         .ok()
@@ -142,11 +158,23 @@ async fn answer(
         ),
         Some("tools/list") => result(
             id,
-            json!({"tools": [{"name": "work", "inputSchema": {"type": "object"}}]}),
+            json!({"tools": [
+                {"name": "work", "inputSchema": {"type": "object"}},
+                {"name": "whoami_tool", "inputSchema": {"type": "object"}},
+            ]}),
         ),
         Some("tools/call") => {
             calls.fetch_add(1, Ordering::SeqCst);
             match mode {
+                Mode::EchoCredentials if message["params"]["name"] == "whoami_tool" => result(
+                    id,
+                    json!({"isError": true, "content": [{"type": "text", "text": said_back}]}),
+                ),
+                Mode::EchoCredentials => {
+                    let error = json!({"code": -32001, "message": said_back});
+                    let message = json!({"jsonrpc": "2.0", "id": id, "error": error});
+                    full(StatusCode::OK, "application/json", message.to_string())
+                }
                 Mode::HangEverything | Mode::HangCalls => std::future::pending().await,
                 Mode::Html => full(
                     StatusCode::OK,
@@ -331,4 +359,39 @@ async fn twenty_calls_fail_at_once(server: &McpServer) {
         "20 calls while down took {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_server_saying_its_headers_back_in_an_error_never_shows_their_values() -> TestResult
+{
+    let hostile = Hostile::start(Mode::EchoCredentials).await;
+    let server = McpServer::remote("echoing", &hostile.url())
+        .bearer_token("BEARERSECRET")
+        .header("X-Api-Key", "HEADERSECRET")
+        .start()?;
+    running(&server).await;
+    for tool in ["work", "whoami_tool"] {
+        let error = tokio::time::timeout(PATIENCE, server.tool(tool).oneshot(args(json!({}))))
+            .await?
+            .expect_err("it refuses every call");
+        assert!(
+            matches!(
+                (tool, &error),
+                ("work", McpError::Server { code: -32001, .. })
+                    | ("whoami_tool", McpError::Tool { .. })
+            ),
+            "{tool}: {error:?}"
+        );
+        let shown = format!("{error} | {error:?}");
+        // It did say them back (the request carried them); they are taken out.
+        assert!(
+            shown.contains("rejected credentials: Bearer [redacted] / [redacted]"),
+            "{shown}"
+        );
+        for secret in ["BEARERSECRET", "HEADERSECRET"] {
+            assert!(!shown.contains(secret), "{tool}: {secret} shown: {shown}");
+        }
+    }
+    server.stop().await;
+    Ok(())
 }
