@@ -115,7 +115,9 @@ impl McpServer {
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), McpError> {
         let mut watch = self.watch();
         let settled = |s: &ServerStatus| {
-            !matches!(s.state, ServerState::Starting | ServerState::Restarting) || s.killed
+            !matches!(s.state, ServerState::Starting | ServerState::Restarting)
+                || s.killed
+                || s.forced_open
         };
         let _ = tokio::time::timeout(timeout, watch.wait_for(|s| settled(s))).await;
         let status = self.status();

@@ -106,6 +106,11 @@ pub struct ServerStatus {
     pub url: Option<Arc<str>>,
     /// Whether its breaker's kill switch is on: no call and no restart.
     pub killed: bool,
+    /// Whether its breaker is forced open ([`State::ForcedOpen`](crate::State::ForcedOpen):
+    /// a person's [`force_open`](crate::CircuitBreakerHandle::force_open) or
+    /// [`open_for`](crate::CircuitBreakerHandle::open_for), or the supervisor's own when it
+    /// gave up): no call and no restart until it is reset (or its time is up).
+    pub forced_open: bool,
     /// While down: when its breaker lets the next probe (the restart) through, if that
     /// is a time.
     pub next_start: Option<Instant>,
@@ -133,6 +138,7 @@ impl ServerStatus {
             pid: None,
             url: None,
             killed: false,
+            forced_open: false,
             next_start: None,
             restart_wait: None,
             starts: 0,
@@ -145,7 +151,7 @@ impl ServerStatus {
 
     /// Whether it serves calls now.
     pub fn is_running(&self) -> bool {
-        self.state == ServerState::Running && !self.killed
+        self.unavailable_because().is_none()
     }
 
     /// Why it cannot serve calls now, in one line (`None`: it can).
@@ -154,6 +160,17 @@ impl ServerStatus {
         if self.killed {
             return Some(format!(
                 "server `{name}`'s kill switch is on: no calls and no restarts until it is revived"
+            ));
+        }
+        // Given up or stopped says more than the breaker held open for it.
+        if self.forced_open
+            && !matches!(
+                self.state,
+                ServerState::GaveUp { .. } | ServerState::Stopped
+            )
+        {
+            return Some(format!(
+                "server `{name}`'s breaker is forced open: no calls and no restarts until it is reset (or the time it was opened for is up)"
             ));
         }
         let restart = match self.restart_wait {
@@ -221,10 +238,14 @@ fn seconds(duration: Duration) -> String {
     }
 }
 
-/// `memory: running (pid 4242, generation 2, 9 tools)`.
+/// `memory: running (pid 4242, started 2 times, 9 tools)`; when it cannot serve calls,
+/// why (`memory: running — server `memory`'s kill switch is on: …`).
 impl fmt::Display for ServerStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.name, self.state.as_str())?;
+        if let Some(why) = self.unavailable_because() {
+            return write!(f, " — {why}");
+        }
         match (&self.state, self.pid) {
             (ServerState::Running, Some(pid)) => write!(
                 f,
@@ -241,10 +262,7 @@ impl fmt::Display for ServerStatus {
                 ),
                 None => write!(f, " ({} tools)", self.tools.tools().len()),
             },
-            _ => match self.unavailable_because() {
-                Some(why) => write!(f, " — {why}"),
-                None => Ok(()),
-            },
+            _ => Ok(()),
         }
     }
 }
@@ -287,6 +305,26 @@ mod tests {
             .unavailable_because()
             .unwrap()
             .contains("kill switch"));
+        assert!(!killed.is_running());
+        assert!(killed.to_string().contains("kill switch"), "{killed}");
+        let mut forced = status(ServerState::Running);
+        forced.forced_open = true;
+        assert!(!forced.is_running());
+        assert_eq!(
+            forced.unavailable_because().unwrap(),
+            "server `memory`'s breaker is forced open: no calls and no restarts until it is reset (or the time it was opened for is up)"
+        );
+        assert!(
+            forced.to_string().starts_with("memory: running — "),
+            "{forced}"
+        );
+        let mut gave_up_forced = gave_up.clone();
+        gave_up_forced.forced_open = true;
+        assert_eq!(
+            gave_up_forced.unavailable_because(),
+            gave_up.unavailable_because(),
+            "given up says why, not only that its breaker is held"
+        );
         assert_eq!(status(ServerState::Running).unavailable_because(), None);
         let (a, why) = status(ServerState::Running).tool_availability("read_graph");
         assert_eq!(a, Availability::Unavailable);

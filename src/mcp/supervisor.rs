@@ -90,6 +90,14 @@ async fn output_ended(process: &mut Option<Process>, grace: Duration, why: Down)
     }
 }
 
+/// Resolves at `at`; never, for `None`.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// How a stdio server's process ended, once it has; never, for a remote server.
 async fn exited(process: &mut Option<Process>) -> Exit {
     match process {
@@ -118,6 +126,9 @@ pub(crate) struct Supervisor {
     restarts: Restarts,
     /// Processes that started and served.
     generation: u64,
+    /// When a person's opening of the breaker for a time ends (its status then says the
+    /// server serves again: the next call is the breaker's probe).
+    forced_until: Option<Instant>,
 }
 
 impl Supervisor {
@@ -139,11 +150,13 @@ impl Supervisor {
             kill,
             restarts,
             generation: 0,
+            forced_until: None,
         }
     }
 
     pub(crate) async fn run(mut self) {
         self.sync_killed();
+        self.sync_forced();
         // The first start, and one an operator asks for, are not restarts: they go as
         // calls of the (closed) breaker. Every other start is its probe.
         let mut fresh = true;
@@ -210,6 +223,9 @@ impl Supervisor {
         let result = loop {
             tokio::select! {
                 result = &mut attempt => break result,
+                // A person forcing the breaker open (or resetting it) meanwhile: shown.
+                _ = self.transitions.recv() => self.sync_forced(),
+                _ = self.kill.changed() => self.sync_killed(),
                 command = self.commands.recv() => match command {
                     // Asked to restart while starting: this start is that restart.
                     Some(Command::Restart) => {}
@@ -254,8 +270,10 @@ impl Supervisor {
             peer: session.peer().clone(),
             tools: tools.clone(),
         });
+        let forced_open = self.forced_open();
         self.shared.update(|status, current| {
             status.state = ServerState::Running;
+            status.forced_open = forced_open;
             status.pid = pid;
             status.generation = generation;
             status.tools = tools;
@@ -280,7 +298,11 @@ impl Supervisor {
                 },
                 // Beside the rest: a read the server never answers holds up nothing.
                 () = relist.finished() => relist.done(),
+                () = until(self.forced_until) => self.sync_forced(),
                 transition = self.transitions.recv() => {
+                    // Forced open by a person, or reset: no call goes while it is, and
+                    // its status says so (a transition missed, lagging, is read here too).
+                    self.sync_forced();
                     if let Ok(t) = transition {
                         if t.to == State::Open && t.cause == Cause::Tripped {
                             let last = self.shared.breaker.snapshot().last_failure
@@ -366,7 +388,11 @@ impl Supervisor {
                     _ => None,
                 },
             };
-            self.shared.update(|status, _| status.next_start = wait);
+            let forced_open = self.forced_open();
+            self.shared.update(|status, _| {
+                status.next_start = wait;
+                status.forced_open = forced_open;
+            });
             let sleep = async {
                 match wait {
                     Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
@@ -398,8 +424,10 @@ impl Supervisor {
             Next::RestartAfter(wait) => {
                 let until = later(now.into_std(), wait);
                 self.shared.breaker.hold_open_until(until);
+                let forced_open = self.forced_open();
                 self.shared.update(|status, connection| {
                     *connection = None;
+                    status.forced_open = forced_open;
                     status.state = ServerState::Down(why);
                     status.pid = None;
                     status.restart_wait = Some(wait);
@@ -418,6 +446,7 @@ impl Supervisor {
                         restarts,
                         within,
                     };
+                    status.forced_open = true;
                     status.pid = None;
                     status.restart_wait = None;
                     status.next_start = None;
@@ -446,6 +475,32 @@ impl Supervisor {
         if let Some(done) = done {
             let _ = done.send(());
         }
+    }
+
+    /// Whether its breaker is forced open and skips calls now: by a person (or by
+    /// `down`, giving up). One opened for a time is no longer, once its time is up: the
+    /// next call is its probe. Notes when that time is, to look again then.
+    fn forced_open(&mut self) -> bool {
+        self.forced_until = None;
+        if self.shared.breaker.state() != State::ForcedOpen {
+            return false;
+        }
+        match self.shared.breaker.peek() {
+            Advice::Skip(skip) => {
+                if let NextProbe::After { at: Some(at), .. } = skip.next_probe() {
+                    self.forced_until = Some(Instant::from_std(at));
+                }
+                true
+            }
+            Advice::Call | Advice::Probe => false,
+        }
+    }
+
+    /// Its status says whether its breaker is forced open, as it is now.
+    fn sync_forced(&mut self) {
+        let forced_open = self.forced_open();
+        self.shared
+            .update(|status, _| status.forced_open = forced_open);
     }
 
     fn sync_killed(&mut self) {

@@ -123,8 +123,9 @@ struct Inner {
 /// tool of the expediter named `server__tool`, with its own breaker, a capability entry
 /// (by default from its description, with a manual fallback), and an availability
 /// reported from its server's status as it changes: while the server is down,
-/// restarting, given up, or no longer lists the tool, decisions route away from it at
-/// once, without spending the failure budget, and the offer says why.
+/// restarting, given up, held (its breaker forced open or its kill switch on), or no
+/// longer lists the tool, decisions route away from it at once, without spending the
+/// failure budget, and the offer says why.
 ///
 /// ```no_run
 /// use std::time::Duration;

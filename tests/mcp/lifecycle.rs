@@ -341,3 +341,137 @@ async fn a_launcher_killed_under_its_server_takes_the_server_with_it() -> TestRe
     server.stop().await;
     Ok(())
 }
+
+/// Asserts that the tool set routes away from `tool` without a call and without spending
+/// its budget, and does not offer it.
+async fn routed_away_without_budget(tools: &McpTools, server: &McpServer, tool: &str) {
+    let used = tools.expediter().report().budget.used;
+    let sent = server.calls_sent();
+    let offer = tools.offered();
+    assert!(!offer.offers(tool), "{offer}");
+    let attempt = tokio::time::timeout(PATIENCE, tools.execute(tool, args(json!({}))))
+        .await
+        .expect("a decision in time")
+        .expect("a known tool");
+    assert!(
+        matches!(
+            attempt,
+            Attempt::Skipped {
+                reason: SkipReason::Unavailable,
+                ..
+            }
+        ),
+        "{:?}",
+        attempt.decision()
+    );
+    assert_eq!(tools.expediter().report().budget.used, used, "budget spent");
+    assert_eq!(server.calls_sent(), sent, "a call was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_a_person_forces_open_takes_a_running_server_out_of_the_offer_until_reset(
+) -> TestResult {
+    let Some(servers) = servers::get() else {
+        return Ok(());
+    };
+    let server = servers.hostile("forced", "ping").start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    running(&server).await;
+    tools.add_server(&server)?;
+    assert!(tools.offered().offers("forced__ping"));
+
+    server.breaker().force_open();
+    let forced = until(&server, "shown forced open", |s| s.forced_open).await;
+    let why = forced.unavailable_because().expect("it cannot serve calls");
+    assert!(why.contains("breaker is forced open"), "{why}");
+    assert!(!forced.is_running(), "{forced}");
+    assert!(forced.to_string().contains("forced open"), "{forced}");
+    // Its process still runs: the person's hold is on calls, not on the server.
+    assert!(forced.pid.is_some_and(alive), "{forced}");
+    routed_away_without_budget(&tools, &server, "forced__ping").await;
+    let error = tokio::time::timeout(PATIENCE, server.tool("ping").oneshot(args(json!({}))))
+        .await?
+        .unwrap_err();
+    assert!(
+        matches!(&error, McpError::Unavailable { why, .. } if why.contains("forced open")),
+        "{error}"
+    );
+
+    // The reset brings it back, the same process, with nothing restarted.
+    server.breaker().reset();
+    let back = until(&server, "serving again", |s| s.is_running()).await;
+    assert_eq!((back.pid, back.starts), (forced.pid, forced.starts));
+    assert!(tools.offered().offers("forced__ping"));
+    let attempt =
+        tokio::time::timeout(PATIENCE, tools.execute("forced__ping", args(json!({})))).await??;
+    assert!(
+        matches!(attempt, Attempt::Made { result: Ok(_), .. }),
+        "{:?}",
+        attempt.decision()
+    );
+
+    // Opened for a time: back on its own when the time is up.
+    server.breaker().open_for(Duration::from_millis(300));
+    until(&server, "shown forced open for a time", |s| s.forced_open).await;
+    routed_away_without_budget(&tools, &server, "forced__ping").await;
+    until(&server, "serving once the time is up", |s| s.is_running()).await;
+    let attempt =
+        tokio::time::timeout(PATIENCE, tools.execute("forced__ping", args(json!({})))).await??;
+    assert!(
+        matches!(attempt, Attempt::Made { result: Ok(_), .. }),
+        "{:?}",
+        attempt.decision()
+    );
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_forced_open_during_a_restart_holds_the_restarted_server_until_reset(
+) -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    // It takes a second to start, so that the person's act lands while it restarts.
+    let hostile = servers::manifest_dir().join("tests/mcp/hostile.js");
+    let script = format!("sleep 1; exec node {} ping", shell_quote(&hostile));
+    let server = quick(McpServer::builder("slowstart", "sh").args(["-c", &script]))
+        .restart(
+            RestartPolicy::new().backoff(Duration::from_millis(100), Duration::from_millis(100)),
+        )
+        .start()?;
+    let expediter = Expediter::builder().build()?;
+    let tools = McpTools::new(&expediter);
+    let first = running(&server).await;
+    tools.add_server(&server)?;
+    kill_9(first.pid.expect("a process"));
+    until(&server, "restarting", |s| {
+        s.state == ServerState::Restarting
+    })
+    .await;
+    server.breaker().force_open();
+    // The restart under way ends (it serves, or it does not): either way the server is
+    // held, shown forced open, and no call goes.
+    let held = until(&server, "restarted and held", |s| {
+        s.forced_open && s.state != ServerState::Restarting
+    })
+    .await;
+    assert!(
+        held.unavailable_because().unwrap().contains("forced open"),
+        "{held}"
+    );
+    routed_away_without_budget(&tools, &server, "slowstart__ping").await;
+    // However long one waits (several backoffs), no restart comes while it is held.
+    let starts = held.starts;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.status().starts, starts, "{}", server.status());
+    assert!(!server.status().is_running());
+
+    server.breaker().reset();
+    until(&server, "serving after the reset", |s| s.is_running()).await;
+    let ok = tokio::time::timeout(PATIENCE, server.tool("ping").oneshot(args(json!({})))).await?;
+    assert!(ok.is_ok(), "{ok:?}");
+    server.stop().await;
+    Ok(())
+}
