@@ -166,7 +166,8 @@ impl McpServer {
         self.shared.counters.sent.load(Ordering::SeqCst)
     }
 
-    /// Starts it afresh, as an operator would: a running process is stopped first, its
+    /// Starts it afresh, as an operator would: a running process is stopped first (a
+    /// start under way, a restart included, is dropped and its process killed), its
     /// breaker is reset and its restart record cleared, so the new start is a call, not
     /// a probe. The way back from [`ServerState::GaveUp`].
     pub fn restart(&self) {

@@ -177,6 +177,13 @@ impl Supervisor {
             fresh = false;
             let ended = match self.start(restart).await {
                 Err(Wake::Stop(done)) => return self.stopped(Some(done)),
+                // An operator's restart during the start: the start is dropped (its
+                // process killed), and the restart is made as asked.
+                Err(Wake::Restart) => {
+                    self.operator_restart();
+                    fresh = true;
+                    continue;
+                }
                 Err(_) => return self.stopped(None),
                 Ok(None) => continue,
                 Ok(Some(started)) => self.serve(started).await,
@@ -198,7 +205,8 @@ impl Supervisor {
     }
 
     /// One start through the breaker. `Ok(Some)`: it serves; `Ok(None)`: it failed or
-    /// the breaker skipped it (the state says so); `Err`: a command came meanwhile.
+    /// the breaker skipped it (the state says so); `Err`: a command came meanwhile (the
+    /// start is dropped).
     async fn start(&mut self, restart: bool) -> Result<Option<Started>, Wake> {
         let before = self.shared.status().state;
         self.shared.update(|status, _| {
@@ -226,13 +234,15 @@ impl Supervisor {
                 // A person forcing the breaker open (or resetting it) meanwhile: shown.
                 _ = self.transitions.recv() => self.sync_forced(),
                 _ = self.kill.changed() => self.sync_killed(),
-                command = self.commands.recv() => match command {
-                    // Asked to restart while starting: this start is that restart.
-                    Some(Command::Restart) => {}
-                    // Dropping the start kills the process it spawned.
-                    Some(Command::Stop(done)) => return Err(Wake::Stop(done)),
-                    None => return Err(Wake::Gone),
-                },
+                // Dropping the start kills the process it spawned.
+                command = self.commands.recv() => return Err(match command {
+                    // Asked to restart while starting: an operator's restart is a fresh
+                    // start with the breaker reset and the restart record cleared, which
+                    // this start (maybe a probe, counted as a restart) is not.
+                    Some(Command::Restart) => Wake::Restart,
+                    Some(Command::Stop(done)) => Wake::Stop(done),
+                    None => Wake::Gone,
+                }),
             }
         };
         match result {

@@ -475,3 +475,71 @@ async fn a_breaker_forced_open_during_a_restart_holds_the_restarted_server_until
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_restart_during_a_restart_is_made_as_asked_with_the_record_cleared(
+) -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("restart-during-restart");
+    let pids = dir.join("pids");
+    // Every start takes a second, then fails.
+    let script = format!("echo $$ >> {}; sleep 1; exit 1", shell_quote(&pids));
+    let started = |n: usize| {
+        let pids = pids.clone();
+        async move {
+            eventually("the start's process wrote its pid", || async {
+                std::fs::read_to_string(&pids)
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+                    >= n
+            })
+            .await;
+            let all = std::fs::read_to_string(&pids).unwrap_or_default();
+            all.lines()
+                .nth(n - 1)
+                .expect("a pid")
+                .trim()
+                .parse::<u32>()
+                .expect("a pid")
+        }
+    };
+    // One restart allowed within a minute.
+    let server = quick(McpServer::builder("slowfail", "sh").args(["-c", &script]))
+        .restart(
+            RestartPolicy::new()
+                .backoff(Duration::from_millis(100), Duration::from_millis(100))
+                .crash_loop(1, Duration::from_secs(60)),
+        )
+        .start()?;
+    // The first start fails; its one allowed restart is under way.
+    until(&server, "restarting", |s| {
+        s.state == ServerState::Restarting
+    })
+    .await;
+    let restarting = started(2).await;
+    // The operator asks for a fresh start meanwhile: it is not lost in the restart.
+    server.restart();
+    let fresh = until(&server, "started afresh", |s| s.starts == 3).await;
+    assert_gone(restarting, "the restart the operator's replaced").await;
+    assert_ne!(started(3).await, restarting);
+    // That start fails too: with the record cleared it has its one restart again, and is
+    // not given up.
+    let after = until(&server, "down after the operator's start", |s| {
+        s.starts == 3 && !matches!(s.state, ServerState::Restarting | ServerState::Starting)
+    })
+    .await;
+    assert!(
+        matches!(after.state, ServerState::Down(_)),
+        "given up right after an operator's restart: {after} (fresh: {fresh})"
+    );
+    let gave_up = until(&server, "given up after its one restart", |s| {
+        matches!(s.state, ServerState::GaveUp { .. })
+    })
+    .await;
+    assert_eq!(gave_up.starts, 4, "{gave_up}");
+    server.stop().await;
+    Ok(())
+}
