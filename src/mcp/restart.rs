@@ -21,7 +21,9 @@ use super::error::McpConfigError;
 /// backoff's pace, every `max` at the slowest, until it answers.
 ///
 /// The wait is the server's breaker's: every restart is that breaker's probe, so it
-/// happens only when the breaker lets one through, never in a tight loop.
+/// happens only when the breaker lets one through, never in a tight loop. The limit holds
+/// at any backoff accepted, a nanosecond's included (a wait over before the breaker can
+/// be held open for it is a restart due at once, counted as any other).
 ///
 /// ```
 /// use std::time::Duration;
@@ -135,6 +137,9 @@ pub(crate) struct Restarts {
     attempts: VecDeque<Instant>,
     /// Failures since the server last ran for a whole window.
     in_a_row: u32,
+    /// Whether the last start was a restart, counted in `attempts` (not a first or an
+    /// operator's start).
+    last_counted: bool,
 }
 
 impl Restarts {
@@ -143,6 +148,7 @@ impl Restarts {
             policy,
             attempts: VecDeque::new(),
             in_a_row: 0,
+            last_counted: false,
         }
     }
 
@@ -165,7 +171,11 @@ impl Restarts {
     /// The restart attempted last found the server unreachable: it is down, not
     /// crashing. Not counted towards the crash loop; the backoff grows as for a failure.
     pub(crate) fn unreachable(&mut self) -> Next {
-        self.attempts.pop_back();
+        // Only a counted restart is taken back: a first or an operator's start was not
+        // counted, and the restart before it stays counted.
+        if std::mem::take(&mut self.last_counted) {
+            self.attempts.pop_back();
+        }
         self.in_a_row = self.in_a_row.saturating_add(1);
         Next::RestartAfter(self.policy.delay(self.in_a_row))
     }
@@ -174,12 +184,19 @@ impl Restarts {
     pub(crate) fn attempted(&mut self, now: Instant) {
         self.forget_before(now);
         self.attempts.push_back(now);
+        self.last_counted = true;
+    }
+
+    /// A start that is not a restart (the first, or an operator's) is made: not counted.
+    pub(crate) fn uncounted(&mut self) {
+        self.last_counted = false;
     }
 
     /// Forgets everything: a person asked for a fresh start.
     pub(crate) fn reset(&mut self) {
         self.attempts.clear();
         self.in_a_row = 0;
+        self.last_counted = false;
     }
 
     fn forget_before(&mut self, now: Instant) {
@@ -276,6 +293,31 @@ mod tests {
         assert!(waits[4..].iter().all(|&w| w == 500));
         // Its failed starts were not counted: a crash once it is reached is the first.
         assert!(matches!(r.failed(t, None), Next::RestartAfter(_)));
+    }
+
+    #[test]
+    fn an_uncounted_start_found_unreachable_takes_back_no_restart() {
+        let mut r = Restarts::new(policy().crash_loop(2, Duration::from_secs(10)));
+        let t = Instant::now();
+        assert!(matches!(r.failed(t, None), Next::RestartAfter(_)));
+        r.attempted(t);
+        assert!(matches!(r.failed(t, None), Next::RestartAfter(_)));
+        r.attempted(t);
+        // A fresh start (not a restart) that finds the server unreachable: the two
+        // restarts before it stay counted, and the next crash is past the limit.
+        r.uncounted();
+        assert!(matches!(r.unreachable(), Next::RestartAfter(_)));
+        assert_eq!(r.failed(t, None), Next::GiveUp { restarts: 2 });
+        // A counted restart found unreachable is taken back, once.
+        let mut r = Restarts::new(policy().crash_loop(2, Duration::from_secs(10)));
+        r.attempted(t);
+        r.attempted(t);
+        assert!(matches!(r.unreachable(), Next::RestartAfter(_)));
+        assert!(matches!(r.unreachable(), Next::RestartAfter(_)));
+        assert_eq!(
+            r.failed(t, None),
+            Next::RestartAfter(Duration::from_millis(400))
+        );
     }
 
     #[test]

@@ -129,6 +129,11 @@ pub(crate) struct Supervisor {
     /// When a person's opening of the breaker for a time ends (its status then says the
     /// server serves again: the next call is the breaker's probe).
     forced_until: Option<Instant>,
+    /// The restart backoff was over before the breaker could be held open for it (a wait
+    /// of nanoseconds): the breaker is still closed, and a restart is due at once. Its
+    /// closed breaker is then no person's reset. Cleared by any change of the breaker
+    /// (after it, a closed breaker is a person's doing).
+    wait_over: bool,
 }
 
 impl Supervisor {
@@ -151,6 +156,7 @@ impl Supervisor {
             restarts,
             generation: 0,
             forced_until: None,
+            wait_over: false,
         }
     }
 
@@ -219,8 +225,11 @@ impl Supervisor {
             status.next_start = None;
             status.restart_wait = None;
         });
+        self.wait_over = false;
         if restart {
             self.restarts.attempted(Instant::now());
+        } else {
+            self.restarts.uncounted();
         }
         let request = StartRequest {
             shared: self.shared.clone(),
@@ -387,6 +396,12 @@ impl Supervisor {
         loop {
             let wait = match self.shared.breaker.peek() {
                 Advice::Probe => return Wake::Go,
+                // Closed because the backoff ended before it could be held: the restart
+                // goes now (counted), and nobody asked to forget the restarts.
+                Advice::Call if self.wait_over => {
+                    self.wait_over = false;
+                    return Wake::Go;
+                }
                 // Closed with the server down: a person reset the breaker, which asks for
                 // a start, and forgets the restarts so far.
                 Advice::Call => {
@@ -411,7 +426,8 @@ impl Supervisor {
             };
             tokio::select! {
                 _ = sleep => {}
-                _ = self.transitions.recv() => {}
+                // The breaker changed: a closed breaker from now on is a person's reset.
+                _ = self.transitions.recv() => self.wait_over = false,
                 _ = self.kill.changed() => self.sync_killed(),
                 command = self.commands.recv() => return match command {
                     Some(Command::Restart) => Wake::Restart,
@@ -433,7 +449,15 @@ impl Supervisor {
         match next {
             Next::RestartAfter(wait) => {
                 let until = later(now.into_std(), wait);
-                self.shared.breaker.hold_open_until(until);
+                let held = self.shared.breaker.hold_open_until(until);
+                // Transitions so far (the hold's own among them) are the supervisor's
+                // doing or older: only one after this is news to `await_probe`.
+                self.drain_transitions();
+                // Not held and closed: the wait ended before the hold was made (a hold
+                // for a time already past is not made), and the restart is due now. Not
+                // held and open (forced by a person, or open longer on its own): the
+                // breaker says when.
+                self.wait_over = !held && self.shared.breaker.is_closed();
                 let forced_open = self.forced_open();
                 self.shared.update(|status, connection| {
                     *connection = None;
@@ -463,6 +487,12 @@ impl Supervisor {
                 });
             }
         }
+    }
+
+    /// Drops the transitions not yet read.
+    fn drain_transitions(&mut self) {
+        use broadcast::error::TryRecvError;
+        while let Ok(_) | Err(TryRecvError::Lagged(_)) = self.transitions.try_recv() {}
     }
 
     /// An operator asked for a fresh start: the breaker is reset, the restarts so far

@@ -380,6 +380,48 @@ async fn a_server_dying_on_every_start_backs_off_and_gives_up_at_the_crash_loop_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crash_loop_limit_holds_with_a_backoff_of_a_nanosecond() -> TestResult {
+    if servers::get().is_none() {
+        return Ok(());
+    }
+    let dir = servers::scratch("crash-loop-nanosecond");
+    let log = dir.join("starts");
+    // Each start notes itself and dies at once; each restart waits a nanosecond (over
+    // before the breaker can be held open for it).
+    let script = format!("echo start >> {}; exit 3", shell_quote(&log));
+    let starts = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(&log);
+        let server = quick(McpServer::builder("storm", "sh").args(["-c", &script]))
+            .restart(
+                RestartPolicy::new()
+                    .backoff(Duration::from_nanos(1), Duration::from_millis(1))
+                    .crash_loop(5, Duration::from_secs(60)),
+            )
+            .start()?;
+        let gave_up = until(&server, "given up", |s| {
+            matches!(s.state, ServerState::GaveUp { .. })
+        })
+        .await;
+        assert!(
+            matches!(gave_up.state, ServerState::GaveUp { restarts: 5, .. }),
+            "{gave_up}"
+        );
+        // The first start and five restarts, and no process more.
+        assert_eq!(gave_up.starts, 6, "{gave_up}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(starts(), 6, "processes spawned: {}", server.status());
+        server.stop().await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_while_it_restarts_backs_off_and_comes_back() -> TestResult {
     let Some(servers) = servers::get() else {
         return Ok(());
