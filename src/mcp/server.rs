@@ -167,9 +167,10 @@ impl McpServer {
     }
 
     /// Starts it afresh, as an operator would: a running process is stopped first (a
-    /// start under way, a restart included, is dropped and its process killed), its
-    /// breaker is reset and its restart record cleared, so the new start is a call, not
-    /// a probe. The way back from [`ServerState::GaveUp`].
+    /// restart under way, the breaker's probe, is dropped and its process killed; a
+    /// first start under way is taken as this one), its breaker is reset and its restart
+    /// record cleared, so the new start is a call, not a probe. The way back from
+    /// [`ServerState::GaveUp`].
     pub fn restart(&self) {
         let _ = self.control.commands.send(Command::Restart);
     }

@@ -183,8 +183,8 @@ impl Supervisor {
             fresh = false;
             let ended = match self.start(restart).await {
                 Err(Wake::Stop(done)) => return self.stopped(Some(done)),
-                // An operator's restart during the start: the start is dropped (its
-                // process killed), and the restart is made as asked.
+                // An operator's restart during a restart: the restart is dropped (its
+                // process killed), and the operator's made as asked.
                 Err(Wake::Restart) => {
                     self.operator_restart();
                     fresh = true;
@@ -243,15 +243,18 @@ impl Supervisor {
                 // A person forcing the breaker open (or resetting it) meanwhile: shown.
                 _ = self.transitions.recv() => self.sync_forced(),
                 _ = self.kill.changed() => self.sync_killed(),
-                // Dropping the start kills the process it spawned.
-                command = self.commands.recv() => return Err(match command {
-                    // Asked to restart while starting: an operator's restart is a fresh
-                    // start with the breaker reset and the restart record cleared, which
-                    // this start (maybe a probe, counted as a restart) is not.
-                    Some(Command::Restart) => Wake::Restart,
-                    Some(Command::Stop(done)) => Wake::Stop(done),
-                    None => Wake::Gone,
-                }),
+                command = self.commands.recv() => match command {
+                    // Asked to restart during a fresh start (the first, or an operator's):
+                    // this start is that restart, with the breaker reset and the restart
+                    // record cleared as it asks.
+                    Some(Command::Restart) if !restart => self.operator_restart(),
+                    // During a restart (the breaker's probe, counted): not what was asked.
+                    // It is dropped (its process killed) and the operator's made.
+                    Some(Command::Restart) => return Err(Wake::Restart),
+                    // Dropping the start kills the process it spawned.
+                    Some(Command::Stop(done)) => return Err(Wake::Stop(done)),
+                    None => return Err(Wake::Gone),
+                },
             }
         };
         match result {
