@@ -471,6 +471,39 @@ async fn a_long_retry_after_is_returned_at_once_and_the_breaker_opens() {
     assert_eq!(calls.count(), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_wait_past_the_longest_is_handed_back_though_the_classifiers_bound_is_within_it() {
+    // The HTTP classifier bounds the breaker's wait at 5 min; the longest retry wait
+    // is an hour. A server that asks for far more than an hour is not waited for 5 min.
+    let retry_for_an_hour = |max_attempts| {
+        RetryLayer::builder()
+            .max_attempts(max_attempts)
+            .backoff(ms(100), ms(100))
+            .max_retry_after_wait(secs(3600))
+            .build()
+            .expect("valid settings")
+            .with_classifier(HttpClassifier::new())
+    };
+    let (inner, calls) = model(
+        [Step::Waiting(429, "retry-after", "99999999999999999999")],
+        Step::Status(200),
+    );
+    let mut svc = retry_for_an_hour(3).layer(inner);
+    let start = Instant::now();
+    assert_eq!(call(&mut svc).await.unwrap().status(), 429);
+    assert_eq!(start.elapsed(), Duration::ZERO, "handed back at once");
+    assert_eq!(calls.count(), 1);
+
+    // Within the hour, and past the classifier's bound: the wait asked for, whole.
+    let (inner, calls) = model(
+        [Step::Waiting(429, "retry-after", "600")],
+        Step::Status(200),
+    );
+    let mut svc = retry_for_an_hour(3).layer(inner);
+    assert_eq!(call(&mut svc).await.unwrap().status(), 200);
+    assert_eq!(calls.gaps(), [secs(600)]);
+}
+
 // ---------------------------------------------------------------------------------
 // Timeouts.
 

@@ -152,13 +152,14 @@ impl RetryBuilder {
         self
     }
 
-    /// The longest wait a failure's `Retry-After` ([`Failure::retry_after_hint`]) may
-    /// ask for and still be retried: a wait up to this long is waited, exactly, and the
-    /// call retried; a longer one ends the call at once with that failure, so that the
-    /// breaker outside opens for it and its fallback answers. Default 5 s.
-    /// `Duration::ZERO` waits for nothing: only `Retry-After: 0` is retried.
+    /// The longest wait a failure's `Retry-After` ([`Failure::requested_wait`], as the
+    /// service asked, before any bound a classifier sets on the breaker's wait) may ask
+    /// for and still be retried: a wait up to this long is waited, exactly, and the call
+    /// retried; a longer one ends the call at once with that failure, so that the breaker
+    /// outside opens for it and its fallback answers. Default 5 s. `Duration::ZERO` waits
+    /// for nothing: only `Retry-After: 0` is retried.
     ///
-    /// [`Failure::retry_after_hint`]: crate::Failure::retry_after_hint
+    /// [`Failure::requested_wait`]: crate::Failure::requested_wait
     pub fn max_retry_after_wait(mut self, wait: Duration) -> Self {
         self.max_retry_after_wait = wait;
         self

@@ -72,7 +72,7 @@
 //! 3. After [`max_attempts`](RetryBuilder::max_attempts) calls, the last result is
 //!    returned.
 //! 4. A failure that says how long to wait
-//!    ([`Failure::retry_after_hint`](crate::Failure::retry_after_hint): `Retry-After`,
+//!    ([`Failure::requested_wait`](crate::Failure::requested_wait): `Retry-After`,
 //!    `retry-after-ms`) is retried after exactly that wait when it is at most
 //!    [`max_retry_after_wait`](RetryBuilder::max_retry_after_wait), and returned at once
 //!    when it is longer: the breaker outside opens for that long, and its fallback

@@ -317,7 +317,10 @@ fn next_step(settings: &Settings, outcome: &Outcome, retries: u32) -> Step {
     if retries.saturating_add(1) >= settings.max_attempts {
         return Step::Return(GiveUp::AttemptsExhausted);
     }
-    match failure.retry_after_hint() {
+    // The wait the service asked for, not the breaker's bound on it: a retry sent before
+    // it would be refused again, and a wait past the longest is handed back at once
+    // though a bound (an `HttpClassifier`'s 5 min) is within it.
+    match failure.requested_wait() {
         Some(wait) if wait > settings.max_retry_after_wait => Step::Return(GiveUp::LongRetryAfter),
         Some(wait) => Step::RetryAfter(wait),
         None => {
