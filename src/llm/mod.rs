@@ -200,7 +200,10 @@ impl LlmClientBuilder {
     }
 
     /// The largest answer read, in bytes (default
-    /// [`DEFAULT_BUFFER_LIMIT`](crate::http::DEFAULT_BUFFER_LIMIT)).
+    /// [`DEFAULT_BUFFER_LIMIT`](crate::http::DEFAULT_BUFFER_LIMIT), 8 MiB). A larger
+    /// answer is a failure of its provider, as a body that breaks off is
+    /// ([`BodyTooLarge`](crate::http::BodyTooLarge)): counted by its breaker, retried and
+    /// failed over; set it well above the answers you expect.
     pub fn max_answer_bytes(mut self, limit: usize) -> Self {
         self.buffer_limit = Some(limit);
         self

@@ -95,6 +95,11 @@ impl Provider {
             provider: self.name.clone(),
             what: what.to_owned(),
         };
+        if self.name.is_empty() {
+            return Err(invalid(
+                "its name is empty: it names its breaker, routes and metrics",
+            ));
+        }
         let base = Url::parse(self.base.trim_end_matches('/'))
             .map_err(|_| invalid("its base URL is not a URL"))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
@@ -352,6 +357,15 @@ mod tests {
             let error = Provider::new("b", base).check().unwrap_err();
             assert!(!error.to_string().contains("secret"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_provider_without_a_name_is_refused_as_such() {
+        let error = Provider::new("", "http://a.test/v1").check().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "provider ``: its name is empty: it names its breaker, routes and metrics"
+        );
     }
 
     #[test]
