@@ -20,7 +20,8 @@ use tower::{Service, ServiceExt};
 use tower_circuit_breaker::failover::Route;
 use tower_circuit_breaker::http::{
     provenance, route_of, BufferedResponse, HttpFailover, X_CIRCUIT_BREAKER,
-    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_STALE,
+    X_CIRCUIT_BREAKER_PASSED, X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_SAVED_FROM,
+    X_CIRCUIT_BREAKER_STALE,
 };
 use tower_circuit_breaker::llm::{
     LlmClient, LlmClientBuilder, LlmConfigError, LlmService, NotUnderBaseUrl, Provider,
@@ -371,6 +372,11 @@ async fn with_every_provider_down_the_saved_answer_is_served_with_its_age() {
     );
     assert_eq!(header(&answer, &http::header::AGE), Some("5"));
     assert_eq!(header(&answer, &X_CIRCUIT_BREAKER_STALE), Some("age=5"));
+    assert_eq!(
+        header(&answer, &X_CIRCUIT_BREAKER_SAVED_FROM),
+        Some("a"),
+        "the provider that gave the saved answer"
+    );
     let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
     assert_eq!(
         body["choices"][0]["message"]["content"],

@@ -141,7 +141,9 @@ pub use self::provenance::{
     Provenance, ProvenanceFuture, ProvenanceLayer, ProvenanceTarget, X_CIRCUIT_BREAKER,
 };
 pub use self::retry_after::{parse_retry_after, retry_after_value};
-pub use self::stale::{stale, stale_from_header, X_CIRCUIT_BREAKER_STALE};
+pub use self::stale::{
+    stale, stale_from_header, X_CIRCUIT_BREAKER_SAVED_FROM, X_CIRCUIT_BREAKER_STALE,
+};
 pub use self::stream::{
     StreamBodies, StreamBodiesFuture, StreamBody, StreamBodyLayer, StreamClassifier,
 };

@@ -19,6 +19,15 @@ use crate::saved::stale_label;
 /// is a saved answer served at once. A fresh answer carries no marker.
 pub const X_CIRCUIT_BREAKER_STALE: HeaderName = HeaderName::from_static("x-circuit-breaker-stale");
 
+/// The response header that names the provider a saved answer served again came from,
+/// `x-circuit-breaker-saved-from: openai`: written by
+/// [`BufferedResponse::with_stale_marker`] (and so by [`stale`]) for an answer saved with
+/// the [`X_CIRCUIT_BREAKER_PROVIDER`](super::X_CIRCUIT_BREAKER_PROVIDER) of the failover
+/// that gave it. That header is the call's own, and a failover's route replaces it: no
+/// provider answered the call the saved answer is served to.
+pub const X_CIRCUIT_BREAKER_SAVED_FROM: HeaderName =
+    HeaderName::from_static("x-circuit-breaker-saved-from");
+
 /// Headers that describe the bytes of a body, dropped when a label changes them: a
 /// validator or digest of the saved bytes would be wrong for the labelled ones.
 const BODY_DIGESTS: [&str; 4] = ["etag", "content-md5", "content-digest", "digest"];
@@ -99,7 +108,9 @@ impl BufferedResponse {
     /// The same response marked as a saved answer served `age` after it was saved: an
     /// `Age` header ([`with_age`](Self::with_age)) and
     /// [`X_CIRCUIT_BREAKER_STALE`]`: age=<seconds>` (replacing any marker it was saved
-    /// with). The body is not changed; see [`stale`] for the content too.
+    /// with), and for an answer saved with the provider that gave it, its name as
+    /// [`X_CIRCUIT_BREAKER_SAVED_FROM`]. The body is not changed; see [`stale`] for the
+    /// content too.
     ///
     /// ```
     /// use std::time::Duration;
@@ -113,12 +124,22 @@ impl BufferedResponse {
     /// assert_eq!(marker, "age=12");
     /// assert_eq!(stale_from_header(marker), Some(Duration::from_secs(12)));
     /// assert_eq!(served.body(), "42");
+    ///
+    /// // Saved from a failover's answer: it names the provider that gave it.
+    /// use tower_circuit_breaker::http::{X_CIRCUIT_BREAKER_PROVIDER, X_CIRCUIT_BREAKER_SAVED_FROM};
+    /// let mut saved = BufferedResponse::from(http::Response::new(Bytes::from_static(b"42")));
+    /// saved.headers_mut().insert(X_CIRCUIT_BREAKER_PROVIDER, http::HeaderValue::from_static("openai"));
+    /// let served = saved.with_stale_marker(Duration::from_secs(90));
+    /// assert_eq!(served.headers()[X_CIRCUIT_BREAKER_SAVED_FROM], "openai");
     /// ```
     pub fn with_stale_marker(self, age: Duration) -> Self {
         let mut response = self.with_age(age);
-        response
-            .headers_mut()
-            .insert(X_CIRCUIT_BREAKER_STALE, stale_value(age));
+        let headers = response.headers_mut();
+        headers.insert(X_CIRCUIT_BREAKER_STALE, stale_value(age));
+        match headers.get(super::X_CIRCUIT_BREAKER_PROVIDER).cloned() {
+            Some(provider) => headers.insert(X_CIRCUIT_BREAKER_SAVED_FROM, provider),
+            None => headers.remove(X_CIRCUIT_BREAKER_SAVED_FROM),
+        };
         response
     }
 

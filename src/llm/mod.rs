@@ -18,7 +18,8 @@
 //!    `x-circuit-breaker-provider` and `x-circuit-breaker-passed` headers say who
 //!    answered and why the others were passed. When no provider answers: the saved
 //!    answer to the same question, marked stale ([`http::stale`](crate::http::stale):
-//!    `Age`, `x-circuit-breaker-stale`, the content labelled), or an honest 503
+//!    `Age`, `x-circuit-breaker-stale`, `x-circuit-breaker-saved-from` naming the provider
+//!    that gave it, the content labelled), or an honest 503
 //!    "unavailable" JSON error with `Retry-After` when a provider's next probe time is
 //!    known. A request whose body cannot be copied (a stream) is made for no provider:
 //!    nothing is sent and it gets that 503 with the code
