@@ -223,7 +223,10 @@ impl Agent {
     /// only peeks, which counts nothing, whether its tool's probe is due); otherwise
     /// each request goes through the expediter's decision.
     async fn work_on(&mut self, job: &Job) -> Result<Progress, ExpediterError> {
-        println!("\n> {}  [needs {}]", job.name, job.tool);
+        println!(
+            "\n> {}  [needs {}; accepts {} degradation]",
+            job.name, job.tool, job.accepts
+        );
         let plan = self.run.start_subtask(job.subtask())?;
         println!("  plan: {}", plan.status);
         match &plan.status {

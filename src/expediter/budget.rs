@@ -162,14 +162,23 @@ impl fmt::Display for BudgetReport {
             self.used, self.limit, self.cycle
         )?;
         if self.systemic_events > 0 {
-            let in_events = self.failures.len() - self.ordinary();
+            let plural = |n: usize| if n == 1 { "" } else { "s" };
+            let ordinary = self.ordinary();
+            let in_events = self.failures.len() - ordinary;
+            f.write_str(": ")?;
+            if ordinary > 0 {
+                write!(
+                    f,
+                    "{ordinary} failure{} counted one each, and ",
+                    plural(ordinary)
+                )?;
+            }
+            let events = self.systemic_events as usize;
             write!(
                 f,
-                ": {} counted one each, and {} systemic event{} counted once for {in_events} failure{}",
-                self.ordinary(),
-                self.systemic_events,
-                if self.systemic_events == 1 { "" } else { "s" },
-                if in_events == 1 { "" } else { "s" },
+                "{events} systemic event{} counted once for {in_events} failure{}",
+                plural(events),
+                plural(in_events),
             )?;
         }
         for (i, line) in self.failures.iter().enumerate() {
