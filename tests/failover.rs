@@ -881,3 +881,28 @@ async fn the_callers_key_for_the_primary_never_reaches_a_provider_elsewhere() {
     assert_eq!(to_b.get("x-api-key"), None, "{to_b:?}");
     assert_eq!(to_b["x-request-id"], "42");
 }
+
+#[test]
+fn settings_that_would_fail_every_answer_are_refused_when_the_client_is_built() {
+    let one = || LlmClient::builder().provider(Provider::new("a", "http://127.0.0.1:9/v1"));
+    let error = one()
+        .max_answer_bytes(0)
+        .build(reqwest::Client::new())
+        .unwrap_err();
+    assert!(
+        matches!(error, LlmConfigError::ZeroMaxAnswerBytes),
+        "{error:?}"
+    );
+    let error = LlmClient::builder()
+        .provider(Provider::new("", "http://127.0.0.1:9/v1"))
+        .build(reqwest::Client::new())
+        .unwrap_err();
+    assert!(
+        matches!(error, LlmConfigError::InvalidProvider { ref what, .. } if what.contains("name is empty")),
+        "{error:?}"
+    );
+    assert!(one()
+        .max_answer_bytes(1)
+        .build(reqwest::Client::new())
+        .is_ok());
+}

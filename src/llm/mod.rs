@@ -114,6 +114,10 @@ pub enum LlmConfigError {
     /// A zero timeout.
     #[error("the timeout must be more than zero")]
     ZeroTimeout,
+    /// A zero [`max_answer_bytes`](LlmClientBuilder::max_answer_bytes): every answer with
+    /// a body would fail its provider.
+    #[error("max_answer_bytes must be more than zero")]
+    ZeroMaxAnswerBytes,
 }
 
 /// Sets up an [`LlmClient`]: providers in order, then whatever differs from the
@@ -214,6 +218,9 @@ impl LlmClientBuilder {
     pub fn build(self, client: reqwest::Client) -> Result<LlmClient, LlmConfigError> {
         if self.timeout.is_zero() {
             return Err(LlmConfigError::ZeroTimeout);
+        }
+        if self.buffer_limit == Some(0) {
+            return Err(LlmConfigError::ZeroMaxAnswerBytes);
         }
         let prepared = self
             .providers
