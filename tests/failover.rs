@@ -906,3 +906,20 @@ fn settings_that_would_fail_every_answer_are_refused_when_the_client_is_built() 
         .build(reqwest::Client::new())
         .is_ok());
 }
+
+#[tokio::test]
+async fn a_saved_answer_never_says_retry_now_while_its_provider_is_open() {
+    // Saved from a 200 that said `Retry-After: 0`; then the provider rate-limits for 30 s.
+    let a = TestServer::start([Reply::OkWith("retry-after", "0")], Reply::RateLimited(30)).await;
+    let llm = client(&[("a", &a)]);
+    assert_eq!(ask(&llm, "q").await.status(), 200);
+    let _ = ask(&llm, "q").await; // the 429 opens a's breaker for 30 s
+    let answer = ask(&llm, "q").await;
+    assert_eq!(header(&answer, &X_CIRCUIT_BREAKER_STALE), Some("age=0"));
+    let wait: u64 = header(&answer, &http::header::RETRY_AFTER)
+        .expect("the breaker's wait")
+        .parse()
+        .unwrap();
+    assert!((29..=30).contains(&wait), "retry-after {wait}");
+    assert_eq!(a.requests(), 2);
+}

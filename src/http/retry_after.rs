@@ -53,7 +53,7 @@ pub(super) fn requested_wait(status: StatusCode, headers: &HeaderMap) -> Option<
 }
 
 /// OpenAI's `retry-after-ms` header.
-const RETRY_AFTER_MS: &str = "retry-after-ms";
+pub(super) const RETRY_AFTER_MS: &str = "retry-after-ms";
 
 /// A `retry-after-ms` value: a non-negative number of milliseconds, with or without a
 /// fraction or an exponent; one too large for a float (`1e999`) is a very long wait, as

@@ -6,6 +6,7 @@ use ::http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, ETAG};
 
 use super::buffer::BufferedResponse;
 use super::chat_label::{label_chat_completion, NotLabelled};
+use super::retry_after::RETRY_AFTER_MS;
 use crate::saved::stale_label;
 
 /// The response header that marks a saved answer served again, for machines:
@@ -109,8 +110,10 @@ impl BufferedResponse {
     /// `Age` header ([`with_age`](Self::with_age)) and
     /// [`X_CIRCUIT_BREAKER_STALE`]`: age=<seconds>` (replacing any marker it was saved
     /// with), and for an answer saved with the provider that gave it, its name as
-    /// [`X_CIRCUIT_BREAKER_SAVED_FROM`]. The body is not changed; see [`stale`] for the
-    /// content too.
+    /// [`X_CIRCUIT_BREAKER_SAVED_FROM`]. A `Retry-After` or `retry-after-ms` it was saved
+    /// with goes: it told when to come back then, not now (a
+    /// [`ProvenanceLayer`](super::ProvenanceLayer) outside says when the breaker will next
+    /// let a call through). The body is not changed; see [`stale`] for the content too.
     ///
     /// ```
     /// use std::time::Duration;
@@ -131,10 +134,17 @@ impl BufferedResponse {
     /// saved.headers_mut().insert(X_CIRCUIT_BREAKER_PROVIDER, http::HeaderValue::from_static("openai"));
     /// let served = saved.with_stale_marker(Duration::from_secs(90));
     /// assert_eq!(served.headers()[X_CIRCUIT_BREAKER_SAVED_FROM], "openai");
+    ///
+    /// // The wait it was saved with is no longer true.
+    /// let mut saved = BufferedResponse::from(http::Response::new(Bytes::from_static(b"42")));
+    /// saved.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("0"));
+    /// assert!(saved.with_stale_marker(Duration::from_secs(5)).headers().get("retry-after").is_none());
     /// ```
     pub fn with_stale_marker(self, age: Duration) -> Self {
         let mut response = self.with_age(age);
         let headers = response.headers_mut();
+        headers.remove(::http::header::RETRY_AFTER);
+        headers.remove(RETRY_AFTER_MS);
         headers.insert(X_CIRCUIT_BREAKER_STALE, stale_value(age));
         match headers.get(super::X_CIRCUIT_BREAKER_PROVIDER).cloned() {
             Some(provider) => headers.insert(X_CIRCUIT_BREAKER_SAVED_FROM, provider),

@@ -96,6 +96,8 @@ impl Answer {
 pub(crate) enum Reply {
     /// 200 with a chat completion ([`CHAT_BODY`]).
     Ok,
+    /// 200 with a chat completion and this header (name, value).
+    OkWith(&'static str, &'static str),
     /// 503 Service Unavailable.
     Unavailable,
     /// 404: the model does not exist.
@@ -131,6 +133,7 @@ impl Reply {
     fn answer(self) -> Answer {
         match self {
             Reply::Ok => Answer::json(200, CHAT_BODY),
+            Reply::OkWith(name, value) => Answer::json(200, CHAT_BODY).with_header(name, value),
             Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
             Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
             Reply::BadRequest => Answer::json(400, r#"{"error":{"code":"invalid_request_error"}}"#),
