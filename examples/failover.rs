@@ -50,7 +50,12 @@ async fn main() -> Result<(), BoxError> {
                 .backoff(Duration::from_millis(10), Duration::from_millis(50)),
         )
         .timeout(Duration::from_secs(2))
-        .build(reqwest::Client::new())?;
+        // A provider's redirect is its answer: nothing is sent on to where it points.
+        .build(
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+        )?;
     let operator = llm
         .handle("primary")
         .expect("a provider named primary")

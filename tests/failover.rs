@@ -923,3 +923,47 @@ async fn a_saved_answer_never_says_retry_now_while_its_provider_is_open() {
     assert!((29..=30).contains(&wait), "retry-after {wait}");
     assert_eq!(a.requests(), 2);
 }
+
+/// A client that follows no redirect, as `LlmClientBuilder::build` asks for.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client")
+}
+
+#[tokio::test]
+async fn a_providers_redirect_to_another_server_reaches_it_only_with_a_client_that_follows() {
+    let b = TestServer::start([], Reply::Ok).await;
+    let to_b: &'static str = Box::leak(b.url().into_boxed_str());
+    let a = TestServer::start([], Reply::Redirect(to_b)).await;
+
+    // As asked: the redirect is a's answer, and nothing reaches b, killed.
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(no_redirects())
+        .expect("valid settings");
+    llm.handle("b").unwrap().kill_switch().kill();
+    let answer = ask(&llm, "q").await;
+    assert_eq!(
+        (answer.status().as_u16(), provider(&answer)),
+        (307, Some("a"))
+    );
+    assert_eq!(b.requests(), 0);
+
+    // A client that follows it: the answer from b's origin is not a's. a failed, and the
+    // route says so; b, alive, is tried as itself.
+    let llm = builder(&[("a", &a), ("b", &b)])
+        .no_retry()
+        .build(reqwest::Client::new())
+        .expect("valid settings");
+    let answer = ask(&llm, "q").await;
+    assert_eq!(
+        (answer.status().as_u16(), provider(&answer)),
+        (200, Some("b"))
+    );
+    let why = route(&answer).to_string();
+    assert!(why.contains("answered from another origin"), "{why}");
+    let snapshot = llm.handle("a").unwrap().snapshot();
+    assert_eq!(snapshot.counts.failures, 1, "{snapshot:?}");
+}

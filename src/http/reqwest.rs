@@ -228,10 +228,15 @@ impl Bufferable for Response {
     fn split(self) -> (Parts, Body) {
         let url = self.url().clone();
         let (mut parts, body) = ::http::Response::<Body>::from(self).into_parts();
+        parts.extensions.insert(AnsweredFrom(url.clone()));
         parts.extensions.extend(url_extension(url));
         (parts, body)
     }
 }
+
+/// The URL a reqwest response came from, kept where [`BufferedResponse::url`] reads it.
+#[derive(Clone)]
+struct AnsweredFrom(Url);
 
 /// The extension reqwest keeps a response's URL in (its type is reqwest's own): made by
 /// the builder that `reqwest::Response::from` reads it back from.
@@ -256,6 +261,15 @@ impl BufferedResponse {
         let (head, body) = Bufferable::split(response);
         let response = ::http::Response::from_parts(head, body);
         BufferedResponse::read(response, limit).await
+    }
+}
+
+impl BufferedResponse {
+    /// The URL a reqwest client's response came from, after any redirect the client
+    /// followed (`reqwest::Response::url`); `None` for a response that came from
+    /// elsewhere (hyper, a test's `http::Response`).
+    pub fn url(&self) -> Option<&Url> {
+        self.extensions().get::<AnsweredFrom>().map(|from| &from.0)
     }
 }
 

@@ -25,7 +25,7 @@ use crate::redact;
 /// # async fn main() -> Result<(), tower::BoxError> {
 /// let llm = LlmClient::builder()
 ///     .provider(Provider::new("local", "http://127.0.0.1:11434/v1"))
-///     .build(reqwest::Client::new())?;
+///     .build(reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?)?;
 /// let request = reqwest::Client::new()
 ///     .post("http://127.0.0.1:11434/v1beta/chat/completions?key=SECRET")
 ///     .body("{}")

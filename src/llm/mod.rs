@@ -45,7 +45,8 @@
 //!     .provider(Provider::new("openai", "https://api.openai.com/v1").bearer("sk-…").model("gpt-4o-mini"))
 //!     .provider(Provider::new("local", "http://127.0.0.1:11434/v1").model("llama3.2"))
 //!     .timeout(Duration::from_secs(30))
-//!     .build(reqwest::Client::new())?;
+//!     // A provider's redirect is its answer: nothing is sent on to where it points.
+//!     .build(reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?)?;
 //! let admin_handles = llm.handles(); // every provider's breaker: for the admin service
 //! let mut chat = llm.service();      // a BoxCloneSyncService<reqwest::Request, BufferedResponse, BoxError>
 //! let request = reqwest::Client::new()
@@ -69,7 +70,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{service_fn, BoxError, ServiceBuilder};
 
 pub use self::addressed::NotUnderBaseUrl;
-pub use self::provider::Provider;
+pub use self::provider::{Provider, Redirected};
 
 use self::addressed::Addressed;
 
@@ -215,6 +216,13 @@ impl LlmClientBuilder {
     }
 
     /// The client, over `client`; an error for a setting that is not valid.
+    ///
+    /// Give it a client that does not follow redirects,
+    /// `reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?`:
+    /// a provider's redirect is then its answer. One that follows them sends the request
+    /// on to wherever a provider points, with headers reqwest does not drop (`x-api-key`)
+    /// and past that server's breaker; such an answer from another origin fails its
+    /// provider ([`Redirected`]) and the next one is tried.
     pub fn build(self, client: reqwest::Client) -> Result<LlmClient, LlmConfigError> {
         if self.timeout.is_zero() {
             return Err(LlmConfigError::ZeroTimeout);
@@ -263,8 +271,16 @@ impl LlmClientBuilder {
             // The buffer's own time limit, not a `timeout` layer outside it: one that cuts
             // a body's read keeps the head, so a 429 whose body stalls still opens the
             // breaker for the wait it asked for, and is not retried at once.
+            let answered_here = {
+                let (prepared, name) = (prepared.clone(), provider.name.clone());
+                move |result: Result<BufferedResponse, BoxError>| {
+                    prepared.answered_here(&name, result?)
+                }
+            };
             let service = ServiceBuilder::new()
                 .layer(breaker.with_classifier(classifier))
+                // Outside the retry: a redirect is not followed again by a retry.
+                .map_result(answered_here)
                 .option_layer(retry)
                 .layer(buffer.timeout(self.timeout))
                 .service(client.clone());

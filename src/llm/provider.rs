@@ -6,8 +6,11 @@ use std::fmt;
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 
+use tower::BoxError;
+
 use super::body_model::with_model;
 use super::LlmConfigError;
+use crate::http::BufferedResponse;
 use crate::redact::REDACTED;
 
 /// An OpenAI-compatible endpoint: its name, base URL, key, model and headers.
@@ -162,6 +165,38 @@ impl fmt::Debug for Provider {
     }
 }
 
+/// A provider's answer that came from another origin (scheme, host and port) than the
+/// provider's: the `reqwest::Client` given to
+/// [`LlmClientBuilder::build`](super::LlmClientBuilder::build) followed a redirect there.
+/// The attempt fails, counted by the provider's breaker, and the next provider is tried:
+/// an answer of another server is not the provider's, and the route names the provider
+/// that was asked. Build the client with
+/// `reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())`, so that no
+/// request is sent to where a provider redirects (with the caller's headers, which
+/// reqwest does not all drop, and past that server's own breaker).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "provider `{provider}` answered from another origin ({answered_from}): its client \
+     followed a redirect; build the reqwest::Client with \
+     `redirect(reqwest::redirect::Policy::none())`"
+)]
+pub struct Redirected {
+    provider: String,
+    answered_from: String,
+}
+
+impl Redirected {
+    /// The provider asked.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// The origin that answered (`https://host:port`).
+    pub fn answered_from(&self) -> &str {
+        &self.answered_from
+    }
+}
+
 /// A checked provider: how a request is made for it. `Debug` shows header values as
 /// `Sensitive`.
 #[derive(Clone, Debug)]
@@ -187,6 +222,23 @@ const CREDENTIALS: [&str; 6] = [
 ];
 
 impl Prepared {
+    /// `response`, an answer of this provider's, if it came from its origin; else the
+    /// client followed a redirect elsewhere ([`Redirected`]).
+    pub(super) fn answered_here(
+        &self,
+        name: &str,
+        response: BufferedResponse,
+    ) -> Result<BufferedResponse, BoxError> {
+        match response.url().map(|url| url.origin().ascii_serialization()) {
+            Some(from) if from != self.origin => Err(Redirected {
+                provider: name.to_owned(),
+                answered_from: crate::redact(&from).into_owned(),
+            }
+            .into()),
+            _ => Ok(response),
+        }
+    }
+
     /// Sends the caller's credentials only if it is at `primary`'s origin.
     pub(super) fn for_primary(mut self, primary: &Prepared) -> Prepared {
         self.callers_credentials = self.origin == primary.origin;

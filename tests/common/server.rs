@@ -98,6 +98,8 @@ pub(crate) enum Reply {
     Ok,
     /// 200 with a chat completion and this header (name, value).
     OkWith(&'static str, &'static str),
+    /// 307 Temporary Redirect to this URL.
+    Redirect(&'static str),
     /// 503 Service Unavailable.
     Unavailable,
     /// 404: the model does not exist.
@@ -134,6 +136,7 @@ impl Reply {
         match self {
             Reply::Ok => Answer::json(200, CHAT_BODY),
             Reply::OkWith(name, value) => Answer::json(200, CHAT_BODY).with_header(name, value),
+            Reply::Redirect(to) => Answer::new(307, "").with_header("location", to),
             Reply::Unavailable => Answer::json(503, r#"{"error":{"code":"server_error"}}"#),
             Reply::NotFound => Answer::json(404, r#"{"error":{"code":"model_not_found"}}"#),
             Reply::BadRequest => Answer::json(400, r#"{"error":{"code":"invalid_request_error"}}"#),
