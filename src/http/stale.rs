@@ -17,7 +17,9 @@ use crate::saved::stale_label;
 ///
 /// It names the answer as stale even where the `Age` header would not: `Age` is also
 /// written by caches on the way and adds any age the answer arrived with, and `Age: 0`
-/// is a saved answer served at once. A fresh answer carries no marker.
+/// is a saved answer served at once. A fresh answer carries no marker of this process's;
+/// one a server sent (a gateway on the way serving its own saved answer) is passed on as
+/// it came, as `Age` is.
 pub const X_CIRCUIT_BREAKER_STALE: HeaderName = HeaderName::from_static("x-circuit-breaker-stale");
 
 /// The response header that names the provider a saved answer served again came from,
