@@ -1137,3 +1137,109 @@ async fn a_key_held_open_by_a_permanent_failure_is_kept_past_other_failures_yet_
     }
     assert!(registry.len() <= 4 * 16 + 2, "{}", registry.len());
 }
+
+/// Makes `svc` call `request` and waits for its answer: the test service is ready at once
+/// and answers `ok` at once, so no runtime is needed (an observer can call it).
+fn call_at_once<S>(svc: &mut S, request: Req)
+where
+    S: Service<Req>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready(), "ready at once");
+    let Poll::Ready(_) = pin!(svc.call(request)).poll(&mut cx) else {
+        panic!("the call completes at once")
+    };
+}
+
+/// An observer told of an eviction may call the keyed service back with a new key that
+/// makes room again, on the very thread that evicted (warming a replacement key up, say):
+/// the registry tells observers with none of its locks held.
+#[test]
+fn an_observer_calling_the_keyed_service_with_a_new_key_on_an_eviction_does_not_deadlock() {
+    type Callback = Box<dyn FnMut(Req) + Send>;
+    let slot: Arc<Mutex<Option<Callback>>> = Arc::default();
+    let evictions = Arc::new(AtomicUsize::new(0));
+    let template = Builder::new().name("warm").on_event({
+        let (slot, evictions) = (slot.clone(), evictions.clone());
+        move |event| {
+            if let tower_circuit_breaker::Event::Evicted { .. } = event {
+                // Only at the first: the warm key's own call evicts again.
+                if evictions.fetch_add(1, Ordering::SeqCst) == 0 {
+                    if let Some(call) = slot.lock().unwrap().as_mut() {
+                        call("warm:ok");
+                    }
+                }
+            }
+        }
+    });
+    let layer = builder(template).capacity(1).build().unwrap();
+    let registry = layer.handle();
+    let svc = layer.layer(service(Arc::default()));
+    let mut inner = svc.clone();
+    *slot.lock().unwrap() = Some(Box::new(move |request| call_at_once(&mut inner, request)));
+    let (done, finished) = std::sync::mpsc::channel();
+    let mut outer = svc.clone();
+    // On a thread of its own, so that a deadlock fails the test rather than hangs it.
+    std::thread::spawn(move || {
+        call_at_once(&mut outer, "a:ok");
+        call_at_once(&mut outer, "b:ok"); // evicts a: its observer calls warm
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the eviction's observer called the service back and returned");
+    assert_eq!(evictions.load(Ordering::SeqCst), 1, "a's");
+    // warm came while b was being made: nothing idle was left to evict, so it went over
+    // capacity, counted.
+    let mut keys = registry.keys();
+    keys.sort_unstable();
+    assert_eq!(keys, ["b", "warm"]);
+    assert_eq!((registry.len(), registry.over_capacity()), (2, 1));
+}
+
+/// An observer slow to take an eviction in (an exporter's flush) holds up the call that
+/// evicted, and no other key's first call.
+#[test]
+fn a_slow_eviction_observer_holds_up_no_other_keys_first_call() {
+    let (evicting, told) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let template = Builder::new().name("slow").on_event(move |event| {
+        if let tower_circuit_breaker::Event::Evicted { name, .. } = event {
+            if *name == "slow[\"a\"]" {
+                let _ = evicting.send(());
+                // Bounded: the test fails, rather than hangs, if never released.
+                let _ = released
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(10));
+            }
+        }
+    });
+    let layer = builder(template).capacity(2).build().unwrap();
+    let registry = layer.handle();
+    let svc = layer.layer(service(Arc::default()));
+    let mut first = svc.clone();
+    call_at_once(&mut first, "a:ok");
+    call_at_once(&mut first, "b:ok");
+    let evicting_thread = std::thread::spawn(move || call_at_once(&mut first, "c:ok"));
+    told.recv_timeout(Duration::from_secs(10))
+        .expect("a's eviction is being told");
+    // While a's observer is busy, d's first call makes room (evicting b) and returns.
+    let (done, finished) = std::sync::mpsc::channel();
+    let mut second = svc.clone();
+    let other_thread = std::thread::spawn(move || {
+        call_at_once(&mut second, "d:ok");
+        let _ = done.send(());
+    });
+    let d_returned = finished.recv_timeout(Duration::from_secs(10));
+    release.send(()).unwrap();
+    evicting_thread.join().unwrap();
+    other_thread.join().unwrap();
+    assert!(
+        d_returned.is_ok(),
+        "d's first call waited for the observer of a's eviction"
+    );
+    assert_eq!(registry.evictions(), 2);
+    assert!(registry.get(&"d").is_some() && registry.get(&"c").is_some());
+}

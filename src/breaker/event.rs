@@ -90,6 +90,10 @@ pub enum Event<'a> {
     /// ([`KeyedCircuitBreakerLayer`](crate::keyed::KeyedCircuitBreakerLayer)) to make
     /// room: it decides no call again, and its key, if it comes back, gets a fresh
     /// breaker. The last event of this breaker.
+    ///
+    /// It is told with none of the registry's locks held: an observer may call the keyed
+    /// service back, with any key. So it may also be told after the key came back and
+    /// its fresh breaker was made.
     #[non_exhaustive]
     Evicted {
         /// The breaker's name.

@@ -114,6 +114,10 @@
 //! come from the network (a host, a model, a tool name) and fail would otherwise grow
 //! the registry without bound.
 //!
+//! The observers of an evicted breaker are told ([`Event::Evicted`](crate::Event::Evicted))
+//! once the registry has released its locks, by the call that evicted it: an observer
+//! may call the keyed service back, with any key, and a slow one holds up only that call.
+//!
 //! Recency is counted on a clock that moves once per new key, not per call: a call on
 //! a known key reads the clock and writes its breaker's "last used" only when the clock
 //! has moved. Eviction takes a batch of the oldest candidates (a sixteenth of the

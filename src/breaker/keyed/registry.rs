@@ -318,9 +318,22 @@ impl<K: Hash + Eq + Clone> Registry<K> {
     }
 
     /// Evicts one breaker for the one being made, and one more if an earlier overflow
-    /// left the registry over its capacity.
+    /// left the registry over its capacity; then tells the observers of each eviction.
     fn make_room(&self) {
-        for round in 0..2 {
+        let mut evicted: [Option<Arc<Shared>>; 2] = [None, None];
+        self.evict_for_room(&mut evicted);
+        // Told here, with no lock of the registry held (neither the victims' nor a
+        // shard's): an observer may call the keyed service back, with a new key that
+        // makes room again on this very thread, and a slow one holds up no other key.
+        for shared in evicted.into_iter().flatten() {
+            shared.evicted();
+        }
+    }
+
+    /// The evictions of [`make_room`](Self::make_room), each breaker evicted put in
+    /// `evicted` for its observers to be told.
+    fn evict_for_room(&self, evicted: &mut [Option<Arc<Shared>>; 2]) {
+        for (round, slot) in evicted.iter_mut().enumerate() {
             if self.live() <= self.capacity {
                 break;
             }
@@ -332,7 +345,8 @@ impl<K: Hash + Eq + Clone> Registry<K> {
             } else {
                 Reach::Closed
             };
-            if !self.evict_one(reach) {
+            *slot = self.evict_one(reach);
+            if slot.is_none() {
                 if round == 0 {
                     self.counters.over_capacity.fetch_add(1, Ordering::Relaxed);
                     if !self.counters.over.swap(true, Ordering::Relaxed) {
@@ -358,8 +372,9 @@ impl<K: Hash + Eq + Clone> Registry<K> {
     }
 
     /// Evicts the least recently used idle breaker within `reach` the registry knows
-    /// of. Returns whether there was one.
-    fn evict_one(&self, reach: Reach) -> bool {
+    /// of. Returns it, if there was one, for its observers to be told once the victims'
+    /// lock is released.
+    fn evict_one(&self, reach: Reach) -> Option<Arc<Shared>> {
         let mut victims = lock(&self.victims);
         if victims.reach != reach {
             // The last scan looked for other breakers: look again, at once.
@@ -370,12 +385,12 @@ impl<K: Hash + Eq + Clone> Registry<K> {
         let mut scans = 0;
         loop {
             while let Some(candidate) = victims.queue.pop() {
-                if self.try_evict(&candidate, reach) {
-                    return true;
+                if let Some(evicted) = self.try_evict(&candidate, reach) {
+                    return Some(evicted);
                 }
             }
             if scans == 2 || self.clock.load(Ordering::Relaxed) < victims.next_scan {
-                return false;
+                return None;
             }
             self.scan(&mut victims);
             scans += 1;
@@ -420,7 +435,9 @@ impl<K: Hash + Eq + Clone> Registry<K> {
     }
 
     /// Evicts a candidate if it is still there, unused since the scan, and evictable.
-    fn try_evict(&self, candidate: &Candidate<K>, reach: Reach) -> bool {
+    /// Returns its breaker, whose observers are not told yet: the caller holds the
+    /// victims' lock.
+    fn try_evict(&self, candidate: &Candidate<K>, reach: Reach) -> Option<Arc<Shared>> {
         let probe = Probe {
             hash: candidate.hash,
             key: &candidate.key,
@@ -430,17 +447,13 @@ impl<K: Hash + Eq + Clone> Registry<K> {
             entry.used.load(Ordering::Relaxed) == candidate.used && entry.evictable(reach)
         });
         if !still {
-            return false;
+            return None;
         }
         let evicted = map.remove(&probe as &dyn Lookup<K>);
         drop(map);
-        if let Some(entry) = &evicted {
-            entry.shared.evicted();
-        }
         self.counters.live.fetch_sub(1, Ordering::AcqRel);
         self.counters.evictions.fetch_add(1, Ordering::Relaxed);
-        drop(evicted);
-        true
+        evicted.map(|entry| entry.shared)
     }
 }
 
