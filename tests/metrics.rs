@@ -621,6 +621,60 @@ async fn an_evicted_keys_series_show_no_state_and_no_failure_rate() -> Result<()
     Ok(())
 }
 
+/// A registry tells an eviction once it has let go of the key (an observer may call back
+/// in), so the key can come back, its new breaker made, before its old breaker's
+/// `Evicted` reaches the metrics (here the observer before them waits for it): the live
+/// breaker still shows exactly one state, and its failure rate.
+#[test]
+fn a_key_back_before_its_old_breakers_eviction_is_told_shows_its_new_breakers_state() {
+    let (snapshotter, _local) = record_here();
+    let (evicting, told) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let layer = KeyedCircuitBreakerLayer::builder(
+        Builder::new()
+            .name("back")
+            .failure_threshold(2)
+            .on_event(move |event| {
+                if let Event::Evicted { name, .. } = event {
+                    if *name == "back[Fail]" {
+                        let _ = evicting.send(());
+                        // Bounded: the test fails, rather than hangs, if never released.
+                        let _ = released
+                            .lock()
+                            .unwrap()
+                            .recv_timeout(Duration::from_secs(10));
+                    }
+                }
+            })
+            .metrics(),
+        |req: &Req| *req,
+    )
+    .capacity(1)
+    .build()
+    .expect("valid");
+    let registry = layer.handle();
+    let svc = tower::Layer::layer(&layer, service_fn(serve));
+    // Made here, so that their series are this thread's recorder's.
+    let mut here = svc.clone();
+    futures::executor::block_on(send(&mut here, Req::Fail)); // one failure of two
+    let mut there = svc.clone();
+    // Ok's first call evicts Fail's breaker, and tells its eviction on that thread.
+    let evicting_thread =
+        std::thread::spawn(move || futures::executor::block_on(send(&mut there, Req::Ok)));
+    told.recv_timeout(Duration::from_secs(10))
+        .expect("Fail's eviction is being told");
+    assert!(registry.get(&Req::Fail).is_none());
+    futures::executor::block_on(send(&mut here, Req::Fail)); // Fail is back
+    release.send(()).expect("the observer waits");
+    evicting_thread.join().expect("no panic");
+
+    assert!(registry.get(&Req::Fail).is_some());
+    let m = read(&snapshotter);
+    assert_eq!(shown(&m, "back[Fail]"), "closed");
+    assert_eq!(rate(&m, "back[Fail]"), 50.0, "its one failure of two");
+}
+
 #[tokio::test]
 async fn a_keyed_registrys_breakers_get_series_of_their_own() -> Result<(), BoxError> {
     let (snapshotter, _local) = record_here();

@@ -101,7 +101,10 @@
 //!   the order the breaker made them. It is set when the breaker is built (closed, or its
 //!   starting mode), and for a keyed registry when each key's breaker is made; a key's
 //!   breaker evicted from its registry ([`Event::Evicted`]) sets all six to 0 and its
-//!   failure rate to -1, so only live breakers show a state. The kill switch is not a
+//!   failure rate to -1, so only live breakers show a state. An eviction is told after
+//!   the registry lets go of the key, so the key may come back first: its new breaker,
+//!   alive under the same name, keeps the series, and the eviction leaves them as the
+//!   new breaker set them. The kill switch is not a
 //!   state: it leaves the gauge as it is, and its skips are counted as rejections with
 //!   reason `killed`.
 //! - **FailureRate** is the trip policy's reading ([`Event::Recorded`]'s
@@ -199,6 +202,7 @@
 
 mod count;
 mod handles;
+mod holders;
 mod point;
 mod series;
 mod settings;
@@ -211,6 +215,7 @@ use crate::{Builder, Event};
 
 use self::count::Count;
 use self::handles::Handles;
+use self::holders::Holders;
 use self::series::describe;
 pub use self::series::Series;
 pub use self::settings::{Metrics, Naming};
@@ -219,18 +224,34 @@ use self::update::updates;
 
 /// The observer of one breaker.
 impl Metrics {
-    /// The observer of one breaker, its series set to their starting values.
-    fn observer(self, config: &Config) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
-        let handles = Handles::new(self.naming, Arc::from(config.name()));
+    /// The observer of one breaker, its series set to their starting values; `holders`
+    /// counts the breakers built from the same builder alive under each name.
+    fn observer(
+        self,
+        config: &Config,
+        holders: &Arc<Holders>,
+    ) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
+        let name: Arc<str> = Arc::from(config.name());
+        let handles = Handles::new(self.naming, name.clone());
         let count = Count::new(config);
-        starting(config.mode(), &count, &mut |point, value| {
-            handles.update(point, value)
+        let held = holders.hold(name, || {
+            starting(config.mode(), &count, &mut |point, value| {
+                handles.update(point, value)
+            })
         });
         let count = Mutex::new(count);
         move |event: &Event<'_>| {
-            updates(event, self, &count, &mut |point, value| {
-                handles.update(point, value)
-            })
+            let update = || {
+                updates(event, self, &count, &mut |point, value| {
+                    handles.update(point, value)
+                })
+            };
+            match event {
+                // A key that came back before its old breaker's eviction was told: the
+                // series are the new breaker's (see `Holders`).
+                Event::Evicted { .. } => held.evicted(update),
+                _ => update(),
+            }
         }
     }
 }
@@ -262,9 +283,10 @@ impl Builder {
         };
         // Once for the recorder the first breaker is built under.
         let described = Once::new();
+        let holders = Arc::new(Holders::default());
         builder.on_event_of_each(move |config| {
             described.call_once(|| describe(metrics));
-            metrics.observer(config)
+            metrics.observer(config, &holders)
         })
     }
 }
