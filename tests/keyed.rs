@@ -1243,3 +1243,45 @@ fn a_slow_eviction_observer_holds_up_no_other_keys_first_call() {
     assert_eq!(registry.evictions(), 2);
     assert!(registry.get(&"d").is_some() && registry.get(&"c").is_some());
 }
+
+/// Past twice the capacity a half-open breaker with no call in flight goes as an open one
+/// does: its probes so far succeeded (a failed one would have opened it again), and its
+/// key comes back closed. One whose probe is in flight stays. Kept, such breakers would
+/// let keys that fail, then send one good probe of several, grow the registry.
+#[tokio::test(start_paused = true)]
+async fn past_twice_the_capacity_an_idle_half_open_key_is_evicted_and_comes_back_closed() {
+    let layer = builder(
+        Builder::new()
+            .name("recovering")
+            .failure_threshold(1)
+            .cooldown(Cooldown::Time(Duration::from_secs(1)))
+            .half_open_probes(2)
+            .max_half_open_dwell(Some(Duration::from_secs(600))),
+    )
+    .capacity(1)
+    .build()
+    .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service(Arc::default()));
+    assert!(call(&mut svc, "a:fail").await.is_err());
+    assert!(call(&mut svc, "p:fail").await.is_err());
+    advance(Duration::from_secs(2)).await;
+    // a: one good probe of two, none in flight. p: its probe in flight.
+    call(&mut svc, "a:ok").await.unwrap();
+    svc.ready().await.unwrap();
+    let probe = svc.call("p:hang");
+    assert_eq!(state(&registry, "a"), State::HalfOpen);
+    assert_eq!(state(&registry, "p"), State::HalfOpen);
+    // A third key is past twice the capacity: a goes, p stays.
+    assert!(call(&mut svc, "b:fail").await.is_err());
+    assert!(registry.get(&"a").is_none(), "{:?}", registry.keys());
+    assert_eq!(registry.evictions(), 1);
+    assert_eq!(state(&registry, "p"), State::HalfOpen);
+    drop(probe);
+    // a comes back with a fresh breaker: closed, its calls made.
+    assert_eq!(
+        call(&mut svc, "a:ok").await.unwrap().source(),
+        Source::Service
+    );
+    assert_eq!(state(&registry, "a"), State::Closed);
+}

@@ -106,13 +106,17 @@
 //! which it can be evicted.
 //!
 //! The overflow stops at twice the capacity: past it, the least recently used idle
-//! breaker that is **open** (opened by its failures: never one a person forced open, one
-//! a permanent failure holds open until a reset ([`Failure::permanent`](crate::Failure::permanent):
-//! forgotten, its key would be called again), one half-open or one in use or held) is
-//! evicted too, forgetting its failures; past four times the capacity, one a permanent
-//! failure holds open as well (never one a person forced open). Keys that
-//! come from the network (a host, a model, a tool name) and fail would otherwise grow
-//! the registry without bound.
+//! breaker that is **open** is evicted too, forgetting its failures: one opened by its
+//! failures, or one **half-open with no call in flight** (its probes so far succeeded,
+//! as a failed one would have opened it again, and it waits for the next as an open
+//! breaker past its cooldown does; its key comes back closed), but never one a person
+//! forced open, one a permanent failure holds open until a reset
+//! ([`Failure::permanent`](crate::Failure::permanent): forgotten, its key would be called
+//! again), one with a probe or a call in flight, or one held. Past four times the
+//! capacity, one a permanent failure holds open goes as well (never one a person forced
+//! open). Keys that come from the network (a host, a model, a tool name) and fail would
+//! otherwise grow the registry without bound, also by failing, then sending one good
+//! probe of the several a half-open breaker asks for.
 //!
 //! The observers of an evicted breaker are told ([`Event::Evicted`](crate::Event::Evicted))
 //! once the registry has released its locks, by the call that evicted it: an observer
