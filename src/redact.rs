@@ -4,7 +4,8 @@ use std::borrow::Cow;
 
 /// The text with what looks like a credential replaced by `[redacted]`: a URL's user
 /// information (`https://user:pass@host` becomes `https://[redacted]@host`) and query
-/// string (`?key=…` becomes `?[redacted]`), and the value after `Bearer `, `Basic `,
+/// string (`?key=…` becomes `?[redacted]`), a scheme-relative URL's too (`//user:pass@host`,
+/// at the start of the text or after whitespace, a bracket, a quote, `=` or `,`), and the value after `Bearer `, `Basic `,
 /// `api-key=`, `api_key=`, `token=`, `key=`, `password=`, `passwd=`, `secret=`,
 /// `api-key: ` (`X-Api-Key: …`) or `Authorization: Token ` outside a URL, and the whole
 /// value of a `Cookie: ` or `Set-Cookie: ` header, up to the end of its line; and a
@@ -60,7 +61,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     while !rest.is_empty() {
         let at = text.len() - rest.len();
         let url = if at >= no_url_until {
-            url_len(rest)
+            url_len(rest, text[..at].chars().next_back())
         } else {
             None
         };
@@ -129,6 +130,7 @@ const KEY_TAIL: usize = 16;
 fn needs_redaction(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     lower.contains("://")
+        || text.contains("//")
         || MARKERS
             .iter()
             .any(|marker| lower.contains(marker.split(' ').next().unwrap_or(marker)))
@@ -156,19 +158,24 @@ fn key_shaped(text: &str, before: Option<char>) -> Option<Secret> {
     })
 }
 
-/// The length of the URL that starts `text`, if one does (`scheme://…`).
+/// The length of the URL that starts `text`, if one does (`scheme://…`, or `//…` after
+/// what no URL holds: `before` is the character before `text`, see [`scheme_relative`]).
 ///
 /// A URL with a query or a fragment runs to the first whitespace, `"`, `<` or `>` (which
 /// a URL never holds as they are): a query may hold `)`, `'` and backticks as they are
 /// (reqwest's URLs keep them), and all of it is hidden. One without ends at the first
 /// whitespace, quote, bracket, angle bracket or backtick past its user information,
 /// which may hold `)` and `'` as they are (`https://bob:hun)ter2@host`).
-fn url_len(text: &str) -> Option<usize> {
-    let scheme = scheme_len(text);
-    if scheme == 0 || !text[scheme..].starts_with("://") {
-        return None;
-    }
-    let start = scheme + 3;
+fn url_len(text: &str, before: Option<char>) -> Option<usize> {
+    let start = if scheme_relative(text, before) {
+        2
+    } else {
+        let scheme = scheme_len(text);
+        if scheme == 0 || !text[scheme..].starts_with("://") {
+            return None;
+        }
+        scheme + 3
+    };
     let authority = text[start..]
         .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '<' | '>' | '`'))
         .map_or(text.len(), |end| start + end);
@@ -185,6 +192,16 @@ fn url_len(text: &str) -> Option<usize> {
         .find(['\'', ')', '`'])
         .map_or(end, |at| past_user + at);
     Some(len)
+}
+
+/// Whether `text` starts with a scheme-relative URL (`//user:pass@host/path`, as an
+/// authority is written in a link): `//` at the start of the text or after whitespace, an
+/// opening bracket, a quote, `=` or `,`, never inside a word or a path (`a//b`, `/x//y`).
+fn scheme_relative(text: &str, before: Option<char>) -> bool {
+    text.starts_with("//")
+        && before.is_none_or(|c| {
+            c.is_whitespace() || matches!(c, '(' | '[' | '{' | '<' | '"' | '\'' | '`' | '=' | ',')
+        })
 }
 
 /// The length of the run of characters a URL's scheme is made of that starts `text`.
@@ -207,7 +224,12 @@ fn closing(opening: Option<char>) -> Option<char> {
 
 /// Writes `url` redacted to `out`; `before` is the character before it in the text.
 fn redact_url(url: &str, before: Option<char>, out: &mut String) {
-    let (scheme, rest) = url.split_at(url.find("://").expect("a URL") + 3);
+    // A scheme-relative URL starts with its `//`; any other, with its scheme's `://`.
+    let past_scheme = match url.strip_prefix("//") {
+        Some(_) => 2,
+        None => url.find("://").expect("a URL") + 3,
+    };
+    let (scheme, rest) = url.split_at(past_scheme);
     out.push_str(scheme);
     // User information ends at the last `@` before any query or fragment, even where a
     // hostile or mistyped one holds a raw `/`, or before any path, even where one holds a
@@ -578,6 +600,26 @@ mod tests {
             redact("https://h/v1?email=a@b failed"),
             "https://h/v1?[redacted] failed"
         );
+    }
+
+    #[test]
+    fn a_scheme_relative_urls_user_information_and_query_never_show() {
+        assert_eq!(
+            redact("//bob:hunter2@api.example.com/v1?key=SECRET"),
+            "//[redacted]@api.example.com/v1?[redacted]"
+        );
+        assert_eq!(
+            redact("redirect to (//bob:hunter2@h/x) refused"),
+            "redirect to (//[redacted]@h/x) refused"
+        );
+        assert_eq!(
+            redact(r#"href="//bob:hun)ter2@h/""#),
+            r#"href="//[redacted]@h/""#
+        );
+        // Inside a word or a path, `//` starts no URL.
+        for text in ["a//b@c", "/usr//lib@1", "// a comment", "x //"] {
+            assert_eq!(redact(text), text);
+        }
     }
 
     #[test]

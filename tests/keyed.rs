@@ -1285,3 +1285,63 @@ async fn past_twice_the_capacity_an_idle_half_open_key_is_evicted_and_comes_back
     );
     assert_eq!(state(&registry, "a"), State::Closed);
 }
+
+/// A key that is a URL's authority (`Uri::authority`, or a URL written scheme-relative)
+/// holds the URL's user information: its breaker's name, shown in errors, snapshots, logs
+/// and metric labels, hides it, whichever naming.
+#[tokio::test(start_paused = true)]
+async fn an_authority_keys_password_never_shows_in_its_breakers_name() {
+    for by_display in [false, true] {
+        let template = Builder::new().name("fetch").failure_threshold(1);
+        let mut builder = KeyedCircuitBreakerLayer::builder(template, |r: &http::Request<()>| {
+            r.uri().authority().cloned().expect("an absolute URL")
+        });
+        if by_display {
+            builder = builder.name_keys_by_display();
+        }
+        let layer = builder.build().unwrap();
+        let registry = layer.handle();
+        let mut svc = layer.layer(service_fn(|_: http::Request<()>| async {
+            Err::<(), _>(io::Error::other("refused"))
+        }));
+        let mut names = Vec::new();
+        for password in ["hunter2", "other"] {
+            let url = format!("https://bob:{password}@api.example.com/v1");
+            let request = || http::Request::get(url.as_str()).body(()).unwrap();
+            let _ = svc.ready().await.unwrap().call(request()).await;
+            let error = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request())
+                .await
+                .unwrap_err();
+            let key = request().uri().authority().cloned().unwrap();
+            let breaker = registry.get(&key).unwrap();
+            let name = breaker.name().to_owned();
+            let shown = format!("{error} | {error:?} | {name} | {:?}", breaker.snapshot());
+            assert!(
+                !shown.contains(password) && !shown.contains("bob"),
+                "display={by_display}: {shown}"
+            );
+            assert!(name.contains("[redacted]@api.example.com"), "{name}");
+            names.push(name);
+        }
+        assert_ne!(names[0], names[1], "keys that differ in their password");
+    }
+    // Written scheme-relative, as a link may be.
+    let layer =
+        KeyedCircuitBreakerLayer::builder(Builder::new().name("fetch"), |k: &String| k.clone())
+            .name_keys_by_display()
+            .build()
+            .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|_: String| async { Ok::<_, io::Error>(()) }));
+    let key = "//bob:hunter2@h.example/x".to_string();
+    svc.ready().await.unwrap().call(key.clone()).await.unwrap();
+    let name = registry.get(&key).unwrap().name().to_owned();
+    assert!(
+        name.starts_with("fetch[//[redacted]@h.example/x #"),
+        "{name}"
+    );
+}

@@ -1,5 +1,6 @@
 //! The settings of a keyed registry, and its builder.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::error::ConfigError;
 use crate::breaker::fallback::NoFallback;
 use crate::escape::escaped;
+use crate::redact::REDACTED;
 
 /// How many breakers a registry holds unless told otherwise.
 pub(super) const DEFAULT_CAPACITY: usize = 1024;
@@ -57,20 +59,70 @@ pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
 /// `name[key]`, with the key as it may be shown in errors, snapshots, logs and metric
 /// labels: a key may come from the network, and hold a URL with a password or a line
 /// break that would forge a log line. What looks like a credential is redacted
-/// ([`redact`](crate::redact)), control characters escaped. Where redaction took something
-/// out, a short hash of the key as it was follows (`fetch[https://h/x?[redacted] #1a2b3c4d]`),
-/// so that keys that differ only there keep names of their own; it is keyed for the
-/// process, so that it tells nothing of what was taken out.
+/// ([`redact`](crate::redact)), and so is the user information of an authority
+/// ([`hide_user_information`]: `bob:hunter2@api.example.com`, as `Uri::authority` gives
+/// it, shows as `[redacted]@api.example.com`); control characters are escaped. Where
+/// redaction took something out, a short hash of the key as it was follows
+/// (`fetch[https://h/x?[redacted] #1a2b3c4d]`), so that keys that differ only there keep
+/// names of their own; it is keyed for the process, so that it tells nothing of what was
+/// taken out.
 fn named(name: &str, key: &str) -> Arc<str> {
-    let redacted = crate::redact(key);
+    let authority_hidden = hide_user_information(key);
+    let redacted = crate::redact(&authority_hidden);
     let shown = escaped(&redacted, char::is_control);
-    if matches!(redacted, std::borrow::Cow::Borrowed(_)) {
+    if matches!(redacted, Cow::Borrowed(_)) && matches!(authority_hidden, Cow::Borrowed(_)) {
         return format!("{name}[{shown}]").into();
     }
     static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
     let hash = KEYS.get_or_init(Default::default).hash_one(key);
     format!("{name}[{shown} #{:08x}]", hash as u32).into()
+}
+
+/// `key` with the user information of each word shaped like an authority hidden: what
+/// comes before the last `@` in a word, where no `/` comes before it
+/// (`bob:hunter2@api.example.com` and `Some(bob:hunter2@h)` show as
+/// `[redacted]@api.example.com` and `[redacted]@h)`; an e-mail address loses its local
+/// part). Words are split at whitespace, backticks and double quotes (not at one escaped
+/// as `Debug` writes it, `\"`), never at the brackets, `'`, `,`, `;` or `=` user
+/// information may hold. A URL with a scheme, or scheme-relative (`//user:pass@host`), has a `/`
+/// before its `@`: [`redact`](crate::redact) hides its user information. Borrowed when it
+/// hides nothing; reads the key once.
+fn hide_user_information(key: &str) -> Cow<'_, str> {
+    /// Writes `word` to `out`, its user information hidden; returns whether it had some.
+    fn word(word: &str, out: &mut String) -> bool {
+        let before_path = word.find('/').unwrap_or(word.len());
+        match word[..before_path].rfind('@') {
+            Some(at) if at > 0 => {
+                out.push_str(REDACTED);
+                out.push_str(&word[at..]);
+                true
+            }
+            _ => {
+                out.push_str(word);
+                false
+            }
+        }
+    }
+    if !key.contains('@') {
+        return Cow::Borrowed(key);
+    }
+    let mut out = String::with_capacity(key.len());
+    let (mut hid, mut start) = (false, 0);
+    for (at, c) in key.char_indices() {
+        let ends_a_word = c.is_whitespace() || c == '`' || (c == '"' && !key[..at].ends_with('\\'));
+        if ends_a_word {
+            hid |= word(&key[start..at], &mut out);
+            out.push(c);
+            start = at + c.len_utf8();
+        }
+    }
+    hid |= word(&key[start..], &mut out);
+    if hid {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(key)
+    }
 }
 
 impl<K, KF> KeyedBuilder<K, KF> {
@@ -83,6 +135,14 @@ impl<K, KF> KeyedBuilder<K, KF> {
 
     /// Names each key's breaker with the key's `Display` (`fetch[api.example.com]`)
     /// rather than its `Debug` (`fetch["api.example.com"]`, the default).
+    ///
+    /// Either way the key shows as it may outside the process: what looks like a
+    /// credential is redacted ([`redact`](crate::redact): a URL's password and query,
+    /// `key=…`), and so is the user information of an authority
+    /// (`bob:hunter2@api.example.com`, as `Uri::authority` gives it, shows as
+    /// `[redacted]@api.example.com`); control characters are escaped; and where something
+    /// was hidden a short hash of the key follows, so that keys that differ only there
+    /// keep names of their own.
     pub fn name_keys_by_display(mut self) -> Self
     where
         K: fmt::Display,
@@ -144,6 +204,40 @@ impl<K, KF> KeyedCircuitBreakerLayer<K, KF> {
             key,
             capacity: DEFAULT_CAPACITY,
             namer: debug_name::<K>,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hide_user_information;
+
+    #[test]
+    fn an_authoritys_user_information_is_hidden_wherever_the_key_shows_it() {
+        for (key, shown) in [
+            ("bob:hunter2@api.example.com", "[redacted]@api.example.com"),
+            ("\"bob:hunter2@h:8080\"", "\"[redacted]@h:8080\""),
+            ("Some(bob:hunter2@h)", "[redacted]@h)"),
+            ("(GET, bob:p@ss'(w)@h)", "(GET, [redacted]@h)"),
+            (r#""bob:hun\"ter2@h""#, r#""[redacted]@h""#),
+            ("bob@example.com", "[redacted]@example.com"),
+            ("bob:hunter2@h/x@y", "[redacted]@h/x@y"),
+        ] {
+            assert_eq!(hide_user_information(key), shown, "{key}");
+        }
+        // A URL's `@` comes after a `/` (redact hides its user information); a path's
+        // too; a word starting with `@` has none.
+        for key in [
+            "https://bob:pw@h",
+            "//bob:pw@h",
+            "repo/x@v1",
+            "@handle",
+            "h.example",
+        ] {
+            assert!(
+                matches!(hide_user_information(key), std::borrow::Cow::Borrowed(_)),
+                "{key}"
+            );
         }
     }
 }
