@@ -1345,3 +1345,33 @@ async fn an_authority_keys_password_never_shows_in_its_breakers_name() {
         "{name}"
     );
 }
+
+/// Escaping alone can make two keys look alike: a line break is shown `\n`, as a
+/// backslash followed by an `n` is. Each key named by `Display` still gets a name (and so
+/// metric series) of its own: a key changed by escaping is followed by its short hash.
+#[tokio::test(start_paused = true)]
+async fn distinct_keys_named_by_display_get_distinct_names_even_when_escaping_makes_them_alike() {
+    let layer =
+        KeyedCircuitBreakerLayer::builder(Builder::new().name("host"), |k: &String| k.clone())
+            .name_keys_by_display()
+            .build()
+            .unwrap();
+    let registry = layer.handle();
+    let mut svc = layer.layer(service_fn(|_: String| async { Ok::<_, io::Error>(()) }));
+    let line_break = "a\nb".to_string();
+    let backslash_n = "a\\nb".to_string();
+    for key in [&line_break, &backslash_n] {
+        svc.ready().await.unwrap().call(key.clone()).await.unwrap();
+    }
+    let name = |key: &String| registry.get(key).unwrap().name().to_owned();
+    let (escaped, as_written) = (name(&line_break), name(&backslash_n));
+    assert_ne!(escaped, as_written);
+    assert_eq!(
+        as_written, "host[a\\nb]",
+        "a key shown as written has no hash"
+    );
+    assert!(
+        escaped.starts_with("host[a\\nb #") && !escaped.contains('\n'),
+        "{escaped}"
+    );
+}

@@ -61,16 +61,18 @@ pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
 /// break that would forge a log line. What looks like a credential is redacted
 /// ([`redact`](crate::redact)), and so is the user information of an authority
 /// ([`hide_user_information`]: `bob:hunter2@api.example.com`, as `Uri::authority` gives
-/// it, shows as `[redacted]@api.example.com`); control characters are escaped. Where
-/// redaction took something out, a short hash of the key as it was follows
-/// (`fetch[https://h/x?[redacted] #1a2b3c4d]`), so that keys that differ only there keep
-/// names of their own; it is keyed for the process, so that it tells nothing of what was
-/// taken out.
+/// it, shows as `[redacted]@api.example.com`); control characters are escaped. Wherever
+/// the key shown is not the key as written (redaction took something out, or an escape
+/// changed it), a short hash of the key as it was follows
+/// (`fetch[https://h/x?[redacted] #1a2b3c4d]`), so that distinct keys keep distinct
+/// names: keys that differ only in what was taken out, and keys that escaping makes
+/// alike (a line break, shown `\n`, and a backslash followed by `n`). It is keyed for
+/// the process, so that it tells nothing of what was taken out.
 fn named(name: &str, key: &str) -> Arc<str> {
     let authority_hidden = hide_user_information(key);
     let redacted = crate::redact(&authority_hidden);
     let shown = escaped(&redacted, char::is_control);
-    if matches!(redacted, Cow::Borrowed(_)) && matches!(authority_hidden, Cow::Borrowed(_)) {
+    if *shown == *key {
         return format!("{name}[{shown}]").into();
     }
     static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
@@ -140,9 +142,9 @@ impl<K, KF> KeyedBuilder<K, KF> {
     /// credential is redacted ([`redact`](crate::redact): a URL's password and query,
     /// `key=…`), and so is the user information of an authority
     /// (`bob:hunter2@api.example.com`, as `Uri::authority` gives it, shows as
-    /// `[redacted]@api.example.com`); control characters are escaped; and where something
-    /// was hidden a short hash of the key follows, so that keys that differ only there
-    /// keep names of their own.
+    /// `[redacted]@api.example.com`); control characters are escaped; and wherever that
+    /// changed the key a short hash of it follows, so that distinct keys keep distinct
+    /// names (`a\nb` with a line break, and with a backslash and an `n`).
     pub fn name_keys_by_display(mut self) -> Self
     where
         K: fmt::Display,
