@@ -22,7 +22,7 @@ pub(crate) fn escaped(text: &str, escapes: impl Fn(char) -> bool) -> Cow<'_, str
 }
 
 /// `text` as it is shown in a line a person or a model reads (a report's row, a tool
-/// offered to the model): each character that [`breaks_a_line`] written as its escape,
+/// offered to the model, a keyed breaker's name): each character that [`breaks_a_line`] written as its escape,
 /// so that what a tool said (its error text) cannot add a line of its own.
 pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
     escaped(text, breaks_a_line)

@@ -1375,3 +1375,40 @@ async fn distinct_keys_named_by_display_get_distinct_names_even_when_escaping_ma
         "{escaped}"
     );
 }
+
+/// A key's line or paragraph separator, or a bidirectional override or isolate, would
+/// break or reorder the line its breaker's name is shown on (a log line, an error): it is
+/// escaped as a control character is, under either naming, and the name takes the key's
+/// hash as any escaped key's does.
+#[tokio::test(start_paused = true)]
+async fn a_keys_line_separators_and_bidi_overrides_are_escaped_in_its_breakers_name() {
+    let breaking = [
+        '\u{2028}', '\u{2029}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
+    ];
+    for by_display in [false, true] {
+        let mut builder =
+            KeyedCircuitBreakerLayer::builder(Builder::new().name("host"), |k: &String| k.clone());
+        if by_display {
+            builder = builder.name_keys_by_display();
+        }
+        let layer = builder.build().unwrap();
+        let registry = layer.handle();
+        let mut svc = layer.layer(service_fn(|_: String| async { Ok::<_, io::Error>(()) }));
+        for c in breaking {
+            let key = format!("a{c}b");
+            svc.ready().await.unwrap().call(key.clone()).await.unwrap();
+            let name = registry.get(&key).unwrap().name().to_owned();
+            assert!(!name.contains(c), "display={by_display}: {name:?}");
+            let escape: String = c.escape_default().collect();
+            assert!(name.contains(&escape), "display={by_display}: {name:?}");
+        }
+        if by_display {
+            let name = registry
+                .get(&"a\u{202e}b".to_string())
+                .unwrap()
+                .name()
+                .to_owned();
+            assert!(name.starts_with("host[a\\u{202e}b #"), "{name}");
+        }
+    }
+}

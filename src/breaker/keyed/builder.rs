@@ -12,7 +12,7 @@ use crate::breaker::builder::Builder;
 use crate::breaker::classify::DefaultClassifier;
 use crate::breaker::error::ConfigError;
 use crate::breaker::fallback::NoFallback;
-use crate::escape::escaped;
+use crate::escape::one_line;
 use crate::redact::REDACTED;
 
 /// How many breakers a registry holds unless told otherwise.
@@ -61,7 +61,9 @@ pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
 /// break that would forge a log line. What looks like a credential is redacted
 /// ([`redact`](crate::redact)), and so is the user information of an authority
 /// ([`hide_user_information`]: `bob:hunter2@api.example.com`, as `Uri::authority` gives
-/// it, shows as `[redacted]@api.example.com`); control characters are escaped. Wherever
+/// it, shows as `[redacted]@api.example.com`); characters that would break the line or
+/// reorder it are escaped (control characters, U+2028 and U+2029, the bidirectional
+/// embeddings, overrides and isolates: `a\u{202e}b`). Wherever
 /// the key shown is not the key as written (redaction took something out, or an escape
 /// changed it), a short hash of the key as it was follows
 /// (`fetch[https://h/x?[redacted] #1a2b3c4d]`), so that distinct keys keep distinct
@@ -71,7 +73,9 @@ pub(super) fn display_name<K: fmt::Display>(name: &str, key: &K) -> Arc<str> {
 fn named(name: &str, key: &str) -> Arc<str> {
     let authority_hidden = hide_user_information(key);
     let redacted = crate::redact(&authority_hidden);
-    let shown = escaped(&redacted, char::is_control);
+    // One rule with every line a person or a model reads (`one_line`): control
+    // characters, the line and paragraph separators and the bidirectional overrides.
+    let shown = one_line(&redacted);
     if *shown == *key {
         return format!("{name}[{shown}]").into();
     }
@@ -142,7 +146,9 @@ impl<K, KF> KeyedBuilder<K, KF> {
     /// credential is redacted ([`redact`](crate::redact): a URL's password and query,
     /// `key=…`), and so is the user information of an authority
     /// (`bob:hunter2@api.example.com`, as `Uri::authority` gives it, shows as
-    /// `[redacted]@api.example.com`); control characters are escaped; and wherever that
+    /// `[redacted]@api.example.com`); characters that would break the line or reorder it
+    /// (control characters, U+2028 and U+2029, bidirectional overrides) are escaped; and
+    /// wherever that
     /// changed the key a short hash of it follows, so that distinct keys keep distinct
     /// names (`a\nb` with a line break, and with a backslash and an `n`).
     pub fn name_keys_by_display(mut self) -> Self
