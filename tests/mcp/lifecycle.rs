@@ -23,24 +23,7 @@ async fn not_offered_while_out_of_service(tools: &McpTools, server: &McpServer, 
         !out.is_running() && out.unavailable_because().is_some(),
         "a server without a process says it serves: {out}"
     );
-    let used = tools.expediter().report().budget.used;
-    let sent = server.calls_sent();
-    let offer = tools.offered();
-    assert!(!offer.offers(tool), "{offer}");
-    let attempt = tools.execute(tool, args(json!({}))).await.unwrap();
-    assert!(
-        matches!(
-            attempt,
-            Attempt::Skipped {
-                reason: SkipReason::Unavailable,
-                ..
-            }
-        ),
-        "{:?}",
-        attempt.decision()
-    );
-    assert_eq!(tools.expediter().report().budget.used, used);
-    assert_eq!(server.calls_sent(), sent);
+    routed_away_without_budget(tools, server, tool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
