@@ -625,6 +625,45 @@ async fn half_open_with_its_probe_slot_taken_is_pending_until_the_probe_settles(
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_ready_in_the_next() {
+    let layer = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(1)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(service_fn(|fail: bool| async move {
+        if fail {
+            Err(std::io::Error::other("down"))
+        } else {
+            Ok(())
+        }
+    }));
+    let mut other = svc.clone();
+    let mut endpoint = Readiness::new(svc, handle.clone()).unwrap();
+    let _ = endpoint.ready().await.unwrap().call(true).await;
+    tokio::time::sleep(secs(1)).await;
+    // The endpoint reserves the probe, and a balancer calls another one.
+    assert!(endpoint.ready().now_or_never().is_some());
+    assert_eq!(handle.state(), State::HalfOpen);
+    // A person resets (the probe is written off), and the breaker trips again.
+    handle.reset();
+    let _ = other.ready().await.unwrap().call(true).await;
+    assert_eq!(handle.state(), State::Open);
+    tokio::time::sleep(secs(1)).await;
+    // Another caller takes the next half-open's only probe slot.
+    let held = other.ready().await.unwrap().call(false);
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert!(
+        endpoint.ready().now_or_never().is_none(),
+        "ready while another caller's probe holds the only slot"
+    );
+    held.await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    assert!(endpoint.ready().now_or_never().is_some(), "closed: ready");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_probe_that_hangs_past_the_dwell_limit_wakes_the_other_endpoints_to_wait_for_the_next_probe(
 ) {
     let layer = breaker();

@@ -4,13 +4,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio::sync::broadcast;
 use tokio::time::Sleep;
 use tower::Service;
 
 use super::error::CooldownInCalls;
 use crate::accessors::inner_service_accessors;
 use crate::future::Changed;
-use crate::{Advice, CircuitBreakerHandle, Cooldown, NextProbe, Reason};
+use crate::{Advice, CircuitBreakerHandle, Cooldown, NextProbe, Reason, State, Transition};
 
 /// A service that is not ready while its breaker would not make a call: open until its
 /// probe is due, half-open with every probe slot taken, forced open, or killed. See the
@@ -61,6 +62,11 @@ pub struct Readiness<S> {
     /// What the breaker held for the next call when the inner service was last polled
     /// (a breaker decides in `poll_ready`, ready or not), until `call`.
     reserved: Option<Reserved>,
+    /// While the probe is reserved: the breaker's transitions since it was. One out of
+    /// half-open means the half-open it was reserved in has ended (a reset, the dwell
+    /// limit, a person's force-open), and with it the reservation: a slot taken since is
+    /// another caller's. (The reservation's own transition, into half-open, is not one.)
+    probe_in: Option<broadcast::Receiver<Transition>>,
     /// Armed before each look at the breaker, while not ready.
     changed: Option<Changed>,
     /// While not ready: when to look again (the probe's instant, or a dwell limit).
@@ -106,6 +112,7 @@ impl<S> Readiness<S> {
             handle,
             dwell,
             reserved: None,
+            probe_in: None,
             changed: None,
             sleep: None,
         }
@@ -161,6 +168,7 @@ impl<S> Readiness<S> {
         // Each turn follows a change or a timer that fired; a breaker that changes
         // without end is given back to the executor rather than looped on.
         for _ in 0..8 {
+            self.forget_an_ended_probe();
             if self.changed.is_none() {
                 self.changed = Some(self.handle.changed());
             }
@@ -203,6 +211,45 @@ impl<S> Readiness<S> {
         self.changed = None;
         self.sleep = None;
     }
+
+    /// Forgets the probe reserved if the half-open it was reserved in has ended: the
+    /// breaker left half-open since (or made so many transitions that some were lost).
+    fn forget_an_ended_probe(&mut self) {
+        let Some(transitions) = &mut self.probe_in else {
+            return;
+        };
+        let ended = loop {
+            match transitions.try_recv() {
+                Ok(transition) if transition.from == State::HalfOpen => break true,
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Empty) => break false,
+                Err(_) => break true,
+            }
+        };
+        if ended {
+            self.probe_in = None;
+            if self.reserved == Some(Reserved::Probe) {
+                self.reserved = None;
+            }
+        }
+    }
+
+    /// Holds `reserved`, what the breaker inside decides in the poll that follows;
+    /// `transitions` were watched from before the look that found it.
+    fn reserve(
+        &mut self,
+        reserved: Reserved,
+        transitions: Option<broadcast::Receiver<Transition>>,
+    ) {
+        self.probe_in = match reserved {
+            // One seen during the look ended the watch from before it: watched from now.
+            Reserved::Probe => transitions
+                .or_else(|| self.probe_in.take())
+                .or_else(|| Some(self.handle.subscribe())),
+            Reserved::Call => None,
+        };
+        self.reserved = Some(reserved);
+    }
 }
 
 /// The breaker's dwell limit, or the refusal of a cooldown in calls.
@@ -224,24 +271,29 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Closed and not killed: nothing to wait for, known from two loads.
-        let reserved = if self.handle.is_closed() && !self.handle.kill_switch().is_killed() {
-            if self.changed.is_some() {
-                self.stop_waiting();
-            }
-            Reserved::Call
-        } else {
-            match self.poll_admitted(cx) {
-                Poll::Ready(reserved) => reserved,
-                Poll::Pending => return Poll::Pending,
-            }
-        };
+        let (reserved, transitions) =
+            if self.handle.is_closed() && !self.handle.kill_switch().is_killed() {
+                if self.changed.is_some() {
+                    self.stop_waiting();
+                }
+                (Reserved::Call, None)
+            } else {
+                // Watched from before the look: a probe found is known to be this half-open's.
+                self.forget_an_ended_probe();
+                let transitions = self.probe_in.is_none().then(|| self.handle.subscribe());
+                match self.poll_admitted(cx) {
+                    Poll::Ready(reserved) => (reserved, transitions),
+                    Poll::Pending => return Poll::Pending,
+                }
+            };
         // The breaker decides here, ready or not, and holds its decision until `call`.
-        self.reserved = Some(reserved);
+        self.reserve(reserved, transitions);
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
         self.reserved = None;
+        self.probe_in = None;
         self.inner.call(request)
     }
 }
