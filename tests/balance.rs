@@ -664,6 +664,42 @@ async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_rea
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_probe_reservation_given_up_by_a_change_of_mode_does_not_make_the_endpoint_ready() {
+    let layer = CircuitBreakerLayer::builder()
+        .failure_threshold(1)
+        .cooldown(Cooldown::Time(secs(1)))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(service_fn(|fail: bool| async move {
+        if fail {
+            Err(std::io::Error::other("down"))
+        } else {
+            Ok(())
+        }
+    }));
+    let mut other = svc.clone();
+    let mut endpoint = Readiness::new(svc, handle.clone()).unwrap();
+    let _ = endpoint.ready().await.unwrap().call(true).await;
+    tokio::time::sleep(secs(1)).await;
+    assert!(
+        endpoint.ready().now_or_never().is_some(),
+        "the probe reserved"
+    );
+    // A change of mode gives the probe slot up; the state, and so no transition, stays.
+    handle.set_mode(Mode::Disabled);
+    handle.set_mode(Mode::Enabled);
+    assert_eq!(handle.state(), State::HalfOpen);
+    let held = other.ready().await.unwrap().call(false);
+    assert!(
+        endpoint.ready().now_or_never().is_none(),
+        "ready while another caller's probe holds the only slot"
+    );
+    held.await.unwrap();
+    assert!(endpoint.ready().now_or_never().is_some(), "closed: ready");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_probe_that_hangs_past_the_dwell_limit_wakes_the_other_endpoints_to_wait_for_the_next_probe(
 ) {
     let layer = breaker();

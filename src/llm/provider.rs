@@ -25,7 +25,9 @@ use crate::redact::REDACTED;
 /// (scheme, host and port), as an HTTP client drops them on a redirect to another host:
 /// for a provider elsewhere, the request loses its `Authorization`,
 /// `Proxy-Authorization`, `Cookie`, `x-api-key`, `api-key` and `x-goog-api-key` headers
-/// before the provider's own key and headers are set. A key written for the primary never
+/// before the provider's own key and headers are set, and its query the parameters
+/// named as a key is (`key`, `api_key`, `api-key`, `apikey`, `token`, `access_token`,
+/// `password`, `secret`, `sig`, `signature`, without regard to case: Google's `?key=`). A key written for the primary never
 /// reaches a fallback provider with no key of its own.
 ///
 /// ```
@@ -221,6 +223,44 @@ const CREDENTIALS: [&str; 6] = [
     "x-goog-api-key",
 ];
 
+/// The query parameters that carry a caller's credentials (compared without case): sent
+/// only to its primary's origin.
+const CREDENTIAL_PARAMS: [&str; 10] = [
+    "key",
+    "api_key",
+    "api-key",
+    "apikey",
+    "token",
+    "access_token",
+    "password",
+    "secret",
+    "sig",
+    "signature",
+];
+
+/// `url` without the query parameters of [`CREDENTIAL_PARAMS`]; untouched (its other
+/// parameters as the caller wrote them) when it has none.
+fn without_credential_params(url: &mut Url) {
+    let is_credential = |name: &str| {
+        CREDENTIAL_PARAMS
+            .iter()
+            .any(|param| name.eq_ignore_ascii_case(param))
+    };
+    if !url.query_pairs().any(|(name, _)| is_credential(&name)) {
+        return;
+    }
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(name, _)| !is_credential(name))
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect();
+    if kept.is_empty() {
+        url.set_query(None);
+    } else {
+        url.query_pairs_mut().clear().extend_pairs(kept);
+    }
+}
+
 impl Prepared {
     /// `response`, an answer of this provider's, if it came from its origin; else the
     /// client followed a redirect elsewhere ([`Redirected`]).
@@ -260,6 +300,7 @@ impl Prepared {
             for name in CREDENTIALS {
                 prepared.headers_mut().remove(name);
             }
+            without_credential_params(prepared.url_mut());
         }
         for (name, value) in &self.headers {
             prepared.headers_mut().insert(name.clone(), value.clone());
@@ -353,6 +394,37 @@ mod tests {
             .headers()
             .get(AUTHORIZATION)
             .is_none());
+    }
+
+    #[test]
+    fn a_key_in_the_callers_query_reaches_only_providers_at_the_primarys_origin() {
+        let primary = Provider::new("a", "http://a.test/v1").check().unwrap();
+        let at = |base: &str, url: &str| {
+            Provider::new("b", base)
+                .check()
+                .unwrap()
+                .for_primary(&primary)
+                .prepare("http://a.test/v1", &request(url, "{}"))
+                .unwrap()
+                .url()
+                .to_string()
+        };
+        let url = "http://a.test/v1/chat?alt=sse&KEY=AIzaSECRET&api-key=S2&n=1%202";
+        assert_eq!(
+            at("http://b.test/v1", url),
+            "http://b.test/v1/chat?alt=sse&n=1+2"
+        );
+        assert_eq!(
+            at("http://b.test/v1", "http://a.test/v1/chat?key=AIzaSECRET"),
+            "http://b.test/v1/chat"
+        );
+        // Without one, the query is left as written; at the primary's origin, kept.
+        let plain = "http://a.test/v1/chat?n=1%202";
+        assert_eq!(
+            at("http://b.test/v1", plain),
+            "http://b.test/v1/chat?n=1%202"
+        );
+        assert!(at("http://a.test/other", url).contains("KEY=AIzaSECRET"));
     }
 
     #[test]

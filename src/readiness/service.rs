@@ -4,14 +4,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::sync::broadcast;
 use tokio::time::Sleep;
 use tower::Service;
 
 use super::error::CooldownInCalls;
 use crate::accessors::inner_service_accessors;
 use crate::future::Changed;
-use crate::{Advice, CircuitBreakerHandle, Cooldown, NextProbe, Reason, State, Transition};
+use crate::{Advice, CircuitBreakerHandle, Cooldown, NextProbe, Reason};
 
 /// A service that is not ready while its breaker would not make a call: open until its
 /// probe is due, half-open with every probe slot taken, forced open, or killed. See the
@@ -62,11 +61,11 @@ pub struct Readiness<S> {
     /// What the breaker held for the next call when the inner service was last polled
     /// (a breaker decides in `poll_ready`, ready or not), until `call`.
     reserved: Option<Reserved>,
-    /// While the probe is reserved: the breaker's transitions since it was. One out of
-    /// half-open means the half-open it was reserved in has ended (a reset, the dwell
-    /// limit, a person's force-open), and with it the reservation: a slot taken since is
-    /// another caller's. (The reservation's own transition, into half-open, is not one.)
-    probe_in: Option<broadcast::Receiver<Transition>>,
+    /// While the probe is reserved: the breaker's generation once it was. A change of
+    /// state or mode since (a reset, the dwell limit, a person's force-open, a change of
+    /// mode, which gives the slots up) has ended the half-open it was reserved in, and
+    /// with it the reservation: a slot taken since is another caller's.
+    probe_in: Option<u64>,
     /// Armed before each look at the breaker, while not ready.
     changed: Option<Changed>,
     /// While not ready: when to look again (the probe's instant, or a dwell limit).
@@ -213,20 +212,12 @@ impl<S> Readiness<S> {
     }
 
     /// Forgets the probe reserved if the half-open it was reserved in has ended: the
-    /// breaker left half-open since (or made so many transitions that some were lost).
+    /// breaker's state or mode changed since.
     fn forget_an_ended_probe(&mut self) {
-        let Some(transitions) = &mut self.probe_in else {
+        let Some(generation) = self.probe_in else {
             return;
         };
-        let ended = loop {
-            match transitions.try_recv() {
-                Ok(transition) if transition.from == State::HalfOpen => break true,
-                Ok(_) => {}
-                Err(broadcast::error::TryRecvError::Empty) => break false,
-                Err(_) => break true,
-            }
-        };
-        if ended {
+        if self.handle.snapshot().generation != generation {
             self.probe_in = None;
             if self.reserved == Some(Reserved::Probe) {
                 self.reserved = None;
@@ -234,21 +225,16 @@ impl<S> Readiness<S> {
         }
     }
 
-    /// Holds `reserved`, what the breaker inside decides in the poll that follows;
-    /// `transitions` were watched from before the look that found it.
-    fn reserve(
-        &mut self,
-        reserved: Reserved,
-        transitions: Option<broadcast::Receiver<Transition>>,
-    ) {
+    /// Notes the breaker's generation once the breaker inside has reserved the probe
+    /// (its own change into half-open, if it made one, made first); a reservation already
+    /// noted stands as noted.
+    fn note_probe(&mut self, reserved: Reserved) {
         self.probe_in = match reserved {
-            // One seen during the look ended the watch from before it: watched from now.
-            Reserved::Probe => transitions
-                .or_else(|| self.probe_in.take())
-                .or_else(|| Some(self.handle.subscribe())),
+            Reserved::Probe => self
+                .probe_in
+                .or_else(|| Some(self.handle.snapshot().generation)),
             Reserved::Call => None,
         };
-        self.reserved = Some(reserved);
     }
 }
 
@@ -271,24 +257,22 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Closed and not killed: nothing to wait for, known from two loads.
-        let (reserved, transitions) =
-            if self.handle.is_closed() && !self.handle.kill_switch().is_killed() {
-                if self.changed.is_some() {
-                    self.stop_waiting();
-                }
-                (Reserved::Call, None)
-            } else {
-                // Watched from before the look: a probe found is known to be this half-open's.
-                self.forget_an_ended_probe();
-                let transitions = self.probe_in.is_none().then(|| self.handle.subscribe());
-                match self.poll_admitted(cx) {
-                    Poll::Ready(reserved) => (reserved, transitions),
-                    Poll::Pending => return Poll::Pending,
-                }
-            };
+        let reserved = if self.handle.is_closed() && !self.handle.kill_switch().is_killed() {
+            if self.changed.is_some() {
+                self.stop_waiting();
+            }
+            Reserved::Call
+        } else {
+            match self.poll_admitted(cx) {
+                Poll::Ready(reserved) => reserved,
+                Poll::Pending => return Poll::Pending,
+            }
+        };
         // The breaker decides here, ready or not, and holds its decision until `call`.
-        self.reserve(reserved, transitions);
-        self.inner.poll_ready(cx)
+        self.reserved = Some(reserved);
+        let ready = self.inner.poll_ready(cx);
+        self.note_probe(reserved);
+        ready
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
