@@ -624,8 +624,14 @@ async fn half_open_with_its_probe_slot_taken_is_pending_until_the_probe_settles(
     assert_eq!(handle.state(), State::Closed);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_ready_in_the_next() {
+/// A service failing on `true`, behind a breaker that opens at its first failure for
+/// 1 s, as a balanced endpoint and as another caller of the same breaker; the endpoint
+/// has reserved the half-open's probe (a balancer polled it ready) and is not called.
+async fn an_endpoint_holding_the_probe() -> (
+    CircuitBreakerHandle,
+    impl Service<bool, Response = Answer<()>, Error = BoxError> + Clone,
+    impl Service<bool, Response = Answer<()>, Error = BoxError>,
+) {
     let layer = CircuitBreakerLayer::builder()
         .failure_threshold(1)
         .cooldown(Cooldown::Time(secs(1)))
@@ -639,13 +645,21 @@ async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_rea
             Ok(())
         }
     }));
-    let mut other = svc.clone();
+    let other = svc.clone();
     let mut endpoint = Readiness::new(svc, handle.clone()).unwrap();
     let _ = endpoint.ready().await.unwrap().call(true).await;
     tokio::time::sleep(secs(1)).await;
-    // The endpoint reserves the probe, and a balancer calls another one.
-    assert!(endpoint.ready().now_or_never().is_some());
+    assert!(
+        endpoint.ready().now_or_never().is_some(),
+        "the probe reserved"
+    );
     assert_eq!(handle.state(), State::HalfOpen);
+    (handle, other, endpoint)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_ready_in_the_next() {
+    let (handle, mut other, mut endpoint) = an_endpoint_holding_the_probe().await;
     // A person resets (the probe is written off), and the breaker trips again.
     handle.reset();
     let _ = other.ready().await.unwrap().call(true).await;
@@ -665,27 +679,7 @@ async fn a_probe_reserved_in_an_earlier_half_open_does_not_make_the_endpoint_rea
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_reservation_given_up_by_a_change_of_mode_does_not_make_the_endpoint_ready() {
-    let layer = CircuitBreakerLayer::builder()
-        .failure_threshold(1)
-        .cooldown(Cooldown::Time(secs(1)))
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(service_fn(|fail: bool| async move {
-        if fail {
-            Err(std::io::Error::other("down"))
-        } else {
-            Ok(())
-        }
-    }));
-    let mut other = svc.clone();
-    let mut endpoint = Readiness::new(svc, handle.clone()).unwrap();
-    let _ = endpoint.ready().await.unwrap().call(true).await;
-    tokio::time::sleep(secs(1)).await;
-    assert!(
-        endpoint.ready().now_or_never().is_some(),
-        "the probe reserved"
-    );
+    let (handle, mut other, mut endpoint) = an_endpoint_holding_the_probe().await;
     // A change of mode gives the probe slot up; the state, and so no transition, stays.
     handle.set_mode(Mode::Disabled);
     handle.set_mode(Mode::Enabled);
