@@ -84,34 +84,41 @@ fn secret_at(after: Option<&str>, word: &str) -> Option<usize> {
 }
 
 impl Command {
+    /// Each argument, with where the secret in it starts, if it holds one ([`secret_at`]).
+    fn args_and_secrets(&self) -> Vec<(Cow<'_, str>, Option<usize>)> {
+        let mut before: Option<Cow<'_, str>> = None;
+        self.args
+            .iter()
+            .map(|arg| {
+                let arg = arg.to_string_lossy();
+                let at = secret_at(before.as_deref(), &arg);
+                before = Some(arg.clone());
+                (arg, at)
+            })
+            .collect()
+    }
+
     /// The command line, each secret redacted ([`secret_at`]), and then what looks like
     /// a credential in it (a URL's password).
     fn line(&self) -> String {
         let mut words = vec![self.program.to_string_lossy()];
-        let mut before: Option<Cow<'_, str>> = None;
-        for arg in &self.args {
-            let arg = arg.to_string_lossy();
-            words.push(match secret_at(before.as_deref(), &arg) {
-                Some(at) => format!("{}{REDACTED}", &arg[..at]).into(),
-                None => arg.clone(),
-            });
-            before = Some(arg);
-        }
+        words.extend(
+            self.args_and_secrets()
+                .into_iter()
+                .map(|(arg, at)| match at {
+                    Some(at) => format!("{}{REDACTED}", &arg[..at]).into(),
+                    None => arg,
+                }),
+        );
         crate::redact(&words.join(" ")).into_owned()
     }
 
     /// The secrets on its command line ([`secret_at`]).
     fn secrets(&self) -> Vec<String> {
-        let mut secrets = Vec::new();
-        let mut before: Option<Cow<'_, str>> = None;
-        for arg in &self.args {
-            let arg = arg.to_string_lossy();
-            if let Some(at) = secret_at(before.as_deref(), &arg) {
-                secrets.push(arg[at..].to_string());
-            }
-            before = Some(arg);
-        }
-        secrets
+        self.args_and_secrets()
+            .into_iter()
+            .filter_map(|(arg, at)| Some(arg[at?..].to_string()))
+            .collect()
     }
 }
 
